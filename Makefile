@@ -1,0 +1,30 @@
+# Both entry points bootstrap their own virtualenv from a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test bench fixtures clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	# the cookbook's own trace writer, without its heavy ML dependency tree
+	$(BIN)/pip install --quiet --no-deps tinker-cookbook==0.6.1
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/trace-doctor demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+fixtures: $(STAMP)
+	$(BIN)/python fixtures/generate.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,302 @@
+"""The lossless model every stage shares: ingested tables, run metadata and findings.
+
+Data flows one way: discover -> ingest -> RunTables -> rules -> Finding -> renderers. Nothing
+downstream of RunTables re-reads a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import polars as pl
+
+Severity = Literal["info", "warning", "error"]
+SEVERITY_RANK: dict[str, int] = {"info": 1, "warning": 2, "error": 3}
+
+# Input kinds as they appear in the JSON contract's run.inputs[].kind.
+InputKind = Literal[
+    "metrics", "trace", "spans", "config", "checkpoints", "profile", "dump", "log", "code_diff"
+]
+
+
+@dataclass(frozen=True)
+class IngestWarning:
+    """One record that could not be read: where it was and what was wrong with it."""
+
+    path: str
+    line: int | None
+    problem: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "problem": self.problem}
+
+
+@dataclass
+class InputFile:
+    """A file discovery recognised, with how many records its parser kept and skipped."""
+
+    kind: str
+    path: str
+    records: int = 0
+    skipped: int = 0
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "records": self.records, "skipped": self.skipped}
+
+
+@dataclass
+class PassedOver:
+    """A file discovery looked at and did not read, with the reason."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class RunMeta:
+    """What the run says about itself: config.json fields and the inferred trainer kind."""
+
+    path: str = ""
+    trainer: str = "unknown"  # sl | rl | dpo | distillation | unknown
+    trainer_mode: str | None = None  # rl: sync | stream | async; distillation: on_policy | off_policy
+    model_name: str | None = None
+    renderer_name: str | None = None
+    lora_rank: int | None = None
+    temperature: float | None = None
+    enable_trace: bool | None = None
+    submit_ahead: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trainer": self.trainer,
+            "trainer_mode": self.trainer_mode,
+            "model_name": self.model_name,
+            "renderer_name": self.renderer_name,
+            "lora_rank": self.lora_rank,
+            "temperature": self.temperature,
+            "enable_trace": self.enable_trace,
+            "submit_ahead": self.submit_ahead,
+        }
+
+
+def _empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+# Core schemas of the tables (ARCHITECTURE.md). Parsers may add columns; these always exist.
+STEPS_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64,
+    "segment": pl.Int32,
+    "line": pl.Int64,
+    "source": pl.String,
+    "superseded": pl.Boolean,
+    "is_eval_row": pl.Boolean,
+}
+SPANS_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "thread": pl.String,
+    "track": pl.String,
+    "start_us": pl.Float64,
+    "end_us": pl.Float64,
+    "dur_us": pl.Float64,
+    "depth": pl.Int32,
+    "step": pl.Int64,
+    "segment": pl.Int32,
+    "closed": pl.Boolean,
+    "args": pl.String,
+}
+STEP_SPANS_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64,
+    "name": pl.String,
+    "duration_s": pl.Float64,
+    "wall_start_s": pl.Float64,
+    "wall_end_s": pl.Float64,
+    "line": pl.Int64,
+}
+FRAMES_SCHEMA: dict[str, pl.DataType] = {
+    "profile": pl.String,
+    "frame_id": pl.Int64,
+    "parent_id": pl.Int64,
+    "depth": pl.Int32,
+    "function": pl.String,
+    "file_path": pl.String,
+    "line_no": pl.Int64,
+    "class_name": pl.String,
+    "time_s": pl.Float64,
+    "self_time_s": pl.Float64,
+    "await_time_s": pl.Float64,
+    "is_application_code": pl.Boolean,
+    "synthetic": pl.Boolean,
+}
+PROFILES_SCHEMA: dict[str, pl.DataType] = {
+    "profile": pl.String,
+    "format": pl.String,  # json | pyisession | html-session
+    "async_mode": pl.String,  # enabled | disabled | unknown
+    "target_description": pl.String,
+    "start_time": pl.Float64,
+    "duration_s": pl.Float64,
+    "cpu_time_s": pl.Float64,
+    "sample_count": pl.Int64,
+}
+TASK_SNAPSHOTS_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "line": pl.Int64,
+    "timestamp": pl.Datetime("us"),
+    "label": pl.String,
+    "snapshot": pl.Int64,  # index of the dump block within the file
+    "task_count": pl.Int64,
+    "interval_s": pl.Float64,
+    "task_name": pl.String,
+    "state": pl.String,
+    "coroutine": pl.String,
+}
+STACK_SNAPSHOTS_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "line": pl.Int64,
+    "timestamp": pl.Datetime("us"),
+    "snapshot": pl.Int64,
+    "label": pl.String,
+    "thread_ident": pl.Int64,
+    "frame_index": pl.Int32,  # 0 = outermost
+    "file_path": pl.String,
+    "line_no": pl.Int64,
+    "function": pl.String,
+    "code": pl.String,
+}
+LOG_EVENTS_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "line": pl.Int64,
+    "timestamp": pl.Datetime("us"),
+    "logger": pl.String,
+    "level": pl.String,
+    "kind": pl.String,
+    "message": pl.String,
+    "fields": pl.String,  # JSON text of parsed fields
+}
+CHECKPOINTS_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String,
+    "batch": pl.Int64,
+    "epoch": pl.Int64,
+    "final": pl.Boolean,
+    "state_path": pl.String,
+    "sampler_path": pl.String,
+    "rolling": pl.Boolean,
+    "line": pl.Int64,
+}
+
+
+@dataclass
+class RunTables:
+    """Everything ingested from one run, as polars tables plus metadata and an ingest account."""
+
+    meta: RunMeta = field(default_factory=RunMeta)
+    steps: pl.DataFrame = field(default_factory=lambda: _empty(STEPS_SCHEMA))
+    spans: pl.DataFrame = field(default_factory=lambda: _empty(SPANS_SCHEMA))
+    step_spans: pl.DataFrame = field(default_factory=lambda: _empty(STEP_SPANS_SCHEMA))
+    frames: pl.DataFrame = field(default_factory=lambda: _empty(FRAMES_SCHEMA))
+    profiles: pl.DataFrame = field(default_factory=lambda: _empty(PROFILES_SCHEMA))
+    task_snapshots: pl.DataFrame = field(default_factory=lambda: _empty(TASK_SNAPSHOTS_SCHEMA))
+    stack_snapshots: pl.DataFrame = field(default_factory=lambda: _empty(STACK_SNAPSHOTS_SCHEMA))
+    log_events: pl.DataFrame = field(default_factory=lambda: _empty(LOG_EVENTS_SCHEMA))
+    checkpoints: pl.DataFrame = field(default_factory=lambda: _empty(CHECKPOINTS_SCHEMA))
+    inputs: list[InputFile] = field(default_factory=list)
+    passed_over: list[PassedOver] = field(default_factory=list)
+    warnings: list[IngestWarning] = field(default_factory=list)
+
+    TABLE_NAMES = (
+        "steps",
+        "spans",
+        "step_spans",
+        "frames",
+        "profiles",
+        "task_snapshots",
+        "stack_snapshots",
+        "log_events",
+        "checkpoints",
+    )
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {name: getattr(self, name) for name in self.TABLE_NAMES}
+
+    def has_input(self, kind: str) -> bool:
+        return any(i.kind == kind and i.records > 0 for i in self.inputs)
+
+    @property
+    def records_read(self) -> int:
+        return sum(i.records for i in self.inputs)
+
+    @property
+    def records_skipped(self) -> int:
+        return sum(i.skipped for i in self.inputs)
+
+
+@dataclass
+class Finding:
+    """One diagnosis: what is wrong, where, with which evidence, what it cost, and the fix."""
+
+    rule: str
+    code: str
+    severity: Severity
+    title: str
+    message: str
+    fix: str
+    steps: list[int] = field(default_factory=list)
+    time_ranges_us: list[list[float]] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    seconds_lost: float | None = None
+    fraction_of_wall: float | None = None
+    confidence: str | None = None  # low | medium | high, where a rule combines evidence
+    fingerprint: str | None = None  # rule + what it is about, stable across runs (baseline)
+
+    def sort_key(self) -> tuple:
+        return (
+            -SEVERITY_RANK[self.severity],
+            -(self.seconds_lost or 0.0),
+            self.code,
+            self.fingerprint or "",
+            self.message,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "code": self.code,
+            "severity": self.severity,
+            "title": self.title,
+            "message": self.message,
+            "steps": list(self.steps),
+            "time_ranges_us": [list(r) for r in self.time_ranges_us],
+            "evidence": self.evidence,
+            "impact": {"seconds_lost": self.seconds_lost, "fraction_of_wall": self.fraction_of_wall},
+            "fix": self.fix,
+            "confidence": self.confidence,
+            "fingerprint": self.fingerprint or self.rule,
+        }
+
+
+@dataclass
+class RuleOutcome:
+    """How one rule ended: fired, passed, not_applicable (with the missing input) or error."""
+
+    rule: str
+    status: Literal["fired", "passed", "not_applicable", "error"]
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "status": self.status, "reason": self.reason}
+
+
+@dataclass
+class Analysis:
+    """The result of analysing a run: the lossless input to every renderer."""
+
+    run: RunTables
+    findings: list[Finding]
+    outcomes: list[RuleOutcome]
+    summary: dict[str, Any]
+    baseline: dict[str, Any] | None = None
