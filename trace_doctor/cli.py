@@ -1,0 +1,225 @@
+"""The `trace-doctor` command line: a thin shell over the Python API (api.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+import click
+
+from trace_doctor import __version__
+from trace_doctor.api import NothingToAnalyze, analyze, load_run
+from trace_doctor.model import SEVERITY_RANK, Analysis
+from trace_doctor.rules.policy import PolicyError
+from trace_doctor.settings import FAIL_ON_LEVELS, load_settings
+
+FORMATS = ("text", "json", "markdown", "junit", "sarif")
+DEFAULT_HTML = "trace-doctor-report.html"
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def _fail(message: str) -> None:
+    click.echo(f"trace-doctor: {message}", err=True)
+    sys.exit(2)
+
+
+def _progress():
+    """A progress printer for long ingests when stderr is an interactive terminal, else None."""
+    if not sys.stderr.isatty() or os.environ.get("CI"):
+        return None
+    from trace_doctor.report.progress import TerminalProgress
+
+    return TerminalProgress()
+
+
+def _load(paths: tuple[str, ...]):
+    try:
+        return load_run(*paths, progress=_progress())
+    except NothingToAnalyze as exc:
+        _fail(str(exc))
+
+
+def render(result: Analysis, fmt: str, *, fail_on: str = "never") -> str:
+    from trace_doctor.report import formats
+
+    return formats.render(result, fmt, fail_on=fail_on)
+
+
+def gate_tripped(result: Analysis, fail_on: str, fail_on_inconclusive: bool = False) -> bool:
+    """Exit 1 when a finding reaches the threshold or the baseline comparison shows a regression."""
+    if fail_on != "never":
+        limit = SEVERITY_RANK[fail_on]
+        if any(SEVERITY_RANK[f.severity] >= limit for f in result.findings):
+            return True
+    if result.baseline:
+        if result.baseline.get("verdict") == "regression":
+            return True
+        if fail_on_inconclusive and result.baseline.get("verdict") == "inconclusive":
+            return True
+    return False
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="trace-doctor")
+def main() -> None:
+    """Diagnose slow, hung or badly-training Tinker runs from their log directory."""
+
+
+def _analyze(
+    paths: tuple[str, ...],
+    *,
+    html: str | None,
+    no_html: bool,
+    fmt: str,
+    output: str | None,
+    fail_on: str | None,
+    fail_on_inconclusive: bool,
+    baseline: str | None,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    config: str | None,
+) -> None:
+    try:
+        settings = load_settings(config)
+    except PolicyError as exc:
+        _fail(str(exc))
+    run = _load(paths)
+    base = None
+    if baseline:
+        try:
+            base = load_run(baseline)
+        except NothingToAnalyze as exc:
+            _fail(f"baseline: {exc}")
+    try:
+        result = analyze(
+            run,
+            select=_split(select) or settings.select or None,
+            ignore=_split(ignore) or settings.ignore or None,
+            overrides=settings.rules,
+            baseline=base,
+        )
+    except (KeyError, PolicyError) as exc:
+        _fail(str(exc).strip("'\""))
+    gate = fail_on or settings.fail_on
+    text = render(result, fmt, fail_on=gate)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+    if not no_html:
+        from trace_doctor.report.html import write_html
+
+        target = Path(html or DEFAULT_HTML)
+        write_html(result, target)
+        click.echo(f"HTML report: {target.resolve()}", err=fmt != "text" or bool(output))
+    if gate_tripped(result, gate, fail_on_inconclusive or settings.fail_on_inconclusive):
+        sys.exit(1)
+
+
+def _analyze_options(func):
+    options = [
+        click.option("--html", "html", metavar="FILE", help=f"Write the HTML report here (default: {DEFAULT_HTML})."),
+        click.option("--no-html", is_flag=True, help="Do not write the HTML report."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True, help="What goes to stdout (or --output)."),
+        click.option("--output", "-o", metavar="FILE", help="Write the --format output to FILE instead of stdout."),
+        click.option("--fail-on", type=click.Choice(FAIL_ON_LEVELS), default=None, help="Exit 1 when a finding at or above this severity is reported (default never)."),
+        click.option("--fail-on-inconclusive", is_flag=True, help="With --baseline: also exit 1 when the comparison is inconclusive."),
+        click.option("--baseline", metavar="PATH", help="Compare against a baseline run (regression rules)."),
+        click.option("--select", multiple=True, metavar="SLUG,...", help="Run only these rules."),
+        click.option("--ignore", multiple=True, metavar="SLUG,...", help="Skip these rules."),
+        click.option("--config", metavar="FILE", help="Configuration file (default: nearest trace-doctor.toml or pyproject.toml)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@main.command("analyze")
+@click.argument("paths", nargs=-1, required=True)
+@_analyze_options
+def analyze_command(paths, **kwargs) -> None:
+    """Analyse a run directory or single files (metrics, trace, profile, dump, log)."""
+    _analyze(paths, **kwargs)
+
+
+def sample_run_path() -> Path:
+    return Path(str(files("trace_doctor") / "sample_run"))
+
+
+@main.command("demo")
+@_analyze_options
+def demo_command(**kwargs) -> None:
+    """Analyse the sample run shipped inside the package."""
+    _analyze((str(sample_run_path()),), **kwargs)
+
+
+@main.command("rules")
+@click.argument("slug", required=False)
+def rules_command(slug: str | None) -> None:
+    """List the rules, or explain one (what, why, evidence, fix, thresholds)."""
+    from trace_doctor.rules.base import REGISTRY
+    from trace_doctor.rules.engine import _lookup, thresholds
+
+    if slug:
+        rule = _lookup(slug)
+        if rule is None:
+            _fail(f"unknown rule {slug!r} (see `trace-doctor rules`)")
+        click.echo(rule.describe(thresholds(rule)))
+        return
+    for rule in sorted(REGISTRY.values(), key=lambda r: r.code):
+        click.echo(f"{rule.code}  {rule.slug:<28} {rule.severity:<8} {rule.title}")
+
+
+@main.command("ingest")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--out", "out", required=True, metavar="DIR", help="Directory for <table>.parquet files.")
+def ingest_command(paths, out: str) -> None:
+    """Write every ingested table as DIR/<table>.parquet, with an account of what was read."""
+    from trace_doctor.report.console import ingest_account
+    from trace_doctor.report.parquet import write_tables
+
+    run = _load(paths)
+    written = write_tables(run, Path(out))
+    click.echo(ingest_account(run))
+    for name, rows in written.items():
+        click.echo(f"  {name}.parquet  {rows:,} rows")
+
+
+@main.command("export")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--perfetto", "perfetto_file", metavar="FILE", help="Write a native Perfetto trace (.pftrace).")
+@click.option("--chrome-json", "chrome_file", metavar="FILE", help="Write a Chrome trace JSON array.")
+def export_command(paths, perfetto_file: str | None, chrome_file: str | None) -> None:
+    """Export the run's spans and the findings for the Perfetto UI or chrome://tracing."""
+    if not perfetto_file and not chrome_file:
+        _fail("give --perfetto FILE and/or --chrome-json FILE")
+    from trace_doctor.report.export import write_chrome_json, write_perfetto
+
+    result = analyze(_load(paths))
+    if perfetto_file:
+        write_perfetto(result, Path(perfetto_file))
+        click.echo(f"Perfetto trace: {Path(perfetto_file).resolve()}")
+    if chrome_file:
+        write_chrome_json(result, Path(chrome_file))
+        click.echo(f"Chrome trace JSON: {Path(chrome_file).resolve()}")
+
+
+@main.command("bundle")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-o", "--output", "output", required=True, metavar="FILE.zip", help="The escalation bundle to write.")
+def bundle_command(paths, output: str) -> None:
+    """Write an escalation bundle: report, findings, environment, profiles, config — secrets redacted."""
+    from trace_doctor.report.bundle import write_bundle
+
+    result = analyze(_load(paths))
+    manifest = write_bundle(result, Path(output))
+    click.echo(f"Escalation bundle: {Path(output).resolve()} ({len(manifest)} files, secrets redacted)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Find every input trace-doctor can read under the given paths, by name and by content.
+
+A cookbook log directory has fixed names (metrics.jsonl, trace_events.jsonl, ...), but users
+rename files (`arithmetic_metrics.jsonl`), drop in profiles and dumps under any name, and convert
+traces to `trace.json`. Names decide where they are unambiguous; a short sniff of the content
+decides the rest. Every file looked at and not read is reported with the reason.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trace_doctor.model import PassedOver
+
+KINDS = ("metrics", "trace", "spans", "config", "checkpoints", "profile", "dump", "log", "code_diff")
+
+SNIFF_BYTES = 256 * 1024
+MAX_DEPTH = 6
+# Directories a run never keeps trace-doctor inputs in, and that can be huge.
+SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv", "site-packages", ".trace-doctor-cache"}
+
+DUMP_MARKERS = (
+    re.compile(rb"^===== \d{4}-\d\d-\d\d \d\d:\d\d:\d\d asyncio task dump \[", re.M),
+    re.compile(rb"^# \d{4}-\d\d-\d\d \d\d:\d\d:\d\d stacks:", re.M),
+    re.compile(rb"^--- \[[\w-]+\] ident=\d+", re.M),
+    re.compile(rb"^\[\d\d:\d\d:\d\d\] [\w-]+:\s*$", re.M),
+    re.compile(rb"^tid\s+task id\s+task name\s+coroutine stack", re.M),
+)
+LOG_RECORD = re.compile(rb"^[\w.<>-]+:\d+ \[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] ", re.M)
+TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
+
+
+@dataclass
+class Discovered:
+    """Inputs by kind, plus what was passed over and why."""
+
+    files: dict[str, list[Path]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    passed_over: list[PassedOver] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def add(self, kind: str, path: Path) -> None:
+        if path not in self.files[kind]:
+            self.files[kind].append(path)
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.files.values())
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+        if path.suffix == ".gz" and head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(SNIFF_BYTES)
+        return head
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return b""
+
+
+def _first_line(head: bytes) -> bytes:
+    for raw in head.split(b"\n"):
+        if raw.strip():
+            return raw.strip()
+    return b""
+
+
+def _classify_jsonl(head: bytes) -> str | None:
+    line = _first_line(head)
+    if not line.startswith(b"{"):
+        return None
+    if b'"ph"' in line and b'"ts"' in line:
+        return "trace"
+    if line.startswith(b'{"step"') and b'"spans": [' in line[:4096]:
+        return "spans"
+    if b'"state_path"' in line or b'"sampler_path"' in line:
+        return "checkpoints"
+    if b'"traj_idx"' in line or b'"schema_version"' in line:
+        return None  # rollout summaries: not a timing input
+    return "metrics"
+
+
+def _classify_json(head: bytes) -> str | None:
+    stripped = head.lstrip()
+    if stripped.startswith(b"["):
+        return "trace" if b'"ph"' in stripped[:4096] else None
+    if not stripped.startswith(b"{"):
+        return None
+    window = stripped[:8192]
+    if b'"root_frame"' in head or (b'"frame_tree"' in window and b'"session"' in window):
+        return "profile"
+    if b'"frame_records"' in head:
+        return "profile"
+    if b'"traceEvents"' in window:
+        return "trace"
+    return None
+
+
+def classify(path: Path) -> tuple[str | None, str]:
+    """Kind of one file, or None with the reason it is not an input."""
+    name = path.name
+    if name == "metrics.jsonl" or re.fullmatch(r"metrics\.jsonl\.pre_resume_\d+", name):
+        return "metrics", ""
+    if name == "trace_events.jsonl":
+        return "trace", ""
+    if name == "timing_spans.jsonl":
+        return "spans", ""
+    if name == "config.json":
+        return "config", ""
+    if name == "checkpoints.jsonl":
+        return "checkpoints", ""
+    if name == "code.diff":
+        return "code_diff", ""
+    if name.endswith(".pyisession"):
+        return "profile", ""
+    head = _head(path)
+    if not head.strip():
+        return None, "empty file"
+    if name.endswith(".html") or name.endswith(".htm"):
+        return None, "HTML (timing_gantt/logtree pages are summaries of inputs read elsewhere)"
+    if name.endswith(".jsonl"):
+        kind = _classify_jsonl(head)
+        return (kind, "") if kind else (None, "JSONL that is not metrics, trace, timing spans or checkpoints")
+    if name.endswith(".json") or name.endswith(".json.gz"):
+        kind = _classify_json(head)
+        return (kind, "") if kind else (None, "JSON that is neither a pyinstrument profile nor a trace")
+    if b"\x00" in head[:4096] and not name.endswith(".pyisession"):
+        return None, "binary file"
+    if any(marker.search(head) for marker in DUMP_MARKERS):
+        return "dump", ""
+    if name == "logs.log" or path.suffix in TEXT_SUFFIXES or LOG_RECORD.search(head):
+        return "log", ""
+    return None, "not a recognised input"
+
+
+def _walk(root: Path) -> list[Path]:
+    found: list[Path] = []
+    root_depth = len(root.parts)
+    for dirpath, dirnames, filenames in os.walk(root):
+        depth = len(Path(dirpath).parts) - root_depth
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and depth < MAX_DEPTH)
+        found.extend(Path(dirpath) / f for f in sorted(filenames))
+    return found
+
+
+def discover(paths: list[str | os.PathLike[str]]) -> Discovered:
+    """Classify every file under the given directories and files."""
+    result = Discovered()
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            result.missing.append(str(path))
+            continue
+        candidates = _walk(path) if path.is_dir() else [path]
+        for candidate in candidates:
+            if not candidate.is_file():
+                continue
+            kind, reason = classify(candidate)
+            if kind is None:
+                result.passed_over.append(PassedOver(str(candidate), reason))
+            else:
+                result.add(kind, candidate)
+    return result

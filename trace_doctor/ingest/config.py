@@ -1,0 +1,113 @@
+"""`config.json` -> RunMeta, and the trainer kind inferred from config keys or metric keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from trace_doctor.ingest.jsonl import decode_json, read_bytes
+from trace_doctor.model import IngestWarning, InputFile, RunMeta
+
+
+def _find_key(obj: Any, key: str, depth: int = 0) -> Any:
+    """First value of `key` anywhere in nested dicts (older configs nest renderer_name)."""
+    if depth > 8:
+        return None
+    if isinstance(obj, dict):
+        if obj.get(key) not in (None, ""):
+            return obj[key]
+        for value in obj.values():
+            found = _find_key(value, key, depth + 1)
+            if found not in (None, ""):
+                return found
+    elif isinstance(obj, list):
+        for value in obj:
+            found = _find_key(value, key, depth + 1)
+            if found not in (None, ""):
+                return found
+    return None
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def trainer_from_config(cfg: dict[str, Any]) -> tuple[str, str | None]:
+    """(trainer, mode) from the trainer Config's distinctive fields (FORMATS.md 3.3)."""
+    keys = set(cfg)
+    if "dpo_beta" in keys or "reference_model_name" in keys:
+        return "dpo", None
+    if keys & {"n_teacher_targets", "teacher_concurrency"}:
+        return "distillation", "off_policy"
+    if "dataset_configs" in keys or any("teacher" in k for k in keys):
+        return "distillation", "on_policy"
+    rl_markers = {"async_config", "stream_minibatch_config", "kl_penalty_coef", "loss_fn", "remove_constant_reward_groups", "num_substeps", "max_tokens"}
+    if keys & rl_markers:
+        if cfg.get("async_config"):
+            return "rl", "async"
+        if cfg.get("stream_minibatch_config"):
+            return "rl", "stream"
+        return "rl", "sync"
+    sl_markers = {"infrequent_eval_every", "save_every_tokens", "lr_schedule", "submit_ahead", "infrequent_evaluator_builders", "num_epochs"}
+    if keys & sl_markers:
+        return "sl", None
+    return "unknown", None
+
+
+def trainer_from_metric_keys(keys: Iterable[str]) -> str:
+    """Trainer kind from the metric keys alone, for runs without config.json."""
+    keys = set(keys)
+    if "dpo_loss" in keys:
+        return "dpo"
+    if "teacher_kl" in keys or any(k.startswith("teacher_kl/") for k in keys):
+        return "distillation"
+    if any(k.startswith("env/all/") or k.endswith("kl_sample_train_v1") for k in keys) or "progress/batch" in keys:
+        return "rl"
+    if keys & {"train_mean_nll", "num_loss_tokens", "train/loss", "grad_step"}:
+        return "sl"
+    return "unknown"
+
+
+def parse_config(path: Path, warnings: list[IngestWarning]) -> tuple[RunMeta, InputFile]:
+    info = InputFile(kind="config", path=str(path))
+    meta = RunMeta()
+    data = read_bytes(path, warnings)
+    if data is None:
+        info.skipped = 1
+        return meta, info
+    try:
+        cfg = decode_json(data)
+    except Exception as exc:  # noqa: BLE001 - a broken config is reported, the run is still analysed
+        warnings.append(IngestWarning(str(path), None, f"config is not valid JSON: {str(exc)[:200]}"))
+        info.skipped = 1
+        return meta, info
+    if not isinstance(cfg, dict):
+        warnings.append(IngestWarning(str(path), None, f"config is a JSON {type(cfg).__name__}, expected an object"))
+        info.skipped = 1
+        return meta, info
+    info.records = 1
+    meta.config = cfg
+    meta.trainer, meta.trainer_mode = trainer_from_config(cfg)
+    model = _find_key(cfg, "model_name") or _find_key(cfg, "base_model")
+    meta.model_name = model if isinstance(model, str) else None
+    renderer = _find_key(cfg, "renderer_name")
+    meta.renderer_name = renderer if isinstance(renderer, str) else None
+    meta.lora_rank = _as_int(cfg.get("lora_rank"))
+    meta.temperature = _as_float(cfg.get("temperature"))
+    trace = cfg.get("enable_trace")
+    meta.enable_trace = trace if isinstance(trace, bool) else None
+    meta.submit_ahead = _as_int(cfg.get("submit_ahead"))
+    return meta, info

@@ -1,0 +1,180 @@
+"""`metrics.jsonl` -> the `steps` table: one row per logged record, one column per metric key.
+
+The schema is built from every row, never inferred from the first few: keys that first appear
+late (eval keys, `time/X:total` once a span runs twice) get their column all the same.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from trace_doctor.ingest.jsonl import iter_json_lines, read_bytes
+from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile
+
+# Where a custom trainer keeps its step counter when there is no `step` key (act-prm-tinker logs
+# `progress/batch` for RL and `global_step`/`grad_step` for SL; async RL `training_client/step`).
+STEP_KEY_FALLBACKS = ("step", "progress/batch", "training_client/step", "global_step", "grad_step")
+
+# A row whose only content keys carry these prefixes is an evaluation row: async RL logs those
+# separately, out of order, reusing a training step number, so they never start a new segment.
+EVAL_PREFIXES = ("test/", "eval/")
+NEUTRAL_PREFIXES = ("time/", "eval/timing/", "progress/", "optim/lr", "training_client/", "sampling_client/")
+
+PRE_RESUME_RE = re.compile(r"\.pre_resume_(\d+)$")
+
+RESERVED = set(STEPS_SCHEMA) | {"step_key"}
+
+
+def _as_step(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _is_eval_row(row: dict[str, Any]) -> bool:
+    content = [k for k in row if k not in STEP_KEY_FALLBACKS and not k.startswith(NEUTRAL_PREFIXES)]
+    return bool(content) and all(k.startswith(EVAL_PREFIXES) for k in content)
+
+
+def _column_name(key: str) -> str:
+    # Metric columns keep the file's key; a metric that collides with a bookkeeping column
+    # (e.g. a trainer logging its own `segment`) is kept under a prefixed name.
+    return f"metric:{key}" if key in RESERVED and key != "step" else key
+
+
+def parse_metrics_files(
+    paths: list[Path], warnings: list[IngestWarning]
+) -> tuple[pl.DataFrame, list[InputFile]]:
+    """Parse metrics.jsonl (and its `.pre_resume_N` backups) into one `steps` table."""
+    current = [p for p in paths if not PRE_RESUME_RE.search(p.name)]
+    backups = sorted((p for p in paths if PRE_RESUME_RE.search(p.name)), key=lambda p: int(PRE_RESUME_RE.search(p.name).group(1)))
+    frames: list[pl.DataFrame] = []
+    inputs: list[InputFile] = []
+    for path in backups:
+        resume_step = int(PRE_RESUME_RE.search(path.name).group(1))
+        frame, info = parse_metrics_file(path, warnings, superseded_from=resume_step)
+        frames.append(frame)
+        inputs.append(info)
+    for path in current:
+        frame, info = parse_metrics_file(path, warnings)
+        frames.append(frame)
+        inputs.append(info)
+    if not frames:
+        return pl.DataFrame(schema=STEPS_SCHEMA), inputs
+    return pl.concat(frames, how="diagonal_relaxed"), inputs
+
+
+def parse_metrics_file(
+    path: Path, warnings: list[IngestWarning], *, superseded_from: int | None = None
+) -> tuple[pl.DataFrame, InputFile]:
+    """Parse one metrics file.
+
+    `superseded_from`: for a 0.6.1 `metrics.jsonl.pre_resume_N` backup, N. Its rows are kept and
+    marked `superseded` (rows with step >= N were rewritten by the resumed process; rows below N
+    are duplicated in the live file), so that every record in every file is accounted for.
+    """
+    info = InputFile(kind="metrics", path=str(path))
+    before = len(warnings)
+    data = read_bytes(path, warnings)
+    if data is None:
+        info.skipped = len(warnings) - before
+        return pl.DataFrame(schema=STEPS_SCHEMA), info
+
+    rows: list[dict[str, Any]] = []
+    lines: list[int] = []
+    for parsed in iter_json_lines(data, str(path), warnings):
+        rows.append(parsed.value)
+        lines.append(parsed.line)
+    info.records = len(rows)
+    info.skipped = len(warnings) - before
+    frame = build_steps_frame(rows, lines, str(path), warnings, superseded_from=superseded_from)
+    return frame, info
+
+
+def build_steps_frame(
+    rows: list[dict[str, Any]],
+    lines: list[int],
+    source: str,
+    warnings: list[IngestWarning],
+    *,
+    superseded_from: int | None = None,
+) -> pl.DataFrame:
+    """Turn decoded metric rows into the typed `steps` table with segments."""
+    n = len(rows)
+    step_values: list[int | None] = [None] * n
+    step_keys: list[str | None] = [None] * n
+    eval_rows: list[bool] = [False] * n
+    segments: list[int] = [0] * n
+    superseded: list[bool] = [superseded_from is not None] * n
+
+    segment = 0
+    training_max: int | None = None
+    for i, row in enumerate(rows):
+        for key in STEP_KEY_FALLBACKS:
+            if key in row:
+                step = _as_step(row[key])
+                if step is None:
+                    warnings.append(IngestWarning(source, lines[i], f"`{key}` is not an integer ({str(row[key])[:40]!r}); row kept without a step"))
+                step_values[i] = step
+                step_keys[i] = key
+                break
+        eval_rows[i] = _is_eval_row(row)
+        step = step_values[i]
+        if step is not None and not eval_rows[i]:
+            # A training row at or below the previous maximum is a restarted process re-running
+            # steps from its last checkpoint: a new segment.
+            if training_max is not None and step <= training_max:
+                segment += 1
+                training_max = step
+            else:
+                training_max = step if training_max is None else max(training_max, step)
+        segments[i] = segment
+
+    columns: dict[str, list[Any]] = {}
+    kinds: dict[str, str] = {}
+    for i, row in enumerate(rows):
+        for key, value in row.items():
+            if key == "step":
+                continue
+            column = columns.get(key)
+            if column is None:
+                column = columns[key] = [None] * n
+                kinds[key] = "number"
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                column[i] = float(value)
+            elif isinstance(value, (int, float)):
+                column[i] = float(value)
+            else:
+                kinds[key] = "text"
+                column[i] = value if isinstance(value, str) else orjson.dumps(value).decode()
+
+    data: dict[str, pl.Series] = {
+        "step": pl.Series("step", step_values, dtype=pl.Int64),
+        "segment": pl.Series("segment", segments, dtype=pl.Int32),
+        "line": pl.Series("line", lines, dtype=pl.Int64),
+        "source": pl.Series("source", [source] * n, dtype=pl.String),
+        "superseded": pl.Series("superseded", superseded, dtype=pl.Boolean),
+        "is_eval_row": pl.Series("is_eval_row", eval_rows, dtype=pl.Boolean),
+        "step_key": pl.Series("step_key", step_keys, dtype=pl.String),
+    }
+    for key, values in columns.items():
+        name = _column_name(key)
+        if kinds[key] == "number":
+            data[name] = pl.Series(name, values, dtype=pl.Float64)
+        else:
+            # A key with any non-numeric value becomes text so no value is lost; numbers keep
+            # their decimal representation.
+            data[name] = pl.Series(name, [None if v is None else (v if isinstance(v, str) else repr(v)) for v in values], dtype=pl.String)
+    return pl.DataFrame(data)

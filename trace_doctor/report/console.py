@@ -1,0 +1,119 @@
+"""The terminal verdict: what was read, what is wrong, what it cost, what to do."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from trace_doctor.model import Analysis, RunTables
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+MAX_WARNINGS_SHOWN = 8
+
+
+def _console(buffer: io.StringIO) -> Console:
+    color = sys.stdout.isatty()
+    return Console(file=buffer, width=110, force_terminal=color, no_color=not color, highlight=False, soft_wrap=False)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    if value >= 120:
+        return f"{value / 60:.1f} min"
+    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+
+
+def ingest_account(run: RunTables) -> str:
+    """Short account of what was read and skipped, per input file."""
+    lines = [f"Ingested {run.records_read:,} records from {len(run.inputs)} input(s); skipped {run.records_skipped:,}."]
+    for info in run.inputs:
+        skipped = f", {info.skipped:,} skipped" if info.skipped else ""
+        lines.append(f"  {info.kind:<11} {info.path}  ({info.records:,} records{skipped})")
+    if run.passed_over:
+        lines.append(f"  passed over {len(run.passed_over)} file(s):")
+        for item in run.passed_over[:MAX_WARNINGS_SHOWN]:
+            lines.append(f"    {item.path}: {item.reason}")
+        if len(run.passed_over) > MAX_WARNINGS_SHOWN:
+            lines.append(f"    … and {len(run.passed_over) - MAX_WARNINGS_SHOWN} more")
+    if run.warnings:
+        lines.append(f"  {len(run.warnings):,} ingest warning(s):")
+        for w in run.warnings[:MAX_WARNINGS_SHOWN]:
+            where = f"{w.path}:{w.line}" if w.line else w.path
+            lines.append(f"    {where}: {w.problem}")
+        if len(run.warnings) > MAX_WARNINGS_SHOWN:
+            lines.append(f"    … and {len(run.warnings) - MAX_WARNINGS_SHOWN:,} more (all listed in --format json)")
+    return "\n".join(lines)
+
+
+def verdict(result: Analysis) -> str:
+    """One line that says how the run is doing."""
+    if not result.findings:
+        return "No problems found by the rules that could run."
+    worst = result.findings[0]
+    lost = sum(f.seconds_lost or 0.0 for f in result.findings if f.severity != "info")
+    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
+    parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
+    cost = f"; about {_seconds(lost)} lost" if lost > 0 else ""
+    return f"{', '.join(parts)}{cost}. Worst: {worst.title}."
+
+
+def render_text(result: Analysis, *, fail_on: str = "never") -> str:
+    buffer = io.StringIO()
+    out = _console(buffer)
+    run = result.run
+    meta = run.meta
+    summary = result.summary
+    out.print(f"[bold]trace-doctor[/] {escape(meta.path)}")
+    details = [f"trainer {meta.trainer}" + (f" ({meta.trainer_mode})" if meta.trainer_mode else "")]
+    if meta.model_name:
+        details.append(f"model {escape(meta.model_name)}")
+    if meta.renderer_name:
+        details.append(f"renderer {escape(meta.renderer_name)}")
+    out.print("  " + " · ".join(details))
+    if summary.get("wall_time_s") is not None:
+        out.print(
+            f"  wall {_seconds(summary.get('wall_time_s'))} · median step {_seconds(summary.get('step_time_p50_s'))}"
+            f" · steady step {_seconds(summary.get('steady_step_time_s'))} · warm-up steps {summary.get('warmup_steps', 0)}"
+        )
+    out.print()
+    out.print(escape(ingest_account(run)))
+    out.print()
+    out.print(f"[bold]Verdict:[/] {escape(verdict(result))}")
+    for finding in result.findings:
+        out.print()
+        style = SEVERITY_STYLE[finding.severity]
+        lost = f" · lost {_seconds(finding.seconds_lost)}" if finding.seconds_lost else ""
+        share = f" ({finding.fraction_of_wall:.0%} of wall)" if finding.fraction_of_wall else ""
+        confidence = f" · confidence {finding.confidence}" if finding.confidence else ""
+        out.print(f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — {escape(finding.title)}{lost}{share}{confidence}")
+        out.print(f"        {escape(finding.message)}")
+        if finding.steps:
+            shown = ", ".join(str(s) for s in finding.steps[:12])
+            more = f" … (+{len(finding.steps) - 12})" if len(finding.steps) > 12 else ""
+            out.print(f"        steps: {shown}{more}")
+        out.print(f"        [green]fix:[/] {escape(finding.fix)}")
+    quiet = [o for o in result.outcomes if o.status in ("not_applicable", "error")]
+    if quiet:
+        out.print()
+        table = Table(title="Rules that could not run", title_justify="left", show_header=True, header_style="bold", box=None, pad_edge=False)
+        table.add_column("rule")
+        table.add_column("status")
+        table.add_column("why")
+        for outcome in quiet:
+            table.add_row(outcome.rule, outcome.status.replace("_", " "), escape(outcome.reason))
+        out.print(table)
+    if result.baseline:
+        out.print()
+        verdict_text = result.baseline.get("verdict", "")
+        out.print(f"[bold]Baseline:[/] {escape(str(verdict_text))} — {escape(str(result.baseline.get('message', '')))}")
+    if fail_on != "never":
+        out.print()
+        out.print(f"Gate: --fail-on {fail_on}")
+    return buffer.getvalue()

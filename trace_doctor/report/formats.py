@@ -1,0 +1,22 @@
+"""`--format` name -> renderer. Every renderer is a function over the same Analysis."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from trace_doctor.model import Analysis
+
+# format -> (module, function); imported on use so `--format json` never loads rich or plotly.
+RENDERERS = {
+    "text": ("trace_doctor.report.console", "render_text"),
+    "json": ("trace_doctor.report.json_doc", "render_json"),
+    "markdown": ("trace_doctor.report.markdown", "render_markdown"),
+    "junit": ("trace_doctor.report.junit", "render_junit"),
+    "sarif": ("trace_doctor.report.sarif", "render_sarif"),
+}
+
+
+def render(result: Analysis, fmt: str, *, fail_on: str = "never") -> str:
+    module, name = RENDERERS[fmt]
+    renderer = getattr(import_module(module), name)
+    return renderer(result, fail_on=fail_on) if fmt in ("junit", "markdown", "text") else renderer(result)

@@ -1,0 +1,56 @@
+"""The JSON document of the contract (ARCHITECTURE.md): deterministic, byte for byte."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+from trace_doctor import __version__
+from trace_doctor.model import Analysis
+
+SCHEMA_VERSION = 1
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/Infinity: non-finite floats become null; floats are rounded for stable diffs."""
+    if isinstance(value, float):
+        return round(value, 6) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def build_document(result: Analysis) -> dict[str, Any]:
+    run = result.run
+    steps = run.steps
+    live = steps.filter(~steps["superseded"]) if "superseded" in steps.columns and len(steps) else steps
+    step_count = int(live["step"].drop_nulls().n_unique()) if "step" in live.columns and len(live) else 0
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "trace-doctor", "version": __version__},
+        "run": {
+            "path": run.meta.path,
+            "trainer": run.meta.trainer,
+            "model_name": run.meta.model_name,
+            "renderer_name": run.meta.renderer_name,
+            "steps": step_count,
+            "inputs": [i.to_dict() for i in run.inputs],
+            "passed_over": [{"path": p.path, "reason": p.reason} for p in run.passed_over],
+            "meta": run.meta.to_dict(),
+        },
+        "summary": result.summary,
+        "findings": [f.to_dict() for f in result.findings],
+        "rules": [o.to_dict() for o in result.outcomes],
+        "baseline": result.baseline,
+        "ingest_warnings": [w.to_dict() for w in run.warnings],
+    }
+    return _clean(document)
+
+
+def render_json(result: Analysis) -> str:
+    # orjson escapes nothing HTML-relevant; the HTML report re-escapes `<`, `>`, `&` when embedding.
+    return orjson.dumps(build_document(result), option=orjson.OPT_INDENT_2).decode() + "\n"
