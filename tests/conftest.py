@@ -1,0 +1,32 @@
+"""Shared test paths: the committed fixtures and the real corpus (read in place, never copied)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_RUNS = ROOT / "fixtures" / "runs"
+CORPUS = ROOT.parent / "shared" / "corpus"
+CORPUS_MISSING = "the real-run corpus ../shared/corpus is not present on this machine (CI has it)"
+
+
+def corpus_path(relative: str) -> Path:
+    path = CORPUS / relative
+    if not path.exists():
+        pytest.skip(CORPUS_MISSING)
+    return path
+
+
+def corpus_metrics_files() -> list[Path]:
+    if not CORPUS.exists():
+        return []
+    return sorted(p for p in CORPUS.rglob("*.jsonl") if "metrics" in p.name)
+
+
+def fixture_run(name: str) -> Path:
+    path = FIXTURE_RUNS / name
+    if not path.exists():
+        pytest.skip(f"fixture run {name} has not been generated (make fixtures)")
+    return path
