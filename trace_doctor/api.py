@@ -98,7 +98,9 @@ def analyze(
     from trace_doctor.summary import summarize
 
     findings, outcomes, ctx = run_rules(run, select=select, ignore=ignore, overrides=overrides)
-    result = Analysis(run=run, findings=findings, outcomes=outcomes, summary=summarize(ctx))
+    summary = summarize(ctx)
+    derived = {"step_times": ctx.step_times, "warmup_steps": summary.get("warmup_steps", 0)}
+    result = Analysis(run=run, findings=findings, outcomes=outcomes, summary=summary, derived=derived)
     if baseline is not None:
         from trace_doctor.compare import compare
 

@@ -300,3 +300,6 @@ class Analysis:
     outcomes: list[RuleOutcome]
     summary: dict[str, Any]
     baseline: dict[str, Any] | None = None
+    # Series the rules derived once (per-step times with phases, warm-up length), kept for the
+    # renderers that draw them so no renderer re-derives them: {"step_times": DataFrame, "warmup_steps": int}.
+    derived: dict[str, Any] = field(default_factory=dict)
