@@ -1,0 +1,128 @@
+"""Per-step wall time and its phase breakdown, from the live training rows of `steps`.
+
+Columns: `step` (Int64), `segment` (Int32), `total_s` (Float64), `total_source`, `untimed_s`,
+one `phase:<name>` per top-level phase and one `inner:<name>` per nested timer (seconds of a
+timer in rows where a wrapping span was also logged, e.g. SFT `get_batch` inside `submit_batch`).
+
+`total_s` is `time/total` (or `time_total` of recipes/sl_loop); async RL has no `time/total`
+and uses `time/training_loop/total`, the training loop's own iteration time; SFT from
+2026-03-17 on writes no whole-step timer, so its total is rebuilt as the sum of the row's
+top-level phases (`submit_batch` + `finish_batch` + ...): exact for a sequential loop, and in a
+pipelined loop the wall time between those phases is nothing but the next step's submission.
+Caveat: legacy pipelined SFT `time/total` runs from step k's submission to the end of its
+finish, which includes step k-1's finish, so consecutive totals overlap.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from trace_doctor.derive.timekeys import PARENTS, phase_sources
+from trace_doctor.model import RunTables
+
+WHOLE_STEP_COLUMNS = (("time/total", "time/total"), ("time_total", "time_total"), ("time/training_loop/total", "time/training_loop/total"))
+
+# Rows with these SFT timers and no whole-step timer get a total rebuilt from phases.
+RECONSTRUCTABLE_MARKERS = ("time/submit_batch", "time/finish_batch", "time/step")
+
+BASE_SCHEMA = {"step": pl.Int64, "segment": pl.Int32, "total_s": pl.Float64, "total_source": pl.String, "untimed_s": pl.Float64}
+
+
+def live_training_rows(steps: pl.DataFrame) -> pl.DataFrame:
+    """Rows of training steps that count: not superseded, not eval-only, last per (segment, step)."""
+    if steps.is_empty() or "step" not in steps.columns:
+        return steps.clear()
+    frame = steps.with_row_index("_order")
+    keep = pl.col("step").is_not_null()
+    if "superseded" in frame.columns:
+        keep &= ~pl.col("superseded").fill_null(False)
+    if "is_eval_row" in frame.columns:
+        keep &= ~pl.col("is_eval_row").fill_null(False)
+    frame = frame.filter(keep)
+    segment = pl.col("segment") if "segment" in frame.columns else pl.lit(0, dtype=pl.Int32)
+    frame = frame.with_columns(segment.cast(pl.Int32).alias("segment"))
+    frame = frame.unique(subset=["segment", "step"], keep="last", maintain_order=True)
+    return frame.sort(["segment", "step", "_order"]).drop("_order")
+
+
+def _numeric(frame: pl.DataFrame, column: str) -> pl.Expr:
+    if column in frame.columns and frame.schema[column].is_numeric():
+        return pl.col(column).cast(pl.Float64)
+    return pl.lit(None, dtype=pl.Float64)
+
+
+def step_times(run: RunTables) -> pl.DataFrame:
+    """The per-step time table of a run (see module docstring); empty when there are no steps."""
+    rows = live_training_rows(run.steps)
+    if rows.is_empty():
+        return pl.DataFrame(schema=BASE_SCHEMA)
+    numeric_columns = [c for c in rows.columns if rows.schema[c].is_numeric()]
+    sources = phase_sources(numeric_columns)
+
+    seconds = {
+        name: pl.coalesce(_numeric(rows, single), _numeric(rows, total) if total else pl.lit(None, dtype=pl.Float64))
+        for name, (single, total) in sources.items()
+    }
+    nested_flags: dict[str, pl.Expr] = {}
+    for name in sources:
+        parents = [p for p in PARENTS.get(name, ()) if p in seconds and p != name]
+        nested_flags[name] = pl.any_horizontal([seconds[p].is_not_null() for p in parents]) if parents else pl.lit(False)
+
+    parts = rows.select(
+        pl.col("step").cast(pl.Int64),
+        pl.col("segment").cast(pl.Int32),
+        *[seconds[name].alias(f"_s:{name}") for name in sources],
+        *[nested_flags[name].alias(f"_n:{name}") for name in sources],
+    )
+    top_level = [n for n in sources if not parts[f"_n:{n}"].all()]
+    nested = [n for n in sources if parts[f"_n:{n}"].any()]
+    phase_cols = {
+        f"phase:{n}": pl.when(~pl.col(f"_n:{n}")).then(pl.col(f"_s:{n}")).otherwise(None) for n in top_level
+    }
+    inner_cols = {f"inner:{n}": pl.when(pl.col(f"_n:{n}")).then(pl.col(f"_s:{n}")).otherwise(None) for n in nested}
+    parts = parts.with_columns(**phase_cols, **inner_cols)
+
+    timed_sum = pl.sum_horizontal([pl.col(c) for c in phase_cols]) if phase_cols else pl.lit(None, dtype=pl.Float64)
+    any_phase = pl.any_horizontal([pl.col(c).is_not_null() for c in phase_cols]) if phase_cols else pl.lit(False)
+
+    whole = [(_numeric(rows, col), label) for col, label in WHOLE_STEP_COLUMNS if col in rows.columns]
+    markers = [m for m in RECONSTRUCTABLE_MARKERS if m in rows.columns and rows.schema[m].is_numeric()]
+    if markers:
+        parts = parts.with_columns(rows.select(pl.any_horizontal([pl.col(m).is_not_null() for m in markers]).alias("_rebuild")).to_series())
+    else:
+        parts = parts.with_columns(pl.lit(False).alias("_rebuild"))
+    rebuildable = pl.col("_rebuild")
+    parts = parts.with_columns([rows.select(expr.alias(f"_w:{label}")).to_series() for expr, label in whole])
+
+    total_expr = pl.lit(None, dtype=pl.Float64)
+    source_expr = pl.lit(None, dtype=pl.String)
+    # Later whens are overridden by earlier ones: build from the weakest source up.
+    total_expr = pl.when(rebuildable & any_phase).then(timed_sum).otherwise(total_expr)
+    source_expr = pl.when(rebuildable & any_phase).then(pl.lit("sum of top-level phases")).otherwise(source_expr)
+    for _, label in reversed(whole):
+        total_expr = pl.when(pl.col(f"_w:{label}").is_not_null()).then(pl.col(f"_w:{label}")).otherwise(total_expr)
+        source_expr = pl.when(pl.col(f"_w:{label}").is_not_null()).then(pl.lit(label)).otherwise(source_expr)
+
+    parts = parts.with_columns(total_expr.alias("total_s"), source_expr.alias("total_source"))
+    untimed = (
+        pl.when(pl.col("total_s").is_not_null() & any_phase).then(pl.col("total_s") - timed_sum).otherwise(None)
+        if phase_cols
+        else pl.lit(None, dtype=pl.Float64)
+    )
+    parts = parts.with_columns(untimed.cast(pl.Float64).alias("untimed_s"))
+
+    out = parts.select("step", "segment", "total_s", "total_source", "untimed_s", *sorted(phase_cols), *sorted(inner_cols))
+    return out.with_columns(pl.col("total_s").cast(pl.Float64), pl.col("untimed_s").cast(pl.Float64))
+
+
+def phase_seconds(times: pl.DataFrame, name: str) -> pl.Series:
+    """Seconds of phase `name` per row, whether it ran top-level or nested (null when absent)."""
+    candidates = [c for c in (f"phase:{name}", f"inner:{name}") if c in times.columns]
+    if not candidates:
+        return pl.Series(name, [None] * times.height, dtype=pl.Float64)
+    return times.select(pl.coalesce([pl.col(c) for c in candidates]).alias(name)).to_series()
+
+
+def phase_names(times: pl.DataFrame) -> list[str]:
+    """Top-level phase names present in a step-time table, sorted."""
+    return sorted(c.split(":", 1)[1] for c in times.columns if c.startswith("phase:"))

@@ -1,0 +1,142 @@
+"""Split each segment's step-time series into a warm-up prefix and a steady regime.
+
+Change points come from binary segmentation of log step time under a mean-shift model: a split
+is kept when it lowers the squared error by more than a BIC-like penalty `2·σ²·ln n` (two new
+parameters per split — where and the new level — in −2·log-likelihood units of SSE/σ²), with σ
+estimated robustly as 1.4826·MAD of first differences / √2, so level shifts and a few spikes do
+not inflate it. The warm-up is the longest run of leading segments that are all slower than the
+rest of the segment, capped at the policy's `max_warmup_share` of the segment's steps; nothing
+is skipped by a fixed count. A resumed segment gets its own warm-up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from trace_doctor.rules.policy import DEFAULTS
+
+MAD_TO_SIGMA = 1.4826
+# Floor on σ of log step time: timings within ~2 % of each other are one regime however
+# regular a synthetic or very stable series is.
+MIN_LOG_SIGMA = 0.02
+MIN_POINTS = 3
+
+
+@dataclass
+class SegmentSplit:
+    """The warm-up of one segment: how many leading steps and where steady begins."""
+
+    segment: int
+    warmup_steps: int
+    boundary_step: int | None
+    change_points: list[int]
+
+
+@dataclass
+class WarmupSplit:
+    """Warm-up / steady split of the whole run's step-time table."""
+
+    warmup_steps: int
+    boundary_step: int | None
+    steady: pl.DataFrame
+    warmup: pl.DataFrame
+    method: str
+    penalty: float
+    segments: list[SegmentSplit] = field(default_factory=list)
+
+
+def robust_sigma(x: np.ndarray) -> float:
+    """Noise level of a series from the MAD of its first differences (robust to level shifts)."""
+    if len(x) < 2:
+        return MIN_LOG_SIGMA
+    diffs = np.diff(x)
+    mad = float(np.median(np.abs(diffs - np.median(diffs))))
+    return max(MAD_TO_SIGMA * mad / math.sqrt(2.0), MIN_LOG_SIGMA)
+
+
+def _best_split(x: np.ndarray) -> tuple[int, float]:
+    """Index k (split x[:k] | x[k:]) maximising the SSE reduction of a one-change mean model."""
+    n = len(x)
+    csum = np.cumsum(x)
+    total = csum[-1]
+    k = np.arange(1, n)
+    left = csum[:-1]
+    gain = left**2 / k + (total - left) ** 2 / (n - k) - total**2 / n
+    best = int(np.argmax(gain))
+    return best + 1, float(gain[best])
+
+
+def change_points(x: np.ndarray, penalty: float) -> list[int]:
+    """Binary segmentation: indices where a new level starts, sorted."""
+    found: list[int] = []
+    stack = [(0, len(x))]
+    while stack:
+        lo, hi = stack.pop()
+        if hi - lo < 2:
+            continue
+        k, gain = _best_split(x[lo:hi])
+        if gain > penalty:
+            found.append(lo + k)
+            stack += [(lo, lo + k), (lo + k, hi)]
+    return sorted(found)
+
+
+def warmup_length(x: np.ndarray, cps: list[int], max_share: float) -> int:
+    """Number of leading points in the warm-up: leading segments all slower than what follows."""
+    n = len(x)
+    limit = max(1, int(math.floor(max_share * n)))
+    best = 0
+    bounds = [0, *cps, n]
+    for j in range(1, len(bounds) - 1):
+        end = bounds[j]
+        if end > limit:
+            break
+        rest = float(np.median(x[end:]))
+        if all(float(np.mean(x[bounds[i]:bounds[i + 1]])) > rest for i in range(j)):
+            best = end
+    return best
+
+
+def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float | None = None) -> WarmupSplit:
+    """Warm-up / steady split of a step-time table (derive.step_times), per segment."""
+    share = DEFAULTS["warmup-slowness"]["max_warmup_share"] if max_warmup_share is None else max_warmup_share
+    if step_times.is_empty() or "total_s" not in step_times.columns:
+        return WarmupSplit(0, None, step_times, step_times.clear(), "no step times", 0.0)
+    timed = step_times.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0))
+    if timed.height < MIN_POINTS:
+        return WarmupSplit(0, None, step_times, step_times.clear(), f"too few timed steps ({timed.height})", 0.0)
+
+    warm_keys: list[tuple[int, int]] = []
+    splits: list[SegmentSplit] = []
+    penalties: list[float] = []
+    for segment in sorted(timed["segment"].unique().to_list()):
+        part = timed.filter(pl.col("segment") == segment).sort("step")
+        x = np.log(part["total_s"].to_numpy())
+        steps = part["step"].to_list()
+        if len(x) < MIN_POINTS:
+            splits.append(SegmentSplit(segment, 0, steps[0] if steps else None, []))
+            continue
+        penalty = 2.0 * robust_sigma(x) ** 2 * math.log(len(x))
+        penalties.append(penalty)
+        cps = change_points(x, penalty)
+        length = warmup_length(x, cps, share)
+        warm_keys += [(segment, s) for s in steps[:length]]
+        splits.append(SegmentSplit(segment, length, steps[length] if length < len(steps) else None, [steps[c] for c in cps]))
+
+    warm = pl.DataFrame({"segment": [k[0] for k in warm_keys], "step": [k[1] for k in warm_keys]}, schema={"segment": pl.Int32, "step": pl.Int64})
+    is_warm = step_times.join(warm.with_columns(pl.lit(True).alias("_warm")), on=["segment", "step"], how="left")["_warm"].fill_null(False)
+    # Untimed rows before a segment's boundary count as warm-up too: they cannot be steady evidence.
+    first = splits[0] if splits else None
+    return WarmupSplit(
+        warmup_steps=len(warm_keys),
+        boundary_step=first.boundary_step if first and first.warmup_steps else None,
+        steady=step_times.filter(~is_warm),
+        warmup=step_times.filter(is_warm),
+        method="binary segmentation of log step time, BIC-like penalty 2·σ²·ln n (σ from MAD of differences)",
+        penalty=round(max(penalties), 6) if penalties else 0.0,
+        segments=splits,
+    )
