@@ -1,0 +1,93 @@
+"""A JSON decoder without recursion, for documents nested deeper than orjson or json accept.
+
+pyinstrument profiles of deep recursion nest one object per stack frame; orjson stops at depth
+1024 and Python's json hits the recursion limit. This decoder keeps its own stack, so depth costs
+memory only. It is slower, so callers use it only when the fast decoders refuse a document.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_TOKEN = re.compile(
+    r'\s*(?:(?P<string>"(?:[^"\\]|\\.)*")|(?P<punct>[{}\[\],:])'
+    r"|(?P<number>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|(?P<literal>true|false|null|NaN|-?Infinity))",
+    re.S,
+)
+_LITERALS: dict[str, Any] = {"true": True, "false": False, "null": None, "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+# Parser states: what the next token may be.
+_VALUE = "value"  # any value (document start, after ':' or after ',' in an array)
+_VALUE_OR_CLOSE = "value-or-close"  # just after '['
+_KEY = "key"  # after ',' in an object
+_KEY_OR_CLOSE = "key-or-close"  # just after '{'
+_COLON = "colon"
+_NEXT = "next"  # after a complete value: ',' or a closing bracket (or the end)
+
+
+class DeepJSONError(ValueError):
+    """The text is not one valid JSON document."""
+
+
+def loads_deep(text: str) -> Any:
+    """Decode one JSON document of any nesting depth; raise DeepJSONError if it is not valid."""
+    stack: list[list[Any]] = []  # open containers as [container, pending key]
+    result: Any = None
+    complete = False  # the top-level value has been read
+    state = _VALUE
+    pos = 0
+    while True:
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            if text[pos:].strip():
+                raise DeepJSONError(f"unexpected character at offset {pos}")
+            break
+        pos = match.end()
+        kind = match.lastgroup or ""
+        token = match.group(kind)
+        at = match.start(kind)
+        if complete:
+            raise DeepJSONError(f"extra data at offset {at}")
+        if kind == "punct" and token in "]}":
+            allowed = _NEXT if stack else None
+            closing_empty = (token == "]" and state == _VALUE_OR_CLOSE) or (token == "}" and state == _KEY_OR_CLOSE)
+            if not stack or (state != allowed and not closing_empty) or isinstance(stack[-1][0], dict) != (token == "}"):
+                raise DeepJSONError(f"unexpected {token!r} at offset {at}")
+            value = stack.pop()[0]
+        elif kind == "punct" and token == ",":
+            if state != _NEXT or not stack:
+                raise DeepJSONError(f"unexpected ',' at offset {at}")
+            state = _KEY if isinstance(stack[-1][0], dict) else _VALUE
+            continue
+        elif kind == "punct" and token == ":":
+            if state != _COLON:
+                raise DeepJSONError(f"unexpected ':' at offset {at}")
+            state = _VALUE
+            continue
+        elif state in (_KEY, _KEY_OR_CLOSE):
+            if kind != "string":
+                raise DeepJSONError(f"object key must be a string at offset {at}")
+            stack[-1][1] = json.loads(token)
+            state = _COLON
+            continue
+        elif state not in (_VALUE, _VALUE_OR_CLOSE):
+            raise DeepJSONError(f"unexpected {token[:20]!r} at offset {at}")
+        elif kind == "punct":  # '{' or '['
+            stack.append([{} if token == "{" else [], None])
+            state = _KEY_OR_CLOSE if token == "{" else _VALUE_OR_CLOSE
+            continue
+        else:
+            value = _LITERALS[token] if kind == "literal" else json.loads(token)
+        # A complete value: attach it to its container, or it is the whole document.
+        if not stack:
+            result, complete = value, True
+        elif isinstance(stack[-1][0], dict):
+            stack[-1][0][stack[-1][1]] = value
+        else:
+            stack[-1][0].append(value)
+        state = _NEXT
+    if not complete:
+        raise DeepJSONError("document ends inside a value (truncated)")
+    return result
