@@ -1,0 +1,699 @@
+"""Chrome-trace events (`trace_events.jsonl`, a converted `trace.json`, `{"traceEvents": ...}`) -> `spans`.
+
+Reading. JSONL files take a typed fast path: the bytes are cut into chunks at line boundaries and
+each chunk is read by polars `read_ndjson` with an explicit schema (never inference). A chunk that
+polars refuses is bisected until the offending lines are isolated; only those lines go through the
+robust per-line decoder (NaN literals, wrong types, truncation), so one malformed line costs that
+line, never the fast path for the rest of the file. JSON documents (arrays, trace objects, `.gz`)
+are decoded whole and validated event by event.
+
+Pairing. B/E events are paired per (segment, pid, tid, args.track) as a LIFO stack in file
+(emission) order: the cookbook writer emits each task's B and E sequentially, while ts order is
+unreliable (E events of SDK calls carry completion times, and a B and an E can share a ts).
+The stack is vectorised: a running +1/-1 sum reflected at zero gives each event's depth, an E
+arriving at depth zero is unmatched, and each B pairs with the next event at its (key, depth).
+`X` events are closed spans by construction; their depth is computed the same way from virtual
+begin/end points, independently of any B/E spans on the same track.
+
+Steps. A span's `step` is the `step` attribute of its E event when present (`step_source` =
+"args"); otherwise the step of the innermost enclosing stepped span on the same pid and segment
+(`step_source` = "containment"; the stepped spans are the cookbook's train-step, submit/finish
+batch and evaluator spans). Spans outside every stepped span keep a null step: the cookbook gives
+no reliable way to attribute them (e.g. sync RL samples before its train step).
+
+Segments. A resumed run appends a new process to the same file: fake pids restart at 0 and a new
+`process_name` metadata event is written for a pid already named in the current segment. The new
+segment starts at the event that triggered that metadata (the last non-M line before it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, decode_json, read_bytes
+from trace_doctor.model import SPANS_SCHEMA, IngestWarning, InputFile
+
+Progress = Callable[[str, int, int], None]
+
+# Bytes per polars read: large enough that per-call overhead vanishes, small enough that a
+# malformed line is isolated with a few cheap re-reads, and progress moves visibly.
+CHUNK_BYTES = 8 * 1024 * 1024
+
+SPAN_PHASES = ("B", "E", "X")
+PHASE_NAMES = {
+    "i": "instant", "I": "instant", "n": "async instant", "b": "async begin", "e": "async end",
+    "C": "counter", "s": "flow start", "t": "flow step", "f": "flow end", "P": "sample",
+    "O": "object snapshot", "N": "object created", "D": "object destroyed", "R": "mark",
+    "c": "clock sync", "(": "context begin", ")": "context end",
+}
+
+# The typed projection every event is read into (fast path and fallback alike). `args` stays JSON
+# text: the few attributes needed are extracted from it, and the rest is kept verbatim.
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String,
+    "ph": pl.String,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+    "cat": pl.String,
+    "args": pl.String,
+}
+EVENT_COLUMNS = {**EVENT_SCHEMA, "pid_label": pl.String, "tid_label": pl.String, "line": pl.Int64}
+
+# The args every cookbook B event carries and nothing else; matched rows need no JSON decoding.
+PLAIN_ARGS = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"\}$'
+TRACK_THREAD_PREFIX = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"'
+BLANK_LINE = re.compile(rb"(?:^|\n)[ \t\r]*\n")
+# Below this many lines a refused piece is decoded line by line instead of bisected further.
+MIN_BISECT_LINES = 64
+
+SPAN_COLUMNS: dict[str, pl.DataType] = {
+    **SPANS_SCHEMA,
+    "cat": pl.String,
+    "step_source": pl.String,
+    "line_begin": pl.Int64,
+    "line_end": pl.Int64,
+    "source": pl.String,
+}
+
+
+def empty_spans() -> pl.DataFrame:
+    """The spans table with no rows (every column present)."""
+    return pl.DataFrame(schema=SPAN_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_trace_files(
+    paths: list[Path], warnings: list[IngestWarning], progress: Progress | None = None
+) -> tuple[pl.DataFrame, list[InputFile]]:
+    """Parse every trace file into one `spans` table (segments numbered per file)."""
+    frames: list[pl.DataFrame] = []
+    inputs: list[InputFile] = []
+    for path in paths:
+        frame, info = parse_trace_file(path, warnings, progress)
+        frames.append(frame)
+        inputs.append(info)
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return empty_spans(), inputs
+    return pl.concat(frames, how="vertical"), inputs
+
+
+def parse_trace_file(
+    path: Path, warnings: list[IngestWarning], progress: Progress | None = None
+) -> tuple[pl.DataFrame, InputFile]:
+    """Parse one trace file, from the table cache when it is unchanged."""
+    from trace_doctor.ingest import cache
+
+    cached = cache.load(path, "spans")
+    if cached is not None:
+        frame, info, cached_warnings = cached
+        warnings.extend(cached_warnings)
+        return frame, info
+    before = len(warnings)
+    frame, info = _parse_trace_file(path, warnings, progress)
+    cache.store(path, "spans", frame, info, warnings[before:])
+    return frame, info
+
+
+def _parse_trace_file(
+    path: Path, warnings: list[IngestWarning], progress: Progress | None
+) -> tuple[pl.DataFrame, InputFile]:
+    info = InputFile(kind="trace", path=str(path))
+    before = len(warnings)
+    data = read_bytes(path, warnings)
+    if data is None:
+        info.skipped = len(warnings) - before
+        return empty_spans(), info
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            warnings.append(IngestWarning(str(path), None, f"cannot decompress gzip data: {exc}"))
+            info.skipped = 1
+            return empty_spans(), info
+
+    source = str(path)
+    bad: list[IngestWarning] = []
+    if _is_json_document(data):
+        events = read_document_events(data, source, bad, progress)
+    else:
+        events = read_jsonl_events(data, source, bad, progress)
+    warnings.extend(bad)
+    info.records = events.height
+    info.skipped = sum(1 for w in bad if w.line is not None)
+    spans = build_spans(events, source, warnings)
+    info.note = f"{spans.height} spans from {events.height} events"
+    return spans, info
+
+
+def _is_json_document(data: bytes) -> bool:
+    """True for a JSON array or a `{"traceEvents": ...}` object rather than one event per line."""
+    head = data[:65536].lstrip()
+    if head.startswith(b"["):
+        return True
+    if not head.startswith(b"{"):
+        return False
+    first_line = head.split(b"\n", 1)[0]
+    try:
+        first = decode_json(first_line)
+    except Exception:  # noqa: BLE001 - a pretty-printed object's first line is not JSON by itself
+        return b'"traceEvents"' in head
+    return isinstance(first, dict) and "ph" not in first and "traceEvents" in first
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading events
+# ---------------------------------------------------------------------------------------------
+
+
+def read_jsonl_events(
+    data: bytes, source: str, bad: list[IngestWarning], progress: Progress | None = None
+) -> pl.DataFrame:
+    """Every readable event of a JSONL trace, typed, with its 1-based line number."""
+    total = len(data)
+    frames: list[pl.DataFrame] = []
+    line_offset = 0
+    terminated = data.endswith(b"\n")
+    total_lines = data.count(b"\n") + (0 if terminated else 1)
+    for start, end in _chunk_bounds(data, CHUNK_BYTES):
+        chunk = data[start:end]
+        frames.extend(_read_chunk(chunk, line_offset, source, bad, total_lines, terminated))
+        line_offset += chunk.count(b"\n")
+        if progress is not None:
+            progress(Path(source).name, end, total)
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return pl.DataFrame(schema=EVENT_COLUMNS)
+    return _drop_incomplete(pl.concat(frames, how="vertical").sort("line"), source, bad)
+
+
+def _drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]) -> pl.DataFrame:
+    """Rows polars typed but that cannot be used: no phase, or a span event without a timestamp."""
+    incomplete = pl.col("ph").is_null() | (pl.col("ph").is_in(SPAN_PHASES) & pl.col("ts").is_null()) | (
+        (pl.col("ph") == "X") & (pl.col("dur").is_null() | (pl.col("dur") < 0))
+    )
+    dropped = events.filter(incomplete)
+    for ph, line, dur in dropped.select("ph", "line", "dur").iter_rows():
+        if ph is None:
+            problem = "event without a string `ph` (phase)"
+        elif ph == "X" and (dur is None or dur < 0):
+            problem = f"X event `dur` is not a non-negative number ({dur!r})"
+        else:
+            problem = "`ts` is missing"
+        bad.append(IngestWarning(source, line, problem))
+    return events.filter(~incomplete) if dropped.height else events
+
+
+def _chunk_bounds(data: bytes, size: int) -> list[tuple[int, int]]:
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    n = len(data)
+    while start < n:
+        end = min(start + size, n)
+        if end < n:
+            newline = data.find(b"\n", end)
+            end = n if newline < 0 else newline + 1
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def _read_chunk(
+    chunk: bytes, line_offset: int, source: str, bad: list[IngestWarning], total_lines: int, terminated: bool
+) -> list[pl.DataFrame]:
+    """Read a chunk with polars; bisect around lines polars refuses and decode those one by one."""
+    frame = _polars_read(chunk)
+    if frame is not None:
+        return [_with_lines(frame, chunk, line_offset)]
+    lines = chunk.split(b"\n")
+    if chunk.endswith(b"\n"):
+        lines.pop()
+    if len(lines) <= MIN_BISECT_LINES:
+        rows = [_decode_line(raw, line_offset + i, source, bad, total_lines, terminated) for i, raw in enumerate(lines, start=1)]
+        return [_rows_frame([r for r in rows if r is not None])]
+    half = len(lines) // 2
+    first = b"\n".join(lines[:half]) + b"\n"
+    second = b"\n".join(lines[half:]) + (b"\n" if chunk.endswith(b"\n") else b"")
+    return _read_chunk(first, line_offset, source, bad, total_lines, terminated) + _read_chunk(
+        second, line_offset + half, source, bad, total_lines, terminated
+    )
+
+
+def _polars_read(chunk: bytes) -> pl.DataFrame | None:
+    if not chunk.strip():
+        return pl.DataFrame(schema=EVENT_SCHEMA)
+    try:
+        return pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA)
+    except Exception:  # noqa: BLE001 - any refusal sends the chunk to bisection, never a crash
+        return None
+
+
+def _with_lines(frame: pl.DataFrame, chunk: bytes, line_offset: int) -> pl.DataFrame:
+    """Attach line numbers; polars skips blank lines, so those chunks are numbered by hand."""
+    if BLANK_LINE.search(chunk) is None:
+        lines = pl.int_range(line_offset + 1, line_offset + 1 + frame.height, eager=True, dtype=pl.Int64)
+    else:
+        numbers = [line_offset + i for i, raw in enumerate(chunk.split(b"\n"), start=1) if raw.strip()]
+        lines = pl.Series(numbers[: frame.height], dtype=pl.Int64)
+    # Labels exist for string pids/tids (kineto's "Spans"), which the typed fast path never holds.
+    return frame.with_columns(
+        pl.lit(None, pl.String).alias("pid_label"),
+        pl.lit(None, pl.String).alias("tid_label"),
+        lines.alias("line"),
+    )
+
+
+def _decode_line(
+    raw: bytes, line: int, source: str, bad: list[IngestWarning], total_lines: int, terminated: bool
+) -> dict[str, Any] | None:
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    if not raw.strip():
+        return None
+    if len(raw) > MAX_LINE_BYTES:
+        bad.append(IngestWarning(source, line, f"line of {len(raw):,} bytes exceeds the {MAX_LINE_BYTES:,}-byte limit; skipped"))
+        return None
+    try:
+        value = decode_json(raw)
+    except Exception as exc:  # noqa: BLE001 - an undecodable line is one warning
+        text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        if line == total_lines and not terminated:
+            problem = f"truncated last line (no newline; the writer stopped mid-append): {text}"
+        else:
+            problem = f"not valid JSON: {text}"
+        bad.append(IngestWarning(source, line, problem))
+        return None
+    row, problem = validate_event(value)
+    if problem is not None:
+        bad.append(IngestWarning(source, line, problem))
+        return None
+    row["line"] = line
+    return row
+
+
+def read_document_events(
+    data: bytes, source: str, bad: list[IngestWarning], progress: Progress | None = None
+) -> pl.DataFrame:
+    """Events of a JSON array or trace object; `line` is the 1-based index of the event."""
+    try:
+        document = decode_json(data)
+    except Exception as exc:  # noqa: BLE001 - the whole document is unreadable: one warning
+        text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        bad.append(IngestWarning(source, 1, f"not a valid JSON trace document: {text}"))
+        return pl.DataFrame(schema=EVENT_COLUMNS)
+    if progress is not None:
+        progress(Path(source).name, len(data), len(data))
+    if isinstance(document, dict):
+        events = document.get("traceEvents")
+        if not isinstance(events, list):
+            bad.append(IngestWarning(source, 1, "JSON object without a `traceEvents` list"))
+            return pl.DataFrame(schema=EVENT_COLUMNS)
+    elif isinstance(document, list):
+        events = document
+    else:
+        bad.append(IngestWarning(source, 1, f"expected a JSON array or object, got {type(document).__name__}"))
+        return pl.DataFrame(schema=EVENT_COLUMNS)
+    rows: list[dict[str, Any]] = []
+    for index, value in enumerate(events, start=1):
+        row, problem = validate_event(value)
+        if problem is not None:
+            bad.append(IngestWarning(source, index, f"event {index}: {problem}"))
+            continue
+        row["line"] = index
+        rows.append(row)
+    return _rows_frame(rows)
+
+
+def _rows_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=EVENT_COLUMNS) if rows else pl.DataFrame(schema=EVENT_COLUMNS)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _ident(value: Any) -> tuple[int | None, str | None, bool]:
+    """(int id, text label, ok): Chrome traces allow string pids/tids, which keep a label."""
+    if isinstance(value, bool):
+        return None, None, False
+    if isinstance(value, int):
+        return (value, None, True) if -(2**63) <= value < 2**63 else (None, str(value), True)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value), None, True
+    if isinstance(value, str):
+        return None, value, True
+    return None, None, value is None
+
+
+def validate_event(value: Any) -> tuple[dict[str, Any], str | None]:
+    """One decoded event as an EVENT_COLUMNS row, or the reason it cannot be used."""
+    if not isinstance(value, dict):
+        return {}, f"expected a JSON object, got {type(value).__name__}"
+    ph = value.get("ph")
+    if not isinstance(ph, str):
+        return {}, "event without a string `ph` (phase)"
+    pid, pid_label, pid_ok = _ident(value.get("pid"))
+    tid, tid_label, tid_ok = _ident(value.get("tid"))
+    if not (pid_ok and tid_ok):
+        return {}, f"`pid`/`tid` of unexpected type ({str(value.get('pid'))[:20]!r}, {str(value.get('tid'))[:20]!r})"
+    ts = _number(value.get("ts"))
+    if ph in SPAN_PHASES and ts is None:
+        return {}, f"`ts` is not a finite number ({str(value.get('ts'))[:40]!r})"
+    dur = _number(value.get("dur"))
+    if ph == "X" and (dur is None or dur < 0):
+        return {}, f"X event `dur` is not a non-negative number ({str(value.get('dur'))[:40]!r})"
+    name = value.get("name")
+    args = value.get("args")
+    cat = value.get("cat")
+    return {
+        "name": name if isinstance(name, str) or name is None else str(name),
+        "ph": ph,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "cat": cat if isinstance(cat, str) or cat is None else str(cat),
+        "args": None if args is None else orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS).decode(),
+        "pid_label": pid_label,
+        "tid_label": tid_label,
+    }, None
+
+
+# ---------------------------------------------------------------------------------------------
+# From events to spans
+# ---------------------------------------------------------------------------------------------
+
+
+def build_spans(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
+    """Pair, nest, segment and step-attribute the events of one file."""
+    if events.height == 0:
+        return empty_spans()
+    events = _account_ignored_phases(events, source, warnings)
+    events = events.with_columns(_segments(events).alias("segment"))
+    meta = events.filter(pl.col("ph") == "M")
+    spans_in = events.filter(pl.col("ph").is_in(SPAN_PHASES))
+    spans_in = _with_track_thread(spans_in)
+    paired = _pair_begin_end(spans_in.filter(pl.col("ph") != "X"), source, warnings)
+    complete = _complete_spans(spans_in.filter(pl.col("ph") == "X"))
+    spans = pl.concat([paired, complete], how="vertical")
+    spans = _name_from_metadata(spans, meta)
+    spans = _attribute_steps(spans)
+    spans = spans.with_columns(pl.lit(source).alias("source"))
+    return spans.sort(["segment", "start_us", "line_begin"]).select(list(SPAN_COLUMNS))
+
+
+def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
+    """Events that are neither spans nor metadata are dropped, with one warning per phase."""
+    known = events.get_column("ph").is_in([*SPAN_PHASES, "M"])
+    if bool(known.all()):
+        return events
+    ignored = events.filter(~known).group_by("ph").agg(pl.len().alias("n"), pl.col("line").min().alias("first")).sort("ph")
+    for ph, n, first in ignored.iter_rows():
+        kind = PHASE_NAMES.get(ph, "unknown phase")
+        warnings.append(
+            IngestWarning(source, None, f"{n} event(s) of phase {ph!r} ({kind}) ignored, first at line/event {first}: only B/E/X spans and M metadata are read")
+        )
+    return events.filter(known)
+
+
+def _segments(events: pl.DataFrame) -> pl.Series:
+    """Segment number per event: a repeated `process_name` for a pid marks a resumed process."""
+    names = events.filter((pl.col("ph") == "M") & (pl.col("name") == "process_name")).select("line", "pid", "pid_label")
+    if names.height <= 1:
+        return pl.Series("segment", [0] * events.height, dtype=pl.Int32)
+    non_meta = events.filter(pl.col("ph") != "M").get_column("line")
+    boundaries: list[int] = []
+    named: set[tuple[Any, Any]] = set()
+    for line, pid, label in names.iter_rows():
+        if (pid, label) in named:
+            # The new process's first event precedes its metadata lines.
+            index = int(non_meta.search_sorted(line, side="left")) - 1
+            boundary = int(non_meta[index]) if index >= 0 and (not boundaries or non_meta[index] > boundaries[-1]) else line
+            boundaries.append(boundary)
+            named = set()
+        named.add((pid, label))
+    if not boundaries:
+        return pl.Series("segment", [0] * events.height, dtype=pl.Int32)
+    return pl.Series(boundaries, dtype=pl.Int64).search_sorted(events.get_column("line"), side="right").cast(pl.Int32)
+
+
+def _with_track_thread(events: pl.DataFrame) -> pl.DataFrame:
+    """Extract args.track / args.thread (regex for the cookbook's plain shape, JSON path otherwise)."""
+    prefix = pl.col("args").str.extract_groups(TRACK_THREAD_PREFIX)
+    events = events.with_columns(
+        prefix.struct.field("1").alias("track"),
+        prefix.struct.field("2").alias("thread"),
+        pl.col("args").str.contains(PLAIN_ARGS).fill_null(True).alias("_plain"),
+    )
+    unusual = pl.col("track").is_null() & pl.col("args").is_not_null()
+    return events.with_columns(
+        pl.when(unusual).then(pl.col("args").str.json_path_match("$.track")).otherwise(pl.col("track")).alias("track"),
+        pl.when(unusual).then(pl.col("args").str.json_path_match("$.thread")).otherwise(pl.col("thread")).alias("thread"),
+    )
+
+
+KEY = ["segment", "pid", "pid_label", "tid", "tid_label", "track"]
+
+
+def _group_starts(columns: list[str]) -> pl.Expr:
+    """True on the first row of each run of equal `columns` values (the frame is sorted by them)."""
+    changed = [pl.col(c).ne_missing(pl.col(c).shift(1)) for c in columns]
+    return pl.any_horizontal(changed).fill_null(True)
+
+
+def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
+    """Match B/E events as a per-track stack, vectorised."""
+    if events.height == 0:
+        return pl.DataFrame(schema=_PAIRED_SCHEMA)
+    ordered = events.sort([*KEY, "line"], nulls_last=False).with_columns(
+        pl.when(pl.col("ph") == "B").then(1).otherwise(-1).alias("_delta"),
+        _group_starts(KEY).alias("_new"),
+    )
+    ordered = ordered.with_columns(pl.col("_new").cum_sum().alias("_track_id")).with_columns(
+        pl.col("_delta").cum_sum().over("_track_id").alias("_sum")
+    )
+    # Level reflected at zero: an E on an empty stack is dropped rather than popping below zero.
+    ordered = ordered.with_columns(
+        (pl.col("_sum") - pl.min_horizontal(pl.col("_sum").cum_min().over("_track_id"), pl.lit(0))).alias("_level")
+    ).with_columns(pl.col("_level").shift(1).over("_track_id").fill_null(0).alias("_before"))
+    unmatched = ordered.filter((pl.col("ph") == "E") & (pl.col("_before") == 0))
+    for name, line, track in unmatched.select("name", "line", "track").iter_rows():
+        warnings.append(IngestWarning(source, line, f"unmatched E event {name!r} on track {track!r}: no open B; not a span"))
+    stacked = ordered.filter(~((pl.col("ph") == "E") & (pl.col("_before") == 0))).with_columns(
+        pl.when(pl.col("ph") == "B").then(pl.col("_before")).otherwise(pl.col("_before") - 1).cast(pl.Int32).alias("depth")
+    )
+    stacked = stacked.sort(["_track_id", "depth", "line"]).with_columns(
+        _group_starts(["_track_id", "depth"]).shift(-1).fill_null(True).alias("_last_in_group")
+    )
+    nxt = [pl.col(c).shift(-1) for c in ("ph", "ts", "line", "args", "_plain")]
+    pairs = stacked.with_columns(
+        (~pl.col("_last_in_group") & (nxt[0] == "E")).alias("closed"),
+        nxt[1].alias("_end_ts"),
+        nxt[2].alias("line_end"),
+        nxt[3].alias("_end_args"),
+        nxt[4].alias("_end_plain"),
+    ).filter(pl.col("ph") == "B")
+    pairs = pairs.with_columns(
+        pl.when(pl.col("closed")).then(pl.col("_end_ts")).alias("end_us"),
+        pl.when(pl.col("closed")).then(pl.col("line_end")).alias("line_end"),
+        pl.when(pl.col("closed")).then(pl.col("_end_args")).alias("_end_args"),
+        pl.when(pl.col("closed")).then(pl.col("_end_plain")).otherwise(True).alias("_end_plain"),
+    )
+    return pairs.select(
+        "name", "pid", "pid_label", "tid", "tid_label", "track", "thread", "segment", "cat",
+        pl.col("ts").alias("start_us"), "end_us", "depth", "closed",
+        pl.col("line").alias("line_begin"), "line_end",
+        pl.col("args").alias("_begin_args"), "_plain", "_end_args", "_end_plain",
+    ).pipe(_merge_args)
+
+
+_PAIRED_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String, "pid": pl.Int64, "pid_label": pl.String, "tid": pl.Int64, "tid_label": pl.String,
+    "track": pl.String, "thread": pl.String, "segment": pl.Int32, "cat": pl.String,
+    "start_us": pl.Float64, "end_us": pl.Float64, "depth": pl.Int32, "closed": pl.Boolean,
+    "line_begin": pl.Int64, "line_end": pl.Int64, "args": pl.String, "step": pl.Int64,
+}
+
+
+def _remaining_args(texts: list[str | None]) -> dict[str, Any]:
+    """JSON text of the merged attributes minus track/thread, for the few non-plain rows."""
+    merged: dict[str, Any] = {}
+    for text in texts:
+        if text is None:
+            continue
+        try:
+            value = decode_json(text.encode())
+        except Exception:  # noqa: BLE001 - args text came from a decoded event; keep it verbatim
+            merged.setdefault("args", text)
+            continue
+        if isinstance(value, dict):
+            merged.update((k, v) for k, v in value.items() if k not in ("track", "thread"))
+        else:
+            merged["args"] = value
+    return merged
+
+
+def _step_of(attrs: dict[str, Any]) -> int | None:
+    step = attrs.get("step")
+    if isinstance(step, bool):
+        return None
+    if isinstance(step, int):
+        return step
+    if isinstance(step, float) and math.isfinite(step) and step.is_integer():
+        return int(step)
+    return None
+
+
+def _merge_args(pairs: pl.DataFrame) -> pl.DataFrame:
+    """`args` = merged B+E attributes minus track/thread; `step` = the E event's `step`."""
+    plain = pl.col("_plain").fill_null(True) & pl.col("_end_plain").fill_null(True)
+    rich = pairs.with_row_index("_row").filter(~plain)
+    args = pl.Series("args", ["{}"] * pairs.height, dtype=pl.String)
+    steps = pl.Series("step", [None] * pairs.height, dtype=pl.Int64)
+    if rich.height:
+        rows, texts, values = [], [], []
+        for row, begin, end in rich.select("_row", "_begin_args", "_end_args").iter_rows():
+            attrs = _remaining_args([begin, end])
+            rows.append(row)
+            texts.append(orjson.dumps(attrs, option=orjson.OPT_NON_STR_KEYS).decode())
+            end_attrs = _remaining_args([end]) if end is not None else {}
+            values.append(_step_of(end_attrs))
+        index = pl.Series(rows, dtype=pl.UInt32)
+        args = args.scatter(index, texts)
+        steps = steps.scatter(index, pl.Series(values, dtype=pl.Int64))
+    return pairs.with_columns(args, steps).drop("_begin_args", "_plain", "_end_args", "_end_plain")
+
+
+def _complete_spans(events: pl.DataFrame) -> pl.DataFrame:
+    """X events as closed spans, with nesting depth from virtual begin/end points per track."""
+    if events.height == 0:
+        return pl.DataFrame(schema=_PAIRED_SCHEMA)
+    spans = events.with_columns(
+        pl.col("ts").alias("start_us"), (pl.col("ts") + pl.col("dur")).alias("end_us"), pl.lit(True).alias("closed"),
+        pl.col("line").alias("line_begin"), pl.col("line").alias("line_end"),
+    ).with_row_index("_span")
+    # Order at one instant: ends before begins (siblings touch), longer begins first (parents
+    # enclose children), and a zero-length span's end after its own begin.
+    begins = spans.select("_span", *KEY, pl.col("start_us").alias("_t"), pl.lit(1).alias("_order"), (-pl.col("dur")).alias("_tie"), pl.lit(1).alias("_delta"))
+    ends = spans.select(
+        "_span", *KEY, pl.col("end_us").alias("_t"),
+        pl.when(pl.col("dur") > 0).then(0).otherwise(2).alias("_order"), pl.lit(0.0).alias("_tie"), pl.lit(-1).alias("_delta"),
+    )
+    points = pl.concat([begins, ends]).sort([*KEY, "_t", "_order", "_tie", "_span"], nulls_last=False)
+    points = points.with_columns(_group_starts(KEY).cum_sum().alias("_track_id"))
+    depths = points.with_columns(pl.col("_delta").cum_sum().over("_track_id").alias("_level")).filter(pl.col("_delta") == 1).select(
+        "_span", (pl.col("_level") - 1).clip(lower_bound=0).cast(pl.Int32).alias("depth")
+    )
+    spans = spans.join(depths, on="_span", how="left")
+    args = [orjson.dumps(_remaining_args([text])).decode() for text in spans.get_column("args").to_list()]
+    return spans.with_columns(
+        pl.Series("args", args, dtype=pl.String), pl.lit(None, pl.Int64).alias("step"),
+    ).select(list(_PAIRED_SCHEMA))
+
+
+def _name_from_metadata(spans: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:
+    """Fill track/thread from M events: thread_name per (pid, tid), process_name per pid."""
+    meta = meta.with_columns(pl.col("args").str.json_path_match("$.name").alias("_label"))
+    thread_names = (
+        meta.filter(pl.col("name") == "thread_name")
+        .unique(["segment", "pid", "pid_label", "tid", "tid_label"], keep="first", maintain_order=True)
+        .select("segment", "pid", "pid_label", "tid", "tid_label", pl.col("_label").alias("_thread_name"))
+    )
+    process_names = (
+        meta.filter(pl.col("name") == "process_name")
+        .unique(["segment", "pid", "pid_label"], keep="first", maintain_order=True)
+        .select("segment", "pid", "pid_label", pl.col("_label").str.strip_suffix(" Thread").alias("_process_name"))
+    )
+    spans = spans.join(thread_names, on=["segment", "pid", "pid_label", "tid", "tid_label"], how="left", nulls_equal=True)
+    spans = spans.join(process_names, on=["segment", "pid", "pid_label"], how="left", nulls_equal=True)
+    return spans.with_columns(
+        pl.coalesce("track", "_thread_name", "tid_label", pl.col("tid").cast(pl.String)).alias("track"),
+        pl.coalesce("thread", "_process_name", "pid_label").alias("thread"),
+        (pl.col("end_us") - pl.col("start_us")).alias("dur_us"),
+        pl.when(pl.col("step").is_not_null()).then(pl.lit("args")).otherwise(None).alias("step_source"),
+    ).drop("_thread_name", "_process_name", "pid_label", "tid_label")
+
+
+# ---------------------------------------------------------------------------------------------
+# Step attribution by containment
+# ---------------------------------------------------------------------------------------------
+
+
+def _attribute_steps(spans: pl.DataFrame) -> pl.DataFrame:
+    """Give step-less spans the step of the innermost enclosing stepped span on their pid."""
+    stepped = spans.filter(pl.col("step").is_not_null() & pl.col("closed")).with_row_index("_container")
+    if stepped.height == 0 or stepped.height == spans.height:
+        return spans
+    cover, parent = _innermost_cover(stepped)
+    containers = stepped.select(
+        "_container", pl.col("start_us").alias("_c_start"), pl.col("end_us").alias("_c_end"), pl.col("step").alias("_c_step")
+    ).join(parent, on="_container", how="left")
+    lookup = spans.with_row_index("_span").filter(pl.col("step").is_null()).select(
+        "_span", "segment", "pid", "start_us", pl.coalesce("end_us", "start_us").alias("_end")
+    ).sort("start_us")
+    found = lookup.join_asof(cover, left_on="start_us", right_on="_t", by=["segment", "pid"], strategy="backward", check_sortedness=False)
+    found = found.select("_span", "start_us", "_end", "_container")
+    resolved: list[pl.DataFrame] = []
+    # Climb from the innermost cover at the span's start to the first container that also covers
+    # its end; stepped spans nest only a few levels deep.
+    for _ in range(16):
+        found = found.join(containers, on="_container", how="left")
+        ok = found.filter(pl.col("_container").is_null() | (pl.col("_c_end") >= pl.col("_end")))
+        resolved.append(ok.select("_span", "_c_step"))
+        found = found.filter(pl.col("_container").is_not_null() & (pl.col("_c_end") < pl.col("_end"))).select(
+            "_span", "start_us", "_end", pl.col("_parent").alias("_container")
+        )
+        if found.height == 0:
+            break
+    steps = pl.concat(resolved).filter(pl.col("_c_step").is_not_null())
+    spans = spans.with_row_index("_span").join(steps, on="_span", how="left")
+    return spans.with_columns(
+        pl.coalesce("step", "_c_step").alias("step"),
+        pl.when(pl.col("step").is_null() & pl.col("_c_step").is_not_null()).then(pl.lit("containment")).otherwise(pl.col("step_source")).alias("step_source"),
+    ).drop("_span", "_c_step")
+
+
+def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Sweep the (few) stepped spans: which one is innermost from each boundary on, and each one's parent."""
+    cover_rows: list[tuple[int, int, float, int | None]] = []
+    parents: list[tuple[int, int | None]] = []
+    for (segment, pid), group in stepped.group_by(["segment", "pid"], maintain_order=True):
+        spans = sorted(
+            group.select("_container", "start_us", "end_us").iter_rows(), key=lambda r: (r[1], -r[2], r[0])
+        )
+        points = sorted({t for _, s, e in spans for t in (s, e)})
+        active: list[tuple[int, float, float]] = []
+        pending = 0
+        for t in points:
+            active = [a for a in active if a[2] > t]
+            while pending < len(spans) and spans[pending][1] <= t:
+                container, start, end = spans[pending]
+                enclosing = [a for a in active if a[2] >= end]
+                parents.append((container, max(enclosing, key=lambda a: (a[1], -a[2]))[0] if enclosing else None))
+                active.append((container, start, end))
+                pending += 1
+            inner = max(active, key=lambda a: (a[1], -a[2]))[0] if active else None
+            cover_rows.append((segment, pid, t, inner))
+    cover = pl.DataFrame(
+        cover_rows, schema={"segment": pl.Int32, "pid": pl.Int64, "_t": pl.Float64, "_container": pl.UInt32}, orient="row"
+    ).sort("_t")
+    parent = pl.DataFrame(parents, schema={"_container": pl.UInt32, "_parent": pl.UInt32}, orient="row")
+    return cover, parent
