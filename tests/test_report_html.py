@@ -1,0 +1,285 @@
+"""The HTML report as a file: self-contained, safe with hostile input, within 10 MB at any run size."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from trace_doctor.model import (
+    FRAMES_SCHEMA,
+    LOG_EVENTS_SCHEMA,
+    SPANS_SCHEMA,
+    TASK_SNAPSHOTS_SCHEMA,
+    Analysis,
+    Finding,
+    IngestWarning,
+    InputFile,
+    RuleOutcome,
+    RunMeta,
+    RunTables,
+)
+from trace_doctor.report.html import SIZE_BUDGET_BYTES, render_html, script_json, write_html
+
+XSS = '<img src=x onerror="window.__pwned=1">'
+DATA_BLOCK = re.compile(r'<script type="application/json" id="trace-doctor-data">(.*?)</script>', re.S)
+
+
+def build_analysis(
+    *,
+    steps: int = 12,
+    rollouts: int = 2,
+    hostile: str | None = None,
+    with_trace: bool = True,
+    slow_step: int = 7,
+) -> Analysis:
+    """A realistic in-memory SL-like run: metrics, a trace with rollouts, dumps, a profile, logs and findings."""
+    name = hostile or "sample_async"
+    step_total = [30.0 if s == 0 else (19.0 if s == slow_step else 6.0 + 0.1 * (s % 5)) for s in range(steps)]
+    metrics = pl.DataFrame(
+        {
+            "step": list(range(steps)),
+            "segment": [0] * steps,
+            "line": list(range(1, steps + 1)),
+            "source": ["metrics.jsonl"] * steps,
+            "superseded": [False] * steps,
+            "is_eval_row": [False] * steps,
+            "time/total": step_total,
+            "time/get_batch": [t * 0.3 for t in step_total],
+            "optim/kl_sample_train_v1": [0.03] + [0.002 + 0.0001 * s for s in range(1, steps)],
+            "optim/kl_sample_train_v2": [0.025] + [0.001] * (steps - 1),
+        },
+        schema_overrides={"segment": pl.Int32},
+    )
+    step_times = pl.DataFrame(
+        {
+            "step": list(range(steps)),
+            "total_s": step_total,
+            "get_batch_s": [t * 0.3 for t in step_total],
+            "train_step_s": [t * 0.5 for t in step_total],
+        }
+    )
+    spans = _spans(step_total, rollouts, name) if with_trace else pl.DataFrame(schema=SPANS_SCHEMA)
+    gap_step = min(3, steps - 1)
+    gap_end = float(spans.filter(pl.col("step") == gap_step)["end_us"].max()) if with_trace else 0.0
+    idle = [[gap_end - 2e6, gap_end - 0.5e6]] if with_trace else []
+    findings = [
+        Finding(
+            rule="pipelining-gap",
+            code="TD101",
+            severity="error",
+            title="Calls awaited one by one",
+            message=f"forward_backward results are awaited before optim_step is submitted in 10 of 11 steps; {hostile or 'pipelined'} would save 41 s.",
+            fix="Submit optim_step right after forward_backward and await both results together.",
+            steps=[gap_step],
+            time_ranges_us=idle,
+            evidence={"sequential_steps": 10, "span": hostile or "forward_backward_async"},
+            seconds_lost=41.0,
+            fraction_of_wall=0.31,
+        ),
+        Finding(
+            rule="inconsistent-step-times",
+            code="TD110",
+            severity="warning",
+            title="Step time spikes",
+            message=f"Step {slow_step} took 19 s against a steady median of 6.2 s.",
+            fix="Look for what else ran at that time.",
+            steps=[slow_step],
+            seconds_lost=12.8,
+        ),
+        Finding(
+            rule="warmup-slowness",
+            code="TD103",
+            severity="info",
+            title="Slow first step",
+            message="Step 0 took 30 s, 4.8x the steady median.",
+            fix="Nothing to do: warm-up.",
+            steps=[0],
+            seconds_lost=23.8,
+        ),
+    ]
+    outcomes = [
+        RuleOutcome("pipelining-gap", "fired", "1 finding(s)"),
+        RuleOutcome("gil-stall", "not_applicable", "no GIL-monitor lines, task dumps or stack dumps"),
+        RuleOutcome("kl-drift", "passed", "KL stayed below 0.01 after step 0"),
+    ]
+    run = RunTables(
+        meta=RunMeta(path=f"/runs/{hostile or 'demo'}", trainer="sl", model_name=hostile or "Qwen/Qwen3-8B", renderer_name="qwen3"),
+        steps=metrics,
+        spans=spans,
+        frames=_frames(hostile),
+        task_snapshots=_dumps(hostile),
+        log_events=_logs(hostile),
+        inputs=[InputFile("metrics", "metrics.jsonl", steps, 1), InputFile("trace", "trace_events.jsonl", len(spans) * 2, 0)],
+        warnings=[IngestWarning("metrics.jsonl", 14, f"not JSON: {hostile or 'truncated line'}")],
+    )
+    summary = {"wall_time_s": sum(step_total), "step_time_p50_s": 6.2, "steady_step_time_s": 6.2, "warmup_steps": 1}
+    return Analysis(run=run, findings=findings, outcomes=outcomes, summary=summary, derived={"step_times": step_times, "warmup_steps": 1})
+
+
+def _spans(step_total: list[float], rollouts: int, name: str) -> pl.DataFrame:
+    rows = []
+    t = 473_726_495.0
+    for step, total in enumerate(step_total):
+        start, end = t, t + total * 1e6
+        rows.append(("train_step", 0, 1, "MainThread", "main", start, end, 0, step))
+        rows.append(("get_batch", 0, 1, "MainThread", "main", start, start + total * 0.3e6, 1, step))
+        rows.append(("forward_backward_async", 0, 1, "MainThread", "main", start + total * 0.3e6, start + total * 0.32e6, 1, step))
+        rows.append(("optim_step_async", 0, 1, "MainThread", "main", start + total * 0.6e6, start + total * 0.61e6, 1, step))
+        for r in range(rollouts):
+            rows.append((name, 0, 100 + r, "MainThread", f"sample_task_{r}", start + 1e5 * r, start + total * 0.25e6, 0, step))
+        t = end + 2e5
+    frame = pl.DataFrame(rows, schema=["name", "pid", "tid", "thread", "track", "start_us", "end_us", "depth", "step"], orient="row")
+    return frame.with_columns(
+        (pl.col("end_us") - pl.col("start_us")).alias("dur_us"),
+        pl.col("depth").cast(pl.Int32),
+        pl.lit(0, pl.Int32).alias("segment"),
+        pl.lit(True).alias("closed"),
+        pl.lit("{}").alias("args"),
+    ).select(list(SPANS_SCHEMA))
+
+
+def _frames(hostile: str | None) -> pl.DataFrame:
+    rows = [
+        (1, None, 0, "<module>", "train.py", 1, 10.0, 0.1, False, False),
+        (2, 1, 1, "main", "train.py", 40, 9.9, 0.2, True, False),
+        (3, 2, 2, hostile or "model_dump", "pydantic/main.py", 400, 4.0, 3.9, False, False),
+        (4, 2, 2, "[await]", "", None, 5.7, 5.7, False, True),
+    ]
+    frame = pl.DataFrame(rows, schema=["frame_id", "parent_id", "depth", "function", "file_path", "line_no", "time_s", "self_time_s", "is_application_code", "synthetic"], orient="row")
+    return frame.with_columns(
+        pl.lit("profile.json").alias("profile"), pl.lit(None, pl.String).alias("class_name"), pl.lit(0.0).alias("await_time_s"), pl.col("depth").cast(pl.Int32)
+    ).select(list(FRAMES_SCHEMA))
+
+
+def _dumps(hostile: str | None) -> pl.DataFrame:
+    rows, base = [], datetime(2026, 3, 5, 12, 0, 0)
+    index = 0
+    for second in range(40):
+        for label in ("main", "holder"):
+            if label == "holder" and 15 <= second < 27:
+                continue  # the holder went silent
+            rows.append(("dump.txt", index, base + timedelta(seconds=second), label, index, 1, 1.0, hostile or "Task-1", "pending", "<coroutine object _result_async>"))
+            index += 1
+    frame = pl.DataFrame(rows, schema=["source", "line", "timestamp", "label", "snapshot", "task_count", "interval_s", "task_name", "state", "coroutine"], orient="row")
+    return frame.with_columns(pl.col("timestamp").cast(pl.Datetime("us"))).select(list(TASK_SNAPSHOTS_SCHEMA))
+
+
+def _logs(hostile: str | None) -> pl.DataFrame:
+    rows = [("logs.log", 120, None, "tinker.lib.retry_handler", "ERROR", "error", f"Request failed with non-retryable error: {hostile or 'BadRequestError'}", "{}")]
+    return pl.DataFrame(rows, schema=list(LOG_EVENTS_SCHEMA), orient="row").with_columns(pl.col("timestamp").cast(pl.Datetime("us")))
+
+
+def embedded_document(html: str) -> dict:
+    match = DATA_BLOCK.search(html)
+    assert match, "the JSON document block is missing"
+    return json.loads(match.group(1))
+
+
+def test_report_is_self_contained_with_plotly_inlined_once():
+    from plotly.offline import get_plotlyjs
+
+    html = render_html(build_analysis())
+    assert html.count(get_plotlyjs()[:400]) == 1
+    assert not re.findall(r"<(?:script|link|img|iframe)[^>]*\b(?:src|href)=", html)
+    assert "default-src 'none'" in html  # the CSP forbids any fetch even if something tried
+
+
+def test_embedded_document_is_the_json_contract():
+    result = build_analysis()
+    document = embedded_document(render_html(result))
+    assert document["schema_version"] == 1
+    assert [f["rule"] for f in document["findings"]] == [f.rule for f in result.findings]
+    assert document["findings"][0]["impact"]["seconds_lost"] == 41.0
+    assert document["ingest_warnings"][0]["line"] == 14
+
+
+def test_hostile_strings_cannot_end_the_data_block_or_become_markup(tmp_path: Path):
+    hostile = XSS + "</script><script>window.__pwned=2</script>"
+    result = build_analysis(hostile=hostile)
+    path = tmp_path / "report.html"
+    write_html(result, path)
+    html = path.read_text(encoding="utf-8")
+    assert "<img src=x" not in html
+    assert "window.__pwned=2</script>" not in html
+    document = embedded_document(html)
+    assert document["run"]["model_name"] == hostile  # the JSON round-trips the text exactly
+    assert "&lt;img src=x onerror=&#34;window.__pwned=1&#34;&gt;" in html  # jinja2-escaped in the page
+
+
+def test_script_json_escapes_markup_characters():
+    assert script_json({"a": "</script>&"}) == '{"a":"\\u003c/script\\u003e\\u0026"}'
+
+
+def test_metrics_only_run_says_what_is_missing_and_still_draws_the_whole_run():
+    html = render_html(build_analysis(with_trace=False))
+    assert "No trace in this run." in html
+    assert 'id="chart-step-time"' in html and 'id="chart-gantt"' not in html
+    assert "Show steps" in html  # findings point at the step chart instead of the absent timeline
+
+
+def test_finding_cards_are_ordered_and_carry_cost_fix_and_timeline_target():
+    html = render_html(build_analysis())
+    cards = re.findall(r'<article class="card sev-(\w+)" id="finding-(\d+)" data-rule="([\w-]+)"', html)
+    assert [c[0] for c in cards] == ["error", "warning", "info"]
+    assert "≈ 41 s lost · 31% of wall time" in html
+    assert html.count('class="show-on-timeline" data-chart="chart-gantt"') >= 1
+
+
+def test_summarised_data_is_named_in_the_report():
+    html = render_html(build_analysis(steps=40))
+    assert "What this report summarised" in html
+    assert "The timeline draws" in html and "of 40 traced steps in full" in html
+
+
+def _large_analysis(steps: int, spans_per_step: int) -> Analysis:
+    small = build_analysis(steps=steps, rollouts=1, with_trace=False)
+    origin = 1.0e9
+    step_col = pl.int_range(0, steps * spans_per_step, eager=True) // spans_per_step
+    index = pl.int_range(0, steps * spans_per_step, eager=True) % spans_per_step
+    start = origin + step_col.cast(pl.Float64) * 7e6 + index.cast(pl.Float64) * (6e6 / spans_per_step)
+    spans = pl.DataFrame(
+        {
+            "name": pl.Series(["policy_sample", "env_step", "compute_group_rewards", "train_step"] * (steps * spans_per_step // 4 + 1))[: steps * spans_per_step],
+            "pid": pl.Series([0] * (steps * spans_per_step), dtype=pl.Int64),
+            "tid": (index % 64).cast(pl.Int64),
+            "thread": pl.Series(["MainThread"] * (steps * spans_per_step)),
+            "track": ("Task-" + (index % 64).cast(pl.String)),
+            "start_us": start,
+            "end_us": start + 5e6 / spans_per_step * 40,
+            "dur_us": pl.Series([5e6 / spans_per_step * 40] * (steps * spans_per_step)),
+            "depth": pl.Series([1] * (steps * spans_per_step), dtype=pl.Int32),
+            "step": step_col.cast(pl.Int64),
+            "segment": pl.Series([0] * (steps * spans_per_step), dtype=pl.Int32),
+            "closed": pl.Series([True] * (steps * spans_per_step)),
+            "args": pl.Series(['{"track": "Task-1", "thread": "MainThread"}'] * (steps * spans_per_step)),
+        }
+    )
+    small.run.spans = spans
+    small.run.warnings = [IngestWarning("trace_events.jsonl", i, "unmatched E event with no open B on this track") for i in range(60_000)]
+    return small
+
+
+def test_large_run_report_stays_within_budget(tmp_path: Path):
+    result = _large_analysis(steps=3_000, spans_per_step=67)  # 201,000 spans
+    assert len(result.run.spans) >= 200_000
+    path = tmp_path / "large.html"
+    write_html(result, path)
+    size = path.stat().st_size
+    assert size <= SIZE_BUDGET_BYTES, f"{size:,} bytes"
+    html = path.read_text(encoding="utf-8")
+    assert "What this report summarised" in html
+    assert "of 3,000 traced steps in full" in html
+    document = embedded_document(html)
+    assert len(document["findings"]) == len(result.findings)  # findings are never cut
+    assert "embedded_note" in document and len(document["ingest_warnings"]) < 60_000
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_tiny_runs_render(steps: int):
+    html = render_html(build_analysis(steps=steps, slow_step=0))
+    assert "trace-doctor-data" in html

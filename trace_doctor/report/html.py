@@ -1,0 +1,427 @@
+"""The shareable HTML report: one self-contained file rendered from an Analysis.
+
+plotly.js is inlined once and the full JSON document is embedded for tools to scrape, so the file
+opens offline and makes no network request. The renderer draws what the tables, the rule context
+and the findings already say; it diagnoses nothing itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import orjson
+import polars as pl
+
+from trace_doctor import __version__
+from trace_doctor.model import Analysis, Finding
+from trace_doctor.report import downsample, figures
+from trace_doctor.report.console import verdict
+from trace_doctor.report.downsample import Budget, Summarised
+from trace_doctor.report.json_doc import build_document
+from trace_doctor.rules.policy import DEFAULTS
+
+SIZE_BUDGET_BYTES = 10 * 1024 * 1024
+KL_SUFFIXES = ("kl_sample_train_v1", "kl_sample_train_v2")
+KL_EXACT = ("teacher_kl",)
+LOG_KINDS_SHOWN = ("error", "warning", "heartbeat", "gil-monitor")
+EVIDENCE_VALUE_CHARS = 400
+OVERLAY_RANGES_MAX = 300
+STEP_ID_COLUMNS = {"step", "segment", "line", "total_s", "untimed_s", "superseded", "is_eval_row"}
+
+
+def script_json(value: Any) -> str:
+    """JSON safe inside a <script> block: `<`, `>` and `&` as \\u escapes, so no string can close it."""
+    text = value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    source = get_plotlyjs()
+    # A literal "</script" would end the inline block early; the shipped bundle has none.
+    return source.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
+
+
+@dataclass
+class Chart:
+    """One plot div of the report with its figure JSON and what the reader should know about it."""
+
+    id: str
+    figure_json: str
+
+
+def _figure(chart_id: str, fig) -> Chart:
+    return Chart(chart_id, script_json(fig.to_json(engine="json", validate=False)))
+
+
+# ---- whole-run series -------------------------------------------------------------------
+
+
+def _step_times(result: Analysis) -> pl.DataFrame:
+    """The rule context's per-step times; without them, the metrics' own `time/total` column."""
+    derived = result.derived.get("step_times")
+    if isinstance(derived, pl.DataFrame) and "step" in derived.columns and "total_s" in derived.columns:
+        return derived.sort("step")
+    live = downsample.live_steps(result.run.steps)
+    if "time/total" not in live.columns or live.is_empty():
+        return pl.DataFrame(schema={"step": pl.Int64, "total_s": pl.Float64})
+    return live.select("step", pl.col("time/total").alias("total_s")).unique("step", keep="last").sort("step")
+
+
+def _phase_columns(step_times: pl.DataFrame) -> dict[str, str]:
+    """Phase name -> column: `phase/<name>` columns when present, else numeric `<name>_s` columns."""
+    prefixed = {c.removeprefix("phase/"): c for c in step_times.columns if c.startswith("phase/")}
+    if prefixed:
+        return prefixed
+    numeric = {
+        c.removesuffix("_s"): c
+        for c in step_times.columns
+        if c.endswith("_s") and c not in STEP_ID_COLUMNS and step_times.schema[c].is_numeric()
+    }
+    return numeric
+
+
+def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, marked: dict[int, list[str]]) -> list[Chart]:
+    times = _step_times(result)
+    if times.is_empty() or times["total_s"].drop_nulls().is_empty():
+        return []
+    phases = _phase_columns(times)
+    value_columns = ["total_s", *phases.values()] + (["untimed_s"] if "untimed_s" in times.columns else [])
+    shown = downsample.bin_steps(times.select("step", *value_columns), value_columns, budget.step_points, notes, "The whole-run charts")
+    steps = shown["step"].to_list()
+    totals = shown["total_s"].to_list()
+    warmup = int(result.derived.get("warmup_steps", result.summary.get("warmup_steps") or 0) or 0)
+    if len(shown) < len(times):
+        # Binned: the boundary falls in the bin that holds the first steady step.
+        first_steady = times["step"][warmup] if warmup < len(times) else None
+        warmup = sum(1 for s in steps if first_steady is not None and s < first_steady)
+    charts = [
+        _figure(
+            "chart-step-time",
+            figures.step_time_figure(steps, totals, warmup_steps=warmup, steady_median_s=result.summary.get("steady_step_time_s"), marked=marked),
+        )
+    ]
+    if phases:
+        series = {name: shown[column].to_list() for name, column in sorted(phases.items())}
+        if "untimed_s" in shown.columns:
+            untimed = shown["untimed_s"].to_list()
+        else:
+            parts = shown.select(pl.sum_horizontal([pl.col(c).fill_null(0) for c in phases.values()]).alias("timed"))["timed"].to_list()
+            untimed = [None if t is None else max(t - p, 0.0) for t, p in zip(totals, parts, strict=True)]
+        charts.append(_figure("chart-phases", figures.phase_figure(steps, series, untimed)))
+    return charts
+
+
+def _kl_chart(result: Analysis) -> Chart | None:
+    live = downsample.live_steps(result.run.steps)
+    columns = [c for c in live.columns if c.endswith(KL_SUFFIXES) or c in KL_EXACT]
+    columns = [c for c in columns if live.schema[c].is_numeric() and live[c].drop_nulls().len() > 0]
+    if not columns:
+        return None
+    rows = live.select("step", *columns).filter(pl.any_horizontal([pl.col(c).is_not_null() for c in columns])).unique("step", keep="last").sort("step")
+    band = float(DEFAULTS["kl-drift"]["max_kl"])
+    series = {c: [None if v is None or not math.isfinite(v) else v for v in rows[c].to_list()] for c in columns}
+    return _figure("chart-kl", figures.kl_figure(rows["step"].to_list(), series, band))
+
+
+# ---- the Gantt --------------------------------------------------------------------------
+
+
+def _row_labels(spans: pl.DataFrame) -> tuple[list[str], list[str]]:
+    """Row label per span (thread · track), and the rows in display order, folding quiet tracks."""
+    threads = spans["thread"].to_list() if "thread" in spans.columns else [None] * len(spans)
+    pids = spans["pid"].to_list()
+    tracks = spans["track"].to_list() if "track" in spans.columns else [None] * len(spans)
+    labels = [
+        f"{figures.plot_text(t or f'pid {p}')} · {figures.plot_text(k or '?')}" for t, p, k in zip(threads, pids, tracks, strict=True)
+    ]
+    busy: dict[str, float] = {}
+    first: dict[str, tuple[int, float]] = {}
+    for label, pid, start, dur in zip(labels, pids, spans["start_us"].to_list(), spans["dur_us"].to_list(), strict=True):
+        busy[label] = busy.get(label, 0.0) + (dur or 0.0)
+        first.setdefault(label, (pid if pid is not None else 0, start))
+    if len(busy) > downsample.TRACK_ROWS_MAX:
+        keep = set(sorted(busy, key=lambda k: (-busy[k], k))[: downsample.TRACK_ROWS_MAX - 1])
+        folded = f"{len(busy) - len(keep)} other tracks"
+        labels = [label if label in keep else folded for label in labels]
+        first = {k: v for k, v in first.items() if k in keep}
+        first[folded] = (1 << 30, 0.0)
+    rows = sorted(first, key=lambda k: (first[k], k))
+    return rows, labels
+
+
+def _finding_anchor_steps(finding: Finding, spans: pl.DataFrame) -> list[int]:
+    """The steps a finding is about: its own, or the steps of the spans its first time range falls in."""
+    if finding.steps:
+        return sorted(finding.steps)
+    if not finding.time_ranges_us or "step" not in spans.columns:
+        return []
+    start, end = finding.time_ranges_us[0][:2]
+    middle = (start + end) / 2
+    hits = spans.filter((pl.col("start_us") <= middle) & (pl.col("end_us") >= middle) & pl.col("step").is_not_null())
+    return sorted(set(hits["step"].to_list()))[:1]
+
+
+def _timeline(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Chart | None, dict[int, dict[str, Any]], list[dict[str, Any]]]:
+    """The Gantt chart, each finding's target x range on it, and the step buttons above it."""
+    spans = result.run.spans
+    if spans.is_empty():
+        return None, {}, []
+    spans = spans.filter(pl.col("start_us").is_not_null() & pl.col("end_us").is_not_null())
+    if spans.is_empty():
+        return None, {}, []
+    origin = float(spans["start_us"].min())
+    traced = set(spans["step"].drop_nulls().to_list()) if "step" in spans.columns else set()
+    anchors = {i: _finding_anchor_steps(f, spans) for i, f in enumerate(result.findings)}
+    choice = downsample.choose_gantt_steps(_step_times(result), [a for a in anchors.values() if a], traced)
+    windows = downsample.step_windows(spans, choice.steps)
+    shown = downsample.spans_in_windows(spans, windows, budget.spans, notes)
+    untraced = len(traced) - len(choice.steps)
+    if untraced > 0:
+        notes.add(
+            f"The timeline draws {len(choice.steps)} of {len(traced):,} traced steps in full "
+            f"({', '.join(f'step {s}: ' + ' & '.join(choice.reasons[s]) for s in choice.steps)}); the whole-run charts cover every step."
+        )
+    rows, row_of = _row_labels(shown)
+    window_rows = [
+        {"step": s, "x0": (a - origin) / 1e6, "x1": (b - origin) / 1e6, "label": f"step {s} · {' & '.join(choice.reasons.get(s, []))}"}
+        for s, a, b in windows.iter_rows()
+    ]
+    overlays, targets = [], {}
+    window_of = {w["step"]: w for w in window_rows}
+    for i, finding in enumerate(result.findings):
+        ranges = sorted(r[:2] for r in finding.time_ranges_us if len(r) >= 2 and r[0] is not None and r[1] is not None)
+        if len(ranges) > OVERLAY_RANGES_MAX:
+            notes.add(f"Finding {finding.code} shades its first {OVERLAY_RANGES_MAX} of {len(ranges):,} time ranges on the timeline.")
+            ranges = ranges[:OVERLAY_RANGES_MAX]
+        ranges_s = [[(a - origin) / 1e6, (b - origin) / 1e6] for a, b in ranges]
+        if ranges_s:
+            overlays.append({"code": finding.code, "rule": finding.rule, "title": finding.title, "severity": finding.severity, "ranges_s": ranges_s})
+        anchor = next((window_of[s] for s in anchors[i] if s in window_of), None)
+        if anchor is not None:
+            targets[i] = _padded(anchor["x0"], anchor["x1"])
+        elif ranges_s:
+            targets[i] = _padded(ranges_s[0][0], ranges_s[0][1])
+    first_view = next(iter(targets.values()), None)
+    if first_view is None and window_rows:
+        typical = next((w for w in window_rows if "typical" in w["label"]), window_rows[0])
+        first_view = _padded(typical["x0"], typical["x1"])
+    fig = figures.gantt_figure(shown, origin_us=origin, rows=rows, row_of=row_of, overlays=overlays, windows=window_rows, initial_range=first_view)
+    step_buttons = [{"label": w["label"], "range": _padded(w["x0"], w["x1"])} for w in window_rows]
+    return _figure("chart-gantt", fig), {i: {"chart": "chart-gantt", "range": r} for i, r in targets.items()}, step_buttons
+
+
+def _padded(x0: float, x1: float) -> list[float]:
+    pad = max((x1 - x0) * 0.04, 0.02)
+    return [round(x0 - pad, 6), round(x1 + pad, 6)]
+
+
+# ---- profiles, dumps, logs --------------------------------------------------------------
+
+
+def _profiles(result: Analysis, budget: Budget, notes: Summarised) -> list[dict[str, Any]]:
+    frames = result.run.frames
+    if frames.is_empty():
+        return []
+    roots = frames.filter(pl.col("parent_id").is_null()).group_by("profile").agg(pl.col("time_s").sum().alias("total")).sort(["total", "profile"], descending=[True, False])
+    names = roots["profile"].to_list()
+    if len(names) > downsample.PROFILES_MAX:
+        notes.add(f"The report draws the {downsample.PROFILES_MAX} longest of {len(names)} profiles.")
+    info = {row["profile"]: row for row in result.run.profiles.iter_rows(named=True)} if not result.run.profiles.is_empty() else {}
+    shown = []
+    for index, name in enumerate(names[: downsample.PROFILES_MAX]):
+        own = frames.filter(pl.col("profile") == name)
+        pruned = downsample.prune_frames(own, budget.frame_nodes, notes, Path(name).name)
+        hot = (
+            own.filter(~pl.col("synthetic").fill_null(False))
+            .sort(["self_time_s", "frame_id"], descending=[True, False])
+            .head(10)
+            .select("function", "file_path", "line_no", "self_time_s", "time_s", "is_application_code")
+            .to_dicts()
+        )
+        meta = info.get(name, {})
+        shown.append(
+            {
+                "name": name,
+                "chart": _figure(f"chart-profile-{index}", figures.icicle_figure(pruned)),
+                "hot": hot,
+                "duration_s": meta.get("duration_s"),
+                "async_mode": meta.get("async_mode"),
+                "format": meta.get("format"),
+                "total_s": roots.filter(pl.col("profile") == name)["total"][0],
+            }
+        )
+    return shown
+
+
+def _dump_cadence(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Chart | None, list[dict[str, Any]]]:
+    snaps = result.run.task_snapshots
+    if snaps.is_empty() or snaps["timestamp"].drop_nulls().is_empty():
+        return None, []
+    dumps = (
+        snaps.filter(pl.col("timestamp").is_not_null())
+        .group_by("source", "label", "snapshot")
+        .agg(pl.col("timestamp").first(), pl.col("interval_s").first())
+        .sort("label", "timestamp", "source", "snapshot")
+        .with_columns((pl.col("timestamp").diff().over("label").dt.total_milliseconds() / 1000).alias("gap_s"))
+    )
+    per_label, silences = {}, []
+    for label in sorted(dumps["label"].drop_nulls().unique().to_list()):
+        own = dumps.filter(pl.col("label") == label)
+        longest = own.sort(["gap_s", "timestamp"], descending=[True, False], nulls_last=True).head(1)
+        if longest["gap_s"][0] is not None:
+            silences.append({"label": label, "gap_s": longest["gap_s"][0], "at": str(longest["timestamp"][0]), "dumps": len(own), "interval_s": own["interval_s"].drop_nulls().median()})
+        kept = downsample.peak_preserving(own, "timestamp", "gap_s", budget.dump_points)
+        if len(kept) < len(own):
+            notes.add(f"Task-dump cadence of [{label}] shows {len(kept):,} of {len(own):,} dumps, keeping the longest gap of each stretch.")
+        per_label[label] = ([str(t) for t in kept["timestamp"].to_list()], kept["gap_s"].to_list())
+    return _figure("chart-dumps", figures.dump_cadence_figure(per_label)), silences
+
+
+def _log_rows(result: Analysis, budget: Budget, notes: Summarised) -> list[dict[str, Any]]:
+    events = result.run.log_events
+    if events.is_empty():
+        return []
+    wanted = events.filter(pl.col("kind").is_in(LOG_KINDS_SHOWN)).sort("source", "line")
+    if len(wanted) > budget.log_rows:
+        notes.add(f"The log section lists {budget.log_rows} of {len(wanted):,} error, warning, heartbeat and GIL-monitor lines.")
+    return wanted.head(budget.log_rows).select("source", "line", "kind", "level", "message").to_dicts()
+
+
+# ---- findings and the page --------------------------------------------------------------
+
+
+def _evidence_items(evidence: dict[str, Any]) -> list[tuple[str, str]]:
+    items = []
+    for key in sorted(evidence):
+        value = evidence[key]
+        text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+        if len(text) > EVIDENCE_VALUE_CHARS:
+            text = text[: EVIDENCE_VALUE_CHARS - 1] + "…"
+        items.append((str(key), text))
+    return items
+
+
+def _finding_cards(result: Analysis, targets: dict[int, dict[str, Any]], has_step_chart: bool) -> list[dict[str, Any]]:
+    cards = []
+    for i, finding in enumerate(result.findings):
+        target = targets.get(i)
+        if target is None and has_step_chart and finding.steps:
+            lo, hi = min(finding.steps), max(finding.steps)
+            target = {"chart": "chart-step-time", "range": [lo - 1.5, hi + 1.5]}
+        cards.append(
+            {
+                "index": i,
+                "finding": finding,
+                "seconds_lost": figures.seconds_label(finding.seconds_lost) if finding.seconds_lost else None,
+                "share": f"{finding.fraction_of_wall * 100:.0f}% of wall time" if finding.fraction_of_wall else None,
+                "steps": _steps_text(finding.steps),
+                "evidence": _evidence_items(finding.evidence),
+                "target": target,
+                "target_label": "Show on timeline" if target and target["chart"] == "chart-gantt" else "Show steps",
+            }
+        )
+    return cards
+
+
+def _steps_text(steps: list[int]) -> str:
+    if not steps:
+        return ""
+    ordered = sorted(steps)
+    head = ", ".join(str(s) for s in ordered[:12])
+    return head + (f" and {len(ordered) - 12} more" if len(ordered) > 12 else "")
+
+
+def _document_json(result: Analysis, budget: Budget, notes: Summarised) -> str:
+    document = build_document(result)
+    cap = budget.json_warnings
+    warnings = document.get("ingest_warnings") or []
+    if cap is not None and len(warnings) > cap:
+        document["ingest_warnings"] = warnings[:cap]
+        document["embedded_note"] = f"ingest_warnings truncated to {cap} of {len(warnings)} to keep the report within 10 MB; --format json has them all"
+        notes.add(f"The embedded JSON holds {cap:,} of {len(warnings):,} ingest warnings (`--format json` has them all).")
+    return script_json(orjson.dumps(document).decode())
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("trace_doctor", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["seconds"] = figures.seconds_label
+    env.filters["basename"] = lambda p: Path(str(p)).name
+    return env
+
+
+def render_html(result: Analysis, budget: Budget | None = None) -> str:
+    """The whole report as one HTML string."""
+    budget = budget or Budget()
+    notes = Summarised()
+    gantt, targets, step_buttons = _timeline(result, budget, notes)
+    marked: dict[int, list[str]] = {}
+    for finding in result.findings:
+        for step in finding.steps[:50]:
+            marked.setdefault(step, []).append(f"{finding.code} {finding.title}")
+    whole_run = _whole_run_charts(result, budget, notes, marked)
+    kl = _kl_chart(result)
+    profiles = _profiles(result, budget, notes)
+    dumps, silences = _dump_cadence(result, budget, notes)
+    logs = _log_rows(result, budget, notes)
+    run = result.run
+    warnings = run.warnings[: budget.warning_rows]
+    if len(run.warnings) > len(warnings):
+        notes.add(f"The ingest-warnings table lists {len(warnings)} of {len(run.warnings):,}.")
+    outcomes = sorted(result.outcomes, key=lambda o: ({"error": 0, "fired": 1, "not_applicable": 2, "passed": 3}[o.status], o.rule))
+    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
+    worst = next((s for s in ("error", "warning", "info") if counts[s]), "ok")
+    document = _document_json(result, budget, notes)
+    context = {
+        "version": __version__,
+        "run": run,
+        "meta": run.meta,
+        "doc": build_document(result)["run"],
+        "summary": result.summary,
+        "verdict": verdict(result),
+        "worst": worst,
+        "counts": counts,
+        "cards": _finding_cards(result, targets, bool(whole_run)),
+        "gantt": gantt,
+        "step_buttons": step_buttons,
+        "whole_run": {c.id: c for c in whole_run},
+        "kl": kl,
+        "kl_band": DEFAULTS["kl-drift"]["max_kl"],
+        "profiles": profiles,
+        "dumps": dumps,
+        "silences": silences,
+        "logs": logs,
+        "outcomes": outcomes,
+        "not_applicable": [o for o in outcomes if o.status == "not_applicable"],
+        "warnings": warnings,
+        "warning_count": len(run.warnings),
+        "notes": notes.notes,
+        "document_json": document,
+        "plotly_js": _plotly_js(),
+        "severity_colour": figures.SEVERITY_COLOUR,
+    }
+    return _environment().get_template("report.html.j2").render(**context)
+
+
+def write_html(result: Analysis, path: Path) -> None:
+    """Write the report to `path`, shrinking what it embeds until the file fits in 10 MB."""
+    budget = Budget()
+    text = render_html(result, budget)
+    while len(text.encode()) > SIZE_BUDGET_BYTES and budget.spans > 50:
+        budget = budget.scaled(0.5)
+        text = render_html(result, budget)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
