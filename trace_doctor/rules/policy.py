@@ -19,6 +19,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "min_sequential_step_share": 0.5,
         # Findings worth less than this many seconds over the run are not reported.
         "min_seconds_lost": 1.0,
+        # Submit-only SDK calls hand off in about a millisecond and the cookbook builds the
+        # optimizer params in microseconds: a silence longer than this between a forward_backward
+        # and the next optim_step submission is a wait for results, not Python overhead.
+        "min_wait_s": 0.02,
     },
     "get-batch-bottleneck": {
         # get_batch share of steady-state step time above which data loading is the bottleneck.
@@ -47,6 +51,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "min_silent_intervals": 2.5,
         # A submit-only SDK span longer than this means the calling thread could not run.
         "min_blocked_submit_s": 0.5,
+        # A dump silence shorter than this is scheduling noise, not a stall worth reporting.
+        "min_silence_s": 0.5,
+        # A sample round trip this many times its median (and min_blocked_submit_s longer) "stretched".
+        "round_trip_stretch_ratio": 2.0,
     },
     "heartbeat-stall": {
         "min_warnings": 1,
@@ -88,10 +96,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "known-bad-dependency": {},
     "decoded-error": {},
     "step-time-regression": {
+        # Median steady step time must grow by at least this share (issue 5: "default 10%"); below
+        # it a statistically significant change is noise that CI should not fail on.
         "min_relative_effect": 0.10,
+        # One-sided Mann-Whitney U significance level.
         "alpha": 0.05,
+        # Steady steps (after each run's warm-up) each run needs; with 5 vs 5 the smallest
+        # possible one-sided p is 1/252 = 0.004, so the test can still reach alpha. Fewer gives
+        # the verdict "inconclusive".
         "min_steady_steps": 5,
     },
+    # Matches findings by fingerprint only: nothing to tune.
     "new-finding": {},
 }
 

@@ -1,0 +1,111 @@
+"""Compare a candidate run's analysis with a baseline run: the regression rules and the baseline block.
+
+    >>> from trace_doctor import load_run, analyze
+    >>> result = analyze(load_run("candidate/"), baseline=load_run("baseline/"))   # doctest: +SKIP
+    >>> result.baseline["verdict"]                                                  # doctest: +SKIP
+    'regression'
+
+The normal rules run on the baseline too (for new-finding); then the baseline-only rules
+(step-time-regression, new-finding) run over a context that sees both runs. Their findings and
+outcomes join the candidate's, and `result.baseline` carries the comparison for every renderer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from trace_doctor.model import Analysis, Finding, RunTables
+from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.engine import run_one, run_rules, selected_rules
+
+STEP_TIME_RULE = "step-time-regression"
+
+
+class BaselineContext(RuleContext):
+    """A rule context over the candidate that also sees the baseline's context and both finding lists."""
+
+    def __init__(
+        self,
+        run: RunTables,
+        *,
+        overrides: dict[str, dict[str, Any]],
+        baseline_ctx: RuleContext,
+        candidate_findings: list[Finding],
+        baseline_findings: list[Finding],
+        run_wall_s: float | None,
+    ):
+        super().__init__(run, overrides=overrides, baseline=baseline_ctx.run)
+        self.baseline_ctx = baseline_ctx
+        self.candidate_findings = candidate_findings
+        self.baseline_findings = baseline_findings
+        self.run_wall_s = run_wall_s
+        # What the baseline-only rules measured, gathered into result.baseline afterwards.
+        self.comparison: dict[str, Any] = {}
+
+
+def _verdict(step_outcome, comparison: dict[str, Any]) -> tuple[str, str]:
+    if step_outcome is None:
+        return "no regression", f"{STEP_TIME_RULE} was not selected: step times were not compared"
+    if "step_time" in comparison:
+        return comparison["step_time"]["verdict"], comparison["step_time"]["message"]
+    if step_outcome.status == "error":
+        return "inconclusive", f"{STEP_TIME_RULE} failed: {step_outcome.reason}"
+    return "inconclusive", step_outcome.reason or "step times could not be compared"
+
+
+def _findings_by_rule(candidate: list[Finding], baseline: list[Finding]) -> dict[str, dict[str, int]]:
+    """Per-rule finding counts in both runs: structural signals (e.g. sequential waits) beside wall time."""
+    before, after = Counter(f.rule for f in baseline), Counter(f.rule for f in candidate)
+    return {rule: {"baseline": before[rule], "candidate": after[rule]} for rule in sorted(set(before) | set(after))}
+
+
+def compare(
+    result: Analysis,
+    baseline: RunTables,
+    *,
+    select: list[str] | None = None,
+    ignore: list[str] | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Run the regression rules against `baseline`, add their findings to `result`, fill `result.baseline`."""
+    from trace_doctor.summary import summarize
+
+    overrides = overrides or {}
+    base_findings, base_outcomes, base_ctx = run_rules(baseline, select=select, ignore=ignore, overrides=overrides)
+    candidate_findings = list(result.findings)
+    ctx = BaselineContext(
+        result.run,
+        overrides=overrides,
+        baseline_ctx=base_ctx,
+        candidate_findings=candidate_findings,
+        baseline_findings=base_findings,
+        run_wall_s=(result.summary or {}).get("wall_time_s"),
+    )
+    step_outcome = None
+    for rule in selected_rules(select, ignore):
+        if not rule.baseline_only:
+            continue
+        found, outcome = run_one(rule, ctx)
+        result.findings.extend(found)
+        result.outcomes.append(outcome)
+        if rule.slug == STEP_TIME_RULE:
+            step_outcome = outcome
+    result.findings.sort(key=Finding.sort_key)
+
+    verdict, message = _verdict(step_outcome, ctx.comparison)
+    step_time = ctx.comparison.get("step_time", {})
+    structural = dict(step_time.get("structural", {}))
+    structural["findings_by_rule"] = _findings_by_rule(candidate_findings, base_findings)
+    result.baseline = {
+        "path": baseline.meta.path,
+        "verdict": verdict,
+        "message": message,
+        "statistics": step_time.get("statistics"),
+        "breakdown": step_time.get("breakdown", []),
+        "structural": structural,
+        "new_fingerprints": ctx.comparison.get("new_fingerprints", []),
+        "summary": summarize(base_ctx),
+        "rules": [o.to_dict() for o in base_outcomes],
+    }
+    return result.baseline

@@ -1,0 +1,268 @@
+"""The escalation bundle: everything the service's support asks for, in one zip, secrets redacted.
+
+Built from the analysis alone (nothing re-reads the run's files): the HTML report, the JSON
+document, a Markdown summary for the support engineer, the pyinstrument profiles re-serialised
+from the frames table, the worst steps' trace slice as Chrome JSON, config.json, and a MANIFEST.json
+with the SHA-256 of every member. The zip is deterministic: same analysis, same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import re
+import sys
+import tempfile
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import orjson
+import polars as pl
+
+from trace_doctor import __version__
+from trace_doctor.model import Analysis
+from trace_doctor.report.redact import redact_analysis, redact_text, redact_tokens
+
+WORST_STEPS = 3
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps keep the archive reproducible
+_SESSION = re.compile(r"\bsession(?:[ _-]?id)?[\s:=]+['\"]?([A-Za-z0-9][A-Za-z0-9_.:\-]{5,})", re.IGNORECASE)
+_TINKER_RUN = re.compile(r"tinker://([A-Za-z0-9_.:\-]+)")
+
+
+def safe_member(name: str) -> str:
+    """An archive member name that stays inside the archive root (no absolute path, no `..`)."""
+    parts = [p for p in PurePosixPath(name.replace("\\", "/")).parts if p not in ("", "/", ".", "..")]
+    parts = [re.sub(r"[^A-Za-z0-9._-]", "_", p).lstrip(".") or "_" for p in parts]
+    if not parts:
+        raise ValueError(f"empty archive member name from {name!r}")
+    return "/".join(parts)
+
+
+def _json_bytes(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str) + b"\n"
+
+
+def session_ids(result: Analysis) -> list[str]:
+    """Session ids from `session` log events (fields or text) and from the config."""
+    found: set[str] = set()
+    events = result.run.log_events
+    if not events.is_empty() and "kind" in events.columns:
+        for row in events.filter(pl.col("kind") == "session").iter_rows(named=True):
+            fields = _fields(row.get("fields"))
+            for key in ("session_id", "session", "id"):
+                if isinstance(fields.get(key), str):
+                    found.add(fields[key])
+            found.update(_SESSION.findall(row.get("message") or ""))
+    for key, value in _walk(result.run.meta.config):
+        if "session" in key.lower() and isinstance(value, str) and value:
+            found.add(value)
+    return sorted(found)
+
+
+def tinker_run_ids(result: Analysis) -> list[str]:
+    """Training-run ids from the tinker:// checkpoint paths."""
+    ids: set[str] = set()
+    checkpoints = result.run.checkpoints
+    for column in ("state_path", "sampler_path"):
+        if column in checkpoints.columns:
+            for path in checkpoints[column].drop_nulls().to_list():
+                ids.update(_TINKER_RUN.findall(path))
+    return sorted(ids)
+
+
+def dependency_versions(result: Analysis) -> list[str]:
+    """Versions named in the logs (`version` log events), as `name version (source:line)`."""
+    events = result.run.log_events
+    if events.is_empty() or "kind" not in events.columns:
+        return []
+    lines = set()
+    for row in events.filter(pl.col("kind") == "version").iter_rows(named=True):
+        fields = _fields(row.get("fields"))
+        name = fields.get("package") or fields.get("name")
+        version = fields.get("version")
+        what = f"{name} {version}" if name and version else (row.get("message") or "").strip()
+        lines.add(f"{what} ({row.get('source')}:{row.get('line')})")
+    return sorted(lines)
+
+
+def _fields(text: Any) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _walk(value: Any, prefix: str = ""):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _walk(item, f"{prefix}[{i}]")
+    else:
+        yield prefix, value
+
+
+def support_summary(result: Analysis) -> str:
+    """The Markdown a support engineer reads first: ids, timing, findings, versions, environment."""
+    meta, summary = result.run.meta, result.summary or {}
+    lines = ["# trace-doctor escalation bundle", ""]
+    lines += ["## Identifiers", ""]
+    sessions, runs = session_ids(result), tinker_run_ids(result)
+    lines.append(f"- Tinker session id(s): {', '.join(f'`{s}`' for s in sessions) or 'none found in logs or config'}")
+    lines.append(f"- Training run id(s) (tinker:// checkpoints): {', '.join(f'`{r}`' for r in runs) or 'none found'}")
+    lines.append(f"- Model: {meta.model_name or 'unknown'}; renderer: {meta.renderer_name or 'unknown'}; "
+                 f"trainer: {meta.trainer}{' (' + meta.trainer_mode + ')' if meta.trainer_mode else ''}; "
+                 f"LoRA rank: {meta.lora_rank if meta.lora_rank is not None else 'unknown'}")
+    lines += ["", "## Step timing", ""]
+    for key, label in (("wall_time_s", "wall time"), ("step_time_p50_s", "median step"),
+                       ("steady_step_time_s", "steady (post-warm-up) median step"), ("warmup_steps", "warm-up steps")):
+        value = summary.get(key)
+        lines.append(f"- {label}: {value if value is not None else 'unknown'}{' s' if key.endswith('_s') and value is not None else ''}")
+    if result.baseline:
+        lines.append(f"- against baseline: **{result.baseline.get('verdict')}** — {result.baseline.get('message')}")
+    lines += ["", f"## Findings ({len(result.findings)})", ""]
+    for f in result.findings:
+        lost = f"; ~{f.seconds_lost:.1f} s lost" if f.seconds_lost else ""
+        lines.append(f"- **{f.severity}** {f.code} `{f.rule}` — {f.title}{lost}. {f.message}")
+    if not result.findings:
+        lines.append("- none")
+    lines += ["", "## Dependency versions found in the logs", ""]
+    lines += [f"- {v}" for v in dependency_versions(result)] or ["- none recorded (see FORMATS: runs record versions nowhere explicit)"]
+    lines += ["", "## Analyser", "",
+              f"- trace-doctor {__version__}",
+              f"- Python {platform.python_version()} ({sys.implementation.name}) on {platform.system()} {platform.machine()}",
+              "", "## Inputs read", ""]
+    for info in result.run.inputs:
+        lines.append(f"- {info.kind}: `{info.path}` ({info.records} records, {info.skipped} skipped)")
+    lines += ["", "Secrets (API keys, tokens, passwords, bearer headers) were redacted before writing this bundle.", ""]
+    return "\n".join(lines)
+
+
+def profile_documents(result: Analysis) -> dict[str, dict[str, Any]]:
+    """Each profile as pyinstrument's JSON-renderer shape, rebuilt from the frames table."""
+    frames, profiles = result.run.frames, result.run.profiles
+    if frames.is_empty():
+        return {}
+    heads = {row["profile"]: row for row in profiles.iter_rows(named=True)} if not profiles.is_empty() else {}
+    documents = {}
+    for name in sorted(frames["profile"].unique().drop_nulls().to_list()):
+        rows = frames.filter(pl.col("profile") == name).sort("frame_id").to_dicts()
+        children: dict[Any, list[dict[str, Any]]] = {}
+        nodes = {}
+        for row in rows:
+            node = {
+                "function": row.get("function"),
+                "file_path": row.get("file_path"),
+                "line_no": row.get("line_no"),
+                "class_name": row.get("class_name"),
+                "time": row.get("time_s"),
+                "self_time": row.get("self_time_s"),
+                "await_time": row.get("await_time_s"),
+                "is_application_code": row.get("is_application_code"),
+                "children": [],
+            }
+            nodes[row["frame_id"]] = node
+            children.setdefault(row.get("parent_id"), []).append(node)
+        for frame_id, node in nodes.items():
+            node["children"] = children.get(frame_id, [])
+        roots = [node for key, group in children.items() if key not in nodes for node in group]
+        head = heads.get(name, {})
+        documents[name] = {
+            "start_time": head.get("start_time"),
+            "duration": head.get("duration_s"),
+            "sample_count": head.get("sample_count"),
+            "target_description": head.get("target_description"),
+            "cpu_time": head.get("cpu_time_s"),
+            "async_mode": head.get("async_mode"),
+            "root_frame": roots[0] if len(roots) == 1 else {"function": "[roots]", "children": roots},
+        }
+    return documents
+
+
+def worst_steps(result: Analysis, count: int = WORST_STEPS) -> list[int]:
+    """The steps with the longest extent on the trace timeline (ties: lower step first)."""
+    from trace_doctor.report.export import step_ranges_us
+
+    ranges = step_ranges_us(result.run.spans)
+    return sorted(sorted(ranges, key=lambda s: (-(ranges[s][1] - ranges[s][0]), s))[:count])
+
+
+def worst_steps_slice(result: Analysis) -> bytes | None:
+    """Chrome JSON of every span overlapping the worst steps' time ranges."""
+    from trace_doctor.report.export import chrome_json_bytes, step_ranges_us
+
+    steps = worst_steps(result)
+    if not steps:
+        return None
+    ranges = step_ranges_us(result.run.spans)
+    spans = result.run.spans
+    keep = pl.lit(False)
+    for step in steps:
+        start, end = ranges[step]
+        keep = keep | ((pl.col("start_us") <= end) & (pl.col("end_us").fill_null(end) >= start))
+    return chrome_json_bytes(result, spans.filter(keep), with_findings=True)
+
+
+def _html_report(result: Analysis) -> bytes | None:
+    from trace_doctor.report.html import write_html
+
+    with tempfile.TemporaryDirectory(prefix="trace-doctor-bundle-") as tmp:
+        target = Path(tmp) / "report.html"
+        write_html(result, target)
+        return target.read_bytes() if target.exists() else None
+
+
+def bundle_members(result: Analysis) -> dict[str, bytes]:
+    """Every member of the bundle (except the manifest), from a redacted copy of the analysis."""
+    from trace_doctor.report.json_doc import render_json
+
+    clean = redact_analysis(result)
+    members: dict[str, bytes] = {
+        "SUMMARY.md": support_summary(clean).encode("utf-8"),
+        "findings.json": render_json(clean).encode("utf-8"),
+        "config.json": _json_bytes(clean.run.meta.config),
+    }
+    report = _html_report(clean)
+    if report is not None:
+        members["report.html"] = report
+    for name, document in profile_documents(clean).items():
+        member = safe_member(f"profiles/{PurePosixPath(name.replace(chr(92), '/')).name}.json")
+        while member in members:
+            member = member.removesuffix(".json") + "_.json"
+        members[member] = _json_bytes(document)
+    trace_slice = worst_steps_slice(clean)
+    if trace_slice is not None:
+        members["trace/worst_steps.json"] = trace_slice
+    # Last line of defence: scrub every member once more. Generated code and JSON get only the
+    # unmistakable token shapes, so the report's scripts and the JSON syntax are never rewritten.
+    return {
+        safe_member(name): (redact_text if name.endswith(".md") else redact_tokens)(data.decode("utf-8", "replace")).encode("utf-8")
+        for name, data in members.items()
+    }
+
+
+def write_bundle(result: Analysis, path: Path) -> list[dict[str, Any]]:
+    """Write the zip and return its manifest: one {path, bytes, sha256} per member."""
+    members = bundle_members(result)
+    manifest = [
+        {"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        for name, data in sorted(members.items())
+    ]
+    members["MANIFEST.json"] = json.dumps(
+        {"tool": "trace-doctor", "version": __version__, "files": manifest}, indent=2, sort_keys=True
+    ).encode("utf-8") + b"\n"
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(safe_member(name), date_time=ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, members[name])
+    return manifest

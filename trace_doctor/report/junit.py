@@ -1,0 +1,77 @@
+"""JUnit XML: one test case per rule; a failure for each rule that fired at or above the gate.
+
+A rule that was not applicable is skipped (with the missing input as the message); a rule that
+crashed is an error; a rule that fired below the gate passes with its findings in system-out.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from trace_doctor.model import SEVERITY_RANK, Analysis, Finding
+
+# XML 1.0 forbids most control characters, which can appear in log lines.
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _text(value: object) -> str:
+    return _INVALID_XML.sub("\ufffd", "" if value is None else str(value))
+
+
+def _finding_text(finding: Finding) -> str:
+    lost = f" ({finding.seconds_lost:.2f} s lost)" if finding.seconds_lost else ""
+    lines = [f"[{finding.severity}] {finding.code} {finding.title}{lost}", finding.message, f"Fix: {finding.fix}"]
+    if finding.steps:
+        lines.append(f"Steps: {', '.join(str(s) for s in finding.steps[:50])}{' …' if len(finding.steps) > 50 else ''}")
+    return "\n".join(lines)
+
+
+def render_junit(result: Analysis, *, fail_on: str = "never") -> str:
+    limit = SEVERITY_RANK.get(fail_on)  # None for "never": nothing fails
+    by_rule: dict[str, list[Finding]] = {}
+    for finding in result.findings:
+        by_rule.setdefault(finding.rule, []).append(finding)
+    codes = {f.rule: f.code for f in result.findings}
+
+    suites = ET.Element("testsuites", name="trace-doctor")
+    suite = ET.SubElement(suites, "testsuite", name="trace-doctor", hostname="trace-doctor")
+    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="run", value=_text(result.run.meta.path))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for outcome in sorted(result.outcomes, key=lambda o: (codes.get(o.rule) or _code(o.rule), o.rule)):
+        counts["tests"] += 1
+        case = ET.SubElement(suite, "testcase", classname=f"trace-doctor.{_code(outcome.rule)}", name=outcome.rule, time="0")
+        findings = by_rule.get(outcome.rule, [])
+        gated = [f for f in findings if limit is not None and SEVERITY_RANK[f.severity] >= limit]
+        if outcome.rule == "step-time-regression" and result.baseline and result.baseline.get("verdict") == "regression":
+            gated = gated or findings
+        if outcome.status == "error":
+            counts["errors"] += 1
+            ET.SubElement(case, "error", message=_text(outcome.reason), type="RuleError").text = _text(outcome.reason)
+        elif outcome.status == "not_applicable":
+            counts["skipped"] += 1
+            ET.SubElement(case, "skipped", message=_text(outcome.reason))
+        elif gated:
+            counts["failures"] += 1
+            worst = gated[0]
+            failure = ET.SubElement(
+                case, "failure", message=_text(f"{len(gated)} finding(s) at or above {fail_on}: {worst.title}"), type=worst.severity
+            )
+            failure.text = _text("\n\n".join(_finding_text(f) for f in gated))
+        elif findings:
+            ET.SubElement(case, "system-out").text = _text("\n\n".join(_finding_text(f) for f in findings))
+        elif outcome.reason:
+            ET.SubElement(case, "system-out").text = _text(outcome.reason)
+    for key, value in counts.items():
+        suite.set(key, str(value))
+        suites.set(key, str(value))
+    suite.set("time", "0")
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _code(slug: str) -> str:
+    from trace_doctor.rules.base import REGISTRY
+
+    rule = REGISTRY.get(slug)
+    return rule.code if rule else slug

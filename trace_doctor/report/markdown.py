@@ -1,0 +1,192 @@
+"""GitHub-flavoured Markdown for a CI job summary: verdict, gate, baseline comparison, findings.
+
+Always under 1 MiB (GitHub's job-summary limit): long lists are cut with a note saying how many
+items were left out and where the full list is (--format json).
+"""
+
+from __future__ import annotations
+
+import html
+
+from trace_doctor import __version__
+from trace_doctor.model import SEVERITY_RANK, Analysis, Finding
+
+MAX_BYTES = 1024 * 1024
+MAX_FINDINGS = 60
+MAX_DETAILS = 25
+MAX_WARNINGS = 20
+MAX_MESSAGE = 600
+SEVERITY_ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
+
+
+def cell(text: object, limit: int = MAX_MESSAGE) -> str:
+    """Text safe inside a table cell: HTML escaped, pipes and newlines neutralised, length capped."""
+    value = "" if text is None else str(text)
+    if len(value) > limit:
+        value = value[: limit - 1] + "…"
+    return html.escape(value, quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    if value >= 120:
+        return f"{value / 60:.1f} min"
+    return f"{value:.2f} s"
+
+
+def gate_line(result: Analysis, fail_on: str) -> str:
+    """Whether the CI gate tripped, and because of what."""
+    reasons = []
+    if fail_on != "never":
+        hits = [f for f in result.findings if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on]]
+        if hits:
+            reasons.append(f"{len(hits)} finding(s) at or above `{fail_on}`")
+    if result.baseline and result.baseline.get("verdict") == "regression":
+        reasons.append("a step-time regression against the baseline")
+    if reasons:
+        return f"**Gate: FAILED** — {' and '.join(reasons)}."
+    if fail_on == "never" and not result.baseline:
+        return "Gate: not set (`--fail-on never`)."
+    return f"**Gate: passed** (`--fail-on {fail_on}`)."
+
+
+def _summary(result: Analysis) -> list[str]:
+    meta, summary = result.run.meta, result.summary or {}
+    lines = ["| | |", "|---|---|"]
+    lines.append(f"| run | `{cell(meta.path, 200)}` |")
+    lines.append(f"| trainer | {cell(meta.trainer)}{' (' + cell(meta.trainer_mode) + ')' if meta.trainer_mode else ''} |")
+    if meta.model_name:
+        lines.append(f"| model | {cell(meta.model_name)} |")
+    lines.append(f"| wall time | {_seconds(summary.get('wall_time_s'))} |")
+    lines.append(f"| median step | {_seconds(summary.get('step_time_p50_s'))} |")
+    lines.append(f"| steady step | {_seconds(summary.get('steady_step_time_s'))} |")
+    lines.append(f"| warm-up steps | {summary.get('warmup_steps', 0)} |")
+    return lines
+
+
+def _number(value: object, digits: str = ".3g") -> str:
+    return format(value, digits) if isinstance(value, (int, float)) else "–"
+
+
+def _baseline(block: dict) -> list[str]:
+    verdict = block.get("verdict", "inconclusive")
+    icon = {"regression": "🔴", "inconclusive": "⚪", "no regression": "🟢"}.get(verdict, "")
+    lines = ["", "## Baseline comparison", "", f"{icon} **{verdict}** — {cell(block.get('message'))}", ""]
+    stats = block.get("statistics") or {}
+    if stats:
+        unit = stats.get("unit", "s")
+        lines += [
+            f"| | baseline | candidate |",
+            "|---|---:|---:|",
+            f"| steady steps (n) | {stats.get('n_baseline', '–')} | {stats.get('n_candidate', '–')} |",
+            f"| median ({cell(unit)}) | {_number(stats.get('median_baseline'))} | {_number(stats.get('median_candidate'))} |",
+            "",
+            f"Mann-Whitney U = {_number(stats.get('u'), '.1f')}, one-sided p = {_number(stats.get('p'))}, "
+            f"relative effect = {format(stats['effect'], '+.1%') if isinstance(stats.get('effect'), float) else '–'} "
+            f"(fires at p < {_number(stats.get('alpha'))} and effect ≥ {format(stats['min_relative_effect'], '.0%') if isinstance(stats.get('min_relative_effect'), float) else '–'}).",
+        ]
+    breakdown = block.get("breakdown") or []
+    if breakdown:
+        lines += ["", "Change of the median step time by phase (the parts add up to the total):", "",
+                  "| phase | baseline | candidate | change |", "|---|---:|---:|---:|"]
+        for part in breakdown:
+            lines.append(
+                f"| {cell(part.get('phase'))} | {_seconds(part.get('baseline_s'))} | {_seconds(part.get('candidate_s'))} "
+                f"| {format(part['change_s'], '+.3f') + ' s' if isinstance(part.get('change_s'), (int, float)) else '–'} |"
+            )
+        total = sum(p["change_s"] for p in breakdown if isinstance(p.get("change_s"), (int, float)))
+        lines.append(f"| **total** | | | **{total:+.3f} s** |")
+    fresh = block.get("new_fingerprints") or []
+    if fresh:
+        shown = fresh[:MAX_FINDINGS]
+        lines += ["", f"New since the baseline: {', '.join(f'`{cell(f, 120)}`' for f in shown)}"]
+        if len(fresh) > len(shown):
+            lines.append(f"… and {len(fresh) - len(shown)} more (see `--format json`).")
+    return lines
+
+
+def _findings(findings: list[Finding]) -> list[str]:
+    if not findings:
+        return ["", "## Findings", "", "No problems found by the rules that could run."]
+    lines = ["", f"## Findings ({len(findings)})", "", "| | code | rule | finding | cost |", "|---|---|---|---|---:|"]
+    for f in findings[:MAX_FINDINGS]:
+        lines.append(
+            f"| {SEVERITY_ICON[f.severity]} {f.severity} | {f.code} | `{f.rule}` | {cell(f.title, 200)} | {_seconds(f.seconds_lost)} |"
+        )
+    if len(findings) > MAX_FINDINGS:
+        lines.append(f"\n… and {len(findings) - MAX_FINDINGS} more finding(s), all listed in `--format json`.")
+    lines.append("")
+    for f in findings[:MAX_DETAILS]:
+        steps = f" Steps: {_steps(f.steps)}." if f.steps else ""
+        lines += [
+            f"<details><summary><b>{f.code} {html.escape(f.rule)}</b> — {html.escape(f.title)}</summary>",
+            "",
+            f"{cell(f.message)}{steps}",
+            "",
+            f"**Fix:** {cell(f.fix)}",
+            "",
+            "</details>",
+        ]
+    if len(findings) > MAX_DETAILS:
+        lines.append(f"\nDetails of {len(findings) - MAX_DETAILS} more finding(s) are in `--format json`.")
+    return lines
+
+
+def _steps(steps: list[int]) -> str:
+    shown = ", ".join(str(s) for s in steps[:12])
+    return shown + (f" … ({len(steps)} in all)" if len(steps) > 12 else "")
+
+
+def _rules(result: Analysis) -> list[str]:
+    counts: dict[str, int] = {}
+    for outcome in result.outcomes:
+        counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    order = ("fired", "passed", "not_applicable", "error")
+    parts = [f"{counts[s]} {s.replace('_', ' ')}" for s in order if counts.get(s)]
+    lines = ["", f"Rules: {', '.join(parts) or 'none ran'}."]
+    broken = [o for o in result.outcomes if o.status == "error"]
+    for outcome in broken[:MAX_WARNINGS]:
+        lines.append(f"- rule `{outcome.rule}` failed: {cell(outcome.reason, 300)}")
+    return lines
+
+
+def _warnings(result: Analysis) -> list[str]:
+    warnings = result.run.warnings
+    if not warnings:
+        return []
+    lines = ["", f"<details><summary>{len(warnings)} ingest warning(s)</summary>", ""]
+    for w in warnings[:MAX_WARNINGS]:
+        where = f"{w.path}:{w.line}" if w.line else w.path
+        lines.append(f"- `{cell(where, 200)}` {cell(w.problem, 300)}")
+    if len(warnings) > MAX_WARNINGS:
+        lines.append(f"- … and {len(warnings) - MAX_WARNINGS} more (see `--format json`)")
+    lines += ["", "</details>"]
+    return lines
+
+
+def render_markdown(result: Analysis, *, fail_on: str = "never") -> str:
+    lines = ["# trace-doctor", "", gate_line(result, fail_on), ""]
+    lines += _summary(result)
+    if result.baseline:
+        lines += _baseline(result.baseline)
+    lines += _findings(result.findings)
+    lines += _rules(result)
+    lines += _warnings(result)
+    lines += ["", f"<sub>trace-doctor {__version__}</sub>", ""]
+    text = "\n".join(lines)
+    return _fit(text)
+
+
+def _fit(text: str) -> str:
+    """Cut at a line boundary so the UTF-8 text stays under MAX_BYTES, with a note."""
+    data = text.encode("utf-8")
+    if len(data) <= MAX_BYTES:
+        return text
+    note = "\n\n**Summary truncated** at 1 MiB (GitHub's job-summary limit); the full report is in `--format json`.\n"
+    budget = MAX_BYTES - len(note.encode("utf-8"))
+    cut = data[:budget].decode("utf-8", errors="ignore")
+    cut = cut[: cut.rfind("\n")] if "\n" in cut else cut
+    return cut + note

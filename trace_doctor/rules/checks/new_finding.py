@@ -1,0 +1,86 @@
+"""TD402 new-finding: a finding the candidate has and the baseline does not.
+
+Runs only with `--baseline` (compare.py calls it after running the normal rules on both runs).
+Findings are matched by fingerprint — rule plus what it is about (phase, span name, thread role) —
+so the same problem at different step numbers or with different seconds is not "new".
+"""
+
+from __future__ import annotations
+
+from trace_doctor.model import Finding
+from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+
+
+def fingerprint_of(finding: Finding) -> str:
+    return finding.fingerprint or finding.rule
+
+
+def new_fingerprints(candidate: list[Finding], baseline: list[Finding]) -> list[str]:
+    """Fingerprints of candidate findings absent from the baseline, sorted."""
+    seen = {fingerprint_of(f) for f in baseline}
+    return sorted({fingerprint_of(f) for f in candidate} - seen)
+
+
+def check(ctx) -> list[Finding]:
+    """One finding per candidate finding whose fingerprint the baseline does not have."""
+    if ctx.baseline_ctx is None:
+        raise NotApplicable("needs --baseline PATH")
+    fresh = set(new_fingerprints(ctx.candidate_findings, ctx.baseline_findings))
+    ctx.comparison["new_fingerprints"] = sorted(fresh)
+    if not fresh:
+        return ctx.passed(
+            f"all {len(ctx.candidate_findings)} candidate finding(s) are also in the baseline"
+            if ctx.candidate_findings
+            else "the candidate has no findings"
+        )
+    found = []
+    for original in ctx.candidate_findings:
+        key = fingerprint_of(original)
+        if key not in fresh:
+            continue
+        fresh.discard(key)  # one new-finding per fingerprint, from the most severe instance
+        found.append(
+            Finding(
+                rule="new-finding",
+                code="TD402",
+                severity=original.severity,
+                title=f"New since the baseline: {original.title}",
+                message=f"{original.code} {original.rule} fires on the candidate but not on the baseline: {original.message}",
+                fix=original.fix,
+                steps=list(original.steps),
+                time_ranges_us=[list(r) for r in original.time_ranges_us],
+                evidence={"new_fingerprint": key, "rule": original.rule, "code": original.code},
+                seconds_lost=original.seconds_lost,
+                fraction_of_wall=original.fraction_of_wall,
+                confidence=original.confidence,
+                fingerprint=f"new-finding:{key}",
+            )
+        )
+    return found
+
+
+register(
+    Rule(
+        slug="new-finding",
+        code="TD402",
+        title="A finding absent from the baseline",
+        severity="warning",
+        needs="--baseline PATH",
+        docs=RuleDocs(
+            what=(
+                "Runs the normal rules on the baseline too and reports every candidate finding whose "
+                "fingerprint (rule + phase, span name or thread role it is about) the baseline lacks."
+            ),
+            why=(
+                "A change that introduces a new problem (a sequential wait, a GIL stall, a KL jump) is "
+                "worth a look even when the step time has not moved yet. The new finding keeps the "
+                "severity of the finding it repeats, so --fail-on decides whether it fails CI."
+            ),
+            evidence="the new fingerprints are listed in the baseline block of the JSON document",
+            fix="The fix of the finding it repeats.",
+        ),
+        check=check,
+        baseline_only=True,
+        tags=("regression", "baseline"),
+    )
+)

@@ -1,0 +1,272 @@
+"""TD401 step-time-regression: the candidate's steady steps are slower than the baseline's.
+
+Runs only with `--baseline` (compare.py calls it with a BaselineContext). Each run is cut at its
+own warm-up boundary; the steady samples are compared with a one-sided Mann-Whitney U test *and*
+a minimum relative effect, so a significant-but-tiny or a large-but-noisy change does not fire.
+Where both runs have a service clock-cycle estimate, steps are measured in cycles (structural,
+robust to a slower shared CI machine) instead of seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+from scipy.stats import mannwhitneyu
+
+from trace_doctor.model import Finding
+from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+
+# Breakdown parts in reading order. Each top-level phase (a cookbook timer name) is added into the
+# part it belongs to; a phase not listed here (e.g. RL `sampling`) is a part of its own.
+PHASE_GROUPS: dict[str, tuple[str, ...]] = {
+    "get_batch": ("get_batch",),
+    "submission": (
+        "submit_batch", "forward_backward", "forward_backward_async", "forward_backward_custom",
+        "forward_backward_custom_async", "forward", "forward_async", "optim_step", "optim_step_async",
+        "prepare_minibatch", "assemble_training_data",
+    ),
+    "waits": (
+        "step", "finish_batch", "train_step", "train", "do_train_step_and_get_sampling_client",
+        "do_train_step_streaming_and_get_sampling_client", "compute_full_batch_metrics_and_get_sampling_client",
+    ),
+    "evals": ("evals", "infrequent_evals", "run_evaluator", "run_evals", "run_evaluations_parallel"),
+    "checkpoints": (
+        "save_checkpoint", "save_checkpoint_async", "save_checkpoint_and_get_sampling_client",
+        "save_weights_and_get_sampling_client", "save_weights_and_get_sampling_client_async",
+        "save_weights_for_sampler", "save_weights_for_sampler_async", "save_state", "save_state_async",
+    ),
+}
+GROUP_OF = {phase: group for group, phases in PHASE_GROUPS.items() for phase in phases}
+UNTIMED = "untimed"
+OTHER = "other/interaction"
+
+
+def _steady(ctx) -> pl.DataFrame:
+    split = ctx.warmup
+    if split is None or split.steady is None:
+        return pl.DataFrame()
+    return split.steady
+
+
+def _cycle_s(ctx) -> float | None:
+    """The run's clock-cycle estimate in seconds, whatever shape derive.cycles returns."""
+    try:
+        cycle = ctx.clock_cycle
+    except Exception:  # noqa: BLE001 - no cycle estimate is a normal state, fall back to wall time
+        return None
+    for attr in ("cycle_s", "seconds", "value_s"):
+        if hasattr(cycle, attr):
+            cycle = getattr(cycle, attr)
+            break
+    if isinstance(cycle, (int, float)) and math.isfinite(cycle) and cycle > 0:
+        return float(cycle)
+    return None
+
+
+def _values(frame: pl.DataFrame, column: str) -> list[float]:
+    if frame.is_empty() or column not in frame.columns:
+        return []
+    return [float(v) for v in frame[column].drop_nulls().to_list() if math.isfinite(float(v))]
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _grouped_phases(*frames: pl.DataFrame) -> dict[str, list[str]]:
+    """Breakdown part -> the `phase:<name>` columns summed into it, parts in reading order."""
+    columns = sorted({c for f in frames for c in f.columns if c.startswith("phase:")})
+    groups: dict[str, list[str]] = {}
+    for column in columns:
+        phase = column.split(":", 1)[1]
+        groups.setdefault(GROUP_OF.get(phase, phase), []).append(column)
+    order = [g for g in PHASE_GROUPS if g in groups] + sorted(g for g in groups if g not in PHASE_GROUPS)
+    return {g: groups[g] for g in order}
+
+
+def _part_values(frame: pl.DataFrame, columns: list[str]) -> list[float]:
+    """Per-step seconds of a breakdown part: the sum of its phases in each row that has any."""
+    present = [c for c in columns if c in frame.columns]
+    if frame.is_empty() or not present:
+        return []
+    summed = frame.select(
+        pl.when(pl.any_horizontal([pl.col(c).is_not_null() for c in present]))
+        .then(pl.sum_horizontal([pl.col(c) for c in present]))
+        .otherwise(None)
+        .alias("part")
+    )
+    return _values(summed, "part")
+
+
+def phase_breakdown(base: pl.DataFrame, cand: pl.DataFrame) -> list[dict[str, Any]]:
+    """Change of median step time split into per-phase parts that sum exactly to the total change.
+
+    Each part is the change of that part's per-step median; medians are not additive, so what is
+    left over is reported as an explicit "other/interaction" part rather than spread around.
+    """
+    total_change = (_median(_values(cand, "total_s")) or 0.0) - (_median(_values(base, "total_s")) or 0.0)
+    parts: list[dict[str, Any]] = []
+    columns = list(_grouped_phases(base, cand).items()) + [(UNTIMED, ["untimed_s"])]
+    for name, group in columns:
+        before, after = _median(_part_values(base, group)), _median(_part_values(cand, group))
+        if before is None and after is None:
+            continue
+        parts.append(
+            {"phase": name, "baseline_s": before, "candidate_s": after, "change_s": (after or 0.0) - (before or 0.0)}
+        )
+    remainder = total_change - sum(p["change_s"] for p in parts)
+    parts.append({"phase": OTHER, "baseline_s": None, "candidate_s": None, "change_s": remainder})
+    for part in parts:
+        part["share_of_change"] = part["change_s"] / total_change if total_change else None
+    return parts
+
+
+def compare_step_times(cand_ctx, base_ctx, thresholds: dict[str, Any]) -> dict[str, Any]:
+    """The step-time comparison: verdict, statistics, breakdown and structural signals."""
+    cand, base = _steady(cand_ctx), _steady(base_ctx)
+    cand_s, base_s = _values(cand, "total_s"), _values(base, "total_s")
+    if not cand_s and not base_s:
+        raise NotApplicable("neither run has per-step times (time/total, timing spans or trace)")
+    cand_cycle, base_cycle = _cycle_s(cand_ctx), _cycle_s(base_ctx)
+    in_cycles = cand_cycle is not None and base_cycle is not None
+    unit = "cycles" if in_cycles else "s"
+    cand_x = [v / cand_cycle for v in cand_s] if in_cycles else cand_s
+    base_x = [v / base_cycle for v in base_s] if in_cycles else base_s
+    structural = {
+        "clock_cycle_s": {"baseline": base_cycle, "candidate": cand_cycle},
+        "warmup_steps": {
+            "baseline": int(base_ctx.warmup.warmup_steps) if base_ctx.warmup is not None else 0,
+            "candidate": int(cand_ctx.warmup.warmup_steps) if cand_ctx.warmup is not None else 0,
+        },
+    }
+    stats: dict[str, Any] = {
+        "metric": "steady cycles per step" if in_cycles else "steady step time",
+        "unit": unit,
+        "n_baseline": len(base_x),
+        "n_candidate": len(cand_x),
+        "median_baseline": _median(base_x),
+        "median_candidate": _median(cand_x),
+        "median_baseline_s": _median(base_s),
+        "median_candidate_s": _median(cand_s),
+        "u": None,
+        "p": None,
+        "effect": None,
+        "alpha": thresholds["alpha"],
+        "min_relative_effect": thresholds["min_relative_effect"],
+    }
+    minimum = int(thresholds["min_steady_steps"])
+    if len(cand_x) < minimum or len(base_x) < minimum:
+        short = "candidate" if len(cand_x) < minimum else "baseline"
+        return {
+            "verdict": "inconclusive",
+            "message": (
+                f"too few steady steps to compare: baseline {len(base_x)}, candidate {len(cand_x)} "
+                f"(the {short} needs at least {minimum} after its warm-up)"
+            ),
+            "statistics": stats,
+            "breakdown": [],
+            "structural": structural,
+        }
+    test = mannwhitneyu(cand_x, base_x, alternative="greater", method="auto")
+    effect = (stats["median_candidate"] - stats["median_baseline"]) / stats["median_baseline"] if stats["median_baseline"] else None
+    stats.update(u=float(test.statistic), p=float(test.pvalue), effect=effect)
+    significant = stats["p"] < thresholds["alpha"]
+    large = effect is not None and effect >= thresholds["min_relative_effect"]
+    verdict = "regression" if significant and large else "no regression"
+    change = f"{effect:+.1%}" if effect is not None else "n/a"
+    message = (
+        f"median {stats['metric']} {stats['median_baseline']:.3g} -> {stats['median_candidate']:.3g} {unit} "
+        f"({change}; Mann-Whitney U={stats['u']:.1f}, one-sided p={stats['p']:.3g}, "
+        f"n={len(base_x)} vs {len(cand_x)})"
+    )
+    if verdict == "no regression":
+        why = [] if significant else [f"p >= {thresholds['alpha']}"]
+        why += [] if large else [f"effect below {thresholds['min_relative_effect']:.0%}"]
+        message += f": not a regression ({', '.join(why)})"
+    return {
+        "verdict": verdict,
+        "message": message,
+        "statistics": stats,
+        "breakdown": phase_breakdown(base, cand),
+        "structural": structural,
+    }
+
+
+def _explain(breakdown: list[dict[str, Any]]) -> str:
+    movers = sorted((p for p in breakdown if abs(p["change_s"]) > 0), key=lambda p: -abs(p["change_s"]))
+    return ", ".join(f"{p['phase']} {p['change_s']:+.3g} s" for p in movers[:4]) or "no phase changed"
+
+
+def check(ctx) -> list[Finding]:
+    """Fire when the candidate's steady steps are significantly and materially slower."""
+    if ctx.baseline_ctx is None:
+        raise NotApplicable("needs --baseline PATH")
+    comparison = compare_step_times(ctx, ctx.baseline_ctx, ctx.thresholds)
+    ctx.comparison["step_time"] = comparison
+    if comparison["verdict"] != "regression":
+        return ctx.passed(comparison["message"])
+    stats = comparison["statistics"]
+    steady = _steady(ctx)
+    per_step = (stats["median_candidate_s"] or 0.0) - (stats["median_baseline_s"] or 0.0)
+    wall = ctx.run_wall_s
+    lost = per_step * len(steady) if per_step > 0 else None
+    return [
+        Finding(
+            rule="step-time-regression",
+            code="TD401",
+            severity="error",
+            title=f"Steady step time regressed {stats['effect']:+.0%} against the baseline",
+            message=f"{comparison['message']}. Change per step by phase: {_explain(comparison['breakdown'])}.",
+            fix=(
+                "Look at the phases that grew (breakdown in the baseline block): a grown 'waits' part "
+                "usually means lost pipelining, 'get_batch' slower data loading, 'untimed' new "
+                "client-side work between timed sections."
+            ),
+            steps=[int(s) for s in steady["step"].to_list()] if "step" in steady.columns else [],
+            evidence={"statistics": stats, "breakdown": comparison["breakdown"], "structural": comparison["structural"]},
+            seconds_lost=lost,
+            fraction_of_wall=(lost / wall) if lost and wall else None,
+            confidence="high" if stats["p"] < stats["alpha"] / 10 else "medium",
+            fingerprint="step-time-regression",
+        )
+    ]
+
+
+register(
+    Rule(
+        slug="step-time-regression",
+        code="TD401",
+        title="Steady step time worse than the baseline",
+        severity="error",
+        needs="--baseline PATH; per-step times in both runs (metrics time/total, timing spans or trace)",
+        docs=RuleDocs(
+            what=(
+                "Compares the steady-state step times of the candidate run with the baseline's, each "
+                "cut at its own warm-up boundary, with a one-sided Mann-Whitney U test and a minimum "
+                "relative effect. Measured in service clock cycles when both runs have a cycle estimate."
+            ),
+            why=(
+                "A change that makes each step 10% slower makes the whole training run 10% longer; "
+                "CI catches it before the run is launched at scale. Too few steady steps give an "
+                "'inconclusive' verdict instead of a guess."
+            ),
+            evidence=(
+                "baseline block of the JSON document: U, p, relative effect, medians, n, and an additive "
+                "per-phase breakdown of the change in median step time (parts sum to the total change)."
+            ),
+            fix=(
+                "Read the breakdown: the phase that grew is where to look (waits = pipelining, "
+                "get_batch = data loading, untimed = client-side work)."
+            ),
+        ),
+        check=check,
+        baseline_only=True,
+        tags=("regression", "baseline"),
+    )
+)
