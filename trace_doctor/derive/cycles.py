@@ -20,8 +20,8 @@ from trace_doctor.model import RunTables
 WAIT_SPAN_NAMES = ("step", "finish_batch", "sample", "sample_async", "train_step")
 WAIT_METRIC_KEYS = ("time/step",)
 MIN_WAITS = 8
-# Candidate periods: the service's cycle is seconds, not milliseconds or minutes.
-CANDIDATE_MIN_S = 0.5
+# Candidate periods: from 10 ms (simulated services run fast) to a minute.
+CANDIDATE_MIN_S = 0.01
 CANDIDATE_MAX_S = 60.0
 # R above this is a clear cluster at multiples (uniform phases give R ≈ 1/√n).
 MIN_RESULTANT = 0.8

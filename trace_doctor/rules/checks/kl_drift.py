@@ -1,0 +1,63 @@
+"""TD202 kl-drift: sampler-vs-trainer KL above the stable band for a sustained share of steps."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from trace_doctor.derive.step_times import live_training_rows
+from trace_doctor.model import Finding
+from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.checks.renderer_kl_step0 import kl_columns, run_label, temperature_confound
+
+MAX_LISTED_STEPS = 50
+
+
+def check(ctx) -> list[Finding]:
+    rows = live_training_rows(ctx.run.steps)
+    columns = kl_columns(rows)
+    if not columns:
+        raise NotApplicable("no optim/kl_sample_train_v1/_v2 in metrics: not an RL run")
+    t = ctx.thresholds
+    first_step = rows.sort(["segment", "step"])["step"][0]
+    later = rows.filter(~((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step)))
+    best = None
+    for version in sorted(columns):
+        column = columns[version]
+        values = later.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select("step", pl.col(column).abs().alias("kl"))
+        if values.height < 3:
+            continue
+        above = values.filter(pl.col("kl") > t["max_kl"])
+        share = above.height / values.height
+        candidate = (share, column, values, above)
+        if best is None or share > best[0]:
+            best = candidate
+    if best is None:
+        raise NotApplicable("fewer than 3 later steps with a KL value")
+    share, column, values, above = best
+    median = float(values["kl"].median())
+    if share < t["min_share_above"] or above.height < 3:
+        return ctx.passed(f"`{column}` above {t['max_kl']} on {above.height}/{values.height} later steps (median {median:.3g})")
+    steps = sorted(int(s) for s in above["step"].to_list())
+    note = f" Config temperature is {ctx.run.meta.temperature:g}, which inflates this KL by itself." if temperature_confound(ctx.run.meta) else ""
+    return [Finding(
+        rule="", code="", severity="warning",
+        title="KL between sampler and trainer drifted above the stable band",
+        message=f"|`{column}`| is above {t['max_kl']} on {above.height} of {values.height} steps after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first at step {steps[0]} ({run_label(ctx.run.meta)}).{note}",
+        fix="Lower the learning rate or add a KL penalty (kl_penalty_coef); check off-policy staleness in async/stream runs, and MoE numerics; if it is high from step 0, see renderer-kl-step0.",
+        steps=steps[:MAX_LISTED_STEPS],
+        evidence={"metric": column, "median": median, "max": float(values["kl"].max()), "steps_above": above.height, "steps_measured": values.height, "share_above": round(share, 4), "band": t["max_kl"]},
+        fingerprint=f"kl-drift:{column}", confidence="high" if share >= 0.5 else "medium",
+    )]
+
+
+RULE = register(Rule(
+    slug="kl-drift", code="TD202", title="KL drifting above the stable range", severity="warning",
+    needs="metrics.jsonl with optim/kl_sample_train_v1/_v2",
+    docs=RuleDocs(
+        what="|KL| between sampler and trainer logprobs above the stable band (0.01) on a sustained share of the steps after the first.",
+        why="The cookbook calls training stable when KL < 0.01; a sustained excess means the policy moves faster than the sampler tracks (too high LR, staleness, numerics) and updates become unreliable.",
+        evidence="Per-step |optim/kl_sample_train_v1/_v2| after the first step: share above the band, median, max, the steps above it.",
+        fix="Lower the learning rate, add or raise the KL penalty, reduce off-policy staleness; check temperature and MoE numerics.",
+    ),
+    check=check, tags=("kl", "metrics"),
+))

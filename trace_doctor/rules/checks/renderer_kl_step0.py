@@ -1,0 +1,104 @@
+"""TD201 renderer-kl-step0: sampler-vs-trainer KL already high at the first training step."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from trace_doctor.derive.step_times import live_training_rows
+from trace_doctor.model import Finding, RunMeta
+from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+
+KL_SUFFIXES = ("kl_sample_train_v2", "kl_sample_train_v1")
+
+
+def kl_columns(frame: pl.DataFrame) -> dict[str, str]:
+    """{"v1"/"v2": column} for the sampler-vs-trainer KL keys, matched by suffix (docs drop `optim/`)."""
+    found: dict[str, str] = {}
+    for column in sorted(frame.columns):
+        if not frame.schema[column].is_numeric() or column.startswith(("test/", "eval/")):
+            continue
+        for suffix in KL_SUFFIXES:
+            if column == suffix or column.endswith("/" + suffix):
+                found.setdefault(suffix[-2:], column)
+    return found
+
+
+def run_label(meta: RunMeta) -> str:
+    """`renderer X with model Y` from config.json, for messages."""
+    renderer = meta.renderer_name or "unknown renderer (config.json has no renderer_name)"
+    model = meta.model_name or "unknown model"
+    return f"renderer `{renderer}` with model `{model}`"
+
+
+def temperature_confound(meta: RunMeta) -> bool:
+    return meta.temperature is not None and abs(meta.temperature - 1.0) > 1e-9
+
+
+def check(ctx) -> list[Finding]:
+    rows = live_training_rows(ctx.run.steps)
+    if rows.is_empty():
+        raise NotApplicable("no training rows in metrics.jsonl")
+    rows = rows.filter(pl.col("segment") == rows["segment"].min()).sort("step")
+    t = ctx.thresholds
+    columns = kl_columns(rows)
+    meta = ctx.run.meta
+    if columns:
+        for version in ("v2", "v1"):
+            if version not in columns:
+                continue
+            column = columns[version]
+            present = rows.filter(pl.col(column).is_not_null() & pl.col(column).is_finite())
+            if present.is_empty():
+                continue
+            step, value = int(present["step"][0]), float(present[column][0])
+            limit = t[f"max_kl_{version}"]
+            if abs(value) <= limit:
+                continue
+            evidence = {"metric": column, "step": step, "value": value, "band": limit, "renderer_name": meta.renderer_name, "model_name": meta.model_name, "temperature": meta.temperature}
+            if temperature_confound(meta):
+                return [Finding(
+                    rule="", code="", severity="info",
+                    title="KL at the first step inflated by sampling temperature",
+                    message=f"`{column}` is {value:.4g} at step {step} (healthy < {limit}), but config temperature is {meta.temperature:g}: the sampler's logprobs are temperature-scaled and the trainer's are not, so this does not by itself point at {run_label(meta)}.",
+                    fix="Judge the renderer at temperature 1 (or compare a short run at temperature 1); the KL from temperature is expected.",
+                    steps=[step], evidence=evidence, fingerprint="renderer-kl-step0:temperature", confidence="medium",
+                )]
+            return [Finding(
+                rule="", code="", severity="warning",
+                title="Sampler and trainer disagree at the first step (renderer mismatch)",
+                message=f"`{column}` is {value:.4g} at step {step}, above the healthy band (< {limit}) while sampler and trainer still share weights: the trained tokens are not the sampled ones — check {run_label(meta)}.",
+                fix="Use the renderer recommended for the model (get_recommended_renderer_name), check the chat template round trip (multi-turn history re-rendering, stripped thinking, image tokens).",
+                steps=[step], evidence=evidence, fingerprint="renderer-kl-step0:sample-train", confidence="high" if version == "v2" else "medium",
+            )]
+        first = rows.filter(pl.col(columns.get("v2", columns.get("v1"))).is_not_null())
+        value = float(first[columns.get("v2", columns.get("v1"))][0]) if first.height else None
+        return ctx.passed(f"first-step KL {value:.3g} is inside the healthy band" if value is not None else "no KL value at the first step")
+    if "teacher_kl" in rows.columns and rows.schema["teacher_kl"].is_numeric():
+        present = rows.filter(pl.col("teacher_kl").is_not_null())
+        if present.is_empty():
+            raise NotApplicable("teacher_kl column is empty")
+        step, value = int(present["step"][0]), float(present["teacher_kl"][0])
+        limit = t["max_teacher_kl_step0"]
+        if value > limit:
+            return [Finding(
+                rule="", code="", severity="warning",
+                title="Student and teacher disagree at the first step (renderer mismatch)",
+                message=f"`teacher_kl` is {value:.4g} at step {step}, above {limit}: the teacher may be scoring text rendered for the student — check {run_label(meta)} against the teacher's renderer.",
+                fix="Render the teacher's input with the teacher's own renderer (cookbook issue #796 measured +0.287 nats/token from this).",
+                steps=[step], evidence={"metric": "teacher_kl", "step": step, "value": value, "band": limit}, fingerprint="renderer-kl-step0:teacher", confidence="medium",
+            )]
+        return ctx.passed(f"teacher_kl {value:.3g} at step {step} is below {limit}")
+    raise NotApplicable("no optim/kl_sample_train_v1/_v2 or teacher_kl in metrics: not an RL or distillation run")
+
+
+RULE = register(Rule(
+    slug="renderer-kl-step0", code="TD201", title="KL already high at the first step", severity="warning",
+    needs="metrics.jsonl with optim/kl_sample_train_v1/_v2 (RL) or teacher_kl (distillation); config.json for renderer, model, temperature",
+    docs=RuleDocs(
+        what="Sampler-vs-trainer KL (`optim/kl_sample_train_v1/_v2`) above the healthy band (< 0.01) at the first training step, or a high `teacher_kl` at step 0 in distillation.",
+        why="At step 0 sampler and trainer use the same weights, so the KL should be numerical noise; a clear value means the trainer trains on tokens the sampler never produced (renderer / chat template mismatch) and the run optimises the wrong objective.",
+        evidence="The first training row's KL value (v2 preferred: always ≥ 0), the band, and config.json's renderer_name, model_name and temperature (temperature ≠ 1 inflates KL by itself and is reported as such).",
+        fix="Use the model's recommended renderer; verify the render→tokenize round trip; for distillation render the teacher's input with the teacher's renderer.",
+    ),
+    check=check, tags=("kl", "metrics"),
+))
