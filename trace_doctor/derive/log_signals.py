@@ -1,0 +1,150 @@
+"""Typed readings of the log lines the rules use: GIL monitor, heartbeat, pause, stuck, serialization test.
+
+Each reader takes the `log_events` table and recognises its lines by the parsed `fields` when the
+ingest layer filled them and by the exact message text of FORMATS.md 5.3 / 5.4 otherwise, so a rule
+works whatever `kind` the parser gave a line. Every reading keeps its file and line number.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+GIL_MONITOR = re.compile(
+    r"\[GIL monitor\] slept (?P<actual>[\d.]+)s instead of (?P<expected>[\d.]+)s \(jitter: (?P<jitter>[\d.]+)s\)"
+)
+HEARTBEAT = re.compile(
+    r"Session heartbeat failed for (?P<seconds>[\d.]+) seconds(?: for session (?P<session>[\w-]+))?"
+)
+PAUSED = re.compile(
+    r"(?P<what>Training for \S+ is paused|Training is paused for \S+|Model creation for \S+ is paused"
+    r"|Sampling is paused for sampler \S+|The job is paused due to billing status"
+    r"|The job was paused due to billing status for (?P<seconds>[\d.]+) seconds)"
+    r"(?:.*?Reason: (?P<reason>[^.]+))?"
+)
+STUCK = re.compile(r"No progress made in (?P<seconds>[\d.]+)s")
+SERIALIZATION_TOOK = re.compile(r"model_dump\(\) took (?P<seconds>[\d.]+)s")
+SERIALIZATION_VERDICT = re.compile(r"^\s*(?P<verdict>PASS|WARNING|FAIL):")
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """A cited log line: where it is, what it says, and the numbers read from it."""
+
+    source: str
+    line: int | None
+    message: str
+    values: dict[str, Any]
+
+    def cite(self, width: int = 240) -> dict[str, Any]:
+        text = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        return {"file": self.source, "line": self.line, "text": text[:width]}
+
+
+def fields_of(raw: str | None) -> dict[str, Any]:
+    """The parsed fields of a log event (JSON text), or {} when absent or unreadable."""
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _rows(log_events: pl.DataFrame) -> list[dict[str, Any]]:
+    if log_events.is_empty():
+        return []
+    return log_events.sort("source", "line", nulls_last=True).to_dicts()
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def gil_monitor_lines(log_events: pl.DataFrame) -> list[LogLine]:
+    """`[GIL monitor] slept As instead of Es (jitter: Js)` lines with actual/expected/jitter seconds."""
+    found = []
+    for row in _rows(log_events):
+        message = row.get("message") or ""
+        fields = fields_of(row.get("fields"))
+        match = GIL_MONITOR.search(message)
+        if row.get("kind") == "gil-monitor" and "jitter_s" in fields:
+            values = {k: _number(fields.get(k)) for k in ("actual_s", "expected_s", "jitter_s")}
+        elif match:
+            values = {
+                "actual_s": float(match["actual"]),
+                "expected_s": float(match["expected"]),
+                "jitter_s": float(match["jitter"]),
+            }
+        else:
+            continue
+        if values["jitter_s"] is None:
+            continue
+        found.append(LogLine(row["source"], row.get("line"), message, values))
+    return found
+
+
+def heartbeat_lines(log_events: pl.DataFrame) -> list[LogLine]:
+    """`Session heartbeat failed for N seconds for session S` warnings."""
+    found = []
+    for row in _rows(log_events):
+        message = row.get("message") or ""
+        match = HEARTBEAT.search(message)
+        if not match:
+            continue
+        found.append(
+            LogLine(row["source"], row.get("line"), message,
+                    {"seconds": float(match["seconds"]), "session": match["session"]})
+        )
+    return found
+
+
+def paused_lines(log_events: pl.DataFrame) -> list[LogLine]:
+    """Queue / sampling / billing pause warnings of the SDK."""
+    found = []
+    for row in _rows(log_events):
+        message = row.get("message") or ""
+        match = PAUSED.search(message)
+        if not match:
+            continue
+        seconds = _number(match["seconds"])
+        reason = (match["reason"] or "").strip() or None
+        found.append(
+            LogLine(row["source"], row.get("line"), message,
+                    {"what": match["what"], "seconds": seconds, "reason": reason,
+                     "billing": "billing" in match["what"]})
+        )
+    return found
+
+
+def stuck_lines(log_events: pl.DataFrame) -> list[LogLine]:
+    """`No progress made in Ns. Requests appear to be stuck.` (the SDK's stuck-request detector)."""
+    found = []
+    for row in _rows(log_events):
+        message = row.get("message") or ""
+        match = STUCK.search(message)
+        if match:
+            found.append(LogLine(row["source"], row.get("line"), message, {"seconds": float(match["seconds"])}))
+    return found
+
+
+def serialization_test_lines(log_events: pl.DataFrame) -> list[LogLine]:
+    """The debug skill's serialization test: `model_dump() took Ns` and its PASS/WARNING/FAIL verdict."""
+    found = []
+    for row in _rows(log_events):
+        message = row.get("message") or ""
+        took = SERIALIZATION_TOOK.search(message)
+        verdict = SERIALIZATION_VERDICT.search(message)
+        if took:
+            found.append(LogLine(row["source"], row.get("line"), message, {"seconds": float(took["seconds"])}))
+        elif verdict and ("model_dump" in message or "pydantic" in message or "serializ" in message.lower()):
+            found.append(LogLine(row["source"], row.get("line"), message, {"verdict": verdict["verdict"]}))
+    return found

@@ -1,0 +1,147 @@
+"""TD108 cpu-bound-main-thread: the main thread busy in CPU work instead of waiting on the API."""
+
+from __future__ import annotations
+
+from trace_doctor.derive.profile_stats import (
+    CPU_LIBRARIES,
+    StackState,
+    breakdown,
+    cpu_share,
+    stack_states,
+    top_categories,
+)
+from trace_doctor.model import Finding
+from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
+
+FIX = (
+    "Move the hot CPU work off the main thread: tokenization, reward computation, numpy/torch CPU "
+    "ops and regex scoring into a ProcessPoolExecutor (spawn) or precompute them; keep the event "
+    "loop free so submissions go out and results are consumed on time."
+)
+MAX_CITED = 10
+MIN_STACK_BLOCKS = 2
+
+
+def _label(category: str) -> str:
+    return CPU_LIBRARIES.get(category, category)
+
+
+def _profile_findings(ctx: RuleContext) -> list[Finding]:
+    min_share = float(ctx.thresholds["min_share"])
+    min_seconds = float(ctx.thresholds["min_seconds"])
+    findings = []
+    for item in breakdown(ctx.run.profiles, ctx.run.frames):
+        share = cpu_share(item)
+        cpu_s = share * item.wall_s
+        if share < min_share or cpu_s < min_seconds:
+            continue
+        merged: dict[str, float] = {}
+        for category, seconds in item.cpu_by_category.items():
+            merged[_label(category)] = merged.get(_label(category), 0.0) + seconds
+        top = top_categories(merged)
+        hottest = item.hot_cpu_frames[0] if item.hot_cpu_frames else None
+        findings.append(Finding(
+            rule="", code="", severity="warning",
+            title="Main thread CPU-bound",
+            message=(
+                f"The profiled thread of {item.profile} spent {cpu_s:.2f} s of {item.wall_s:.2f} s "
+                f"({share:.0%}) running CPU code rather than waiting: "
+                + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in top)
+                + (f"; hottest frame {hottest.where()} ({hottest.seconds:.2f} s self)" if hottest else "")
+                + ". While it computes, the event loop is stalled and the SDK thread competes for the GIL"
+                + (" (serialization is reported separately by serialization-stall)." if item.serialization_s else ".")
+            ),
+            fix=FIX,
+            evidence={
+                "profile": item.profile,
+                "wall_s": round(item.wall_s, 6),
+                "cpu_s": round(cpu_s, 6),
+                "process_cpu_time_s": item.cpu_time_s,
+                "by_library": {name: round(seconds, 6) for name, seconds in top_categories(merged, 12)},
+                "waiting_s": {
+                    "event_loop_poll": round(item.idle_poll_s, 6),
+                    "blocking_io": round(item.blocking_io_s, 6),
+                    "await": round(item.await_s, 6),
+                },
+                "hot_frames": [f.to_dict() for f in item.hot_cpu_frames[:MAX_CITED]],
+            },
+            seconds_lost=round(cpu_s, 6),
+            fraction_of_wall=round(share, 4),
+            fingerprint=f"cpu-bound-main-thread:profile:{item.profile}",
+        ))
+    return findings
+
+
+def _stack_finding(ctx: RuleContext) -> Finding | None:
+    states = stack_states(ctx.run.stack_snapshots)
+    main = [s for s in states if s.label == "main"]
+    busy: list[StackState] = [s for s in main if s.state == "cpu"]
+    if len(busy) < MIN_STACK_BLOCKS or len(busy) / max(len(main), 1) < float(ctx.thresholds["min_share"]):
+        return None
+    libraries = sorted({s.detail for s in busy})
+    return Finding(
+        rule="", code="", severity="warning",
+        title="Main thread caught in CPU code",
+        message=(
+            f"{len(busy)} of {len(main)} stack-watchdog samples of [main] are in CPU code "
+            f"({', '.join(libraries)}), first at {busy[0].source}:{busy[0].line} "
+            f"({busy[0].function} in {busy[0].file_path}:{busy[0].line_no})."
+        ),
+        fix=FIX,
+        evidence={
+            "samples": len(main), "cpu_samples": len(busy), "share": round(len(busy) / len(main), 4),
+            "stacks": [s.to_dict() for s in busy[:MAX_CITED]],
+        },
+        fraction_of_wall=round(len(busy) / len(main), 4),
+        fingerprint="cpu-bound-main-thread:stacks",
+    )
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    if ctx.run.frames.is_empty() and ctx.run.stack_snapshots.is_empty():
+        raise NotApplicable(
+            "no pyinstrument profile or stack-watchdog dump: profile the training loop's main thread "
+            "(pyinstrument) or run the debug skill's stack watchdog"
+        )
+    findings = _profile_findings(ctx)
+    stacks = _stack_finding(ctx)
+    if stacks is not None:
+        findings.append(stacks)
+    if findings:
+        return findings
+    shares = [f"{b.profile}: {cpu_share(b):.0%} CPU" for b in breakdown(ctx.run.profiles, ctx.run.frames)]
+    return ctx.passed(
+        "the main thread mostly waits"
+        + (f" ({'; '.join(shares)})" if shares else "")
+    )
+
+
+RULE = register(
+    Rule(
+        slug="cpu-bound-main-thread",
+        code="TD108",
+        title="Main thread busy in CPU work",
+        severity="warning",
+        needs="a pyinstrument profile of the main thread, or stack-watchdog dumps",
+        docs=RuleDocs(
+            what=(
+                "Main-thread self time in CPU code — numpy, torch on CPU, tokenizers, transformers, "
+                "regex, pure-Python loops in application code — while the run waits on the API."
+            ),
+            why=(
+                "Tinker does the GPU work; the client should mostly wait. CPU work on the main thread "
+                "delays submissions past the service's clock cycle and holds the GIL the SDK thread needs."
+            ),
+            evidence=(
+                "Per profile: exclusive time of non-waiting frames grouped by library (built-ins count "
+                "for their caller), capped by the process CPU time pyinstrument recorded, with the "
+                "hottest frames; waiting in epoll/select, blocking I/O and [await] is excluded. Stack "
+                "dumps: share of [main] samples whose innermost frame is in a CPU library."
+            ),
+            fix=FIX,
+        ),
+        check=check,
+        tags=("profile", "dumps"),
+    )
+)

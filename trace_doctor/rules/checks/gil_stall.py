@@ -1,0 +1,420 @@
+"""TD105 gil-stall: independent signals that user code held the GIL and starved the SDK thread.
+
+No single input shows a GIL stall: the SDK's background thread is never in the trace nor in a
+pyinstrument profile. So this rule collects every independent reading — GIL-monitor jitter, task
+dumps where one loop went silent, stack-watchdog blocks, trace spans that could only be long if
+the calling thread was blocked, heartbeat warnings, erratic step times — and grades a single
+verdict by how many independent signals agree and how direct each one is.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from trace_doctor.derive.dump_cadence import process_silences, silences
+from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_lines
+from trace_doctor.derive.profile_stats import StackState, stack_states
+from trace_doctor.model import Finding
+from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.policy import thresholds_for
+
+# Direct readings of a starved or blocked thread weigh 2, readings with one innocent alternative
+# (e.g. a suspended process) 1.5, corroborating ones 1, circumstantial 0.5.
+STRONG, STRONG_ISH, MEDIUM, WEAK = 2.0, 1.5, 1.0, 0.5
+# SDK calls that only hand a request to the SDK thread (FORMATS.md 1.4): milliseconds when healthy.
+SUBMIT_ONLY = frozenset(
+    {
+        "forward_backward_async", "forward_backward", "forward_async", "forward",
+        "forward_backward_custom_async", "forward_backward_custom", "optim_step_async", "optim_step",
+        "save_state_async", "save_state", "save_weights_for_sampler_async", "save_weights_for_sampler",
+        "load_state_async", "load_state_with_optimizer_async",
+    }
+)
+# SDK calls timed over the full round trip: they stretch when the SDK thread cannot poll results.
+ROUND_TRIP = frozenset({"sample_async", "sample", "compute_logprobs_async", "compute_logprobs"})
+MAX_CITED = 15
+
+
+@dataclass
+class Signal:
+    """One independent piece of evidence, its weight, and what it lets us estimate."""
+
+    kind: str
+    strength: float
+    summary: str
+    evidence: dict[str, Any]
+    seconds: float | None = None
+    time_ranges_us: list[list[float]] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+
+
+def confidence(signals: list[Signal]) -> str:
+    """high: two or more independent signals, at least one direct; medium: one direct or two weaker."""
+    score = sum(s.strength for s in signals)
+    independent = sum(1 for s in signals if s.strength >= MEDIUM)
+    if score >= 3 and independent >= 2:
+        return "high"
+    if score >= 2:
+        return "medium"
+    return "low"
+
+
+def _monitor_signal(ctx: RuleContext) -> Signal | None:
+    threshold = float(ctx.thresholds["min_monitor_jitter_s"])
+    lines = [ln for ln in gil_monitor_lines(ctx.run.log_events) if ln.values["jitter_s"] >= threshold]
+    if not lines:
+        return None
+    jitter = [ln.values["jitter_s"] for ln in lines]
+    return Signal(
+        "gil-monitor", STRONG,
+        f"{len(lines)} GIL-monitor line(s) with jitter up to {max(jitter):.2f} s (total {sum(jitter):.1f} s)",
+        {"lines": [dict(ln.cite(), jitter_s=ln.values["jitter_s"]) for ln in lines[:MAX_CITED]],
+         "count": len(lines), "total_jitter_s": round(sum(jitter), 3), "max_jitter_s": max(jitter)},
+        seconds=sum(jitter),
+    )
+
+
+def _dump_signals(ctx: RuleContext) -> list[Signal]:
+    found = silences(
+        ctx.run.task_snapshots,
+        min_intervals=float(ctx.thresholds["min_silent_intervals"]),
+        min_seconds=float(ctx.thresholds["min_silence_s"]),
+    )
+    together = process_silences(
+        ctx.run.task_snapshots,
+        min_intervals=float(ctx.thresholds["min_silent_intervals"]),
+        min_seconds=float(ctx.thresholds["min_silence_s"]),
+    )
+    holder = [s for s in found if s.label == "holder" and "main" in s.other_dumps]
+    main = [s for s in found if s.label == "main" and "holder" in s.other_dumps]
+    signals = []
+    if holder:
+        total = sum(s.lower_bound_s for s in holder)
+        signals.append(Signal(
+            "holder-silent", STRONG,
+            f"the SDK loop's [holder] task dumps stopped {len(holder)} time(s) while [main] kept "
+            f"dumping (at least {total:.1f} s in all, longest {max(s.clock_gap_s for s in holder):.0f} s)",
+            {"silences": [s.to_dict() for s in holder[:MAX_CITED]], "count": len(holder)},
+            seconds=total,
+        ))
+    if together:
+        total = sum(s.lower_bound_s for s in together)
+        signals.append(Signal(
+            "all-loops-silent", STRONG_ISH,
+            f"every event loop ([main] and [holder]) stopped dumping at once {len(together)} time(s) "
+            f"(at least {total:.1f} s in all): threads only all stop together when one holds the GIL "
+            "in C code (or the process was suspended)",
+            {"silences": [s.to_dict() for s in together[:MAX_CITED]], "count": len(together)},
+            seconds=total,
+        ))
+    if main:
+        total = sum(s.lower_bound_s for s in main)
+        signals.append(Signal(
+            "main-silent", MEDIUM,
+            f"[main] task dumps stopped {len(main)} time(s) while [holder] kept dumping: the main "
+            f"thread was blocked in synchronous code (at least {total:.1f} s)",
+            {"silences": [s.to_dict() for s in main[:MAX_CITED]], "count": len(main)},
+            seconds=total,
+        ))
+    return signals
+
+
+def _stack_signal(ctx: RuleContext) -> Signal | None:
+    states = stack_states(ctx.run.stack_snapshots)
+    by_block: dict[tuple[str, int], dict[str, StackState]] = {}
+    for state in states:
+        by_block.setdefault((state.source, state.snapshot), {})[state.label] = state
+    starving = [
+        block for block in by_block.values()
+        if block.get("main") is not None and block["main"].state in ("cpu", "serialization")
+        and block.get("holder") is not None and block["holder"].state == "idle-poll"
+    ]
+    if not starving:
+        return None
+    libraries = sorted({b["main"].detail for b in starving})
+    return Signal(
+        "stack-watchdog", MEDIUM,
+        f"{len(starving)} stack-watchdog block(s) show [main] in CPU code ({', '.join(libraries)}) while "
+        "[holder] waits in selectors/poll for the GIL to process results",
+        {"blocks": [{"main": b["main"].to_dict(), "holder": b["holder"].to_dict()} for b in starving[:MAX_CITED]],
+         "count": len(starving)},
+    )
+
+
+def _merge(ranges: list[list[float]]) -> list[list[float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def _stretched_round_trips(spans: pl.DataFrame, ratio: float, min_excess_s: float) -> pl.DataFrame:
+    trips = spans.filter(pl.col("name").is_in(list(ROUND_TRIP)))
+    if trips.is_empty():
+        return trips
+    trips = trips.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
+    return trips.filter(
+        (pl.col("dur_us") > ratio * pl.col("typical_us"))
+        & (pl.col("dur_us") - pl.col("typical_us") > min_excess_s * 1e6)
+    )
+
+
+def _overlapping(row: dict, others: pl.DataFrame) -> list[dict]:
+    if others.is_empty():
+        return []
+    hits = others.filter(
+        (pl.col("segment").eq_missing(row["segment"]))
+        & (pl.col("start_us") < row["end_us"]) & (pl.col("end_us") > row["start_us"])
+        & ~((pl.col("tid") == row["tid"]) & (pl.col("pid") == row["pid"]))
+    )
+    return hits.to_dicts()
+
+
+def _span_ref(row: dict) -> dict[str, Any]:
+    return {
+        "name": row["name"], "track": row["track"], "thread": row["thread"], "step": row["step"],
+        "start_us": row["start_us"], "end_us": row["end_us"], "dur_s": round(row["dur_us"] / 1e6, 6),
+    }
+
+
+def _trace_signals(ctx: RuleContext) -> list[Signal]:
+    spans = ctx.run.spans
+    if spans.is_empty():
+        return []
+    closed = spans.filter(pl.col("closed") & pl.col("dur_us").is_not_null())
+    min_s = float(ctx.thresholds["min_blocked_submit_s"])
+    stretched = _stretched_round_trips(closed, float(ctx.thresholds["round_trip_stretch_ratio"]), min_s)
+    signals = []
+
+    submits = closed.filter(pl.col("name").is_in(list(SUBMIT_ONLY)))
+    if not submits.is_empty():
+        submits = submits.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
+        long_submits = submits.filter(pl.col("dur_us") > min_s * 1e6).sort("segment", "start_us").to_dicts()
+        if long_submits:
+            with_stretch = [(row, _overlapping(row, stretched)) for row in long_submits]
+            corroborated = [row for row, hits in with_stretch if hits]
+            excess = sum((row["dur_us"] - row["typical_us"]) / 1e6 for row in long_submits)
+            signals.append(Signal(
+                "trace-submit", STRONG if corroborated else MEDIUM,
+                f"{len(long_submits)} submit-only SDK span(s) ({', '.join(sorted({r['name'] for r in long_submits}))}) "
+                f"took over {min_s:g} s (longest {max(r['dur_us'] for r in long_submits) / 1e6:.2f} s); "
+                "handing a request to the SDK takes milliseconds unless the calling thread is blocked"
+                + (f", and {len(corroborated)} of them overlap stretched sample round trips" if corroborated else ""),
+                {"spans": [dict(_span_ref(r), typical_s=round(r["typical_us"] / 1e6, 6),
+                                overlapping_round_trips=[_span_ref(h) for h in hits[:3]])
+                           for r, hits in with_stretch[:MAX_CITED]],
+                 "count": len(long_submits)},
+                seconds=excess,
+                time_ranges_us=_merge([[r["start_us"], r["end_us"]] for r in long_submits]),
+                steps=sorted({r["step"] for r in long_submits if r["step"] is not None}),
+            ))
+
+    sync_main = closed.filter(
+        pl.col("track").str.starts_with("sync:") & (pl.col("thread") == "MainThread")
+        & (pl.col("dur_us") > min_s * 1e6)
+    ).sort("segment", "start_us").to_dicts()
+    corroborated_sync = [(row, hits) for row in sync_main if (hits := _overlapping(row, stretched))]
+    if corroborated_sync:
+        ranges = _merge([[r["start_us"], r["end_us"]] for r, _ in corroborated_sync])
+        signals.append(Signal(
+            "trace-sync", MEDIUM,
+            f"{len(corroborated_sync)} long synchronous span(s) on the main thread overlap sample round "
+            "trips stretched well beyond their median",
+            {"spans": [dict(_span_ref(r), overlapping_round_trips=[_span_ref(h) for h in hits[:3]])
+                       for r, hits in corroborated_sync[:MAX_CITED]],
+             "count": len(corroborated_sync)},
+            seconds=sum(b - a for a, b in ranges) / 1e6,
+            time_ranges_us=ranges,
+            steps=sorted({r["step"] for r, _ in corroborated_sync if r["step"] is not None}),
+        ))
+    return signals
+
+
+def _main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
+    """Intervals inside the main task's outer span where no child span is open, per segment."""
+    main = spans.filter(
+        ((pl.col("track") == "main") | (pl.col("track") == "sync:MainThread"))
+        & (pl.col("depth") >= 1) & pl.col("closed") & pl.col("end_us").is_not_null()
+    )
+    gaps: list[list[float]] = []
+    for _, part in main.group_by(["segment", "pid", "track"], maintain_order=True):
+        covered = _merge([[a, b] for a, b in part.select("start_us", "end_us").iter_rows()])
+        gaps += [[a[1], b[0]] for a, b in zip(covered, covered[1:]) if b[0] - a[1] > min_gap_s * 1e6]
+    return sorted(gaps)
+
+
+def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
+    """Gaps on the main task with no span open: untraced code ran, or the thread could not run.
+
+    Alone this cannot tell a stall from untraced work, so it only supports other signals — but it
+    places them on the timeline.
+    """
+    if ctx.run.spans.is_empty():
+        return None
+    gaps = _main_track_gaps(ctx.run.spans, float(ctx.thresholds["min_blocked_submit_s"]))
+    if not gaps:
+        return None
+    total = sum(b - a for a, b in gaps) / 1e6
+    return Signal(
+        "trace-gap", WEAK,
+        f"the main task had no span open for {len(gaps)} interval(s) of over "
+        f"{float(ctx.thresholds['min_blocked_submit_s']):g} s (longest {max(b - a for a, b in gaps) / 1e6:.2f} s)",
+        {"gaps": [{"start_us": a, "end_us": b, "dur_s": round((b - a) / 1e6, 6)} for a, b in gaps[:MAX_CITED]],
+         "count": len(gaps)},
+        seconds=total,
+        time_ranges_us=gaps,
+    )
+
+
+def _heartbeat_signal(ctx: RuleContext) -> Signal | None:
+    lines = heartbeat_lines(ctx.run.log_events)
+    if not lines:
+        return None
+    return Signal(
+        "heartbeat", MEDIUM,
+        f"{len(lines)} SDK heartbeat warning(s) (the heartbeat runs on the SDK thread; network trouble "
+        "gives the same warning)",
+        {"lines": [ln.cite() for ln in lines[:MAX_CITED]], "count": len(lines)},
+    )
+
+
+def _step_time_signal(ctx: RuleContext) -> Signal | None:
+    """Erratic steady step times: circumstantial, only ever supporting other evidence."""
+    try:
+        split = ctx.warmup
+        steady = split.steady if split is not None else ctx.step_times
+    except (ImportError, AttributeError, KeyError, ValueError):
+        return None
+    if steady is None or "total_s" not in steady.columns:
+        return None
+    times = [t for t in steady["total_s"].drop_nulls().to_list() if t > 0]
+    policy = thresholds_for("inconsistent-step-times", ctx.overrides)
+    if len(times) < int(policy["min_steady_steps"]):
+        return None
+    median = statistics.median(times)
+    mad = statistics.median(abs(t - median) for t in times)
+    cv = 1.4826 * mad / median if median > 0 else 0.0
+    if cv <= float(policy["max_robust_cv"]):
+        return None
+    return Signal(
+        "step-times", WEAK,
+        f"steady step times vary (robust CV {cv:.2f} over {len(times)} steps)",
+        {"robust_cv": round(cv, 4), "steady_steps": len(times), "median_s": round(median, 6)},
+    )
+
+
+def _inputs(ctx: RuleContext) -> dict[str, bool]:
+    return {
+        "gil-monitor": bool(gil_monitor_lines(ctx.run.log_events)),
+        "task dumps": not ctx.run.task_snapshots.is_empty(),
+        "stack dumps": not ctx.run.stack_snapshots.is_empty(),
+        "trace": not ctx.run.spans.is_empty(),
+    }
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    inputs = _inputs(ctx)
+    if not any(inputs.values()):
+        heartbeat = heartbeat_lines(ctx.run.log_events)
+        hint = (
+            f" ({len(heartbeat)} heartbeat warning(s) were found — see heartbeat-stall — but alone they "
+            "cannot tell GIL starvation from network trouble)" if heartbeat else ""
+        )
+        raise NotApplicable(
+            "no GIL-monitor output, task dumps, stack dumps or trace: run with the debug skill's GIL "
+            "monitor or task dumper, or enable_trace=True" + hint
+        )
+    signals: list[Signal] = []
+    for make in (_monitor_signal, _stack_signal, _heartbeat_signal):
+        signal = make(ctx)
+        if signal is not None:
+            signals.append(signal)
+    signals += _dump_signals(ctx) + _trace_signals(ctx)
+    direct = [s for s in signals if s.strength >= MEDIUM]
+    if not direct:
+        looked = ", ".join(name for name, present in inputs.items() if present)
+        return ctx.passed(f"no sign of a blocked thread in {looked}")
+    for supporting in (_trace_gap_signal(ctx), _step_time_signal(ctx)):
+        if supporting is not None:
+            signals.append(supporting)
+    signals.sort(key=lambda s: (-s.strength, s.kind))
+    level = confidence(signals)
+    estimates = [s.seconds for s in signals if s.seconds is not None]
+    lost = max(estimates) if estimates else None
+    ranges = _merge([r for s in signals for r in s.time_ranges_us])
+    steps = sorted({step for s in signals for step in s.steps})
+    main_blocked_only = {s.kind for s in direct} <= {"main-silent", "trace-sync"}
+    return [
+        Finding(
+            rule="", code="", severity="warning",
+            title="Main thread blocked in sync code" if main_blocked_only else "GIL stall starving the SDK thread",
+            message=(
+                f"{len(signals)} independent signal(s), confidence {level}: "
+                + "; ".join(s.summary for s in signals)
+                + (f". About {lost:.1f} s were lost." if lost else ".")
+                + " The SDK thread itself never appears in a trace or profile, so this is read from its effects."
+            ),
+            fix=(
+                "Find the code holding the GIL (the [main] frames of the stack watchdog, or a profile of "
+                "the main thread) and move it off the event loop: a process pool for CPU work "
+                "(tokenization, reward functions, numpy/regex), smaller payloads or a stable "
+                "pydantic<2.13 for serialization; never call blocking `.result()` inside async code."
+            ),
+            steps=steps,
+            time_ranges_us=ranges,
+            evidence={
+                "signals": [
+                    {"kind": s.kind, "strength": s.strength, "summary": s.summary,
+                     "seconds": round(s.seconds, 3) if s.seconds is not None else None, **s.evidence}
+                    for s in signals
+                ],
+                "inputs": inputs,
+            },
+            seconds_lost=round(lost, 3) if lost else None,
+            confidence=level,
+            fingerprint="gil-stall:main-blocked" if main_blocked_only else "gil-stall",
+        )
+    ]
+
+
+RULE = register(
+    Rule(
+        slug="gil-stall",
+        code="TD105",
+        title="GIL stall: user code starves the SDK thread",
+        severity="warning",
+        needs="any of: GIL-monitor lines, asyncio task dumps, stack-watchdog dumps, trace_events.jsonl",
+        docs=RuleDocs(
+            what=(
+                "User code holding the GIL (or blocking the main thread) so the SDK's background thread "
+                "cannot submit, poll or heartbeat. Graded low/medium/high by how many independent "
+                "signals agree."
+            ),
+            why=(
+                "Requests queue behind the stalled thread: results arrive late, the next clock cycle is "
+                "missed, heartbeats fail, and in the worst case the session is terminated."
+            ),
+            evidence=(
+                "GIL-monitor jitter lines (file:line); [holder] task dumps that stop while [main] goes on "
+                "(and the reverse: [main] stops = main blocked in sync code); stack-watchdog blocks with "
+                "[main] in numpy/torch/tokenizers/pydantic/re while [holder] waits in poll; trace spans of "
+                "submit-only SDK calls longer than 0.5 s, or long `sync:` spans on the main thread while "
+                "sample round trips stretch; heartbeat warnings; erratic step times (supporting only)."
+            ),
+            fix=(
+                "Move CPU-bound work off the main thread (process pool), avoid huge pydantic dumps and "
+                "pre-release pydantic, never block the event loop with synchronous `.result()`."
+            ),
+        ),
+        check=check,
+        tags=("gil", "logs", "dumps", "trace"),
+    )
+)
