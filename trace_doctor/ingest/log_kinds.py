@@ -1,0 +1,146 @@
+"""Classify one line of log text into a log-event kind with parsed fields, or None.
+
+Cheap substring tests guard every regex: a 4 MB console capture is mostly lines of no interest,
+and one `in` check per needle costs far less than a regex search.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from trace_doctor.knowledge.errors import decode_error, match_sdk_message
+
+GIL_MONITOR = re.compile(r"\[GIL monitor\] slept (?P<actual>[\d.]+)s instead of (?P<expected>[\d.]+)s \(jitter: (?P<jitter>-?[\d.]+)s\)")
+TOOK = re.compile(r"^(?P<name>[\w./:-]+) took (?P<seconds>\d+(?:\.\d+)?) seconds\b")
+STARTING = re.compile(r"^Starting (?P<name>[\w./:-]+)\s*$")
+MODEL_DUMP = re.compile(r"model_dump\(\) took (?P<seconds>\d+(?:\.\d+)?)s")
+SERIALIZATION_VERDICT = re.compile(r"^(?P<verdict>PASS|WARNING|FAIL): (?P<detail>.*)$")
+PAYLOAD = re.compile(r"^Payload: batch_size=(?P<batch_size>\d+), seq_len=(?P<seq_len>\d+), total_tokens=(?P<total_tokens>[\d,]+)")
+VERSION_LINE = re.compile(r"^\s*(?P<package>Python|pydantic|pydantic_core|tinker|tinker_cookbook|tinker-cookbook|torch|numpy|transformers|tokenizers|litellm)\s*(?::|==| version)\s*v?(?P<version>\d[\w.+!-]*)\s*$", re.IGNORECASE)
+YOUR_VERSION = re.compile(r"Your (?P<package>[\w-]+) version \((?P<version>\d[\w.+!-]*)\)")
+FREEZE_LINE = re.compile(r"^(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\d[\w.+!-]*)\s*$")
+SITE_PACKAGES = re.compile(r"/lib/python(?P<version>3\.\d+)/site-packages/")
+DIFF_REPO = re.compile(r"^### repo: (?P<repo>.+?) @ (?P<commit>[0-9a-f]{7,40})\s*$")
+DIFF_MODULE = re.compile(r"^### module: (?P<module>\S+) \(not in a git repository\)")
+SERVICE_SESSION = re.compile(r"ServiceClient initialized for session (?P<session_id>[\w-]+)")
+TRAINING_MODEL = re.compile(r"TrainingClient initialized for model (?P<model_id>[\w:-]+)")
+TELEMETRY_SESSION = re.compile(r"Exception logged for session ID: (?P<session_id>[\w-]+)")
+TINKER_URI = re.compile(r"tinker://(?P<run_id>[\w-]+(?::train:\d+)?)")
+COMMAND_LINE = re.compile(r"^Command line invocation: (?P<argv>.*)$")
+LOGGING_TO = re.compile(r"^Logging to: (?P<log_dir>.*)$")
+RENDERER_NOT_RECOMMENDED = re.compile(r"Renderer (?P<renderer>'[^']*'|\S+) is not recommended for model (?P<model>'[^']*'|\S+)")
+RENDERER_MISMATCH = re.compile(r"Renderer mismatch for checkpoint (?P<checkpoint>\S+?):? checkpoint=(?P<checkpoint_renderer>\S+?),? current=(?P<current_renderer>\S+)")
+SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
+PY_WARNING = re.compile(r"^(?P<file>\S+):(?P<line>\d+): (?P<category>\w*Warning): (?P<message>.*)$")
+EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Failure)|[A-Za-z_][\w.]*\.[A-Z]\w*)(?:: (?P<message>.*))?$")
+
+# Any of these substrings makes a line worth classifying; the rest are counted and passed over.
+NEEDLES = (
+    "GIL monitor", " took ", "Starting ", "model_dump()", "PASS: ", "WARNING: ", "FAIL: ", "Payload: ",
+    "heartbeat", "paused", "Retrying request", "non-retryable", "Synchronous method", "retrieve_futures",
+    "elemetry", "JWT refresh", "DEPRECATED:", "initialized for", "Exception logged for session",
+    "Command line invocation:", "Logging to:", "Renderer", "skipping batch", "Warning: ",
+)
+
+
+@dataclass
+class Classified:
+    """A line of interest: its kind, the message to show, and what was parsed out of it."""
+
+    kind: str
+    message: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def interesting(text: str) -> bool:
+    """Whether any needle occurs in the line (the cheap test before classify)."""
+    return any(needle in text for needle in NEEDLES)
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def classify_message(message: str, level: str | None, logger: str | None) -> Classified | None:
+    """The kind of one log message (a record's first line, or a bare stdout line)."""
+    if (found := GIL_MONITOR.search(message)) is not None:
+        return Classified("gil-monitor", message, {"actual_s": _number(found["actual"]), "expected_s": _number(found["expected"]), "jitter_s": _number(found["jitter"])})
+    if (found := MODEL_DUMP.search(message)) is not None:
+        return Classified("serialization-test", message, {"model_dump_s": _number(found["seconds"])})
+    if logger is None and (found := SERIALIZATION_VERDICT.match(message)) is not None:
+        return Classified("serialization-test", message, {"verdict": found["verdict"], "detail": found["detail"]})
+    if logger is None and (found := PAYLOAD.match(message)) is not None:
+        return Classified("serialization-test", message, {k: int(_number(v)) for k, v in found.groupdict().items()})
+    if level in ("ERROR", "CRITICAL"):
+        return _error(message, level)
+    if (found := TOOK.match(message)) is not None:
+        return Classified("took", message, {"name": found["name"], "seconds": _number(found["seconds"]), "phase": "end"})
+    if (found := STARTING.match(message)) is not None:
+        return Classified("took", message, {"name": found["name"], "seconds": None, "phase": "start"})
+    if (sdk := match_sdk_message(message)) is not None:
+        template, captured = sdk
+        fields: dict[str, Any] = {"sdk_message": template.id, **captured}
+        if "secs" in fields:
+            fields["secs"] = _number(fields["secs"])
+        return Classified(template.kind, message, fields)
+    if (found := COMMAND_LINE.match(message)) is not None:
+        return Classified("restart", message, {"marker": "command-line", "argv": found["argv"]})
+    # ml_log also logs `Logging to: <wandb run URL>` at every metrics write: not a process start.
+    if (found := LOGGING_TO.match(message)) is not None and not found["log_dir"].startswith(("http://", "https://")):
+        return Classified("restart", message, {"marker": "logging-to", "log_dir": found["log_dir"].strip()})
+    if (found := RENDERER_NOT_RECOMMENDED.search(message)) is not None:
+        return Classified("renderer", message, {"renderer": found["renderer"].strip("'"), "model": found["model"].strip("'"), "problem": "not-recommended"})
+    if (found := RENDERER_MISMATCH.search(message)) is not None:
+        return Classified("renderer", message, {**found.groupdict(), "problem": "mismatch"})
+    if (found := SKIPPED_BATCH.search(message)) is not None:
+        return Classified("skipped-batch", message, {"batch": int(found["batch"])})
+    for pattern, key in ((SERVICE_SESSION, "session_id"), (TRAINING_MODEL, "model_id"), (TELEMETRY_SESSION, "session_id")):
+        if (found := pattern.search(message)) is not None:
+            return Classified("session", message, {key: found[key]})
+    if (found := PY_WARNING.match(message)) is not None:
+        return Classified("warning", message, {"category": found["category"], "file": found["file"], "line_no": int(found["line"])})
+    if level == "WARNING":
+        return Classified("warning", message, {})
+    return None
+
+
+def _error(message: str, level: str) -> Classified:
+    fields: dict[str, Any] = {}
+    known = decode_error(message)
+    if known is not None:
+        fields["error_id"] = known.id
+    sdk = match_sdk_message(message)
+    if sdk is not None:
+        fields["sdk_message"] = sdk[0].id
+    return Classified("error", message, fields)
+
+
+def classify_exception_line(text: str) -> tuple[str, str | None] | None:
+    """(type, message) if the line is a traceback's final `XxxError: msg` line."""
+    found = EXCEPTION_LINE.match(text)
+    if found is None:
+        return None
+    return found["type"], found["message"]
+
+
+def versions_in(text: str, *, freeze_file: bool) -> list[tuple[str, str, str]]:
+    """(package, version, evidence) pairs a line reveals; empty for most lines."""
+    found: list[tuple[str, str, str]] = []
+    if (match := VERSION_LINE.match(text)) is not None:
+        found.append((match["package"].lower().replace("_", "-"), match["version"], "version line"))
+    elif freeze_file and (match := FREEZE_LINE.match(text)) is not None:
+        found.append((match["package"].lower().replace("_", "-"), match["version"], "pip freeze"))
+    if (match := YOUR_VERSION.search(text)) is not None:
+        found.append((match["package"].lower(), match["version"], "serialization test"))
+    if "site-packages/" in text and (match := SITE_PACKAGES.search(text)) is not None:
+        found.append(("python", match["version"], "site-packages path"))
+    if text.startswith("### ") and (match := DIFF_REPO.match(text)) is not None:
+        found.append(("git:" + match["repo"].strip(), match["commit"], "code.diff repo commit"))
+    return found
+
+
+def tinker_run_ids(text: str) -> list[str]:
+    """Training run ids named in tinker:// paths on this line."""
+    return TINKER_URI.findall(text) if "tinker://" in text else []
