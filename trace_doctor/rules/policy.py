@@ -23,9 +23,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # optimizer params in microseconds: a silence longer than this between a forward_backward
         # and the next optim_step submission is a wait for results, not Python overhead.
         "min_wait_s": 0.02,
+        # ...or, on short runs, when they are at least this share of the wall time.
+        "min_fraction_lost": 0.05,
     },
     "get-batch-bottleneck": {
-        # get_batch share of steady-state step time above which data loading is the bottleneck.
+        # Median per-step get_batch share of steady-state step time above which data loading is
+        # the bottleneck (median, so one stalled get_batch does not make a bottleneck).
         "min_share": 0.2,
         "min_steady_steps": 3,
     },
@@ -92,6 +95,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "max_kl": 0.01,
         # Share of steady steps above the band before calling it drift rather than a blip.
         "min_share_above": 0.2,
+        # KL already above the band at the first step is renderer-kl-step0's finding; it is drift
+        # only when the later median exceeds the first-step value by this factor.
+        "min_rise_over_step0": 2.0,
     },
     "known-bad-dependency": {},
     "decoded-error": {},

@@ -16,6 +16,8 @@ MAD_TO_SIGMA = 1.4826
 EXPLAINED_SHARE = 0.5
 # A spike whose excess lies almost entirely outside every timed phase.
 UNTIMED_SPIKE_SHARE = 0.9
+# Share of rows that must sit on one step residue to call a series periodic.
+CADENCE_SHARE = 0.75
 
 
 def robust_cv(values: pl.Series) -> float:
@@ -41,28 +43,31 @@ def period_of(steps: list[int]) -> int | None:
     return g if len(steps) >= 3 and g > 1 else None
 
 
-def cadence(frame: pl.DataFrame) -> int | None:
-    """Common step period of rows (per segment), when they recur at one residue; else None."""
+def cadence(frame: pl.DataFrame) -> tuple[int, int] | None:
+    """(period, residue) when most rows recur on one step cadence (a final eval may break it)."""
     if frame.height < 3:
         return None
-    g = 0
+    diffs: list[int] = []
     for part in frame.partition_by("segment"):
         steps = sorted(int(s) for s in part["step"].to_list())
-        for a, b in zip(steps, steps[1:]):
-            g = gcd(g, b - a)
-    if g < 2:
+        diffs += [b - a for a, b in zip(steps, steps[1:])]
+    if not diffs:
         return None
-    residues = {int(s) % g for s in frame["step"].to_list()}
-    return g if len(residues) == 1 else None
+    period = max(sorted(set(diffs)), key=diffs.count)
+    if period < 2:
+        return None
+    residues = [int(s) % period for s in frame["step"].to_list()]
+    residue = max(sorted(set(residues)), key=residues.count)
+    return (period, residue) if residues.count(residue) >= max(3, CADENCE_SHARE * len(residues)) else None
 
 
 def phase_cadence(times: pl.DataFrame, names: list[str]) -> tuple[str, int] | None:
     """An eval/checkpoint phase that runs on a regular step cadence, with its period."""
     for name in names:
         ran = times.filter(phase_seconds(times, name).fill_null(0.0) > 0)
-        period = cadence(ran)
-        if period:
-            return name, period
+        found = cadence(ran)
+        if found:
+            return name, found[0]
     return None
 
 
@@ -85,10 +90,11 @@ def check(ctx) -> list[Finding]:
     on_cadence = None
     spike_period = cadence(unexplained)
     scheduled = phase_cadence(ctx.step_times, periodic_names) if spike_period else None
-    if spike_period and scheduled and spike_period % scheduled[1] == 0:
-        on_cadence = (scheduled[0], spike_period)
-        explained = pl.concat([explained, unexplained], how="vertical_relaxed")
-        unexplained = unexplained.clear()
+    if spike_period and scheduled and spike_period[0] % scheduled[1] == 0:
+        on_cadence = (scheduled[0], spike_period[0])
+        on_beat = (pl.col("step") % spike_period[0]) == spike_period[1]
+        explained = pl.concat([explained, unexplained.filter(on_beat)], how="vertical_relaxed")
+        unexplained = unexplained.filter(~on_beat)
     rest = steady.join(explained.select("segment", "step"), on=["segment", "step"], how="anti")
     cv = robust_cv(rest["total_s"])
     findings: list[Finding] = []

@@ -37,6 +37,10 @@ def check(ctx) -> list[Finding]:
     median = float(values["kl"].median())
     if share < t["min_share_above"] or above.height < 3:
         return ctx.passed(f"`{column}` above {t['max_kl']} on {above.height}/{values.height} later steps (median {median:.3g})")
+    first = rows.filter((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step))[column]
+    first_value = abs(float(first[0])) if first.len() and first[0] is not None else None
+    if first_value is not None and first_value > t["max_kl"] and median < t["min_rise_over_step0"] * first_value:
+        return ctx.passed(f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median {median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift")
     steps = sorted(int(s) for s in above["step"].to_list())
     note = f" Config temperature is {ctx.run.meta.temperature:g}, which inflates this KL by itself." if temperature_confound(ctx.run.meta) else ""
     return [Finding(

@@ -56,12 +56,20 @@ def step_transitions(spans: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def worth_reporting(lost: float, wall: float, t: dict) -> bool:
+    return lost >= t["min_seconds_lost"] or (wall > 0 and lost / wall >= t["min_fraction_lost"])
+
+
 def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
     t = ctx.thresholds
     min_wait = t["min_wait_s"]
     cycle = ctx.clock_cycle
     waits = fb_optim_waits(spans, min_wait)
     trans = step_transitions(spans)
+    if cycle is not None and trans.height:
+        # A submission that lands after the results misses the cycle it could have shared: the
+        # loss per transition is at least a cycle (bounded by the wait it could have overlapped).
+        trans = trans.with_columns(pl.min_horizontal(pl.col("fin_dur") / 1e6, pl.max_horizontal(pl.col("lost_s"), pl.lit(cycle.seconds))).alias("lost_s"))
     closed = _closed(spans)
     wall = float((closed.group_by("segment").agg((pl.col("end_us").max() - pl.col("start_us").min()).alias("w"))["w"].sum()) / 1e6)
     findings: list[Finding] = []
@@ -69,7 +77,7 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
         seq = waits.filter(pl.col("sequential"))
         share = seq.height / waits.height
         lost = float(seq["gap_s"].sum())
-        if share >= t["min_sequential_step_share"] and lost >= t["min_seconds_lost"]:
+        if share >= t["min_sequential_step_share"] and worth_reporting(lost, wall, t):
             cyc = f"; the clock cycle is ~{cycle.seconds:.3g} s ({cycle.method})" if cycle else ""
             findings.append(Finding(
                 rule="", code="", severity="warning",
@@ -85,7 +93,7 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
         seq = trans.filter(pl.col("sequential"))
         share = seq.height / trans.height
         lost = float(seq["lost_s"].sum())
-        if share >= t["min_sequential_step_share"] and lost >= t["min_seconds_lost"]:
+        if share >= t["min_sequential_step_share"] and worth_reporting(lost, wall, t):
             idle = float(((seq["idle_to"] - seq["idle_from"]) / 1e6).sum())
             findings.append(Finding(
                 rule="", code="", severity="warning",
