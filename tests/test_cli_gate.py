@@ -1,0 +1,89 @@
+"""The CI gate through the command line: exit codes 0/1/2, baseline verdicts, JUnit and SARIF output."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+from ci_fixtures import step_times, write_sl_run
+from conftest import fixture_run
+from trace_doctor.cli import main
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(main, ["analyze", "--no-html", *args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def baseline_dir(tmp_path_factory):
+    return str(write_sl_run(tmp_path_factory.mktemp("base") / "run", step_times(20, 2.0, seed=1)))
+
+
+def test_healthy_fixture_passes_fail_on_warning():
+    result = run_cli(str(fixture_run("sl_healthy_pipelined")), "--fail-on", "warning")
+    assert result.exit_code == 0, result.output
+
+
+def test_sequential_await_fixture_fails_fail_on_warning():
+    result = run_cli(str(fixture_run("sl_sequential_await")), "--fail-on", "warning", "--format", "json")
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert "pipelining-gap" in {f["rule"] for f in document["findings"]}
+
+
+def test_gate_never_does_not_fail_on_findings():
+    assert run_cli(str(fixture_run("sl_sequential_await"))).exit_code == 0
+
+
+def test_thirty_percent_slower_candidate_fails_with_a_phase_explanation(tmp_path, baseline_dir):
+    times = [t if i == 0 else t * 1.3 for i, t in enumerate(step_times(20, 2.0, seed=2))]
+    candidate = write_sl_run(tmp_path / "cand", times)
+    result = run_cli(str(candidate), "--baseline", baseline_dir, "--format", "json")
+    assert result.exit_code == 1  # a regression trips the gate even with --fail-on never
+    block = json.loads(result.stdout)["baseline"]
+    assert block["verdict"] == "regression"
+    assert {p["phase"] for p in block["breakdown"]} >= {"waits", "get_batch", "untimed", "other/interaction"}
+    markdown = run_cli(str(candidate), "--baseline", baseline_dir, "--format", "markdown").stdout
+    assert "**regression**" in markdown and "| waits |" in markdown
+
+
+def test_three_step_candidate_is_inconclusive_and_fails_only_when_asked(tmp_path, baseline_dir):
+    candidate = str(write_sl_run(tmp_path / "cand", step_times(3, 2.0, seed=3)))
+    plain = run_cli(candidate, "--baseline", baseline_dir, "--format", "json")
+    assert plain.exit_code == 0
+    assert json.loads(plain.stdout)["baseline"]["verdict"] == "inconclusive"
+    assert run_cli(candidate, "--baseline", baseline_dir, "--fail-on-inconclusive").exit_code == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--fail-on", "sometimes"),
+        ("--format", "yaml"),
+        ("--select", "no-such-rule"),
+    ],
+)
+def test_usage_errors_exit_2(baseline_dir, args):
+    assert run_cli(baseline_dir, *args).exit_code == 2
+
+
+def test_missing_path_and_missing_baseline_exit_2(tmp_path, baseline_dir):
+    assert run_cli(str(tmp_path / "nowhere")).exit_code == 2
+    assert run_cli(baseline_dir, "--baseline", str(tmp_path / "nowhere")).exit_code == 2
+
+
+def test_junit_and_sarif_outputs_parse(tmp_path):
+    run = str(fixture_run("sl_sequential_await"))
+    junit_file, sarif_file = tmp_path / "td.xml", tmp_path / "td.sarif"
+    assert run_cli(run, "--fail-on", "warning", "--format", "junit", "--output", str(junit_file)).exit_code == 1
+    suite = ET.parse(junit_file).getroot().find("testsuite")
+    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert "pipelining-gap" in failed
+    assert int(suite.get("failures")) == len(failed)
+    assert run_cli(run, "--format", "sarif", "--output", str(sarif_file)).exit_code == 0
+    sarif = json.loads(sarif_file.read_text())
+    assert sarif["version"] == "2.1.0"
+    assert "pipelining-gap" in {r["ruleId"] for r in sarif["runs"][0]["results"]}
