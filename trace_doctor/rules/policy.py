@@ -99,7 +99,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # only when the later median exceeds the first-step value by this factor.
         "min_rise_over_step0": 2.0,
     },
-    "known-bad-dependency": {},
+    "known-bad-dependency": {
+        # FORMATS.md 1.4 trap: sample_async (a round trip nested in policy_sample) timed at under
+        # this share of policy_sample means it was recorded as a sync call...
+        "trap_max_sample_share": 0.01,
+        # ...provided policy_sample itself is long enough for the comparison to mean something.
+        "trap_min_policy_sample_s": 0.5,
+    },
     "decoded-error": {},
     "step-time-regression": {
         # Median steady step time must grow by at least this share (issue 5: "default 10%"); below
