@@ -76,6 +76,9 @@ def locate(finding: Finding, result: Analysis) -> tuple[str, int | None]:
     found = _reference(finding.evidence)
     if found:
         return found
+    profile = finding.evidence.get("profile")
+    if isinstance(profile, str) and any(i.path == profile for i in result.run.inputs):
+        return profile, None
     for step in finding.steps[:1]:
         found = _step_line(result.run.steps, step)
         if found:
