@@ -31,15 +31,15 @@ from __future__ import annotations
 import gzip
 import io
 import math
-import re
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 import polars as pl
 
-from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, decode_json, read_bytes
+from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, decode_json
 from trace_doctor.model import SPANS_SCHEMA, IngestWarning, InputFile
 
 Progress = Callable[[str, int, int], None]
@@ -73,7 +73,6 @@ EVENT_COLUMNS = {**EVENT_SCHEMA, "pid_label": pl.String, "tid_label": pl.String,
 # The args every cookbook B event carries and nothing else; matched rows need no JSON decoding.
 PLAIN_ARGS = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"\}$'
 TRACK_THREAD_PREFIX = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"'
-BLANK_LINE = re.compile(rb"(?:^|\n)[ \t\r]*\n")
 # Below this many lines a refused piece is decoded line by line instead of bisected further.
 MIN_BISECT_LINES = 64
 
@@ -134,25 +133,25 @@ def _parse_trace_file(
     path: Path, warnings: list[IngestWarning], progress: Progress | None
 ) -> tuple[pl.DataFrame, InputFile]:
     info = InputFile(kind="trace", path=str(path))
-    before = len(warnings)
-    data = read_bytes(path, warnings)
-    if data is None:
-        info.skipped = len(warnings) - before
-        return empty_spans(), info
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            warnings.append(IngestWarning(str(path), None, f"cannot decompress gzip data: {exc}"))
-            info.skipped = 1
-            return empty_spans(), info
-
     source = str(path)
     bad: list[IngestWarning] = []
-    if _is_json_document(data):
-        events = read_document_events(data, source, bad, progress)
-    else:
-        events = read_jsonl_events(data, source, bad, progress)
+    try:
+        with open(path, "rb") as raw:
+            compressed = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            total = os.fstat(raw.fileno()).st_size
+            stream: BinaryIO = gzip.GzipFile(fileobj=raw) if compressed else raw
+            head = stream.read(65536)
+            stream.seek(0)
+            if _is_json_document(head):
+                events = read_document_events(stream.read(), source, bad, progress)
+            else:
+                events = read_jsonl_events(stream, source, bad, progress, total_bytes=total, position=raw.tell)
+    except (OSError, EOFError) as exc:
+        # An unreadable or corrupt (e.g. truncated gzip) file: one warning for the whole file.
+        warnings.append(IngestWarning(source, None, f"cannot read file: {getattr(exc, 'strerror', None) or exc}"))
+        info.skipped = 1
+        return empty_spans(), info
     warnings.extend(bad)
     info.records = events.height
     info.skipped = sum(1 for w in bad if w.line is not None)
@@ -182,24 +181,50 @@ def _is_json_document(data: bytes) -> bool:
 
 
 def read_jsonl_events(
-    data: bytes, source: str, bad: list[IngestWarning], progress: Progress | None = None
+    stream: BinaryIO,
+    source: str,
+    bad: list[IngestWarning],
+    progress: Progress | None = None,
+    *,
+    total_bytes: int = 0,
+    position: Callable[[], int] | None = None,
 ) -> pl.DataFrame:
-    """Every readable event of a JSONL trace, typed, with its 1-based line number."""
-    total = len(data)
+    """Every readable event of a JSONL trace, typed, with its 1-based line number.
+
+    The stream is read a chunk at a time, so the raw bytes are never all in memory at once.
+    """
     frames: list[pl.DataFrame] = []
     line_offset = 0
-    terminated = data.endswith(b"\n")
-    total_lines = data.count(b"\n") + (0 if terminated else 1)
-    for start, end in _chunk_bounds(data, CHUNK_BYTES):
-        chunk = data[start:end]
-        frames.extend(_read_chunk(chunk, line_offset, source, bad, total_lines, terminated))
-        line_offset += chunk.count(b"\n")
-        if progress is not None:
-            progress(Path(source).name, end, total)
+    for chunk, unterminated in _iter_chunks(stream, CHUNK_BYTES):
+        lines_in_chunk = chunk.count(b"\n") + (1 if unterminated else 0)
+        truncated_line = line_offset + lines_in_chunk if unterminated else None
+        frames.extend(_read_chunk(chunk, line_offset, source, bad, truncated_line))
+        line_offset += lines_in_chunk
+        if progress is not None and position is not None:
+            progress(Path(source).name, position(), total_bytes)
     frames = [f for f in frames if f.height]
     if not frames:
         return pl.DataFrame(schema=EVENT_COLUMNS)
-    return _drop_incomplete(pl.concat(frames, how="vertical").sort("line"), source, bad)
+    # Chunks and bisected pieces come in file order: no sort, and no copy into one buffer.
+    return _drop_incomplete(pl.concat(frames, how="vertical", rechunk=False), source, bad)
+
+
+def _iter_chunks(stream: BinaryIO, size: int) -> Iterator[tuple[bytes, bool]]:
+    """Newline-terminated chunks of about `size` bytes; the final unterminated piece is flagged."""
+    leftover = b""
+    while True:
+        block = stream.read(size)
+        if not block:
+            break
+        block = leftover + block if leftover else block
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            leftover = block
+            continue
+        yield block[: cut + 1], False
+        leftover = block[cut + 1 :]
+    if leftover:
+        yield leftover, True
 
 
 def _drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]) -> pl.DataFrame:
@@ -219,22 +244,8 @@ def _drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]
     return events.filter(~incomplete) if dropped.height else events
 
 
-def _chunk_bounds(data: bytes, size: int) -> list[tuple[int, int]]:
-    bounds: list[tuple[int, int]] = []
-    start = 0
-    n = len(data)
-    while start < n:
-        end = min(start + size, n)
-        if end < n:
-            newline = data.find(b"\n", end)
-            end = n if newline < 0 else newline + 1
-        bounds.append((start, end))
-        start = end
-    return bounds
-
-
 def _read_chunk(
-    chunk: bytes, line_offset: int, source: str, bad: list[IngestWarning], total_lines: int, terminated: bool
+    chunk: bytes, line_offset: int, source: str, bad: list[IngestWarning], truncated_line: int | None
 ) -> list[pl.DataFrame]:
     """Read a chunk with polars; bisect around lines polars refuses and decode those one by one."""
     frame = _polars_read(chunk)
@@ -244,13 +255,13 @@ def _read_chunk(
     if chunk.endswith(b"\n"):
         lines.pop()
     if len(lines) <= MIN_BISECT_LINES:
-        rows = [_decode_line(raw, line_offset + i, source, bad, total_lines, terminated) for i, raw in enumerate(lines, start=1)]
+        rows = [_decode_line(raw, line_offset + i, source, bad, truncated_line) for i, raw in enumerate(lines, start=1)]
         return [_rows_frame([r for r in rows if r is not None])]
     half = len(lines) // 2
     first = b"\n".join(lines[:half]) + b"\n"
     second = b"\n".join(lines[half:]) + (b"\n" if chunk.endswith(b"\n") else b"")
-    return _read_chunk(first, line_offset, source, bad, total_lines, terminated) + _read_chunk(
-        second, line_offset + half, source, bad, total_lines, terminated
+    return _read_chunk(first, line_offset, source, bad, truncated_line) + _read_chunk(
+        second, line_offset + half, source, bad, truncated_line
     )
 
 
@@ -265,7 +276,8 @@ def _polars_read(chunk: bytes) -> pl.DataFrame | None:
 
 def _with_lines(frame: pl.DataFrame, chunk: bytes, line_offset: int) -> pl.DataFrame:
     """Attach line numbers; polars skips blank lines, so those chunks are numbered by hand."""
-    if BLANK_LINE.search(chunk) is None:
+    line_count = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+    if frame.height == line_count:
         lines = pl.int_range(line_offset + 1, line_offset + 1 + frame.height, eager=True, dtype=pl.Int64)
     else:
         numbers = [line_offset + i for i, raw in enumerate(chunk.split(b"\n"), start=1) if raw.strip()]
@@ -279,7 +291,7 @@ def _with_lines(frame: pl.DataFrame, chunk: bytes, line_offset: int) -> pl.DataF
 
 
 def _decode_line(
-    raw: bytes, line: int, source: str, bad: list[IngestWarning], total_lines: int, terminated: bool
+    raw: bytes, line: int, source: str, bad: list[IngestWarning], truncated_line: int | None
 ) -> dict[str, Any] | None:
     if raw.endswith(b"\r"):
         raw = raw[:-1]
@@ -292,7 +304,7 @@ def _decode_line(
         value = decode_json(raw)
     except Exception as exc:  # noqa: BLE001 - an undecodable line is one warning
         text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-        if line == total_lines and not terminated:
+        if line == truncated_line:
             problem = f"truncated last line (no newline; the writer stopped mid-append): {text}"
         else:
             problem = f"not valid JSON: {text}"
@@ -479,50 +491,79 @@ def _group_starts(columns: list[str]) -> pl.Expr:
     return pl.any_horizontal(changed).fill_null(True)
 
 
+def _track_ids(events: pl.DataFrame) -> pl.Series:
+    """An integer per distinct pairing key (segment, pid, tid, track)."""
+    hashed = events.select(pl.struct(KEY).hash().alias("_id")).get_column("_id")
+    # A 64-bit hash collision between two tracks is astronomically unlikely; check rather than trust.
+    if hashed.n_unique() == events.select(KEY).n_unique():
+        return hashed
+    return events.select(pl.struct(KEY).rank("dense").alias("_id")).get_column("_id").cast(pl.UInt64)
+
+
 def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
-    """Match B/E events as a per-track stack, vectorised."""
+    """Match B/E events as a per-track stack, vectorised with whole-column (not per-group) scans."""
     if events.height == 0:
         return pl.DataFrame(schema=_PAIRED_SCHEMA)
-    ordered = events.sort([*KEY, "line"], nulls_last=False).with_columns(
-        pl.when(pl.col("ph") == "B").then(1).otherwise(-1).alias("_delta"),
-        _group_starts(KEY).alias("_new"),
+    n = events.height
+    narrow = pl.DataFrame({
+        "_row": pl.int_range(0, n, eager=True, dtype=pl.UInt32),
+        "_track": _track_ids(events),
+        "line": events.get_column("line"),
+        "_delta": (events.get_column("ph") == "B").cast(pl.Int64) * 2 - 1,
+    }).sort(["_track", "line"])
+    new_track = _group_starts(["_track"])
+    # Per-track running sum from one global cumsum minus the sum before the track began.
+    narrow = narrow.with_columns(new_track.alias("_new"), pl.col("_delta").cum_sum().alias("_global"))
+    narrow = narrow.with_columns(
+        pl.col("_new").cum_sum().cast(pl.Int64).alias("_gid"),
+        (pl.col("_global") - pl.when(pl.col("_new")).then(pl.col("_global") - pl.col("_delta")).forward_fill()).alias("_sum"),
     )
-    ordered = ordered.with_columns(pl.col("_new").cum_sum().alias("_track_id")).with_columns(
-        pl.col("_delta").cum_sum().over("_track_id").alias("_sum")
+    # Per-track running minimum from one global cum_min: shifting each track down by more than
+    # twice any sum keeps earlier tracks from ever being the minimum.
+    offset = 2 * n + 2
+    narrow = narrow.with_columns(
+        ((pl.col("_sum") - pl.col("_gid") * offset).cum_min() + pl.col("_gid") * offset).alias("_min")
     )
     # Level reflected at zero: an E on an empty stack is dropped rather than popping below zero.
-    ordered = ordered.with_columns(
-        (pl.col("_sum") - pl.min_horizontal(pl.col("_sum").cum_min().over("_track_id"), pl.lit(0))).alias("_level")
-    ).with_columns(pl.col("_level").shift(1).over("_track_id").fill_null(0).alias("_before"))
-    unmatched = ordered.filter((pl.col("ph") == "E") & (pl.col("_before") == 0))
-    for name, line, track in unmatched.select("name", "line", "track").iter_rows():
-        warnings.append(IngestWarning(source, line, f"unmatched E event {name!r} on track {track!r}: no open B; not a span"))
-    stacked = ordered.filter(~((pl.col("ph") == "E") & (pl.col("_before") == 0))).with_columns(
-        pl.when(pl.col("ph") == "B").then(pl.col("_before")).otherwise(pl.col("_before") - 1).cast(pl.Int32).alias("depth")
+    narrow = narrow.with_columns((pl.col("_sum") - pl.min_horizontal("_min", pl.lit(0))).alias("_level"))
+    narrow = narrow.with_columns(
+        pl.when(pl.col("_new")).then(0).otherwise(pl.col("_level").shift(1)).alias("_before")
     )
-    stacked = stacked.sort(["_track_id", "depth", "line"]).with_columns(
-        _group_starts(["_track_id", "depth"]).shift(-1).fill_null(True).alias("_last_in_group")
+    is_end = pl.col("_delta") == -1
+    unmatched = narrow.filter(is_end & (pl.col("_before") == 0))
+    if unmatched.height:
+        rows = events[unmatched.get_column("_row")].select("name", "line", "track")
+        for name, line, track in rows.iter_rows():
+            warnings.append(IngestWarning(source, line, f"unmatched E event {name!r} on track {track!r}: no open B; not a span"))
+    stacked = narrow.filter(~(is_end & (pl.col("_before") == 0))).with_columns(
+        pl.when(is_end).then(pl.col("_before") - 1).otherwise(pl.col("_before")).cast(pl.Int32).alias("depth")
+    ).select("_row", "_gid", "depth", "line", "_delta")
+    # At one (track, depth) pushes and pops alternate, so each B pairs with the next row if it is an E.
+    stacked = stacked.sort(["_gid", "depth", "line"]).with_columns(
+        _group_starts(["_gid", "depth"]).shift(-1).fill_null(True).alias("_last")
     )
-    nxt = [pl.col(c).shift(-1) for c in ("ph", "ts", "line", "args", "_plain")]
     pairs = stacked.with_columns(
-        (~pl.col("_last_in_group") & (nxt[0] == "E")).alias("closed"),
-        nxt[1].alias("_end_ts"),
-        nxt[2].alias("line_end"),
-        nxt[3].alias("_end_args"),
-        nxt[4].alias("_end_plain"),
-    ).filter(pl.col("ph") == "B")
-    pairs = pairs.with_columns(
-        pl.when(pl.col("closed")).then(pl.col("_end_ts")).alias("end_us"),
-        pl.when(pl.col("closed")).then(pl.col("line_end")).alias("line_end"),
-        pl.when(pl.col("closed")).then(pl.col("_end_args")).alias("_end_args"),
-        pl.when(pl.col("closed")).then(pl.col("_end_plain")).otherwise(True).alias("_end_plain"),
-    )
-    return pairs.select(
+        (~pl.col("_last") & (pl.col("_delta").shift(-1) == -1)).alias("closed"),
+        pl.col("_row").shift(-1).alias("_end_row"),
+    ).filter(pl.col("_delta") == 1)
+    closed = pairs.get_column("closed")
+    begin = events[pairs.get_column("_row")]
+    end = events[pairs.get_column("_end_row").fill_null(0)]
+    result = begin.select(
         "name", "pid", "pid_label", "tid", "tid_label", "track", "thread", "segment", "cat",
-        pl.col("ts").alias("start_us"), "end_us", "depth", "closed",
-        pl.col("line").alias("line_begin"), "line_end",
-        pl.col("args").alias("_begin_args"), "_plain", "_end_args", "_end_plain",
-    ).pipe(_merge_args)
+        pl.col("ts").alias("start_us"),
+    ).with_columns(
+        pl.when(closed).then(end.get_column("ts")).alias("end_us"),
+        pairs.get_column("depth"),
+        closed,
+        begin.get_column("line").alias("line_begin"),
+        pl.when(closed).then(end.get_column("line")).alias("line_end"),
+        begin.get_column("args").alias("_begin_args"),
+        begin.get_column("_plain"),
+        pl.when(closed).then(end.get_column("args")).alias("_end_args"),
+        pl.when(closed).then(end.get_column("_plain")).otherwise(True).alias("_end_plain"),
+    )
+    return result.pipe(_merge_args)
 
 
 _PAIRED_SCHEMA: dict[str, pl.DataType] = {
