@@ -197,6 +197,9 @@ def test_sample_run_matches_demo() -> None:
     demo = RUNS / "demo"
     assert sample.is_dir() and demo.is_dir()
     for f in demo.iterdir():
+        if f.name in ("EXPECTED.json", "generation_stats.json"):
+            assert not (sample / f.name).exists(), f"fixture bookkeeping {f.name} must not ship in the sample run"
+            continue
         assert (sample / f.name).read_bytes() == f.read_bytes(), f.name
     assert sum(f.stat().st_size for f in sample.rglob("*") if f.is_file()) < 1_500_000
 
