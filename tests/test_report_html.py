@@ -59,8 +59,9 @@ def build_analysis(
         {
             "step": list(range(steps)),
             "total_s": step_total,
-            "get_batch_s": [t * 0.3 for t in step_total],
-            "train_step_s": [t * 0.5 for t in step_total],
+            "untimed_s": [t * 0.2 for t in step_total],
+            "phase:get_batch": [t * 0.3 for t in step_total],
+            "phase:train_step": [t * 0.5 for t in step_total],
         }
     )
     spans = _spans(step_total, rollouts, name) if with_trace else pl.DataFrame(schema=SPANS_SCHEMA)

@@ -90,7 +90,8 @@ def choose_gantt_steps(step_times: pl.DataFrame, finding_steps: list[list[int]],
             return
         if step not in reasons and len(reasons) >= GANTT_STEPS_MAX:
             return
-        reasons.setdefault(step, []).append(why)
+        if why not in reasons.setdefault(step, []):
+            reasons[step].append(why)
 
     timed = pl.DataFrame()
     if {"step", "total_s"} <= set(step_times.columns):
@@ -108,7 +109,7 @@ def choose_gantt_steps(step_times: pl.DataFrame, finding_steps: list[list[int]],
         pick(ordered[len(ordered) // 2], "middle")
     for steps in finding_steps:
         for step in sorted(steps)[:FINDING_STEPS_MAX]:
-            pick(step, "named by a finding")
+            pick(step, "in a finding")
     return StepChoice(sorted(reasons), reasons)
 
 
@@ -182,20 +183,3 @@ def prune_frames(frames: pl.DataFrame, budget: int, notes: Summarised, profile: 
     kept = frames.filter(pl.col("frame_id").is_in(sorted(keep)))
     notes.add(f"The profile {profile} shows its {len(kept):,} heaviest of {len(frames):,} frames.")
     return kept
-
-
-def peak_preserving(frame: pl.DataFrame, x: str, y: str, budget: int) -> pl.DataFrame:
-    """At most `budget` points, keeping the largest `y` of each bin so silences stay visible."""
-    if len(frame) <= budget:
-        return frame
-    width = math.ceil(len(frame) / budget)
-    return (
-        frame.sort(x)
-        .with_row_index("row")
-        .with_columns((pl.col("row") // width).alias("bin"))
-        .sort([pl.col("bin"), pl.col(y)], descending=[False, True], nulls_last=True)
-        .group_by("bin", maintain_order=True)
-        .first()
-        .sort(x)
-        .drop("row", "bin")
-    )

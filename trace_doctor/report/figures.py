@@ -43,10 +43,14 @@ PHASE_COLOURS: tuple[tuple[str, str], ...] = (
     ("eval", "#bf3989"),
     ("assemble", "#1b7c83"),
     ("prepare", "#1b7c83"),
+    ("submit", "#54aeff"),
+    ("finish", "#1b7c83"),
+    ("result", "#8c959f"),
     ("step", "#4a8fd6"),
     ("train", "#4a8fd6"),
 )
-FALLBACK_COLOURS = ("#57606a", "#3e8ed0", "#9a6700", "#8250df", "#1a7f37", "#bc4c00", "#0550ae", "#a40e26")
+# No red or green here: red means an error and green means sampling or healthy in this report.
+FALLBACK_COLOURS = ("#57606a", "#8250df", "#9a6700", "#0550ae", "#bc4c00", "#6e7781", "#0a3069", "#953800")
 
 
 def plot_text(value: Any) -> str:
@@ -240,6 +244,7 @@ def gantt_figure(
                 name=f"depth {depth}",
             )
         )
+    legend_shown: set[str] = set()
     for overlay in overlays:
         xs: list[float | None] = []
         ys: list[float | None] = []
@@ -247,6 +252,7 @@ def gantt_figure(
             xs += [x0, x1, x1, x0, x0, None]
             ys += [0, 0, 1, 1, 0, None]
         colour = SEVERITY_COLOUR.get(overlay["severity"], "#57606a")
+        legend_shown.add(overlay["rule"])
         fig.add_trace(
             go.Scatter(
                 x=xs,
@@ -260,7 +266,8 @@ def gantt_figure(
                 hoverinfo="text",
                 text=f"{overlay['code']} {overlay['rule']}: {plot_text(overlay['title'])}",
                 name=f"{overlay['code']} {overlay['rule']}",
-                legendgroup="findings",
+                legendgroup=overlay["rule"],
+                showlegend=overlay["rule"] not in legend_shown,
             )
         )
     annotations = [
@@ -325,23 +332,28 @@ def icicle_figure(frames: pl.DataFrame) -> go.Figure:
     return fig
 
 
-def dump_cadence_figure(per_label: dict[str, tuple[list[Any], list[float | None]]]) -> go.Figure:
-    """Seconds since each label's previous task dump: a label that went silent shows as a tall spike."""
+def dump_cadence_figure(per_label: dict[str, tuple[list[Any], list[int]]]) -> go.Figure:
+    """One row per dump label with a dot for every second that label dumped: a silence is a gap in its row."""
     fig = go.Figure()
-    for label in sorted(per_label):
-        times, gaps = per_label[label]
+    labels = sorted(per_label)
+    for label in labels:
+        times, counts = per_label[label]
         colour = LABEL_COLOUR.get(label, phase_colour(label))
         fig.add_trace(
             go.Scatter(
                 x=times,
-                y=gaps,
+                y=[plot_text(label)] * len(times),
                 name=plot_text(label),
-                mode="lines+markers",
-                line={"color": colour, "width": 1.5, "shape": "hv"},
-                marker={"size": 4},
-                hovertext=[f"[{plot_text(label)}] dump at {t}<br>{seconds_label(g)} since the previous one" for t, g in zip(times, gaps, strict=True)],
+                mode="markers",
+                marker={"color": colour, "size": 9, "symbol": "line-ns", "line": {"color": colour, "width": 3}},
+                hovertext=[f"[{plot_text(label)}] {n} dump(s) at {t}" for t, n in zip(times, counts, strict=True)],
                 hoverinfo="text",
+                showlegend=False,
             )
         )
-    fig.update_layout(_layout(260), xaxis_title="time (local, from the dump headers)", yaxis_title="seconds since previous dump")
+    fig.update_layout(
+        _layout(90 + 44 * len(labels), margin={"l": 80, "r": 24, "t": 12, "b": 48}),
+        xaxis_title="time (local, from the dump headers)",
+        yaxis={"type": "category", "categoryorder": "array", "categoryarray": [plot_text(l) for l in reversed(labels)], "gridcolor": "#eef1f4"},
+    )
     return fig

@@ -31,7 +31,10 @@ KL_EXACT = ("teacher_kl",)
 LOG_KINDS_SHOWN = ("error", "warning", "heartbeat", "gil-monitor")
 EVIDENCE_VALUE_CHARS = 400
 OVERLAY_RANGES_MAX = 300
-STEP_ID_COLUMNS = {"step", "segment", "line", "total_s", "untimed_s", "superseded", "is_eval_row"}
+# Steps of a finding are marked on the step-time chart only when they are a minority of the run.
+MARKED_STEP_SHARE = 0.3
+GANTT_LEGEND_NAMES = 12
+LAST_DUMP_TASKS = 12
 
 
 def script_json(value: Any) -> str:
@@ -75,16 +78,8 @@ def _step_times(result: Analysis) -> pl.DataFrame:
 
 
 def _phase_columns(step_times: pl.DataFrame) -> dict[str, str]:
-    """Phase name -> column: `phase/<name>` columns when present, else numeric `<name>_s` columns."""
-    prefixed = {c.removeprefix("phase/"): c for c in step_times.columns if c.startswith("phase/")}
-    if prefixed:
-        return prefixed
-    numeric = {
-        c.removesuffix("_s"): c
-        for c in step_times.columns
-        if c.endswith("_s") and c not in STEP_ID_COLUMNS and step_times.schema[c].is_numeric()
-    }
-    return numeric
+    """Phase name -> column for the top-level phases of derive.step_times (`phase:<name>`)."""
+    return {c.removeprefix("phase:"): c for c in step_times.columns if c.startswith("phase:")}
 
 
 def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, marked: dict[int, list[str]]) -> list[Chart]:
@@ -110,7 +105,8 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, marke
     if phases:
         series = {name: shown[column].to_list() for name, column in sorted(phases.items())}
         if "untimed_s" in shown.columns:
-            untimed = shown["untimed_s"].to_list()
+            # Overlapping timers can make the remainder negative; there is then no untimed time to draw.
+            untimed = [None if u is None else max(u, 0.0) for u in shown["untimed_s"].to_list()]
         else:
             parts = shown.select(pl.sum_horizontal([pl.col(c).fill_null(0) for c in phases.values()]).alias("timed"))["timed"].to_list()
             untimed = [None if t is None else max(t - p, 0.0) for t, p in zip(totals, parts, strict=True)]
@@ -168,14 +164,15 @@ def _finding_anchor_steps(finding: Finding, spans: pl.DataFrame) -> list[int]:
     return sorted(set(hits["step"].to_list()))[:1]
 
 
-def _timeline(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Chart | None, dict[int, dict[str, Any]], list[dict[str, Any]]]:
-    """The Gantt chart, each finding's target x range on it, and the step buttons above it."""
+def _timeline(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Chart | None, dict[int, dict[str, Any]], dict[str, Any]]:
+    """The Gantt chart, each finding's target x range on it, and the step buttons and colour key around it."""
     spans = result.run.spans
+    none: dict[str, Any] = {"buttons": [], "legend": []}
     if spans.is_empty():
-        return None, {}, []
+        return None, {}, none
     spans = spans.filter(pl.col("start_us").is_not_null() & pl.col("end_us").is_not_null())
     if spans.is_empty():
-        return None, {}, []
+        return None, {}, none
     origin = float(spans["start_us"].min())
     traced = set(spans["step"].drop_nulls().to_list()) if "step" in spans.columns else set()
     anchors = {i: _finding_anchor_steps(f, spans) for i, f in enumerate(result.findings)}
@@ -214,7 +211,10 @@ def _timeline(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Char
         first_view = _padded(typical["x0"], typical["x1"])
     fig = figures.gantt_figure(shown, origin_us=origin, rows=rows, row_of=row_of, overlays=overlays, windows=window_rows, initial_range=first_view)
     step_buttons = [{"label": w["label"], "range": _padded(w["x0"], w["x1"])} for w in window_rows]
-    return _figure("chart-gantt", fig), {i: {"chart": "chart-gantt", "range": r} for i, r in targets.items()}, step_buttons
+    busiest = shown.group_by("name").agg(pl.col("dur_us").sum()).sort(["dur_us", "name"], descending=[True, False]).head(GANTT_LEGEND_NAMES)
+    legend = [{"name": n, "colour": figures.phase_colour(n)} for n in busiest["name"].to_list()]
+    targets_by_finding = {i: {"chart": "chart-gantt", "range": r} for i, r in targets.items()}
+    return _figure("chart-gantt", fig), targets_by_finding, {"buttons": step_buttons, "legend": legend}
 
 
 def _padded(x0: float, x1: float) -> list[float]:
@@ -277,11 +277,26 @@ def _dump_cadence(result: Analysis, budget: Budget, notes: Summarised) -> tuple[
         longest = own.sort(["gap_s", "timestamp"], descending=[True, False], nulls_last=True).head(1)
         if longest["gap_s"][0] is not None:
             silences.append({"label": label, "gap_s": longest["gap_s"][0], "at": str(longest["timestamp"][0]), "dumps": len(own), "interval_s": own["interval_s"].drop_nulls().median()})
-        kept = downsample.peak_preserving(own, "timestamp", "gap_s", budget.dump_points)
-        if len(kept) < len(own):
-            notes.add(f"Task-dump cadence of [{label}] shows {len(kept):,} of {len(own):,} dumps, keeping the longest gap of each stretch.")
-        per_label[label] = ([str(t) for t in kept["timestamp"].to_list()], kept["gap_s"].to_list())
+        seconds = own.group_by("timestamp").agg(pl.len().alias("dumps")).sort("timestamp")
+        if len(seconds) > budget.dump_points:
+            notes.add(f"Task-dump cadence of [{label}] marks the first {budget.dump_points:,} of {len(seconds):,} seconds with dumps.")
+            seconds = seconds.head(budget.dump_points)
+        per_label[label] = ([str(t) for t in seconds["timestamp"].to_list()], seconds["dumps"].to_list())
     return _figure("chart-dumps", figures.dump_cadence_figure(per_label)), silences
+
+
+def _last_dumps(result: Analysis) -> list[dict[str, Any]]:
+    """The tasks of each label's last dump: what was pending when the dumps stopped."""
+    snaps = result.run.task_snapshots
+    if snaps.is_empty():
+        return []
+    rows = []
+    for label in sorted(snaps["label"].drop_nulls().unique().to_list()):
+        own = snaps.filter(pl.col("label") == label).sort("timestamp", "source", "snapshot", nulls_last=True)
+        last = own.filter((pl.col("source") == own["source"][-1]) & (pl.col("snapshot") == own["snapshot"][-1]))
+        tasks = last.filter(pl.col("task_name").is_not_null()).sort("task_name").head(LAST_DUMP_TASKS)
+        rows.append({"label": label, "at": str(last["timestamp"][0]), "count": len(last), "tasks": tasks.select("task_name", "state", "coroutine").to_dicts()})
+    return rows
 
 
 def _log_rows(result: Analysis, budget: Budget, notes: Summarised) -> list[dict[str, Any]]:
@@ -366,10 +381,13 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
     """The whole report as one HTML string."""
     budget = budget or Budget()
     notes = Summarised()
-    gantt, targets, step_buttons = _timeline(result, budget, notes)
+    gantt, targets, gantt_extras = _timeline(result, budget, notes)
     marked: dict[int, list[str]] = {}
+    step_count = max(len(_step_times(result)), 1)
     for finding in result.findings:
-        for step in finding.steps[:50]:
+        if len(finding.steps) > MARKED_STEP_SHARE * step_count:
+            continue  # a finding about most steps singles none out; its card lists them
+        for step in finding.steps:
             marked.setdefault(step, []).append(f"{finding.code} {finding.title}")
     whole_run = _whole_run_charts(result, budget, notes, marked)
     kl = _kl_chart(result)
@@ -395,7 +413,9 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         "counts": counts,
         "cards": _finding_cards(result, targets, bool(whole_run)),
         "gantt": gantt,
-        "step_buttons": step_buttons,
+        "step_buttons": gantt_extras["buttons"],
+        "gantt_legend": gantt_extras["legend"],
+        "last_dumps": _last_dumps(result),
         "whole_run": {c.id: c for c in whole_run},
         "kl": kl,
         "kl_band": DEFAULTS["kl-drift"]["max_kl"],

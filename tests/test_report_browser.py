@@ -1,0 +1,175 @@
+"""The HTML report in a real browser: it loads offline, draws every chart, navigates, and resists injection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trace_doctor.model import Analysis
+from trace_doctor.report.html import write_html
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip("Chromium is not installed at /usr/bin/chromium (apt-get install chromium); browser tests skipped", allow_module_level=True)
+
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
+
+from conftest import CORPUS, FIXTURE_RUNS  # noqa: E402
+from test_report_html import XSS, build_analysis  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts"
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CORPUS_RUNS = (
+    "tinker-rl-lab/experiments/results/arithmetic_metrics.jsonl",
+    "sushantmehta-tinker-cookbook/logs_v2p7",
+    "bzz-tinker-cookbook/data/context_distillation/logs/exp1_off_policy",
+)
+FIXTURES = sorted(p.name for p in FIXTURE_RUNS.glob("*") if (p / "metrics.jsonl").exists()) if FIXTURE_RUNS.exists() else []
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        yield instance
+        instance.close()
+
+
+class Opened:
+    """A report loaded in a page, with every console error and network request it caused."""
+
+    def __init__(self, page: Page, url: str):
+        self.page, self.url = page, url
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.requests.append(r.url))
+        page.goto(url)
+        page.wait_for_load_state("load")
+        # Plotly draws synchronously in newPlot; give layout-triggered redraws a moment to settle.
+        page.wait_for_timeout(300)
+
+
+def open_report(browser, result: Analysis, path: Path) -> Opened:
+    write_html(result, path)
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    return Opened(page, path.resolve().as_uri())
+
+
+def analysed(path: Path) -> Analysis:
+    try:
+        from trace_doctor.api import analyze, load_run
+    except ImportError as exc:
+        pytest.skip(f"the ingest layer is incomplete in this tree ({exc})")
+    return analyze(load_run(path))
+
+
+def assert_healthy_page(opened: Opened, result: Analysis) -> None:
+    page = opened.page
+    assert opened.errors == []
+    assert opened.requests == [opened.url], opened.requests
+    plots = page.eval_on_selector_all(".plot", "els => els.map(e => [e.id, !!e.querySelector('.main-svg'), e.querySelectorAll('path, rect, canvas').length])")
+    assert plots, "no chart on the page"
+    for chart_id, drawn, marks in plots:
+        assert drawn and marks > 0, f"{chart_id} did not render"
+    assert page.locator("article.card").count() == len(result.findings)
+    assert page.evaluate("window.__pwned") is None
+
+
+@pytest.mark.parametrize("with_trace", [True, False], ids=["synthetic", "synthetic-metrics-only"])
+def test_synthetic_reports_load_offline_and_draw_every_chart(browser, tmp_path, with_trace):
+    name = "with-trace" if with_trace else "metrics-only"
+    result = build_analysis(with_trace=with_trace)
+    opened = open_report(browser, result, tmp_path / f"{name}.html")
+    assert_healthy_page(opened, result)
+
+
+@pytest.mark.parametrize("scenario", FIXTURES or ["(fixtures not generated)"])
+def test_fixture_reports_load_offline_and_draw_every_chart(browser, tmp_path, scenario):
+    if not FIXTURES:
+        pytest.skip("fixtures/runs has not been generated (make fixtures)")
+    result = analysed(FIXTURE_RUNS / scenario)
+    opened = open_report(browser, result, tmp_path / f"{scenario}.html")
+    assert_healthy_page(opened, result)
+    if not result.run.spans.is_empty():
+        assert opened.page.locator("#chart-gantt .main-svg").count() > 0
+
+
+@pytest.mark.parametrize("relative", CORPUS_RUNS)
+def test_corpus_reports_read_well_without_a_trace(browser, tmp_path, relative):
+    path = CORPUS / relative
+    if not path.exists():
+        pytest.skip("the real-run corpus ../shared/corpus is not present on this machine (CI has it)")
+    result = analysed(path)
+    opened = open_report(browser, result, tmp_path / "corpus.html")
+    assert_healthy_page(opened, result)
+    body = opened.page.inner_text("body")
+    assert "No trace in this run." in body
+    assert opened.page.locator("#chart-step-time .main-svg").count() > 0
+
+
+def _gantt_range(page: Page) -> list[float]:
+    return page.evaluate("document.getElementById('chart-gantt').layout.xaxis.range.slice()")
+
+
+def test_show_on_timeline_moves_the_gantt(browser, tmp_path):
+    result = build_analysis(steps=20)
+    opened = open_report(browser, result, tmp_path / "timeline.html")
+    page = opened.page
+    # Start from another step so the click has somewhere to go.
+    page.locator("button.step-button", has_text="step 0").click()
+    before = _gantt_range(page)
+    page.locator("#finding-0 button.show-on-timeline").click()
+    after = _gantt_range(page)
+    assert after != before
+    gap_start_s, gap_end_s = (t / 1e6 for t in result.findings[0].time_ranges_us[0])
+    origin_s = result.run.spans["start_us"].min() / 1e6
+    assert after[0] <= gap_start_s - origin_s and after[1] >= gap_end_s - origin_s  # the shaded gap is in view
+
+
+def test_show_on_timeline_moves_the_demo_gantt(browser, tmp_path):
+    demo = FIXTURE_RUNS / "demo"
+    if not demo.exists():
+        pytest.skip("fixture run demo has not been generated (make fixtures)")
+    result = analysed(demo)
+    opened = open_report(browser, result, tmp_path / "demo.html")
+    page = opened.page
+    buttons = page.locator("button.show-on-timeline[data-chart='chart-gantt']")
+    assert buttons.count() > 0
+    page.locator("button.step-button").last.click()
+    before = _gantt_range(page)
+    buttons.first.click()
+    assert _gantt_range(page) != before
+
+
+def test_injection_strings_stay_text(browser, tmp_path):
+    fixture = FIXTURE_RUNS / "xss"
+    result = analysed(fixture) if fixture.exists() else build_analysis(hostile=XSS)
+    opened = open_report(browser, result, tmp_path / "xss.html")
+    page = opened.page
+    # Hover every bar so plotly renders hover labels built from input too.
+    if page.locator("#chart-gantt .main-svg").count():
+        box = page.locator("#chart-gantt .plot-container").bounding_box()
+        for fraction in (0.3, 0.5, 0.7):
+            page.mouse.move(box["x"] + box["width"] * fraction, box["y"] + box["height"] * 0.4)
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("img[src='x']").count() == 0
+    body = page.inner_text("body")
+    assert XSS in body, "the injection string should be shown literally"
+    assert opened.errors == []
+
+
+def test_demo_screenshots_for_review(browser, tmp_path):
+    sample = ROOT / "trace_doctor" / "sample_run"
+    result = analysed(sample) if (sample / "metrics.jsonl").exists() else build_analysis()
+    opened = open_report(browser, result, tmp_path / "demo.html")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = opened.page
+    page.screenshot(path=str(ARTIFACTS / "report-demo-top.png"))
+    page.screenshot(path=str(ARTIFACTS / "report-demo-full.png"), full_page=True)
+    for section in ("findings", "timeline", "whole-run"):
+        page.locator(f"#{section}").screenshot(path=str(ARTIFACTS / f"report-demo-{section}.png"))
+    assert (ARTIFACTS / "report-demo-full.png").stat().st_size > 10_000
