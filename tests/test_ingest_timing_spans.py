@@ -1,0 +1,75 @@
+"""timing_spans.jsonl -> step_spans: one row per span, one record per line, resumes as segments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from trace_doctor.ingest.timing_spans import parse_timing_spans_files
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_FILES = sorted((ROOT / "fixtures" / "runs").glob("*/timing_spans.jsonl"))
+
+
+def line(step, spans):
+    return json.dumps({"step": step, "spans": [{"name": n, "duration": d, "wall_start": s, "wall_end": s + d} for n, d, s in spans]})
+
+
+def parse(path: Path):
+    warnings = []
+    table, inputs = parse_timing_spans_files([path], warnings)
+    return table, inputs[0], warnings
+
+
+def test_rows_per_span_with_wall_times_in_completion_order(tmp_path):
+    path = tmp_path / "timing_spans.jsonl"
+    path.write_text(line(0, [("sample_async", 0.5, 0.1), ("policy_sample", 0.7, 0.0)]) + "\n" + line(1, [("train_step", 2.0, 0.0)]) + "\n")
+    table, info, warnings = parse(path)
+    assert warnings == [] and (info.records, info.skipped) == (2, 0)
+    assert table.select("step", "name", "duration_s", "wall_start_s", "wall_end_s", "index").rows() == [
+        (0, "sample_async", 0.5, 0.1, 0.6, 0),
+        (0, "policy_sample", 0.7, 0.0, 0.7, 1),
+        (1, "train_step", 2.0, 0.0, 2.0, 0),
+    ]
+    assert table.get_column("segment").to_list() == [0, 0, 0]
+
+
+def test_resume_duplicates_start_a_segment_and_bad_input_is_accounted(tmp_path):
+    path = tmp_path / "timing_spans.jsonl"
+    rows = [
+        line(0, [("a", 1.0, 0.0)]),
+        line(1, [("a", 1.0, 0.0)]),
+        '{"step": 2, "spans": [{"name": "a", "duration": NaN}, {"name": "b", "duration": 1.0}]}',
+        "not json",
+        '{"step": "x", "spans": []}',
+        line(1, [("a", 3.0, 0.0)]),  # the resumed process re-logs step 1
+        line(2, [("a", 1.0, 0.0)])[:30],
+    ]
+    path.write_text("\n".join(rows))
+    table, info, warnings = parse(path)
+    assert (info.records, info.skipped) == (4, 3)
+    assert sorted(w.line for w in warnings) == [3, 4, 5, 7]
+    assert "truncated" in [w for w in warnings if w.line == 7][0].problem
+    resumed = table.filter(pl.col("line") == 6)
+    assert resumed.get_column("segment").to_list() == [1] and resumed.get_column("duration_s").to_list() == [3.0]
+    assert table.filter(pl.col("step") == 2).get_column("name").to_list() == ["b"]
+
+
+@pytest.mark.skipif(not FIXTURE_FILES, reason="fixtures/runs/*/timing_spans.jsonl not generated yet")
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.parent.name)
+def test_fixture_files_keep_every_span(path):
+    lines = [raw for raw in path.read_bytes().splitlines() if raw.strip()]
+    expected = 0
+    readable = 0
+    for raw in lines:
+        try:
+            expected += len(json.loads(raw)["spans"])
+            readable += 1
+        except ValueError:
+            pass
+    table, info, _ = parse(path)
+    assert table.height == expected
+    assert info.records == readable and info.records + info.skipped == len(lines)
