@@ -49,6 +49,8 @@ CPU_LIBRARIES: dict[str, str] = {
     "pydantic_core": "pydantic",
 }
 APPLICATION = "application code"
+# Built-in methods named by their C type: their library is known even though their file is not.
+BUILTIN_OWNERS = {"Pattern": "re", "Match": "re", "SRE_Pattern": "re", "ndarray": "numpy", "Tensor": "torch", "TensorBase": "torch"}
 
 _SITE_PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python3(?:\.\d+)?[/\\]([^/\\]+)")
@@ -101,6 +103,11 @@ class ProfileBreakdown:
     hot_cpu_frames: list[HotFrame] = field(default_factory=list)
     serialization_frames: list[HotFrame] = field(default_factory=list)
     idle_poll_frames: list[HotFrame] = field(default_factory=list)
+
+    @property
+    def runs_event_loop(self) -> bool:
+        """Whether this thread drives an asyncio loop (idle polls, awaits, or asyncio frames)."""
+        return self.idle_poll_s > 0 or self.await_frames > 0 or "asyncio" in self.cpu_by_category
 
     @property
     def cpu_s(self) -> float:
@@ -224,6 +231,8 @@ def _breakdown_one(
                     out.await_s += r["time_s"] or 0.0
             continue
         own = category_of(r["file_path"], r["is_application_code"])
+        if own is None and "." in function:
+            own = BUILTIN_OWNERS.get(function.split(".", 1)[0])
         category[fid] = own if own is not None else inherited
         time_s = r["time_s"] or 0.0
         parent_ser = under_serialization.get(parent, False)
@@ -247,7 +256,7 @@ def _breakdown_one(
         cat = category[fid]
         out.cpu_by_category[cat] = out.cpu_by_category.get(cat, 0.0) + exclusive
         cpu_frames.append(_hot(name, r, exclusive, cat, by_id))
-    out.hot_cpu_frames = sorted(cpu_frames, key=_hot_key)[:top]
+    out.hot_cpu_frames = sorted(_combine(cpu_frames), key=_hot_key)[:top]
     out.serialization_frames = sorted(out.serialization_frames, key=_hot_key)[:top]
     out.idle_poll_frames = sorted(out.idle_poll_frames, key=_hot_key)[:top]
     return out
@@ -259,6 +268,19 @@ def _hot(profile: str, row: dict, seconds: float, category: str, by_id: dict[int
         parent = by_id[row["parent_id"]]
         caller = f"{parent['function']} ({parent['file_path']}:{parent['line_no']})"
     return HotFrame(profile, row["function"] or "", row["file_path"] or "", row["line_no"], seconds, category, caller)
+
+
+def _combine(frames: list[HotFrame]) -> list[HotFrame]:
+    """Sum the self time of one code location reached through many call paths."""
+    totals: dict[tuple, HotFrame] = {}
+    for frame in frames:
+        key = (frame.function, frame.file_path, frame.line_no, frame.called_from)
+        seen = totals.get(key)
+        totals[key] = frame if seen is None else HotFrame(
+            seen.profile, seen.function, seen.file_path, seen.line_no, seen.seconds + frame.seconds,
+            seen.category, seen.called_from,
+        )
+    return list(totals.values())
 
 
 def _hot_key(frame: HotFrame) -> tuple:

@@ -49,7 +49,10 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
                 f"({share:.0%}) running CPU code rather than waiting: "
                 + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in top)
                 + (f"; hottest frame {hottest.where()} ({hottest.seconds:.2f} s self)" if hottest else "")
-                + ". While it computes, the event loop is stalled and the SDK thread competes for the GIL"
+                + (". While it computes, the event loop is stalled and the SDK thread competes for the GIL"
+                   if item.runs_event_loop else
+                   ". No event loop runs in this profile; if this thread drives a training loop, that work "
+                   "delays every submission and holds the GIL the SDK thread needs")
                 + (" (serialization is reported separately by serialization-stall)." if item.serialization_s else ".")
             ),
             fix=FIX,
@@ -110,9 +113,13 @@ def check(ctx: RuleContext) -> list[Finding]:
         findings.append(stacks)
     if findings:
         return findings
-    shares = [f"{b.profile}: {cpu_share(b):.0%} CPU" for b in breakdown(ctx.run.profiles, ctx.run.frames)]
+    shares = [
+        f"{b.profile}: {cpu_share(b):.0%} CPU, {cpu_share(b) * b.wall_s:.2f} s"
+        for b in breakdown(ctx.run.profiles, ctx.run.frames)
+    ]
     return ctx.passed(
-        "the main thread mostly waits"
+        f"main-thread CPU work below {float(ctx.thresholds['min_share']):.0%} of wall time or "
+        f"{float(ctx.thresholds['min_seconds']):g} s"
         + (f" ({'; '.join(shares)})" if shares else "")
     )
 
