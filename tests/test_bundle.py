@@ -90,7 +90,9 @@ def test_support_summary_names_ids_timing_and_environment(tmp_path, secret_run):
 
 def test_bundle_of_a_fixture_with_profiles_and_trace(tmp_path):
     run = fixture_run("sl_gil_stall")
-    out = CliRunner().invoke(__import__("trace_doctor.cli", fromlist=["main"]).main, ["bundle", str(run), "-o", str(tmp_path / "b.zip")], catch_exceptions=False)
+    from trace_doctor.cli import main
+
+    out = CliRunner().invoke(main, ["bundle", str(run), "-o", str(tmp_path / "b.zip")], catch_exceptions=False)
     assert out.exit_code == 0, out.output
     contents = members(tmp_path / "b.zip")
     worst = json.loads(contents["trace/worst_steps.json"])

@@ -79,7 +79,7 @@ def _baseline(block: dict) -> list[str]:
     if stats:
         unit = stats.get("unit", "s")
         lines += [
-            f"| | baseline | candidate |",
+            "| | baseline | candidate |",
             "|---|---:|---:|",
             f"| steady steps (n) | {stats.get('n_baseline', '–')} | {stats.get('n_candidate', '–')} |",
             f"| median ({cell(unit)}) | {_number(stats.get('median_baseline'))} | {_number(stats.get('median_candidate'))} |",

@@ -147,6 +147,8 @@ def redact_analysis(result: Analysis) -> Analysis:
         outcomes=outcomes,
         summary=redact_value(copy.deepcopy(result.summary)),
         baseline=redact_value(copy.deepcopy(result.baseline)) if result.baseline is not None else None,
+        # Derived series are numbers per step (no free text): shared as they are.
+        derived=dict(getattr(result, "derived", {}) or {}),
     )
 
 
