@@ -302,7 +302,7 @@ def top_categories(values: dict[str, float], n: int = 5) -> list[tuple[str, floa
 
 
 # A source line that calls into a CPU library from application code (the C call has no frame).
-_CPU_CALL_IN_CODE = re.compile(r"\b(np|numpy|torch|re|regex|tokenizer\w*|json|orjson)\.\w+\(|\.(encode|batch_encode\w*|apply_chat_template)\(")
+_CPU_CALL_IN_CODE = re.compile(r"\b(np|numpy|torch|re|regex|tokenizer\w*|json|orjson)(\.\w+)+\(|\.(encode|batch_encode\w*|apply_chat_template)\(")
 
 
 @dataclass(frozen=True)
