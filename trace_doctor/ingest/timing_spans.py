@@ -7,6 +7,7 @@ on resume, so a step can appear again: each repeat of an already-seen step start
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,47 @@ def parse_timing_spans_files(
     return pl.concat(frames, how="vertical"), inputs
 
 
+LINE_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64,
+    "spans": pl.List(pl.Struct({"name": pl.String, "duration": pl.Float64, "wall_start": pl.Float64, "wall_end": pl.Float64})),
+}
+
+
+def _segments(steps: list[int]) -> list[int]:
+    """Segment per line: a step already logged in the current segment starts a new one."""
+    segments, seen, segment = [], set(), 0
+    for step in steps:
+        if step in seen:
+            segment += 1
+            seen = set()
+        seen.add(step)
+        segments.append(segment)
+    return segments
+
+
+def _read_typed(data: bytes, source: str) -> pl.DataFrame | None:
+    """The whole file through polars with an explicit schema, or None if any line needs care."""
+    try:
+        lines = pl.read_ndjson(io.BytesIO(data), schema=LINE_SCHEMA)
+    except Exception:  # noqa: BLE001 - any refusal means the careful per-line path
+        return None
+    line_count = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    if lines.height != line_count or lines.get_column("step").null_count() or lines.get_column("spans").null_count():
+        return None  # blank lines, or lines that are not {"step", "spans"}: number and report them one by one
+    lines = lines.with_columns(
+        pl.int_range(1, lines.height + 1, dtype=pl.Int64).alias("line"),
+        pl.Series("segment", _segments(lines.get_column("step").to_list()), dtype=pl.Int32),
+    )
+    spans = lines.with_columns(pl.col("spans").list.eval(pl.int_range(pl.len(), dtype=pl.Int32)).alias("index")).explode(["spans", "index"])
+    spans = spans.filter(pl.col("spans").is_not_null()).unnest("spans")
+    if spans.get_column("name").null_count() or spans.get_column("duration").null_count():
+        return None
+    return spans.select(
+        "step", "name", pl.col("duration").alias("duration_s"), pl.col("wall_start").alias("wall_start_s"),
+        pl.col("wall_end").alias("wall_end_s"), "line", "index", "segment", pl.lit(source).alias("source"),
+    ).cast(SCHEMA)
+
+
 def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[pl.DataFrame, InputFile]:
     """Parse one file; a line (= one step) counts as one record, a bad span inside it as a warning."""
     info = InputFile(kind="spans", path=str(path))
@@ -61,6 +103,10 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
     if data is None:
         info.skipped = len(warnings) - before
         return pl.DataFrame(schema=SCHEMA), info
+    typed = _read_typed(data, source) if data.strip() else None
+    if typed is not None:
+        info.records = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+        return typed, info
 
     columns: dict[str, list[Any]] = {name: [] for name in SCHEMA}
     seen_steps: set[int] = set()

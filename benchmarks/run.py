@@ -1,0 +1,168 @@
+"""Side-by-side benchmark of trace-doctor against plain parses of the same trace (`make bench`).
+
+Generates large runs into benchmarks/data/ (git-ignored), then for each size runs every contender
+in its own subprocess several times and reports the median wall time and peak RSS (from the
+child's own rusage), with ratios against the naive parse (json.loads per line into a list, what
+the cookbook's trace converter does). Targets (issue 6): analysis <= 0.25x the naive time and
+<= 0.5x its peak memory; doubling the events <= 2.2x the time; the HTML report <= 10 MB and
+written in at most the analysis time again.
+
+    python benchmarks/run.py [--sizes 3000x64,6000x64] [--repeats 3] [--markdown FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATA = HERE / "data"
+PYTHON = sys.executable
+CLI = str(Path(PYTHON).with_name("trace-doctor"))
+
+NAIVE = "import json,sys\nevents=[json.loads(line) for line in open(sys.argv[1])]\nprint(len(events))"
+PANDAS = "import pandas,sys\nframe=pandas.read_json(sys.argv[1], lines=True)\nprint(len(frame))"
+POLARS = "import polars,sys\nframe=polars.read_ndjson(sys.argv[1])\nprint(frame.height)"
+HTML = (
+    "import sys\nfrom trace_doctor.api import load_run, analyze\nfrom trace_doctor.report.html import write_html\n"
+    "import time\nresult=analyze(load_run(sys.argv[1]))\nt=time.perf_counter()\nwrite_html(result, sys.argv[2])\n"
+    "print(f'html_write_s={time.perf_counter()-t:.3f}')"
+)
+
+
+@dataclass
+class Measure:
+    label: str
+    seconds: float
+    peak_mb: float
+    note: str = ""
+
+
+def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS (MB) and stdout of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.perf_counter() - start
+    if proc.returncode not in (0, 1):  # 1 = the CI gate tripped, still a complete analysis
+        raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}): {err.decode()[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024, out.decode()
+
+
+def median_of(label: str, argv: list[str], repeats: int, env: dict[str, str]) -> Measure:
+    runs = [run_child(argv, env) for _ in range(repeats)]
+    note = runs[-1][2].strip().splitlines()[-1] if label.startswith("HTML") and runs[-1][2].strip() else ""
+    return Measure(label, statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), note)
+
+
+def ensure_run(steps: int, samples: int) -> Path:
+    out = DATA / f"rl_{steps}x{samples}"
+    if not (out / "config.json").exists():
+        print(f"generating {out.name} ...", file=sys.stderr)
+        subprocess.run([PYTHON, str(HERE / "generate_large_run.py"), str(out), "--steps", str(steps), "--samples", str(samples)], check=True)
+    return out
+
+
+def html_available() -> bool:
+    probe = subprocess.run([PYTHON, "-c", "from trace_doctor.report.html import write_html"], capture_output=True)
+    return probe.returncode == 0
+
+
+def bench_size(run: Path, repeats: int, with_html: bool) -> list[Measure]:
+    trace = str(run / "trace_events.jsonl")
+    # Analysis runs without the table cache: the point is the cold parse of a new run.
+    cold = {**os.environ, "TRACE_DOCTOR_CACHE": "off"}
+    measures = [
+        median_of("cat FILE > /dev/null", ["cat", trace], repeats, cold),
+        median_of("naive json.loads list", [PYTHON, "-c", NAIVE, trace], repeats, cold),
+        median_of("pandas read_json(lines)", [PYTHON, "-c", PANDAS, trace], repeats, cold),
+        median_of("polars read_ndjson", [PYTHON, "-c", POLARS, trace], repeats, cold),
+        median_of("trace-doctor analyze (json)", [CLI, "analyze", str(run), "--no-html", "--format", "json"], repeats, cold),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        cache_env = {**os.environ, "TRACE_DOCTOR_CACHE": "on", "TRACE_DOCTOR_CACHE_DIR": tmp}
+        run_child([CLI, "analyze", str(run), "--no-html", "--format", "json"], cache_env)  # fills the cache
+        measures.append(median_of("analyze, cached tables", [CLI, "analyze", str(run), "--no-html", "--format", "json"], repeats, cache_env))
+    if with_html:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = Path(tmp) / "report.html"
+            m = median_of("HTML: analyze + write_html", [PYTHON, "-c", HTML, str(run), str(report)], repeats, cold)
+            m.note += f" size={report.stat().st_size / 1e6:.2f}MB"
+            measures.append(m)
+    return measures
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 1024 / 1024:.0f} GB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{cpu}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, Python {platform.python_version()}, load avg at start {load:.1f}"
+
+
+def table(name: str, run: Path, measures: list[Measure]) -> str:
+    naive = next(m for m in measures if m.label.startswith("naive"))
+    size = (run / "trace_events.jsonl").stat().st_size / 1e6
+    with open(run / "trace_events.jsonl", "rb") as fh:
+        events = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 24), b""))
+    lines = [f"### {name}: {events:,} events, {size:,.0f} MB trace_events.jsonl", "",
+             "| contender | wall s (median) | peak RSS MB | time vs naive | memory vs naive | note |",
+             "|---|---:|---:|---:|---:|---|"]
+    for m in measures:
+        lines.append(f"| {m.label} | {m.seconds:.2f} | {m.peak_mb:.0f} | {m.seconds / naive.seconds:.2f}x | {m.peak_mb / naive.peak_mb:.2f}x | {m.note} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="3000x64,6000x64")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
+    args = parser.parse_args()
+    if not Path(CLI).exists() and shutil.which("trace-doctor") is None:
+        sys.exit("trace-doctor is not installed in this environment (run `make bench`)")
+    with_html = html_available()
+    print(f"machine: {machine()}\n")
+    results = []
+    for size in args.sizes.split(","):
+        steps, samples = (int(x) for x in size.split("x"))
+        run = ensure_run(steps, samples)
+        measures = bench_size(run, args.repeats, with_html)
+        results.append((size, measures))
+        text = table(size, run, measures)
+        print(text + "\n", flush=True)
+    if len(results) >= 2:
+        first, second = results[0][1], results[1][1]
+        a = next(m for m in first if m.label.startswith("trace-doctor"))
+        b = next(m for m in second if m.label.startswith("trace-doctor"))
+        print(f"scaling: {results[1][0]} / {results[0][0]} analysis time = {b.seconds / a.seconds:.2f}x (target <= 2.2x)")
+    if args.markdown:
+        body = [f"machine: {machine()}", ""] + [table(s, ensure_run(*(int(x) for x in s.split("x"))), m) + "\n" for s, m in results]
+        args.markdown.write_text("\n".join(body))
+
+
+if __name__ == "__main__":
+    main()
