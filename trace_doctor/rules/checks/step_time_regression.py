@@ -13,7 +13,6 @@ import math
 from typing import Any
 
 import polars as pl
-from scipy.stats import mannwhitneyu
 
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -177,6 +176,9 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: dict[str, Any]) -> dict[s
             "breakdown": [],
             "structural": structural,
         }
+    # scipy.stats takes seconds to import cold; only a baseline comparison needs it.
+    from scipy.stats import mannwhitneyu
+
     test = mannwhitneyu(cand_x, base_x, alternative="greater", method="auto")
     effect = (stats["median_candidate"] - stats["median_baseline"]) / stats["median_baseline"] if stats["median_baseline"] else None
     stats.update(u=float(test.statistic), p=float(test.pvalue), effect=effect)
