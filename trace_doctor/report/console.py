@@ -7,12 +7,14 @@ import sys
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from trace_doctor.model import Analysis, RunTables
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_WARNINGS_SHOWN = 8
+INDENT = 8
 
 
 def _console(buffer: io.StringIO) -> Console:
@@ -93,12 +95,12 @@ def render_text(result: Analysis, *, fail_on: str = "never") -> str:
         share = f" ({finding.fraction_of_wall:.0%} of wall)" if finding.fraction_of_wall else ""
         confidence = f" · confidence {finding.confidence}" if finding.confidence else ""
         out.print(f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — {escape(finding.title)}{lost}{share}{confidence}")
-        out.print(f"        {escape(finding.message)}")
+        out.print(Padding(escape(finding.message), (0, 0, 0, INDENT), expand=False))
         if finding.steps:
             shown = ", ".join(str(s) for s in finding.steps[:12])
             more = f" … (+{len(finding.steps) - 12})" if len(finding.steps) > 12 else ""
-            out.print(f"        steps: {shown}{more}")
-        out.print(f"        [green]fix:[/] {escape(finding.fix)}")
+            out.print(Padding(f"[dim]steps:[/] {shown}{more}", (0, 0, 0, INDENT), expand=False))
+        out.print(Padding(f"[green]fix:[/] {escape(finding.fix)}", (0, 0, 0, INDENT), expand=False))
     quiet = [o for o in result.outcomes if o.status in ("not_applicable", "error")]
     if quiet:
         out.print()
