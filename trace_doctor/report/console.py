@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import io
 import sys
+import textwrap
 
 from rich.console import Console
 from rich.markup import escape
-from rich.padding import Padding
 from rich.table import Table
 
 from trace_doctor.model import Analysis, RunTables
@@ -15,11 +15,12 @@ from trace_doctor.model import Analysis, RunTables
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_WARNINGS_SHOWN = 8
 INDENT = 8
+WIDTH = 110
 
 
 def _console(buffer: io.StringIO) -> Console:
     color = sys.stdout.isatty()
-    return Console(file=buffer, width=110, force_terminal=color, no_color=not color, highlight=False, soft_wrap=False)
+    return Console(file=buffer, width=WIDTH, force_terminal=color, no_color=not color, highlight=False, soft_wrap=False)
 
 
 def _seconds(value: float | None) -> str:
@@ -30,6 +31,14 @@ def _seconds(value: float | None) -> str:
     if value >= 120:
         return f"{value / 60:.1f} min"
     return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+
+
+def _block(text: str, *, label: str = "", style: str = "") -> str:
+    """Indented, wrapped paragraph (rich markup-escaped), with an optional styled label."""
+    wrapped = escape(textwrap.fill(text, width=WIDTH - INDENT, initial_indent=" " * INDENT, subsequent_indent=" " * INDENT))
+    if label and style:
+        wrapped = wrapped.replace(label, f"[{style}]{label}[/]", 1)
+    return wrapped
 
 
 def ingest_account(run: RunTables) -> str:
@@ -95,12 +104,12 @@ def render_text(result: Analysis, *, fail_on: str = "never") -> str:
         share = f" ({finding.fraction_of_wall:.0%} of wall)" if finding.fraction_of_wall else ""
         confidence = f" · confidence {finding.confidence}" if finding.confidence else ""
         out.print(f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — {escape(finding.title)}{lost}{share}{confidence}")
-        out.print(Padding(escape(finding.message), (0, 0, 0, INDENT), expand=False))
+        out.print(_block(finding.message))
         if finding.steps:
             shown = ", ".join(str(s) for s in finding.steps[:12])
             more = f" … (+{len(finding.steps) - 12})" if len(finding.steps) > 12 else ""
-            out.print(Padding(f"[dim]steps:[/] {shown}{more}", (0, 0, 0, INDENT), expand=False))
-        out.print(Padding(f"[green]fix:[/] {escape(finding.fix)}", (0, 0, 0, INDENT), expand=False))
+            out.print(_block(f"steps: {shown}{more}", label="steps:", style="dim"))
+        out.print(_block(f"fix: {finding.fix}", label="fix:", style="green"))
     quiet = [o for o in result.outcomes if o.status in ("not_applicable", "error")]
     if quiet:
         out.print()
