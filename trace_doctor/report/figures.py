@@ -244,7 +244,6 @@ def gantt_figure(
                 name=f"depth {depth}",
             )
         )
-    legend_shown: set[str] = set()
     for overlay in overlays:
         xs: list[float | None] = []
         ys: list[float | None] = []
@@ -252,7 +251,6 @@ def gantt_figure(
             xs += [x0, x1, x1, x0, x0, None]
             ys += [0, 0, 1, 1, 0, None]
         colour = SEVERITY_COLOUR.get(overlay["severity"], "#57606a")
-        legend_shown.add(overlay["rule"])
         fig.add_trace(
             go.Scatter(
                 x=xs,
@@ -261,13 +259,13 @@ def gantt_figure(
                 fill="toself",
                 mode="lines",
                 line={"width": 1, "color": colour},
-                fillcolor=_with_alpha(colour, 0.16),
+                fillcolor=with_alpha(colour, 0.16),
                 hoveron="fills",
                 hoverinfo="text",
                 text=f"{overlay['code']} {overlay['rule']}: {plot_text(overlay['title'])}",
                 name=f"{overlay['code']} {overlay['rule']}",
                 legendgroup=overlay["rule"],
-                showlegend=overlay["rule"] not in legend_shown,
+                showlegend=False,
             )
         )
     annotations = [
@@ -280,17 +278,16 @@ def gantt_figure(
     ]
     height = max(260, 64 + 26 * len(rows))
     fig.update_layout(
-        _layout(height, barmode="overlay", annotations=annotations, shapes=shapes, showlegend=bool(overlays), hovermode="closest"),
+        _layout(height, barmode="overlay", annotations=annotations, shapes=shapes, showlegend=False, hovermode="closest"),
         margin={"l": 210, "r": 24, "t": 40, "b": 48},
         xaxis={"title": "seconds since the trace began", "range": initial_range, "gridcolor": "#eef1f4", "zeroline": False},
         yaxis={"type": "category", "categoryorder": "array", "categoryarray": list(reversed(rows)), "automargin": False, "tickfont": {"size": 11}},
         yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
-        legend={"orientation": "h", "y": -0.12 if len(rows) > 4 else -0.3, "yanchor": "top", "x": 0},
     )
     return fig
 
 
-def _with_alpha(hex_colour: str, alpha: float) -> str:
+def with_alpha(hex_colour: str, alpha: float) -> str:
     r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r}, {g}, {b}, {alpha})"
 

@@ -153,15 +153,20 @@ def _row_labels(spans: pl.DataFrame) -> tuple[list[str], list[str]]:
 
 
 def _finding_anchor_steps(finding: Finding, spans: pl.DataFrame) -> list[int]:
-    """The steps a finding is about: its own, or the steps of the spans its first time range falls in."""
+    """The steps a finding is about: its own, else those its first time range overlaps or lies between."""
     if finding.steps:
         return sorted(finding.steps)
     if not finding.time_ranges_us or "step" not in spans.columns:
         return []
     start, end = finding.time_ranges_us[0][:2]
-    middle = (start + end) / 2
-    hits = spans.filter((pl.col("start_us") <= middle) & (pl.col("end_us") >= middle) & pl.col("step").is_not_null())
-    return sorted(set(hits["step"].to_list()))[:1]
+    stepped = spans.filter(pl.col("step").is_not_null())
+    overlapping = stepped.filter((pl.col("start_us") < end) & (pl.col("end_us") > start))
+    if len(overlapping):
+        return sorted(set(overlapping["step"].to_list()))[:2]
+    # A gap where nothing ran: show the steps on either side of it.
+    before = stepped.filter(pl.col("end_us") <= start).sort("end_us").tail(1)["step"].to_list()
+    after = stepped.filter(pl.col("start_us") >= end).sort("start_us").head(1)["step"].to_list()
+    return sorted(set(before + after))
 
 
 def _timeline(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Chart | None, dict[int, dict[str, Any]], dict[str, Any]]:
@@ -200,11 +205,12 @@ def _timeline(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Char
         ranges_s = [[(a - origin) / 1e6, (b - origin) / 1e6] for a, b in ranges]
         if ranges_s:
             overlays.append({"code": finding.code, "rule": finding.rule, "title": finding.title, "severity": finding.severity, "ranges_s": ranges_s})
-        anchor = next((window_of[s] for s in anchors[i] if s in window_of), None)
-        if anchor is not None:
-            targets[i] = _padded(anchor["x0"], anchor["x1"])
-        elif ranges_s:
-            targets[i] = _padded(ranges_s[0][0], ranges_s[0][1])
+        anchored = [window_of[s] for s in anchors[i] if s in window_of][:2]
+        if not finding.time_ranges_us:
+            anchored = anchored[:1]
+        edges = [(w["x0"], w["x1"]) for w in anchored] + ranges_s[:1]
+        if edges:
+            targets[i] = _padded(min(e[0] for e in edges), max(e[1] for e in edges))
     first_view = next(iter(targets.values()), None)
     if first_view is None and window_rows:
         typical = next((w for w in window_rows if "typical" in w["label"]), window_rows[0])
@@ -213,6 +219,11 @@ def _timeline(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Char
     step_buttons = [{"label": w["label"], "range": _padded(w["x0"], w["x1"])} for w in window_rows]
     busiest = shown.group_by("name").agg(pl.col("dur_us").sum()).sort(["dur_us", "name"], descending=[True, False]).head(GANTT_LEGEND_NAMES)
     legend = [{"name": n, "colour": figures.phase_colour(n)} for n in busiest["name"].to_list()]
+    shaded = {o["rule"]: o for o in overlays}
+    legend += [
+        {"name": f"{o['code']} {o['rule']} (shaded)", "colour": figures.with_alpha(figures.SEVERITY_COLOUR[o["severity"]], 0.35)}
+        for o in sorted(shaded.values(), key=lambda o: o["code"])
+    ]
     targets_by_finding = {i: {"chart": "chart-gantt", "range": r} for i, r in targets.items()}
     return _figure("chart-gantt", fig), targets_by_finding, {"buttons": step_buttons, "legend": legend}
 
