@@ -1,0 +1,82 @@
+"""The command line end to end: exit codes, ingest to Parquet, deterministic JSON."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURE_RUNS, corpus_path, fixture_run
+from trace_doctor.cli import main, sample_run_path
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_missing_path_exits_2_with_a_clear_message(tmp_path):
+    result = invoke("analyze", str(tmp_path / "does-not-exist"), "--no-html")
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+
+
+def test_directory_with_nothing_readable_exits_2(tmp_path):
+    (tmp_path / "notes.md").write_text("# nothing here\n")
+    (tmp_path / "metrics.jsonl").write_bytes(b"\x00\xff garbage\n")
+    result = invoke("analyze", str(tmp_path), "--no-html")
+    assert result.exit_code == 2
+    assert "no readable record" in result.output
+
+
+def test_unknown_rule_is_a_usage_error(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "time/total": 1.0}\n')
+    result = invoke("analyze", str(tmp_path), "--no-html", "--select", "no-such-rule")
+    assert result.exit_code == 2
+    assert "unknown rule" in result.output
+
+
+def test_ingest_writes_parquet_with_exact_row_counts(tmp_path):
+    run = corpus_path("bzz-tinker-cookbook/data/context_distillation/logs/exp4_reward_only")
+    out = tmp_path / "tables"
+    result = invoke("ingest", str(run), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    steps = pl.read_parquet(out / "steps.parquet")
+    lines = sum(1 for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip())
+    assert steps.height == lines
+    checkpoints = pl.read_parquet(out / "checkpoints.parquet")
+    assert checkpoints.height == sum(1 for line in (run / "checkpoints.jsonl").read_text().splitlines() if line.strip())
+    assert (out / "ingest_warnings.parquet").exists()
+
+
+def test_json_output_is_deterministic_and_follows_the_contract(tmp_path):
+    run = corpus_path("tinker-rl-lab/experiments/results/distillation_off_metrics.jsonl")
+    first = invoke("analyze", str(run), "--no-html", "--format", "json")
+    second = invoke("analyze", str(run), "--no-html", "--format", "json")
+    assert first.exit_code == 0, first.output
+    assert first.stdout == second.stdout
+    doc = json.loads(first.stdout)
+    assert set(doc) >= {"schema_version", "tool", "run", "summary", "findings", "rules", "baseline", "ingest_warnings"}
+    assert doc["run"]["inputs"][0] == {"kind": "metrics", "path": str(run), "records": 683, "skipped": 0}
+    assert {r["status"] for r in doc["rules"]} <= {"fired", "passed", "not_applicable", "error"}
+    assert not [r for r in doc["rules"] if r["status"] == "error"]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURE_RUNS.glob("*") if p.is_dir()) if FIXTURE_RUNS.exists() else [])
+def test_every_fixture_run_analyses_without_rule_errors(name, tmp_path):
+    run = fixture_run(name)
+    result = invoke("analyze", str(run), "--format", "json", "--html", str(tmp_path / "r.html"))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    errors = [r for r in doc["rules"] if r["status"] == "error"]
+    assert errors == []
+
+
+def test_demo_runs_on_the_packaged_sample(tmp_path):
+    if not (sample_run_path() / "metrics.jsonl").exists():
+        pytest.skip("sample run not generated yet")
+    result = invoke("demo", "--html", str(tmp_path / "demo.html"))
+    assert result.exit_code == 0, result.output
+    assert "Verdict" in result.output
+    assert (tmp_path / "demo.html").stat().st_size > 0
