@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trace_doctor.model import Analysis, RunTables
+from trace_doctor.report.verdict import format_seconds, verdict
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_WARNINGS_SHOWN = 8
@@ -21,16 +22,6 @@ WIDTH = 110
 def _console(buffer: io.StringIO) -> Console:
     color = sys.stdout.isatty()
     return Console(file=buffer, width=WIDTH, force_terminal=color, no_color=not color, highlight=False, soft_wrap=False)
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 3600:
-        return f"{value / 3600:.1f} h"
-    if value >= 120:
-        return f"{value / 60:.1f} min"
-    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
 
 
 def _block(text: str, *, label: str = "", style: str = "") -> str:
@@ -63,18 +54,6 @@ def ingest_account(run: RunTables) -> str:
     return "\n".join(lines)
 
 
-def verdict(result: Analysis) -> str:
-    """One line that says how the run is doing."""
-    if not result.findings:
-        return "No problems found by the rules that could run."
-    worst = result.findings[0]
-    lost = sum(f.seconds_lost or 0.0 for f in result.findings if f.severity != "info")
-    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
-    parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
-    cost = f"; about {_seconds(lost)} lost" if lost > 0 else ""
-    return f"{', '.join(parts)}{cost}. Worst: {worst.title}."
-
-
 def render_text(result: Analysis, *, fail_on: str = "never") -> str:
     buffer = io.StringIO()
     out = _console(buffer)
@@ -90,8 +69,8 @@ def render_text(result: Analysis, *, fail_on: str = "never") -> str:
     out.print("  " + " · ".join(details))
     if summary.get("wall_time_s") is not None:
         out.print(
-            f"  wall {_seconds(summary.get('wall_time_s'))} · median step {_seconds(summary.get('step_time_p50_s'))}"
-            f" · steady step {_seconds(summary.get('steady_step_time_s'))} · warm-up steps {summary.get('warmup_steps', 0)}"
+            f"  wall {format_seconds(summary.get('wall_time_s'))} · median step {format_seconds(summary.get('step_time_p50_s'))}"
+            f" · steady step {format_seconds(summary.get('steady_step_time_s'))} · warm-up steps {summary.get('warmup_steps', 0)}"
         )
     out.print()
     out.print(escape(ingest_account(run)))
@@ -100,7 +79,7 @@ def render_text(result: Analysis, *, fail_on: str = "never") -> str:
     for finding in result.findings:
         out.print()
         style = SEVERITY_STYLE[finding.severity]
-        lost = f" · lost {_seconds(finding.seconds_lost)}" if finding.seconds_lost else ""
+        lost = f" · lost {format_seconds(finding.seconds_lost)}" if finding.seconds_lost else ""
         share = f" ({finding.fraction_of_wall:.0%} of wall)" if finding.fraction_of_wall else ""
         confidence = f" · confidence {finding.confidence}" if finding.confidence else ""
         out.print(f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — {escape(finding.title)}{lost}{share}{confidence}")

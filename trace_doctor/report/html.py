@@ -20,7 +20,7 @@ import polars as pl
 from trace_doctor import __version__
 from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample, figures
-from trace_doctor.report.console import verdict
+from trace_doctor.report.verdict import verdict
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
 from trace_doctor.rules.policy import DEFAULTS

@@ -10,6 +10,7 @@ import html
 
 from trace_doctor import __version__
 from trace_doctor.model import SEVERITY_RANK, Analysis, Finding
+from trace_doctor.report.verdict import format_seconds
 
 MAX_BYTES = 1024 * 1024
 MAX_FINDINGS = 60
@@ -25,16 +26,6 @@ def cell(text: object, limit: int = MAX_MESSAGE) -> str:
     if len(value) > limit:
         value = value[: limit - 1] + "…"
     return html.escape(value, quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "–"
-    if value >= 3600:
-        return f"{value / 3600:.1f} h"
-    if value >= 120:
-        return f"{value / 60:.1f} min"
-    return f"{value:.2f} s"
 
 
 def gate_line(result: Analysis, fail_on: str) -> str:
@@ -60,9 +51,9 @@ def _summary(result: Analysis) -> list[str]:
     lines.append(f"| trainer | {cell(meta.trainer)}{' (' + cell(meta.trainer_mode) + ')' if meta.trainer_mode else ''} |")
     if meta.model_name:
         lines.append(f"| model | {cell(meta.model_name)} |")
-    lines.append(f"| wall time | {_seconds(summary.get('wall_time_s'))} |")
-    lines.append(f"| median step | {_seconds(summary.get('step_time_p50_s'))} |")
-    lines.append(f"| steady step | {_seconds(summary.get('steady_step_time_s'))} |")
+    lines.append(f"| wall time | {format_seconds(summary.get('wall_time_s'))} |")
+    lines.append(f"| median step | {format_seconds(summary.get('step_time_p50_s'))} |")
+    lines.append(f"| steady step | {format_seconds(summary.get('steady_step_time_s'))} |")
     lines.append(f"| warm-up steps | {summary.get('warmup_steps', 0)} |")
     return lines
 
@@ -94,7 +85,7 @@ def _baseline(block: dict) -> list[str]:
                   "| phase | baseline | candidate | change |", "|---|---:|---:|---:|"]
         for part in breakdown:
             lines.append(
-                f"| {cell(part.get('phase'))} | {_seconds(part.get('baseline_s'))} | {_seconds(part.get('candidate_s'))} "
+                f"| {cell(part.get('phase'))} | {format_seconds(part.get('baseline_s'))} | {format_seconds(part.get('candidate_s'))} "
                 f"| {format(part['change_s'], '+.3f') + ' s' if isinstance(part.get('change_s'), (int, float)) else '–'} |"
             )
         total = sum(p["change_s"] for p in breakdown if isinstance(p.get("change_s"), (int, float)))
@@ -114,7 +105,7 @@ def _findings(findings: list[Finding]) -> list[str]:
     lines = ["", f"## Findings ({len(findings)})", "", "| | code | rule | finding | cost |", "|---|---|---|---|---:|"]
     for f in findings[:MAX_FINDINGS]:
         lines.append(
-            f"| {SEVERITY_ICON[f.severity]} {f.severity} | {f.code} | `{f.rule}` | {cell(f.title, 200)} | {_seconds(f.seconds_lost)} |"
+            f"| {SEVERITY_ICON[f.severity]} {f.severity} | {f.code} | `{f.rule}` | {cell(f.title, 200)} | {format_seconds(f.seconds_lost)} |"
         )
     if len(findings) > MAX_FINDINGS:
         lines.append(f"\n… and {len(findings) - MAX_FINDINGS} more finding(s), all listed in `--format json`.")

@@ -1,0 +1,35 @@
+"""The one-line verdict every renderer leads with."""
+
+from __future__ import annotations
+
+from trace_doctor.model import Analysis
+
+
+def format_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    if value >= 120:
+        return f"{value / 60:.1f} min"
+    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+
+
+def verdict(result: Analysis) -> str:
+    """Counts by severity, the worst finding, and the costliest one.
+
+    Seconds lost are never summed across findings: several rules explain the same idle time
+    (a GIL stall is also a heartbeat stall and a slow step), so a sum would overstate the cost.
+    """
+    findings = result.findings
+    if not findings:
+        return "No problems found by the rules that could run."
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
+    parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
+    text = f"{', '.join(parts)}. Worst: {findings[0].title}."
+    costly = [f for f in findings if f.seconds_lost and f.severity != "info"]
+    if costly:
+        top = max(costly, key=lambda f: (f.seconds_lost, f.code))
+        share = f", {top.fraction_of_wall:.0%} of wall time" if top.fraction_of_wall else ""
+        text += f" Costliest: {top.title} (≈{format_seconds(top.seconds_lost)}{share})."
+    return text
