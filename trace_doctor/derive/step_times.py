@@ -46,8 +46,10 @@ def live_training_rows(steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def _numeric(frame: pl.DataFrame, column: str) -> pl.Expr:
+    """Seconds of a timer column; NaN, infinite and negative values are no measurement (null)."""
     if column in frame.columns and frame.schema[column].is_numeric():
-        return pl.col(column).cast(pl.Float64)
+        value = pl.col(column).cast(pl.Float64)
+        return pl.when(value.is_finite() & (value >= 0)).then(value).otherwise(None)
     return pl.lit(None, dtype=pl.Float64)
 
 
