@@ -1,6 +1,7 @@
 """Split each segment's step-time series into a warm-up prefix and a steady regime.
 
-Change points come from binary segmentation of log step time under a mean-shift model: a split
+Change points come from binary segmentation of log step time (without scheduled eval and
+checkpoint phases, see `work_seconds`) under a mean-shift model: a split
 is kept when it lowers the squared error by more than a BIC-like penalty `2·σ²·ln n` (two new
 parameters per split — where and the new level — in −2·log-likelihood units of SSE/σ²), with σ
 estimated robustly as 1.4826·MAD of first differences / √2, so level shifts and a few spikes do
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from trace_doctor.derive.timekeys import PERIODIC_PHASES
 from trace_doctor.rules.policy import DEFAULTS
 
 MAD_TO_SIGMA = 1.4826
@@ -24,6 +26,8 @@ MAD_TO_SIGMA = 1.4826
 # regular a synthetic or very stable series is.
 MIN_LOG_SIGMA = 0.02
 MIN_POINTS = 3
+# A step is never judged on less than this share of its total (see work_seconds).
+WORK_FLOOR_SHARE = 0.05
 
 
 @dataclass
@@ -47,6 +51,20 @@ class WarmupSplit:
     method: str
     penalty: float
     segments: list[SegmentSplit] = field(default_factory=list)
+
+
+def work_seconds(step_times: pl.DataFrame) -> pl.Expr:
+    """Step time without scheduled evaluation/checkpoint phases, the series warm-up is judged on.
+
+    An evaluation at step 0 (the base-model eval) makes the first step slow for the same reason
+    every eval step is slow; it is periodic work, not warm-up. The floor keeps a step whose time
+    is almost all eval on the log scale.
+    """
+    periodic = [f"phase:{n}" for n in PERIODIC_PHASES if f"phase:{n}" in step_times.columns]
+    if not periodic:
+        return pl.col("total_s")
+    scheduled = pl.sum_horizontal([pl.col(c).fill_null(0.0) for c in periodic])
+    return pl.max_horizontal(pl.col("total_s") - scheduled, pl.col("total_s") * WORK_FLOOR_SHARE)
 
 
 def robust_sigma(x: np.ndarray) -> float:
@@ -106,7 +124,7 @@ def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float | None = N
     share = DEFAULTS["warmup-slowness"]["max_warmup_share"] if max_warmup_share is None else max_warmup_share
     if step_times.is_empty() or "total_s" not in step_times.columns:
         return WarmupSplit(0, None, step_times, step_times.clear(), "no step times", 0.0)
-    timed = step_times.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0))
+    timed = step_times.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0)).with_columns(work_seconds(step_times).alias("_work"))
     if timed.height < MIN_POINTS:
         return WarmupSplit(0, None, step_times, step_times.clear(), f"too few timed steps ({timed.height})", 0.0)
 
@@ -115,7 +133,7 @@ def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float | None = N
     penalties: list[float] = []
     for segment in sorted(timed["segment"].unique().to_list()):
         part = timed.filter(pl.col("segment") == segment).sort("step")
-        x = np.log(part["total_s"].to_numpy())
+        x = np.log(part["_work"].to_numpy())
         steps = part["step"].to_list()
         if len(x) < MIN_POINTS:
             splits.append(SegmentSplit(segment, 0, steps[0] if steps else None, []))
