@@ -10,6 +10,26 @@ from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import kl_columns, run_label, temperature_confound
 
 MAX_LISTED_STEPS = 50
+# Async RL (0.6.1) logs how many updates behind the sampler was; older async/stream runs do not.
+STALENESS_COLUMNS = ("async/staleness_mean", "async/staleness_max")
+# Steps behind: staleness this much higher on above-band steps makes it a confound worth naming.
+MIN_STALENESS_GAP = 0.5
+
+
+def staleness_confound(rows: pl.DataFrame, above_steps: list[int]) -> dict | None:
+    """Median staleness on the above-band steps vs the others, when the run logs it and it differs."""
+    column = next((c for c in STALENESS_COLUMNS if c in rows.columns and rows.schema[c].is_numeric()), None)
+    if column is None:
+        return None
+    values = rows.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select("step", pl.col(column).alias("s"))
+    high = values.filter(pl.col("step").is_in(above_steps))["s"]
+    low = values.filter(~pl.col("step").is_in(above_steps))["s"]
+    if high.is_empty() or low.is_empty():
+        return None
+    above, within = float(high.median()), float(low.median())
+    if above - within < MIN_STALENESS_GAP:
+        return None
+    return {"metric": column, "above_band_median": round(above, 4), "in_band_median": round(within, 4)}
 
 
 def check(ctx) -> list[Finding]:
@@ -43,13 +63,18 @@ def check(ctx) -> list[Finding]:
         return ctx.passed(f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median {median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift")
     steps = sorted(int(s) for s in above["step"].to_list())
     note = f" Config temperature is {ctx.run.meta.temperature:g}, which inflates this KL by itself." if temperature_confound(ctx.run.meta) else ""
+    stale = staleness_confound(rows, steps)
+    if stale:
+        note += f" Samples were staler on those steps (`{stale['metric']}` median {stale['above_band_median']:.3g} vs {stale['in_band_median']:.3g} on in-band steps): off-policy staleness inflates this KL, so reduce max_steps_off_policy before blaming the learning rate."
+    elif ctx.run.meta.trainer_mode in ("async", "stream"):
+        note += f" This is a {ctx.run.meta.trainer_mode} run: sampling from older weights (staleness) inflates this KL."
     return [Finding(
         rule="", code="", severity="warning",
         title="KL between sampler and trainer drifted above the stable band",
         message=f"|`{column}`| is above {t['max_kl']} on {above.height} of {values.height} steps after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first at step {steps[0]} ({run_label(ctx.run.meta)}).{note}",
         fix="Lower the learning rate or add a KL penalty (kl_penalty_coef); check off-policy staleness in async/stream runs, and MoE numerics; if it is high from step 0, see renderer-kl-step0.",
         steps=steps[:MAX_LISTED_STEPS],
-        evidence={"metric": column, "median": median, "max": float(values["kl"].max()), "steps_above": above.height, "steps_measured": values.height, "share_above": round(share, 4), "band": t["max_kl"]},
+        evidence={"metric": column, "median": median, "max": float(values["kl"].max()), "steps_above": above.height, "steps_measured": values.height, "share_above": round(share, 4), "band": t["max_kl"], "staleness": stale},
         fingerprint=f"kl-drift:{column}", confidence="high" if share >= 0.5 else "medium",
     )]
 
