@@ -82,6 +82,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # A step this many times the steady median is a spike.
         "spike_ratio": 3.0,
         "min_steady_steps": 8,
+        # Step time that settles at a new level mid-run is a regime change, not noise, when the two
+        # levels differ by this factor and the shorter one lasts this share of the steady steps
+        # (and at least min_steady_steps): shorter excursions are spikes.
+        "min_regime_ratio": 1.5,
+        "min_regime_share": 0.05,
     },
     "renderer-kl-step0": {
         # "training is stable when KL < 0.01" (cookbook hyperparams.md / ops.md).

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from math import gcd
 
 import polars as pl
 
+from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.derive.timekeys import PERIODIC_PHASES
 from trace_doctor.model import Finding
@@ -18,6 +20,7 @@ EXPLAINED_SHARE = 0.5
 UNTIMED_SPIKE_SHARE = 0.9
 # Share of rows that must sit on one step residue to call a series periodic.
 CADENCE_SHARE = 0.75
+MAX_LISTED_STEPS = 50
 
 
 def robust_cv(values: pl.Series) -> float:
@@ -71,6 +74,53 @@ def phase_cadence(times: pl.DataFrame, names: list[str]) -> tuple[str, int] | No
     return None
 
 
+def phase_shift(before: pl.DataFrame, after: pl.DataFrame) -> tuple[str, float]:
+    """The phase (or untimed time) whose typical seconds changed most between two regimes."""
+    best = ("untimed", 0.0)
+    for column in sorted(c for c in before.columns if c.startswith("phase:")) + ["untimed_s"]:
+        a, b = before[column].fill_null(0.0).median(), after[column].fill_null(0.0).median()
+        if a is None or b is None:
+            continue
+        delta = float(b) - float(a)
+        if abs(delta) > abs(best[1]):
+            best = (column.split(":", 1)[1] if ":" in column else "untimed", delta)
+    return best
+
+
+def regime_findings(steady: pl.DataFrame, regimes: list, wall: float | None) -> list[Finding]:
+    """One finding per change of level between consecutive regimes of a segment."""
+    findings: list[Finding] = []
+    for before, after in zip(regimes, regimes[1:]):
+        if before.segment != after.segment:
+            continue
+        rows_of = lambda r: steady.filter((pl.col("segment") == r.segment) & pl.col("step").is_between(r.first_step, r.last_step))  # noqa: E731
+        early, late = rows_of(before), rows_of(after)
+        slower_later = after.median_s > before.median_s
+        slow, fast = (after, before) if slower_later else (before, after)
+        slow_rows = late if slower_later else early
+        lost = float((slow_rows["total_s"] - fast.median_s).clip(lower_bound=0).sum())
+        phase, delta = phase_shift(early, late)
+        ratio = after.median_s / before.median_s
+        where = f" (resumed segment {after.segment})" if after.segment else ""
+        in_phase = f"mostly in `{phase}` ({delta:+.2f} s per step)" if phase != "untimed" else f"outside every timed phase ({delta:+.2f} s per step of untimed work)"
+        if slower_later:
+            title = f"Step time rose to {ratio:.1f}x from step {after.first_step}"
+            shape = "Not a warm-up (the slow steps come later) and not slowness of the whole run: something changed mid-run — longer sequences from that point of the dataset, a slower service or host, growing client-side state."
+        else:
+            title = f"Step time fell to {ratio:.2f}x from step {after.first_step}"
+            shape = "The slow stretch lasted too long to be a warm-up; it ended by itself or after a change (shorter sequences, service recovered, a restart)."
+        findings.append(Finding(
+            rule="", code="", severity="warning" if slower_later else "info",
+            title=title,
+            message=f"Steps {before.first_step}–{before.last_step}{where} took {before.median_s:.2f} s (median), steps {after.first_step}–{after.last_step} took {after.median_s:.2f} s, {in_phase}. {shape} The slower stretch cost ~{lost:.0f} s over the faster level.",
+            fix="Compare the rows around the change step (num_tokens, phase timers) and what changed at that time (dataset order, service status, host load); split or resume the run on the faster configuration.",
+            steps=list(range(slow.first_step, slow.last_step + 1))[:MAX_LISTED_STEPS],
+            evidence={"change_step": after.first_step, "segment": after.segment, "before_median_s": before.median_s, "after_median_s": after.median_s, "before_steps": before.steps, "after_steps": after.steps, "ratio": round(ratio, 4), "dominant_phase": phase, "dominant_phase_delta_s": round(delta, 6)},
+            seconds_lost=round(lost, 6), fraction_of_wall=round(lost / wall, 4) if wall else None, fingerprint="inconsistent-step-times:regime-change", confidence="high" if min(before.steps, after.steps) >= 20 else "medium",
+        ))
+    return findings
+
+
 def check(ctx) -> list[Finding]:
     t = ctx.thresholds
     steady = ctx.warmup.steady.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0)) if "total_s" in ctx.warmup.steady.columns else None
@@ -80,9 +130,13 @@ def check(ctx) -> list[Finding]:
         raise NotApplicable(f"only {steady.height} steady steps (need {t['min_steady_steps']})")
     steady = steady.sort(["segment", "step"])
     periodic, periodic_names = periodic_seconds(steady)
-    steady = steady.with_columns(periodic.alias("_periodic"))
+    min_regime = max(int(t["min_steady_steps"]), math.ceil(t["min_regime_share"] * steady.height))
+    regimes = steady_regimes(steady, min_steps=min_regime, min_ratio=t["min_regime_ratio"])
+    # Spikes and spread are judged against the level of each step's own regime.
+    steady = steady.with_columns(periodic.alias("_periodic"), regime_levels(steady, regimes).alias("_level"))
     median = float(steady["total_s"].median())
-    spikes = steady.filter(pl.col("total_s") > t["spike_ratio"] * median).with_columns((pl.col("total_s") - median).alias("_excess"))
+    steady = steady.with_columns(pl.col("_level").fill_null(median))
+    spikes = steady.filter(pl.col("total_s") > t["spike_ratio"] * pl.col("_level")).with_columns((pl.col("total_s") - pl.col("_level")).alias("_excess"))
     explained = spikes.filter(pl.col("_periodic") >= EXPLAINED_SHARE * pl.col("_excess"))
     unexplained = spikes.filter(pl.col("_periodic") < EXPLAINED_SHARE * pl.col("_excess"))
     # Spikes on the same cadence as a periodic eval/checkpoint phase, but outside its timer (e.g.
@@ -96,8 +150,8 @@ def check(ctx) -> list[Finding]:
         explained = pl.concat([explained, unexplained.filter(on_beat)], how="vertical_relaxed")
         unexplained = unexplained.filter(~on_beat)
     rest = steady.join(explained.select("segment", "step"), on=["segment", "step"], how="anti")
-    cv = robust_cv(rest["total_s"])
-    findings: list[Finding] = []
+    cv = robust_cv(rest["total_s"] / rest["_level"])
+    findings: list[Finding] = regime_findings(steady, regimes, float(ctx.step_times["total_s"].drop_nulls().sum()) or None)
 
     if explained.height:
         steps = sorted(int(s) for s in explained["step"].to_list())
@@ -130,16 +184,17 @@ def check(ctx) -> list[Finding]:
                 note = " — almost all of it outside every timed phase: consistent with the host sleeping/suspending or the process being stopped"
             elif biggest:
                 note = f" — mostly in `{biggest.split(':', 1)[1]}` ({phase_cols[biggest]:.0f} s)"
-            details.append({"step": int(row["step"]), "segment": int(row["segment"]), "total_s": row["total_s"], "ratio": round(row["total_s"] / median, 2), "untimed_share": None if untimed_share is None else round(untimed_share, 4), "largest_phase": biggest.split(":", 1)[1] if biggest else None, "note": note.strip(" —")})
+            details.append({"step": int(row["step"]), "segment": int(row["segment"]), "total_s": row["total_s"], "ratio": round(row["total_s"] / row["_level"], 2), "level_s": row["_level"], "untimed_share": None if untimed_share is None else round(untimed_share, 4), "largest_phase": biggest.split(":", 1)[1] if biggest else None, "note": note.strip(" —")})
         cost = float(unexplained["_excess"].sum()) if unexplained.height else None
         wall = float(ctx.step_times["total_s"].drop_nulls().sum()) or None
         head = details[0] if details else None
-        lead = (f"Step {head['step']} took {head['total_s']:.0f} s ({head['ratio']}x the steady median of {median:.1f} s){head['note'] and ' — ' + head['note']}. "
+        lead = (f"Step {head['step']} took {head['total_s']:.0f} s ({head['ratio']}x the steady median of {head['level_s']:.1f} s){head['note'] and ' — ' + head['note']}. "
                 if head else "")
+        within = " within each regime" if len(regimes) > 1 else ""
         findings.append(Finding(
             rule="", code="", severity="warning",
             title="Inconsistent step times",
-            message=f"{lead}{unexplained.height} unexplained spike(s) above {t['spike_ratio']}x the median; robust CV of the other steady steps is {cv:.2f} (threshold {t['max_robust_cv']}).",
+            message=f"{lead}{unexplained.height} unexplained spike(s) above {t['spike_ratio']}x the median{within}; robust CV of the other steady steps{within} is {cv:.2f} (threshold {t['max_robust_cv']}).",
             fix="Look for work outside the timed phases (host sleep, GIL contention, data loading, network retries); keep the training host awake and the main thread free.",
             steps=steps, evidence={"steady_median_s": median, "robust_cv": round(cv, 4), "spikes": details, "explained_by_periodic": sorted(int(s) for s in explained["step"].to_list())},
             seconds_lost=round(cost, 6) if cost else None, fraction_of_wall=round(cost / wall, 4) if cost and wall else None,
