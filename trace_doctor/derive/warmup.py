@@ -103,6 +103,11 @@ def change_points(x: np.ndarray, penalty: float) -> list[int]:
     return sorted(found)
 
 
+def following_window(n: int, max_share: float) -> int:
+    """How many steps after a warm-up candidate stand for "steady" when judging it."""
+    return max(MIN_POINTS * 3, int(math.ceil(max_share * n)))
+
+
 def warmup_length(x: np.ndarray, cps: list[int], max_share: float) -> int:
     """Number of leading points in the warm-up: leading segments all slower than what follows."""
     n = len(x)
@@ -113,7 +118,9 @@ def warmup_length(x: np.ndarray, cps: list[int], max_share: float) -> int:
         end = bounds[j]
         if end > limit:
             break
-        rest = float(np.median(x[end:]))
+        # Compared with the steps that follow it, not the whole rest: a run that slows down
+        # later (a mid-run regime change) must not hide its warm-up.
+        rest = float(np.median(x[end:end + following_window(n, max_share)]))
         if all(float(np.mean(x[bounds[i]:bounds[i + 1]])) > rest for i in range(j)):
             best = end
     return best

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.warmup import following_window
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
@@ -37,7 +38,10 @@ def check(ctx) -> list[Finding]:
         steady = split.steady.filter((pl.col("segment") == seg.segment) & pl.col("total_s").is_not_null())
         if steady.is_empty() or warm.is_empty():
             continue
-        base = float(steady["total_s"].median())
+        # The level right after the warm-up (derive.warmup's window), so a later regime change
+        # does not move the yardstick.
+        window = following_window(seg.warmup_steps + steady.height, t["max_warmup_share"])
+        base = float(steady.sort("step").head(window)["total_s"].median())
         ratio = float(warm["total_s"].mean()) / base if base > 0 else 0.0
         if ratio < t["min_ratio"]:
             continue
