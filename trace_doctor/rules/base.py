@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,22 +37,25 @@ class Rule:
     tags: tuple[str, ...] = field(default_factory=tuple)
 
     def describe(self, thresholds: dict[str, Any]) -> str:
+        def para(text: str) -> str:
+            return textwrap.fill(text, width=96, initial_indent="  ", subsequent_indent="  ")
+
         lines = [
             f"{self.code} {self.slug} — {self.title}",
             f"default severity: {self.severity}",
             f"needs: {self.needs}",
             "",
             "What it detects",
-            f"  {self.docs.what}",
+            para(self.docs.what),
             "",
             "Why it matters",
-            f"  {self.docs.why}",
+            para(self.docs.why),
             "",
             "Evidence it uses",
-            f"  {self.docs.evidence}",
+            para(self.docs.evidence),
             "",
             "How to fix",
-            f"  {self.docs.fix}",
+            para(self.docs.fix),
         ]
         if thresholds:
             lines += ["", f"Thresholds ([tool.trace-doctor.rules.{self.slug}])"]
