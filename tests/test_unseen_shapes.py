@@ -217,6 +217,16 @@ def test_distillation_teacher_renderer_mismatch_at_step0(tmp_path):
     assert "kl-drift" not in fired(result)
 
 
+def test_distillation_gap_closed_by_training_is_not_a_renderer_mismatch(tmp_path):
+    rows = distill_rows(0.02)
+    for row in rows:  # a 4B student far from its teacher at first, matched within 15 steps
+        row["teacher_kl"] = row["teacher_kl/dataset_0"] = 2.0 * math.exp(-row["step"] / 3) + 0.02
+    result, doc = run_analysis(write_run(tmp_path, rows, DISTILL_CONFIG))
+    assert_sane(result, doc)
+    outcome = status(result)["renderer-kl-step0"]
+    assert outcome.status == "passed" and "closed by training" in outcome.reason
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. Off-policy distillation: no timing at all
 

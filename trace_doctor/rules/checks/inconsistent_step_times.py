@@ -102,7 +102,12 @@ def regime_findings(steady: pl.DataFrame, regimes: list, wall: float | None) -> 
         phase, delta = phase_shift(early, late)
         ratio = after.median_s / before.median_s
         where = f" (resumed segment {after.segment})" if after.segment else ""
-        in_phase = f"mostly in `{phase}` ({delta:+.2f} s per step)" if phase != "untimed" else f"outside every timed phase ({delta:+.2f} s per step of untimed work)"
+        if phase != "untimed":
+            in_phase = f", mostly in `{phase}` ({delta:+.2f} s per step)"
+        elif pl.concat([early["untimed_s"], late["untimed_s"]]).null_count() == early.height + late.height:
+            phase, in_phase = "unknown", "; the metrics time only whole steps, so the change cannot be placed in a phase"
+        else:
+            in_phase = f", outside every timed phase ({delta:+.2f} s per step of untimed work)"
         if slower_later:
             title = f"Step time rose to {ratio:.1f}x from step {after.first_step}"
             shape = "Not a warm-up (the slow steps come later) and not slowness of the whole run: something changed mid-run — longer sequences from that point of the dataset, a slower service or host, growing client-side state."
@@ -112,7 +117,7 @@ def regime_findings(steady: pl.DataFrame, regimes: list, wall: float | None) -> 
         findings.append(Finding(
             rule="", code="", severity="warning" if slower_later else "info",
             title=title,
-            message=f"Steps {before.first_step}–{before.last_step}{where} took {before.median_s:.2f} s (median), steps {after.first_step}–{after.last_step} took {after.median_s:.2f} s, {in_phase}. {shape} The slower stretch cost ~{lost:.0f} s over the faster level.",
+            message=f"Steps {before.first_step}–{before.last_step}{where} took {before.median_s:.2f} s (median), steps {after.first_step}–{after.last_step} took {after.median_s:.2f} s{in_phase}. {shape} The slower stretch cost ~{lost:.0f} s over the faster level.",
             fix="Compare the rows around the change step (num_tokens, phase timers) and what changed at that time (dataset order, service status, host load); split or resume the run on the faster configuration.",
             steps=list(range(slow.first_step, slow.last_step + 1))[:MAX_LISTED_STEPS],
             evidence={"change_step": after.first_step, "segment": after.segment, "before_median_s": before.median_s, "after_median_s": after.median_s, "before_steps": before.steps, "after_steps": after.steps, "ratio": round(ratio, 4), "dominant_phase": phase, "dominant_phase_delta_s": round(delta, 6)},
