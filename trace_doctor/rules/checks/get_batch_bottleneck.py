@@ -24,6 +24,8 @@ def check(ctx) -> list[Finding]:
         w_gb, w_total = float(warm["_gb"].sum()), float(warm["total_s"].sum())
         warm_note = f"; warm-up steps {sorted(warm['step'].to_list())[:5]} spent {w_gb:.1f} s of {w_total:.1f} s in get_batch (warm-up, not a bottleneck)"
     if steady.height < t["min_steady_steps"]:
+        if warm.is_empty():
+            raise NotApplicable(f"only {steady.height} step(s) with get_batch timing (need {t['min_steady_steps']} steady steps)")
         return ctx.passed(f"only {steady.height} steady steps with get_batch timing{warm_note}")
     gb, total = float(steady["_gb"].sum()), float(steady["total_s"].sum())
     share = float((steady["_gb"] / steady["total_s"]).median())

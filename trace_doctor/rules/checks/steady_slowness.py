@@ -41,7 +41,8 @@ def slow_submissions(spans: pl.DataFrame) -> tuple[float, int] | None:
 def check(ctx) -> list[Finding]:
     steady = ctx.warmup.steady.filter(pl.col("total_s").is_not_null()) if "total_s" in ctx.warmup.steady.columns else None
     if steady is None or steady.height < 3:
-        raise NotApplicable("fewer than 3 steady steps with a step time")
+        timed = ctx.step_times["total_s"].drop_nulls().len() if "total_s" in ctx.step_times.columns else 0
+        raise NotApplicable("no per-step times (no time/total or phase timers in metrics)" if timed == 0 else f"only {timed} timed step(s), fewer than 3 steady steps to judge")
     t = ctx.thresholds
     median = float(steady["total_s"].median())
     reasons: list[str] = []
