@@ -122,7 +122,14 @@ def untimed_note(ctx) -> str:
     share = float((rows["untimed_s"].clip(lower_bound=0) / rows["total_s"]).median())
     if share < 0.2:
         return ""
-    return f"; {share:.0%} of a typical step is outside the timed phases (untimed work such as sampling in sync RL) — that alone is not a pipelining gap"
+    trainer = ctx.run.meta.trainer
+    if trainer in ("sl", "dpo"):
+        why = "untimed here is e.g. a legacy pipelined SFT time/total also covering the previous step's result wait"
+    elif ctx.run.meta.trainer_mode == "stream":
+        why = "untimed waits for streamed trajectory groups"
+    else:
+        why = "untimed rollouts and sampling of the sync RL loop"
+    return f"; {share:.0%} of a typical step is outside the timed phases ({why}) — that alone is not a pipelining gap"
 
 
 def from_metrics(ctx) -> list[Finding]:
