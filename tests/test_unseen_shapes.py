@@ -597,7 +597,7 @@ class TraceWriter:
         self.span(method, f"{task}:{method}:{tid}", tid, start_s, end_s)
 
 
-def rl_trace(n: int = 12, sequential: bool = True, seed: int = 12) -> list[dict[str, Any]]:
+def rl_trace(n: int = 12, sequential: bool = True, seed: int = 12, private_submits: bool = False) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     w = TraceWriter()
     main_tid = 481227
@@ -617,8 +617,12 @@ def rl_trace(n: int = 12, sequential: bool = True, seed: int = 12) -> list[dict[
         wait = noisy(rng, 8.0) if sequential else 0.0008
         op0 = fb1 + wait
         op1 = op0 + noisy(rng, 0.002)
-        w.span("forward_backward", "main", main_tid, fb0, fb1)
-        w.span("optim_step", "main", main_tid, op0, op1)
+        if private_submits:
+            w.sdk_call("main", "forward_backward", fb0, fb1)
+            w.sdk_call("main", "optim_step", op0, op1)
+        else:
+            w.span("forward_backward", "main", main_tid, fb0, fb1)
+            w.span("optim_step", "main", main_tid, op0, op1)
         t = op1 + noisy(rng, 4.0 if sequential else 11.0)
         w.span("train_step", "main", main_tid, fb0 - 0.01, t)
         w.sdk_call("main", "save_weights_and_get_sampling_client", t, t + noisy(rng, 2.5))
@@ -628,8 +632,9 @@ def rl_trace(n: int = 12, sequential: bool = True, seed: int = 12) -> list[dict[
     return w.events
 
 
-def test_trace_only_sequential_fb_optim_is_a_pipelining_gap(tmp_path):
-    result, doc = run_analysis(write_run(tmp_path, trace=rl_trace()))
+@pytest.mark.parametrize("private_submits", [False, True], ids=["submits-on-caller-track", "submits-on-private-tracks"])
+def test_trace_only_sequential_fb_optim_is_a_pipelining_gap(tmp_path, private_submits):
+    result, doc = run_analysis(write_run(tmp_path, trace=rl_trace(private_submits=private_submits)))
     assert_sane(result, doc)
     gap = fired(result)["pipelining-gap"]
     assert [f.fingerprint for f in gap] == ["pipelining-gap:sequential-fb-optim"]

@@ -25,13 +25,28 @@ def _closed(spans: pl.DataFrame) -> pl.DataFrame:
     return spans.filter(pl.col("closed").fill_null(True) & pl.col("end_us").is_not_null())
 
 
+# 0.6.1 gives an SDK call timed to completion a private track `<task>:<method>:<tid>` with
+# tid >= 1_000_000; the calling task is what orders its calls.
+PRIVATE_TRACK_MIN_TID = 1_000_000
+
+
+def caller_track(track: str | None, tid: int | None) -> str | None:
+    """The calling task's track of a span (the prefix of a 0.6.1 private SDK-call track)."""
+    if track is None or tid is None or tid < PRIVATE_TRACK_MIN_TID:
+        return track
+    parts = track.rsplit(":", 2)
+    return parts[0] if len(parts) == 3 and parts[2] == str(tid) else track
+
+
 def fb_optim_waits(spans: pl.DataFrame, min_wait_s: float) -> pl.DataFrame:
-    """Each fb submission with the gap to the next optim submission on its track."""
-    calls = _closed(spans).filter(pl.col("name").is_in(list(FB_NAMES + OPTIM_NAMES))).sort(["segment", "pid", "track", "start_us"])
+    """Each fb submission with the gap to the next optim submission of the same calling task."""
+    calls = _closed(spans).filter(pl.col("name").is_in(list(FB_NAMES + OPTIM_NAMES)))
+    calls = calls.with_columns(pl.struct("track", "tid").map_elements(lambda r: caller_track(r["track"], r["tid"]), return_dtype=pl.String).alias("_caller"))
+    calls = calls.sort(["segment", "pid", "_caller", "start_us"])
     rows = []
     prev = None
     for row in calls.iter_rows(named=True):
-        key = (row["segment"], row["pid"], row["track"])
+        key = (row["segment"], row["pid"], row["_caller"])
         if prev is not None and prev[0] == key and prev[1]["name"] in FB_NAMES and row["name"] in OPTIM_NAMES:
             gap = (row["start_us"] - prev[1]["end_us"]) / 1e6
             rows.append({"step": row["step"] if row["step"] is not None else prev[1]["step"], "segment": row["segment"], "fb_end_us": prev[1]["end_us"], "optim_start_us": row["start_us"], "gap_s": gap, "sequential": gap > min_wait_s})
