@@ -7,6 +7,7 @@ HTML inside labels and hover text, so every string that came from input goes thr
 
 from __future__ import annotations
 
+import math
 import zlib
 from typing import Any
 
@@ -14,43 +15,47 @@ import plotly.graph_objects as go
 import polars as pl
 
 SEVERITY_COLOUR = {"error": "#cf222e", "warning": "#bf8700", "info": "#0969da"}
-UNTIMED_COLOUR = "#c9ced6"
+UNTIMED_COLOUR = "#d5dae0"
 WARMUP_COLOUR = "#8c959f"
 STEADY_COLOUR = "#2f6fb3"
-OUTLIER_COLOUR = "#cf222e"
+HEALTHY_COLOUR = "#1a7f37"
 HEALTHY_BAND_COLOUR = "rgba(45, 164, 78, 0.14)"
-LABEL_COLOUR = {"main": "#2f6fb3", "holder": "#e16f24"}
+CLIPPED_COLOUR = "#57606a"
+# Dump labels are event loops, not phases; neither may look like a severity.
+LABEL_COLOUR = {"main": "#2f6fb3", "holder": "#6e40c9"}
+KL_COLOURS = ("#6e40c9", "#14868c", "#2f6fb3", "#8a7f72")
 FONT = "Inter, -apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 MAX_LABEL_CHARS = 140
 MAX_DEPTH_LAYERS = 6
+# A step-time series whose slowest step is this many times its median squashes the steady regime
+# into the floor of a linear axis: such charts open on a log axis (the reader can switch back).
+LOG_SCALE_RATIO = 20.0
+# In a stacked chart (which a log axis would distort) bars above this many medians run off the top.
+CLIP_RATIO = 5.0
+# Finding overlays on the Gantt: a strip along the top of the plot, from this height (0-1) up.
+OVERLAY_STRIP_FROM = 0.95
 
-# One colour per kind of work, shared by the Gantt bars and the per-phase breakdown, so "green"
-# means sampling everywhere in the report. Matched on the first keyword the name contains.
-PHASE_COLOURS: tuple[tuple[str, str], ...] = (
-    ("get_batch", "#d4a72c"),
-    ("dataloader", "#d4a72c"),
-    ("forward_backward", "#2f6fb3"),
-    ("fwd_bwd", "#2f6fb3"),
-    ("train_step", "#4a8fd6"),
-    ("optim", "#6f42c1"),
-    ("sample", "#2da44e"),
-    ("rollout", "#56c271"),
-    ("env_", "#7fd196"),
-    ("reward", "#a2dfb3"),
-    ("kl", "#e16f24"),
-    ("checkpoint", "#8c6d4f"),
-    ("save_", "#8c6d4f"),
-    ("eval", "#bf3989"),
-    ("assemble", "#1b7c83"),
-    ("prepare", "#1b7c83"),
-    ("submit", "#54aeff"),
-    ("finish", "#1b7c83"),
-    ("result", "#8c959f"),
-    ("step", "#4a8fd6"),
-    ("train", "#4a8fd6"),
+# One colour family per kind of work, shared by the Gantt bars and the per-phase breakdown, so
+# violet means data loading everywhere in the report. Red, amber and green are left out: red and
+# amber are severities and green is "healthy". Names in one family get its shades in turn, so two
+# phases of a chart never share a colour.
+TRAIN_SHADES = ("#4a8fd6", "#2c5a8a", "#93bde8")
+PHASE_FAMILIES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("get_batch", "dataloader", "load_batch"), ("#8250df", "#b08af0", "#5a32a3")),
+    (("forward_backward", "fwd_bwd", "forward"), ("#1f5f9e", "#6d9fd3", "#173f6b")),
+    (("optim",), ("#4c4fb0", "#8487d8")),
+    (("checkpoint", "save_"), ("#8a7f72", "#b3aa9f", "#645b52", "#cfc8bf")),
+    (("eval",), ("#a0529b", "#c98bc4")),
+    (("kl",), ("#546e7a", "#90a4ae")),
+    (("finish", "assemble", "prepare", "result"), ("#1b6f83", "#5f99a8", "#0e4654")),
+    (("train",), TRAIN_SHADES),
+    (("sampl", "rollout", "env_", "reward", "policy"), ("#14868c", "#4fb5ae", "#0b5d61", "#8fd3cb")),
+    (("submit",), ("#86c5da", "#b9dfea")),
+    # Last: "step" also appears in env_step and the like, which belong to the families above.
+    (("step",), TRAIN_SHADES),
 )
-# No red or green here: red means an error and green means sampling or healthy in this report.
-FALLBACK_COLOURS = ("#57606a", "#8250df", "#9a6700", "#0550ae", "#bc4c00", "#6e7781", "#0a3069", "#953800")
+FALLBACK_COLOURS = ("#57606a", "#5e4b8b", "#3b6e6e", "#7d6b91", "#4d5b6a", "#2e4a62", "#6b7f95", "#8c959f")
+SEVERITY_LIKE = ("#cf222e", "#bf8700", "#0969da")
 
 
 def plot_text(value: Any) -> str:
@@ -61,13 +66,42 @@ def plot_text(value: Any) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def phase_colour(name: str) -> str:
-    """The report-wide colour of a span or phase name."""
+def _family(name: str) -> int | None:
     key = name.lower().removeprefix("time/")
-    for keyword, colour in PHASE_COLOURS:
-        if keyword in key:
-            return colour
-    return FALLBACK_COLOURS[zlib.crc32(key.encode()) % len(FALLBACK_COLOURS)]
+    for index, (keywords, _) in enumerate(PHASE_FAMILIES):
+        if any(k in key for k in keywords):
+            return index
+    return None
+
+
+def phase_colour(name: str) -> str:
+    """The base colour of a span or phase name (its family's first shade), ignoring other names."""
+    family = _family(name)
+    if family is None:
+        return FALLBACK_COLOURS[zlib.crc32(name.lower().encode()) % len(FALLBACK_COLOURS)]
+    return PHASE_FAMILIES[family][1][0]
+
+
+def assign_phase_colours(names: list[str]) -> dict[str, str]:
+    """A distinct colour per name: each takes the next free shade of its family, then a free neutral.
+
+    Names are served in the order given (callers pass the names that matter most first), so the
+    assignment is deterministic and the same name gets the same colour in every chart.
+    """
+    colours: dict[str, str] = {}
+    used: set[str] = set()
+    for name in names:
+        if name in colours:
+            continue
+        family = _family(name)
+        shades = PHASE_FAMILIES[family][1] if family is not None else ()
+        preferred = phase_colour(name)
+        choice = next((c for c in shades if c not in used), None)
+        if choice is None:
+            choice = next((c for c in (preferred, *FALLBACK_COLOURS) if c not in used), preferred)
+        colours[name] = choice
+        used.add(choice)
+    return colours
 
 
 def seconds_label(value: float | None) -> str:
@@ -100,15 +134,42 @@ def _layout(height: int, **extra: Any) -> dict[str, Any]:
     return layout
 
 
+SEVERITY_ORDER = ("error", "warning", "info")
+
+
+def _worst(severities: list[str]) -> str:
+    return min(severities, key=lambda s: SEVERITY_ORDER.index(s) if s in SEVERITY_ORDER else len(SEVERITY_ORDER))
+
+
+def spread_ratio(values: list[float | None]) -> float:
+    """Largest positive value over the median of the positive values (1.0 when there are none)."""
+    positive = sorted(v for v in values if v is not None and v > 0)
+    if not positive:
+        return 1.0
+    middle = len(positive) // 2
+    median = positive[middle] if len(positive) % 2 else (positive[middle - 1] + positive[middle]) / 2
+    return positive[-1] / median
+
+
+def views(fig: go.Figure) -> dict[str, Any] | None:
+    """The alternative views (label, trace visibility, layout changes) a chart offers, if any."""
+    meta = fig.layout.meta
+    return meta if isinstance(meta, dict) and meta.get("views") else None
+
+
 def step_time_figure(
     steps: list[int],
     totals: list[float | None],
     *,
     warmup_steps: int,
     steady_median_s: float | None,
-    marked: dict[int, list[str]],
+    marked: dict[int, list[tuple[str, str]]],
 ) -> go.Figure:
-    """Step time per step: warm-up steps greyed, the warm-up boundary and steady median drawn, finding steps marked."""
+    """Step time per step: warm-up greyed, warm-up boundary and steady median drawn, finding steps marked.
+
+    `marked` maps a step to (severity, text) of the findings naming it; its marker takes the worst
+    severity's colour. Opens on a log axis when outliers would squash the steady steps.
+    """
     colours = [WARMUP_COLOUR if i < warmup_steps else STEADY_COLOUR for i in range(len(steps))]
     hover = [
         f"step {s}<br>{seconds_label(t)}" + ("<br>warm-up" if i < warmup_steps else "")
@@ -120,17 +181,34 @@ def step_time_figure(
         fig.add_trace(go.Scattergl(x=steps, y=totals, mode="lines", line={"color": STEADY_COLOUR, "width": 1}, name="step time", hovertext=hover, hoverinfo="text"))
     else:
         fig.add_trace(go.Bar(x=steps, y=totals, marker={"color": colours, "line": {"width": 0}}, name="step time", hovertext=hover, hoverinfo="text"))
-    if marked:
-        lookup = dict(zip(steps, totals, strict=True))
-        xs = [s for s in sorted(marked) if lookup.get(s) is not None]
+    if steady_median_s is not None and steps:
+        # A trace rather than a shape: it sits right on linear and log axes alike, and its label
+        # goes in the legend instead of over the bars.
+        fig.add_trace(
+            go.Scatter(
+                x=[steps[0] - 0.5, steps[-1] + 0.5],
+                y=[steady_median_s, steady_median_s],
+                mode="lines",
+                line={"color": HEALTHY_COLOUR, "dash": "dot", "width": 1.5},
+                name=f"steady median {seconds_label(steady_median_s)}",
+                hoverinfo="skip",
+            )
+        )
+    lookup = dict(zip(steps, totals, strict=True))
+    by_severity: dict[str, list[int]] = {}
+    for step in sorted(marked):
+        if lookup.get(step) is not None:
+            by_severity.setdefault(_worst([sev for sev, _ in marked[step]]), []).append(step)
+    for severity in sorted(by_severity, key=SEVERITY_ORDER.index):
+        xs = by_severity[severity]
         fig.add_trace(
             go.Scatter(
                 x=xs,
                 y=[lookup[s] for s in xs],
                 mode="markers",
-                marker={"color": OUTLIER_COLOUR, "size": 9, "symbol": "diamond", "line": {"color": "#ffffff", "width": 1}},
-                name="named by a finding",
-                hovertext=[f"step {s}<br>{seconds_label(lookup[s])}<br>" + "<br>".join(plot_text(r) for r in marked[s]) for s in xs],
+                marker={"color": SEVERITY_COLOUR[severity], "size": 10, "symbol": "diamond", "line": {"color": "#ffffff", "width": 1}},
+                name=f"named by {'an' if severity in ('error', 'info') else 'a'} {severity}",
+                hovertext=[f"step {s}<br>{seconds_label(lookup[s])}<br>" + "<br>".join(plot_text(text) for _, text in marked[s]) for s in xs],
                 hoverinfo="text",
             )
         )
@@ -139,38 +217,98 @@ def step_time_figure(
         boundary = (steps[warmup_steps - 1] + steps[warmup_steps]) / 2
         shapes.append({"type": "line", "x0": boundary, "x1": boundary, "yref": "paper", "y0": 0, "y1": 1, "line": {"color": "#57606a", "dash": "dash", "width": 1.5}})
         annotations.append({"x": boundary, "yref": "paper", "y": 1, "text": "warm-up ends", "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 11, "color": "#57606a"}, "xshift": 4})
-    if steady_median_s is not None:
-        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": steady_median_s, "y1": steady_median_s, "line": {"color": "#1a7f37", "dash": "dot", "width": 1.5}})
-        annotations.append({"xref": "paper", "x": 1, "y": steady_median_s, "text": f"steady median {seconds_label(steady_median_s)}", "showarrow": False, "xanchor": "right", "yanchor": "bottom", "font": {"size": 11, "color": "#1a7f37"}})
+    ratio = spread_ratio(totals)
+    log_first = ratio > LOG_SCALE_RATIO
+    # One tick per decade on the log axis: plotly's default labels 2 and 5 between decades too.
+    linear = {"yaxis.type": "linear", "yaxis.title.text": "seconds", "yaxis.autorange": True, "yaxis.dtick": None}
+    log = {"yaxis.type": "log", "yaxis.title.text": "seconds (log scale)", "yaxis.autorange": True, "yaxis.dtick": 1}
     fig.update_layout(
-        _layout(300, shapes=shapes, annotations=annotations, showlegend=bool(marked), bargap=0.15),
+        _layout(300, shapes=shapes, annotations=annotations, showlegend=True, bargap=0.15),
         xaxis_title="step",
-        yaxis_title="seconds",
+        yaxis={"type": "log" if log_first else "linear", "title": {"text": "seconds (log scale)" if log_first else "seconds"}, "gridcolor": "#eef1f4", "zeroline": False, **({"dtick": 1} if log_first else {})},
+        meta={
+            "views": [{"label": "Linear", "layout": linear}, {"label": "Log scale", "layout": log}],
+            "active": 1 if log_first else 0,
+            "why": f"Opens on a log axis: the slowest step is {ratio:.0f}× the median step." if log_first else "",
+        },
     )
     return fig
 
 
-def phase_figure(steps: list[int], phases: dict[str, list[float | None]], untimed: list[float | None] | None) -> go.Figure:
-    """Where each step's time went, phase by phase, with the untimed remainder as its own grey band."""
+def phase_figure(
+    steps: list[int],
+    phases: dict[str, list[float | None]],
+    untimed: list[float | None] | None,
+    *,
+    colours: dict[str, str],
+    hover_names: dict[str, str] | None = None,
+) -> go.Figure:
+    """Where each step's time went, phase by phase, with the untimed remainder as its own grey band.
+
+    `phases` is in stacking order (bottom first); `hover_names` says what a series is in hover
+    text when its legend name is short (e.g. the part of a phase outside its nested timers). When
+    a few steps dwarf the rest, the chart opens on the steady range and marks the clipped bars.
+    """
     fig = go.Figure()
     many = len(steps) > 400
+    hover_names = hover_names or {}
     series = list(phases.items()) + ([("untimed", untimed)] if untimed is not None else [])
     for name, values in series:
-        colour = UNTIMED_COLOUR if name == "untimed" else phase_colour(name)
+        colour = UNTIMED_COLOUR if name == "untimed" else colours.get(name, phase_colour(name))
         label = "untimed (no timer covers it)" if name == "untimed" else plot_text(name)
-        hover = [f"step {s}<br>{label}: {seconds_label(v)}" for s, v in zip(steps, values, strict=True)]
+        described = plot_text(hover_names.get(name, name)) if name != "untimed" else label
+        hover = [f"step {s}<br>{described}: {seconds_label(v)}" for s, v in zip(steps, values, strict=True)]
         if many:
             fig.add_trace(go.Scatter(x=steps, y=values, name=label, stackgroup="phases", mode="lines", line={"width": 0.5, "color": colour}, fillcolor=colour, hovertext=hover, hoverinfo="text"))
         else:
             fig.add_trace(go.Bar(x=steps, y=values, name=label, marker={"color": colour, "line": {"width": 0}}, hovertext=hover, hoverinfo="text"))
-    fig.update_layout(_layout(320, barmode="stack", bargap=0.15), xaxis_title="step", yaxis_title="seconds")
+    stacked = [sum(v or 0.0 for v in column) for column in zip(*(values for _, values in series), strict=True)] if series else []
+    layout = _layout(340, barmode="stack", bargap=0.15)
+    layout["legend"] = {**layout["legend"], "traceorder": "normal"}
+    fig.update_layout(layout, xaxis_title="step", yaxis_title="seconds")
+    if spread_ratio(stacked) > LOG_SCALE_RATIO:
+        _clip_outliers(fig, steps, stacked)
     return fig
+
+
+def _clip_outliers(fig: go.Figure, steps: list[int], stacked: list[float]) -> None:
+    """Open a stacked chart on the range of its ordinary steps, marking the bars that run off the top."""
+    positive = sorted(v for v in stacked if v > 0)
+    median = positive[len(positive) // 2]
+    ordinary = [v for v in stacked if v <= CLIP_RATIO * median]
+    ceiling = (max(ordinary) if ordinary else median) * 1.15
+    clipped = [(s, v) for s, v in zip(steps, stacked, strict=True) if v > ceiling]
+    fig.add_trace(
+        go.Scatter(
+            x=[s for s, _ in clipped],
+            y=[ceiling] * len(clipped),
+            mode="markers",
+            cliponaxis=False,
+            marker={"symbol": "triangle-up", "size": 10, "color": CLIPPED_COLOUR, "line": {"color": "#ffffff", "width": 1}},
+            name="runs off the top",
+            hovertext=[f"step {s}: {seconds_label(v)} in all (off the chart)" for s, v in clipped],
+            hoverinfo="text",
+        )
+    )
+    tallest_step, tallest = max(clipped, key=lambda c: (c[1], -c[0]))
+    traces = len(fig.data)
+    fig.update_layout(
+        yaxis={"range": [0, ceiling], "autorange": False, "title": {"text": "seconds"}, "gridcolor": "#eef1f4", "zeroline": False},
+        meta={
+            "views": [
+                {"label": "Steady range", "layout": {"yaxis.range": [0, ceiling], "yaxis.autorange": False}, "visible": [True] * traces},
+                {"label": "Full range", "layout": {"yaxis.autorange": True}, "visible": [True] * (traces - 1) + [False]},
+            ],
+            "active": 0,
+            "why": f"{len(clipped)} step(s) run off the top (▲; tallest: step {tallest_step}, {seconds_label(tallest)}); “Full range” shows them.",
+        },
+    )
 
 
 def kl_figure(steps: list[int], series: dict[str, list[float | None]], band: float) -> go.Figure:
     """KL per step with the healthy band [0, band] shaded."""
     fig = go.Figure()
-    palette = ("#e16f24", "#8250df", "#0969da", "#1a7f37")
+    palette = KL_COLOURS
     for i, (name, values) in enumerate(sorted(series.items())):
         fig.add_trace(
             go.Scatter(
@@ -188,11 +326,15 @@ def kl_figure(steps: list[int], series: dict[str, list[float | None]], band: flo
     positive = bool(values) and min(values) > 0
     log_axis = positive and max(values) / min(values) > 100
     low = min(values) / 2 if log_axis else 0
-    shapes = [{"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": low, "y1": band, "fillcolor": HEALTHY_BAND_COLOUR, "line": {"width": 0}, "layer": "below"}]
-    annotations = [{"xref": "paper", "x": 0, "y": band, "text": f"healthy: KL &lt; {band:g}", "showarrow": False, "xanchor": "left", "yanchor": "bottom", "font": {"size": 11, "color": "#1a7f37"}}]
+    shapes = [
+        {"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": low, "y1": band, "fillcolor": HEALTHY_BAND_COLOUR, "line": {"width": 0}, "layer": "below"},
+        # The band's edge as a line too: next to a KL of 0.5 the band itself is a sliver.
+        {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": band, "y1": band, "line": {"color": HEALTHY_COLOUR, "dash": "dash", "width": 1}, "layer": "below"},
+    ]
+    # Annotations, unlike shapes, sit in log10 units on a log axis.
+    label_y = math.log10(band) if log_axis else band
+    annotations = [{"xref": "paper", "x": 0, "y": label_y, "text": f"healthy: KL &lt; {band:g}", "showarrow": False, "xanchor": "left", "yanchor": "bottom", "font": {"size": 11, "color": HEALTHY_COLOUR}}]
     if log_axis:
-        import math
-
         axis = {"type": "log", "range": [math.log10(low), math.log10(max(max(values), band) * 2)]}
     else:
         axis = {"rangemode": "tozero"}
@@ -210,8 +352,13 @@ def gantt_figure(
     overlays: list[dict[str, Any]],
     windows: list[dict[str, Any]],
     initial_range: list[float] | None,
+    colours: dict[str, str],
 ) -> go.Figure:
-    """Spans as bars per thread/track row (nested spans drawn thinner on top), with finding overlays."""
+    """Spans as bars per thread/track row (nested spans drawn thinner on top), with finding overlays.
+
+    A finding's time ranges are shaded lightly behind the bars (so the spans stay readable) and
+    marked by a strip of its severity colour along the top whose hover names the rule.
+    """
     fig = go.Figure()
     start_s = ((spans["start_us"] - origin_us) / 1e6).to_list()
     dur_s = (spans["dur_us"] / 1e6).to_list()
@@ -231,7 +378,7 @@ def gantt_figure(
                 x=[dur_s[i] for i in idx],
                 y=[row_of[i] for i in idx],
                 width=0.78 * (0.8**depth),
-                marker={"color": [phase_colour(names[i]) for i in idx], "line": {"width": 0}},
+                marker={"color": [colours.get(names[i]) or phase_colour(names[i]) for i in idx], "line": {"width": 0}},
                 hovertext=[
                     f"<b>{plot_text(names[i])}</b><br>{seconds_label(dur_s[i])} from {start_s[i]:.3f} s"
                     + (f"<br>step {steps[i]}" if steps[i] is not None else "")
@@ -244,13 +391,15 @@ def gantt_figure(
                 name=f"depth {depth}",
             )
         )
+    shading: list[dict[str, Any]] = []
     for overlay in overlays:
         xs: list[float | None] = []
         ys: list[float | None] = []
+        colour = SEVERITY_COLOUR.get(overlay["severity"], "#57606a")
         for x0, x1 in overlay["ranges_s"]:
             xs += [x0, x1, x1, x0, x0, None]
-            ys += [0, 0, 1, 1, 0, None]
-        colour = SEVERITY_COLOUR.get(overlay["severity"], "#57606a")
+            ys += [OVERLAY_STRIP_FROM, OVERLAY_STRIP_FROM, 1, 1, OVERLAY_STRIP_FROM, None]
+            shading.append({"type": "rect", "x0": x0, "x1": x1, "yref": "paper", "y0": 0, "y1": 1, "fillcolor": with_alpha(colour, 0.10), "line": {"width": 0}, "layer": "below"})
         fig.add_trace(
             go.Scatter(
                 x=xs,
@@ -259,7 +408,7 @@ def gantt_figure(
                 fill="toself",
                 mode="lines",
                 line={"width": 1, "color": colour},
-                fillcolor=with_alpha(colour, 0.16),
+                fillcolor=with_alpha(colour, 0.55),
                 hoveron="fills",
                 hoverinfo="text",
                 text=f"{overlay['code']} {overlay['rule']}: {plot_text(overlay['title'])}",
@@ -272,7 +421,7 @@ def gantt_figure(
         {"x": w["x0"], "yref": "paper", "y": 1, "yanchor": "bottom", "xanchor": "left", "text": w["label"], "showarrow": False, "font": {"size": 11, "color": "#57606a"}}
         for w in windows
     ]
-    shapes = [
+    shapes = shading + [
         {"type": "line", "x0": w["x0"], "x1": w["x0"], "yref": "paper", "y0": 0, "y1": 1, "line": {"color": "#afb8c1", "width": 1, "dash": "dot"}}
         for w in windows
     ]

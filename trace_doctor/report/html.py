@@ -18,6 +18,7 @@ import orjson
 import polars as pl
 
 from trace_doctor import __version__
+from trace_doctor.derive.timekeys import parent_of
 from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample, figures
 from trace_doctor.report.verdict import verdict
@@ -57,10 +58,20 @@ class Chart:
 
     id: str
     figure_json: str
+    # Buttons that switch the chart between views (linear/log, steady/full range), and why it
+    # opens on the view it does.
+    views: list[dict[str, Any]]
+    active_view: int = 0
+    why: str = ""
 
 
 def _figure(chart_id: str, fig) -> Chart:
-    return Chart(chart_id, script_json(fig.to_json(engine="json", validate=False)))
+    offered = figures.views(fig) or {}
+    buttons = [
+        {"label": v["label"], "layout": json.dumps(v["layout"]), "visible": json.dumps(v.get("visible"))}
+        for v in offered.get("views", [])
+    ]
+    return Chart(chart_id, script_json(fig.to_json(engine="json", validate=False)), buttons, offered.get("active", 0), offered.get("why", ""))
 
 
 # ---- whole-run series -------------------------------------------------------------------
@@ -77,17 +88,75 @@ def _step_times(result: Analysis) -> pl.DataFrame:
     return live.select("step", pl.col("time/total").alias("total_s")).unique("step", keep="last").sort("step")
 
 
-def _phase_columns(step_times: pl.DataFrame) -> dict[str, str]:
-    """Phase name -> column for the top-level phases of derive.step_times (`phase:<name>`)."""
-    return {c.removeprefix("phase:"): c for c in step_times.columns if c.startswith("phase:")}
+def _phase_columns(step_times: pl.DataFrame, prefix: str = "phase:") -> dict[str, str]:
+    """Phase name -> column for the top-level (`phase:<name>`) or nested (`inner:<name>`) timers."""
+    return {c.removeprefix(prefix): c for c in step_times.columns if c.startswith(prefix)}
 
 
-def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, marked: dict[int, list[str]]) -> list[Chart]:
+def _direct_children(phases: dict[str, str], inners: dict[str, str]) -> dict[str, list[str]]:
+    """Top-level phase -> the nested timers directly inside it (a timer nested in a nested one is left
+    to its own parent, so no second counts)."""
+    present = set(phases) | set(inners)
+    children: dict[str, list[str]] = {}
+    for name in sorted(inners):
+        parent = parent_of(name, present)
+        if parent in phases:
+            children.setdefault(parent, []).append(name)
+    return children
+
+
+def _phase_series(shown: pl.DataFrame, phases: dict[str, str], inners: dict[str, str]) -> tuple[dict[str, list[float | None]], dict[str, str], dict[str, str]]:
+    """Stacked series per phase, each parent split into its nested timers and "<parent> (rest)".
+
+    Returns the series in stacking order, the phase whose colour each series takes, and what each
+    series is in words. A nested part never exceeds what is left of its parent, so the parts of a
+    bar add up to the parent's own seconds and nothing is counted twice.
+    """
+    children = _direct_children(phases, inners)
+    series: dict[str, list[float | None]] = {}
+    colour_of: dict[str, str] = {}
+    described: dict[str, str] = {}
+    for name in sorted(phases):
+        parent = shown[phases[name]].to_list()
+        if name not in children:
+            series[name], colour_of[name] = parent, name
+            continue
+        left = list(parent)
+        for child in children[name]:
+            label = f"{child} (in {name})"
+            part = []
+            for i, value in enumerate(shown[inners[child]].to_list()):
+                if value is None or left[i] is None:
+                    part.append(None)
+                    continue
+                taken = min(max(value, 0.0), left[i])
+                left[i] -= taken
+                part.append(taken)
+            series[label], colour_of[label], described[label] = part, child, f"{child}, inside {name}"
+        rest = f"{name} (rest)"
+        series[rest], colour_of[rest] = left, name
+        described[rest] = f"{name} outside {', '.join(children[name])}"
+    return series, colour_of, described
+
+
+def _marked_steps(result: Analysis, step_count: int) -> dict[int, list[tuple[str, str]]]:
+    """Step -> (severity, "code title") of the findings that single it out."""
+    marked: dict[int, list[tuple[str, str]]] = {}
+    for finding in result.findings:
+        if len(finding.steps) > MARKED_STEP_SHARE * step_count:
+            continue  # a finding about most steps singles none out; its card lists them
+        for step in finding.steps:
+            marked.setdefault(step, []).append((finding.severity, f"{finding.code} {finding.title}"))
+    return marked
+
+
+def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, colours: dict[str, str]) -> list[Chart]:
     times = _step_times(result)
     if times.is_empty() or times["total_s"].drop_nulls().is_empty():
         return []
     phases = _phase_columns(times)
-    value_columns = ["total_s", *phases.values()] + (["untimed_s"] if "untimed_s" in times.columns else [])
+    inners = _phase_columns(times, "inner:") if phases else {}
+    value_columns = ["total_s", *phases.values(), *inners.values()] + (["untimed_s"] if "untimed_s" in times.columns else [])
     shown = downsample.bin_steps(times.select("step", *value_columns), value_columns, budget.step_points, notes, "The whole-run charts")
     steps = shown["step"].to_list()
     totals = shown["total_s"].to_list()
@@ -96,6 +165,7 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, marke
         # Binned: the boundary falls in the bin that holds the first steady step.
         first_steady = times["step"][warmup] if warmup < len(times) else None
         warmup = sum(1 for s in steps if first_steady is not None and s < first_steady)
+    marked = _marked_steps(result, max(len(times), 1))
     charts = [
         _figure(
             "chart-step-time",
@@ -103,15 +173,28 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, marke
         )
     ]
     if phases:
-        series = {name: shown[column].to_list() for name, column in sorted(phases.items())}
+        series, colour_of, described = _phase_series(shown, phases, inners)
         if "untimed_s" in shown.columns:
             # Overlapping timers can make the remainder negative; there is then no untimed time to draw.
             untimed = [None if u is None else max(u, 0.0) for u in shown["untimed_s"].to_list()]
         else:
             parts = shown.select(pl.sum_horizontal([pl.col(c).fill_null(0) for c in phases.values()]).alias("timed"))["timed"].to_list()
             untimed = [None if t is None else max(t - p, 0.0) for t, p in zip(totals, parts, strict=True)]
-        charts.append(_figure("chart-phases", figures.phase_figure(steps, series, untimed)))
+        series_colours = {label: colours.get(phase) or figures.phase_colour(phase) for label, phase in colour_of.items()}
+        charts.append(_figure("chart-phases", figures.phase_figure(steps, series, untimed, colours=series_colours, hover_names=described)))
     return charts
+
+
+def _colour_names(result: Analysis) -> list[str]:
+    """Every phase and span name the report colours, most prominent first, for one shared palette."""
+    times = _step_times(result)
+    phase_names = sorted(_phase_columns(times)) + sorted(_phase_columns(times, "inner:"))
+    spans = result.run.spans
+    span_names: list[str] = []
+    if not spans.is_empty() and "name" in spans.columns:
+        busiest = spans.group_by("name").agg(pl.col("dur_us").sum()).sort(["dur_us", "name"], descending=[True, False], nulls_last=True)
+        span_names = [n for n in busiest["name"].to_list() if n is not None]
+    return phase_names + span_names
 
 
 def _kl_chart(result: Analysis) -> Chart | None:
@@ -169,7 +252,7 @@ def _finding_anchor_steps(finding: Finding, spans: pl.DataFrame) -> list[int]:
     return sorted(set(before + after))
 
 
-def _timeline(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Chart | None, dict[int, dict[str, Any]], dict[str, Any]]:
+def _timeline(result: Analysis, budget: Budget, notes: Summarised, colours: dict[str, str]) -> tuple[Chart | None, dict[int, dict[str, Any]], dict[str, Any]]:
     """The Gantt chart, each finding's target x range on it, and the step buttons and colour key around it."""
     spans = result.run.spans
     none: dict[str, Any] = {"buttons": [], "legend": []}
@@ -215,10 +298,10 @@ def _timeline(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Char
     if first_view is None and window_rows:
         typical = next((w for w in window_rows if "typical" in w["label"]), window_rows[0])
         first_view = _padded(typical["x0"], typical["x1"])
-    fig = figures.gantt_figure(shown, origin_us=origin, rows=rows, row_of=row_of, overlays=overlays, windows=window_rows, initial_range=first_view)
+    fig = figures.gantt_figure(shown, origin_us=origin, rows=rows, row_of=row_of, overlays=overlays, windows=window_rows, initial_range=first_view, colours=colours)
     step_buttons = [{"label": w["label"], "range": _padded(w["x0"], w["x1"])} for w in window_rows]
     busiest = shown.group_by("name").agg(pl.col("dur_us").sum()).sort(["dur_us", "name"], descending=[True, False]).head(GANTT_LEGEND_NAMES)
-    legend = [{"name": n, "colour": figures.phase_colour(n)} for n in busiest["name"].to_list()]
+    legend = [{"name": n, "colour": colours.get(n) or figures.phase_colour(n)} for n in busiest["name"].to_list()]
     shaded = {o["rule"]: o for o in overlays}
     legend += [
         {"name": f"{o['code']} {o['rule']} (shaded)", "colour": figures.with_alpha(figures.SEVERITY_COLOUR[o["severity"]], 0.35)}
@@ -392,15 +475,9 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
     """The whole report as one HTML string."""
     budget = budget or Budget()
     notes = Summarised()
-    gantt, targets, gantt_extras = _timeline(result, budget, notes)
-    marked: dict[int, list[str]] = {}
-    step_count = max(len(_step_times(result)), 1)
-    for finding in result.findings:
-        if len(finding.steps) > MARKED_STEP_SHARE * step_count:
-            continue  # a finding about most steps singles none out; its card lists them
-        for step in finding.steps:
-            marked.setdefault(step, []).append(f"{finding.code} {finding.title}")
-    whole_run = _whole_run_charts(result, budget, notes, marked)
+    colours = figures.assign_phase_colours(_colour_names(result))
+    gantt, targets, gantt_extras = _timeline(result, budget, notes, colours)
+    whole_run = _whole_run_charts(result, budget, notes, colours)
     kl = _kl_chart(result)
     profiles = _profiles(result, budget, notes)
     dumps, silences = _dump_cadence(result, budget, notes)
@@ -411,7 +488,12 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         notes.add(f"The ingest-warnings table lists {len(warnings)} of {len(run.warnings):,}.")
     outcomes = sorted(result.outcomes, key=lambda o: ({"error": 0, "fired": 1, "not_applicable": 2, "passed": 3}[o.status], o.rule))
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
+    passed = [o for o in outcomes if o.status == "passed"]
+    not_applicable = [o for o in outcomes if o.status == "not_applicable"]
     worst = next((s for s in ("error", "warning", "info") if counts[s]), "ok")
+    if worst == "ok" and len(passed) < len(not_applicable):
+        # Silence from rules that could not run is not health: say how little was checked.
+        worst = "limited"
     document = _document_json(result, budget, notes)
     context = {
         "version": __version__,
@@ -435,7 +517,9 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         "silences": silences,
         "logs": logs,
         "outcomes": outcomes,
-        "not_applicable": [o for o in outcomes if o.status == "not_applicable"],
+        "not_applicable": not_applicable,
+        "passed": passed,
+        "metric_rows": len(downsample.live_steps(run.steps)),
         "warnings": warnings,
         "warning_count": len(run.warnings),
         "notes": notes.notes,
