@@ -165,6 +165,20 @@ def test_dpo_slow_get_batch_is_the_bottleneck(tmp_path):
     assert "warmup-slowness" not in rules and "pipelining-gap" not in rules
 
 
+def test_dpo_slow_reference_scoring_is_not_excess_clock_cycles(tmp_path):
+    rows = dpo_rows()
+    for row in rows:  # a large reference model: scoring takes 6x longer, every step alike
+        extra = 5 * row["time/get_ref_logprobs"]
+        row["time/get_ref_logprobs"] += extra
+        row["time/total"] += extra
+        row["batch_time"] = row["time/total"]
+    result, doc = run_analysis(write_run(tmp_path, rows, DPO_CONFIG))
+    assert_sane(result, doc)
+    # Every result wait is ~5.3 s, so the "cycle" fitted to them is only an upper bound.
+    assert result.outcomes and "steady-slowness" not in fired(result)
+    assert warnings_fired(result) == set()
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. On-policy distillation
 
