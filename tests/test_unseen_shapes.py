@@ -551,6 +551,25 @@ def test_mid_run_regime_change_is_one_clear_statement(tmp_path):
     assert not [f for f in rules.get("inconsistent-step-times", []) if f.fingerprint == "inconsistent-step-times:unexplained"]
 
 
+def test_long_steady_run_has_no_regimes(tmp_path):
+    result, doc = run_analysis(write_run(tmp_path, sft_061_rows(n=2000, seed=13), SFT_CONFIG))
+    assert_sane(result, doc)
+    assert "inconsistent-step-times" not in fired(result)
+    assert warnings_fired(result) == set()
+
+
+def test_real_rl_run_that_speeds_up_mid_run():
+    from conftest import corpus_path
+
+    path = corpus_path("tinker-cookbook/tinker_cookbook/recipes/cog_rl/results/experiment_6/training_metrics.jsonl")
+    result, doc = run_analysis(path)
+    assert_sane(result, doc)
+    regime = [f for f in result.findings if f.fingerprint == "inconsistent-step-times:regime-change"]
+    assert len(regime) == 1 and regime[0].severity == "info"
+    assert regime[0].evidence["change_step"] == 42 and regime[0].evidence["ratio"] == pytest.approx(0.53, abs=0.05)
+    assert regime[0].evidence["dominant_phase"] == "unknown"  # only time/total is logged
+
+
 # ---------------------------------------------------------------------------------------------
 # 10. Degenerate runs
 

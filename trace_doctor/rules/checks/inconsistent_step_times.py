@@ -1,4 +1,9 @@
-"""TD110 inconsistent-step-times: steady step times vary more than periodic evals/checkpoints explain."""
+"""TD110 inconsistent-step-times: steady step times vary more than periodic evals/checkpoints explain.
+
+A run whose step time settles at a new level mid-run is neither warm-up (the slow part is not a
+prefix) nor steady slowness of the whole run; it is reported once here as a regime change, and
+spikes and spread are judged against each step's own regime.
+"""
 
 from __future__ import annotations
 
@@ -214,9 +219,9 @@ RULE = register(Rule(
     slug="inconsistent-step-times", code="TD110", title="High unexplained variance of steady step time", severity="warning",
     needs="metrics.jsonl with per-step times",
     docs=RuleDocs(
-        what="Steady-state steps whose times vary widely (robust CV) or spike far above the median, after attributing periodic spikes to evals/checkpoints when those phases explain them.",
+        what="Steady-state steps whose times vary widely (robust CV) or spike far above the median, after attributing periodic spikes to evals/checkpoints when those phases explain them; a mid-run change of level (e.g. every step 3x slower from step 1000 on) is reported once as a regime change, and spikes are judged within each regime.",
         why="Unexplained variance points at stalls the loop does not time: GIL contention, data loading, a host going to sleep, retries.",
-        evidence="Steady step totals (after the warm-up boundary), the robust CV (1.4826·MAD/median), each spike with its phases and untimed share; spikes whose excess is at least half eval/checkpoint time are reported separately as periodic.",
+        evidence="Steady step totals (after the warm-up boundary), the robust CV (1.4826·MAD/median), each spike with its phases and untimed share; spikes whose excess is at least half eval/checkpoint time are reported separately as periodic; regimes from change points of log step time (levels at least min_regime_ratio apart, lasting min_regime_share of the steps) with the phase that moved.",
         fix="Find the work outside the timed phases; keep the host awake; move CPU work off the main thread.",
     ),
     check=check, tags=("timing", "metrics"),
