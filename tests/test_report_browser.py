@@ -173,3 +173,41 @@ def test_demo_screenshots_for_review(browser, tmp_path):
     for section in ("findings", "timeline", "whole-run"):
         page.locator(f"#{section}").screenshot(path=str(ARTIFACTS / f"report-demo-{section}.png"))
     assert (ARTIFACTS / "report-demo-full.png").stat().st_size > 10_000
+
+
+def test_log_scale_toggle_switches_the_step_time_axis(browser, tmp_path):
+    from test_report_html import _with_outlier
+
+    result = _with_outlier(build_analysis(steps=30), 20, 36_341.0)
+    opened = open_report(browser, result, tmp_path / "outlier.html")
+    page = opened.page
+    axis_type = "document.getElementById('chart-step-time').layout.yaxis.type"
+    assert page.evaluate(axis_type) == "log"
+    page.locator(".view-toggle[data-chart='chart-step-time'] button", has_text="Linear").click()
+    assert page.evaluate(axis_type) == "linear"
+    assert page.locator(".view-toggle[data-chart='chart-step-time'] button[aria-pressed='true']").inner_text() == "Linear"
+    page.locator(".view-toggle[data-chart='chart-phases'] button", has_text="Full range").click()
+    top = page.evaluate("document.getElementById('chart-phases').layout.yaxis.range[1]")
+    assert top > 36_000  # the clipped step is back in view
+    assert opened.errors == []
+
+
+@pytest.mark.parametrize("width", [1366, 1024])
+def test_nothing_overflows_the_page_at_laptop_widths(browser, tmp_path, width):
+    sample = ROOT / "trace_doctor" / "sample_run"
+    result = analysed(sample) if (sample / "metrics.jsonl").exists() else build_analysis()
+    result.run.meta.model_name = "Qwen/Qwen3-30B-A3B-Instruct-2507-and-a-very-long-fine-tune-suffix"
+    write_html(result, tmp_path / "wide.html")
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto((tmp_path / "wide.html").resolve().as_uri())
+    page.wait_for_load_state("load")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    # Outside the plots, no element reaches past the viewport's right edge.
+    overflowing = page.evaluate(
+        """() => { const w = document.documentElement.clientWidth; return [...document.querySelectorAll('main *')]
+            .filter(e => !e.closest('svg') && e.getBoundingClientRect().right > w + 1).map(e => e.tagName + '.' + e.className); }"""
+    )
+    assert overflowing == []
+    model = page.locator(".fact dd.name").first
+    assert model.get_attribute("title") == result.run.meta.model_name
+    assert model.evaluate("e => e.scrollWidth <= e.clientWidth")  # wrapped, not cut off

@@ -284,3 +284,128 @@ def test_large_run_report_stays_within_budget(tmp_path: Path):
 def test_tiny_runs_render(steps: int):
     html = render_html(build_analysis(steps=steps, slow_step=0))
     assert "trace-doctor-data" in html
+
+
+FIGURE_BLOCK = r'<script type="application/json" class="figure-data" data-target="{}">(.*?)</script>'
+
+
+def embedded_figure(html: str, chart_id: str) -> dict:
+    match = re.search(FIGURE_BLOCK.format(re.escape(chart_id)), html, re.S)
+    assert match, f"no figure for {chart_id}"
+    return json.loads(match.group(1))
+
+
+def _with_outlier(result: Analysis, step: int, seconds: float) -> Analysis:
+    times = result.derived["step_times"]
+    scale = pl.when(pl.col("step") == step).then(seconds / pl.col("total_s")).otherwise(1.0)
+    result.derived["step_times"] = times.with_columns([(pl.col(c) * scale).alias(c) for c in times.columns if c != "step"])
+    return result
+
+
+def test_step_time_chart_opens_on_a_log_axis_only_when_outliers_squash_it():
+    steady = embedded_figure(render_html(build_analysis(steps=30)), "chart-step-time")
+    assert steady["layout"]["yaxis"]["type"] == "linear"
+    # Like logs_v2p7: one step of 36,341 s among steps of a few seconds.
+    html = render_html(_with_outlier(build_analysis(steps=30), 20, 36_341.0))
+    outlier = embedded_figure(html, "chart-step-time")
+    assert outlier["layout"]["yaxis"]["type"] == "log"
+    assert outlier["layout"]["yaxis"]["title"]["text"] == "seconds (log scale)"
+    assert "Opens on a log axis" in html and ">Log scale</button>" in html
+    # The stacked breakdown cannot go log; it opens on the ordinary steps and marks the clipped one.
+    phases = embedded_figure(html, "chart-phases")
+    ceiling = phases["layout"]["yaxis"]["range"][1]
+    assert 6.0 < ceiling < 100.0
+    clipped = next(t for t in phases["data"] if t["name"] == "runs off the top")
+    assert clipped["x"] == [20]
+
+
+def test_phase_palette_has_no_severity_colours_and_no_two_names_share_one():
+    import colorsys
+
+    from trace_doctor.report.figures import SEVERITY_COLOUR, assign_phase_colours
+
+    names = [
+        "submit_batch", "get_batch", "finish_batch", "step", "forward_backward", "optim_step", "save_checkpoint",
+        "save_checkpoint_async", "save_state", "save_weights_for_sampler", "sample", "sampling", "assemble",
+        "assemble_training_data", "train", "train_step", "compute_kl_sample_train", "run_evals", "policy_sample",
+        "env_step", "compute_group_rewards", "create_sampling_client", "do_train_step_and_get_sampling_client",
+        "tokenize", "custom_phase", "another_phase",
+    ]
+    colours = assign_phase_colours(names)
+    assert len(set(colours.values())) == len(names)
+    for name, colour in colours.items():
+        assert colour not in SEVERITY_COLOUR.values(), name
+        r, g, b = (int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
+        hue, lightness, saturation = colorsys.rgb_to_hls(r, g, b)
+        degrees = hue * 360
+        vivid = saturation > 0.3 and 0.2 < lightness < 0.85
+        # Reds, oranges, ambers and yellows mean severity; greens mean healthy.
+        assert not (vivid and (degrees < 65 or degrees > 330)), f"{name} {colour} looks like a severity"
+        assert not (vivid and 80 < degrees < 160), f"{name} {colour} looks like 'healthy'"
+    # The same name keeps its colour when other names come and go.
+    assert assign_phase_colours(["get_batch"])["get_batch"] == colours["get_batch"]
+
+
+def _sft_nested_analysis() -> Analysis:
+    result = build_analysis(steps=6, with_trace=False)
+    submit = [1.0, 1.2, 4.0, 1.1, 1.0, 1.0]
+    inner = [0.3, 0.4, 3.5, 0.3, 1.4, None]  # step 4: the nested timer reads more than its parent
+    finish = [0.5] * 6
+    result.derived["step_times"] = pl.DataFrame(
+        {
+            "step": list(range(6)),
+            "total_s": [s + f + 0.2 for s, f in zip(submit, finish, strict=True)],
+            "untimed_s": [0.2] * 6,
+            "phase:finish_batch": finish,
+            "phase:submit_batch": submit,
+            "inner:get_batch": inner,
+        }
+    )
+    return result
+
+
+def test_nested_get_batch_is_drawn_inside_submit_batch_without_double_counting():
+    figure = embedded_figure(render_html(_sft_nested_analysis()), "chart-phases")
+    traces = {t["name"]: t["y"] for t in figure["data"]}
+    assert "submit_batch" not in traces and "get_batch" not in traces
+    inner, rest = traces["get_batch (in submit_batch)"], traces["submit_batch (rest)"]
+    assert inner[2] == pytest.approx(3.5) and rest[2] == pytest.approx(0.5)
+    assert inner[4] == pytest.approx(1.0) and rest[4] == pytest.approx(0.0)  # clipped to its parent
+    assert inner[5] is None and rest[5] == pytest.approx(1.0)
+    submit = [1.0, 1.2, 4.0, 1.1, 1.0, 1.0]
+    for step in range(6):
+        stacked = sum(v[step] or 0.0 for v in traces.values())
+        assert stacked == pytest.approx(submit[step] + 0.5 + 0.2)  # parts add up to the step, once
+
+
+def test_healthy_run_says_so_and_lists_what_was_checked():
+    result = build_analysis()
+    result.findings = []
+    result.outcomes = [
+        RuleOutcome("pipelining-gap", "passed", "fb→optim back to back on 30/30 steps"),
+        RuleOutcome("gil-stall", "passed", "no sign of a blocked thread in trace"),
+        RuleOutcome("kl-drift", "not_applicable", "no optim/kl_sample_train_v1/_v2 in metrics: not an RL run"),
+    ]
+    html = render_html(result)
+    assert 'class="verdict sev-ok"' in html
+    assert "✓ No problems found" in html
+    assert "fb→optim back to back on 30/30 steps" in html
+    assert 'id="chart-step-time"' in html and 'id="chart-gantt"' in html
+
+
+def test_silence_from_rules_that_could_not_run_is_not_called_healthy():
+    result = build_analysis(with_trace=False)
+    result.findings = []
+    result.outcomes = [RuleOutcome("warmup-slowness", "passed", "no slow warm-up prefix")] + [
+        RuleOutcome(rule, "not_applicable", "missing input") for rule in ("gil-stall", "kl-drift", "pipelining-gap")
+    ]
+    html = render_html(result)
+    assert 'class="verdict sev-limited"' in html and 'class="verdict sev-ok"' not in html
+    assert "only 1 of 4 rules had the input they need" in html
+
+
+def test_long_names_in_the_header_keep_their_full_text_on_hover():
+    result = build_analysis()
+    result.run.meta.model_name = "Qwen/Qwen3-30B-A3B-Instruct-2507-with-a-long-suffix"
+    html = render_html(result)
+    assert '<dd class="name" title="Qwen/Qwen3-30B-A3B-Instruct-2507-with-a-long-suffix">' in html

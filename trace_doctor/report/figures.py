@@ -47,7 +47,7 @@ PHASE_FAMILIES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("checkpoint", "save_"), ("#8a7f72", "#b3aa9f", "#645b52", "#cfc8bf")),
     (("eval",), ("#a0529b", "#c98bc4")),
     (("kl",), ("#546e7a", "#90a4ae")),
-    (("finish", "assemble", "prepare", "result"), ("#1b6f83", "#5f99a8", "#0e4654")),
+    (("finish", "assemble", "prepare", "result"), ("#7a6a8a", "#a89bb5", "#564a63")),
     (("train",), TRAIN_SHADES),
     (("sampl", "rollout", "env_", "reward", "policy"), ("#14868c", "#4fb5ae", "#0b5d61", "#8fd3cb")),
     (("submit",), ("#86c5da", "#b9dfea")),
