@@ -26,18 +26,25 @@ def trace_wall_time_s(spans: pl.DataFrame) -> float | None:
     return _finite(total / 1e6) if total is not None else None
 
 
+def _rounded(value: Any) -> float | None:
+    value = _finite(value)
+    return None if value is None else round(value, 6)
+
+
 def summarize(ctx: RuleContext) -> dict[str, Any]:
     times = ctx.step_times
-    totals = times["total_s"].drop_nulls() if "total_s" in times.columns else pl.Series([], dtype=pl.Float64)
+    totals = times["total_s"].drop_nulls().drop_nans() if "total_s" in times.columns else pl.Series([], dtype=pl.Float64)
     wall = _finite(totals.sum()) if len(totals) else None
+    # The trace is a wall clock; summed step totals are not when timers overlap (legacy pipelined
+    # SFT's time/total spans two iterations) or leave time out (async RL excludes data waits).
     traced = trace_wall_time_s(ctx.run.spans)
-    if wall is None or (traced is not None and traced > wall):
-        wall = traced if traced is not None else wall
+    if traced is not None:
+        wall = traced
     split = ctx.warmup
-    steady = split.steady["total_s"].drop_nulls() if split is not None and "total_s" in split.steady.columns else pl.Series([], dtype=pl.Float64)
+    steady = split.steady["total_s"].drop_nulls().drop_nans() if split is not None and "total_s" in split.steady.columns else pl.Series([], dtype=pl.Float64)
     return {
-        "wall_time_s": round(wall, 6) if wall is not None else None,
-        "step_time_p50_s": round(_finite(totals.median()), 6) if len(totals) else None,
-        "steady_step_time_s": round(_finite(steady.median()), 6) if len(steady) else None,
+        "wall_time_s": _rounded(wall),
+        "step_time_p50_s": _rounded(totals.median()) if len(totals) else None,
+        "steady_step_time_s": _rounded(steady.median()) if len(steady) else None,
         "warmup_steps": int(split.warmup_steps) if split is not None else 0,
     }
