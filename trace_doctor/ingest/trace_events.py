@@ -40,6 +40,7 @@ import orjson
 import polars as pl
 
 from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, decode_json
+from trace_doctor.ingest.trace_layout import LAYOUT_COLUMNS, read_layout
 from trace_doctor.model import SPANS_SCHEMA, IngestWarning, InputFile
 
 Progress = Callable[[str, int, int], None]
@@ -68,7 +69,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "cat": pl.String,
     "args": pl.String,
 }
-EVENT_COLUMNS = {**EVENT_SCHEMA, "pid_label": pl.String, "tid_label": pl.String, "line": pl.Int64}
+EVENT_COLUMNS = {**EVENT_SCHEMA, "pid_label": pl.String, "tid_label": pl.String, "line": pl.Int64, **LAYOUT_COLUMNS}
 
 # The args every cookbook B event carries and nothing else; matched rows need no JSON decoding.
 PLAIN_ARGS = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"\}$'
@@ -247,46 +248,61 @@ def _drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]
 def _read_chunk(
     chunk: bytes, line_offset: int, source: str, bad: list[IngestWarning], truncated_line: int | None
 ) -> list[pl.DataFrame]:
-    """Read a chunk with polars; bisect around lines polars refuses and decode those one by one."""
-    frame = _polars_read(chunk)
-    if frame is not None:
-        return [_with_lines(frame, chunk, line_offset)]
-    lines = chunk.split(b"\n")
-    if chunk.endswith(b"\n"):
-        lines.pop()
+    """Read a chunk: lines in the cookbook's fixed layout without JSON decoding, the rest generally."""
+    layout = read_layout(chunk, line_offset, EVENT_COLUMNS)
+    lines = None
+    if layout is not None:
+        rows, others = layout
+        if others.is_empty():
+            return [rows]
+        lines = chunk.split(b"\n")
+        picked = [(lines[i], line_offset + 1 + i) for i in others.to_list()]
+    else:
+        lines = chunk.split(b"\n")
+        rows = None
+        picked = [(raw, line_offset + i) for i, raw in enumerate(lines, start=1)]
+    # Blank lines are no events and no problems.
+    picked = [(raw, number) for raw, number in picked if raw.strip()]
+    general = _read_lines([raw for raw, _ in picked], [n for _, n in picked], source, bad, truncated_line)
+    if rows is None:
+        return general
+    # Back into file order: later stages (segments) rely on it.
+    return [pl.concat([rows, *general], how="vertical").sort("line")]
+
+
+def _read_lines(
+    lines: list[bytes], numbers: list[int], source: str, bad: list[IngestWarning], truncated_line: int | None
+) -> list[pl.DataFrame]:
+    """Read lines with polars' typed JSON reader; bisect around lines it refuses and decode those one by one."""
+    if not lines:
+        return []
+    frame = _polars_read(b"\n".join(lines) + b"\n")
+    if frame is not None and frame.height == len(lines):
+        return [_with_lines(frame, numbers)]
     if len(lines) <= MIN_BISECT_LINES:
-        rows = [_decode_line(raw, line_offset + i, source, bad, truncated_line) for i, raw in enumerate(lines, start=1)]
+        rows = [_decode_line(raw, number, source, bad, truncated_line) for raw, number in zip(lines, numbers)]
         return [_rows_frame([r for r in rows if r is not None])]
     half = len(lines) // 2
-    first = b"\n".join(lines[:half]) + b"\n"
-    second = b"\n".join(lines[half:]) + (b"\n" if chunk.endswith(b"\n") else b"")
-    return _read_chunk(first, line_offset, source, bad, truncated_line) + _read_chunk(
-        second, line_offset + half, source, bad, truncated_line
+    return _read_lines(lines[:half], numbers[:half], source, bad, truncated_line) + _read_lines(
+        lines[half:], numbers[half:], source, bad, truncated_line
     )
 
 
 def _polars_read(chunk: bytes) -> pl.DataFrame | None:
-    if not chunk.strip():
-        return pl.DataFrame(schema=EVENT_SCHEMA)
     try:
         return pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA)
-    except Exception:  # noqa: BLE001 - any refusal sends the chunk to bisection, never a crash
+    except Exception:  # noqa: BLE001 - any refusal sends the lines to bisection, never a crash
         return None
 
 
-def _with_lines(frame: pl.DataFrame, chunk: bytes, line_offset: int) -> pl.DataFrame:
-    """Attach line numbers; polars skips blank lines, so those chunks are numbered by hand."""
-    line_count = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
-    if frame.height == line_count:
-        lines = pl.int_range(line_offset + 1, line_offset + 1 + frame.height, eager=True, dtype=pl.Int64)
-    else:
-        numbers = [line_offset + i for i, raw in enumerate(chunk.split(b"\n"), start=1) if raw.strip()]
-        lines = pl.Series(numbers[: frame.height], dtype=pl.Int64)
-    # Labels exist for string pids/tids (kineto's "Spans"), which the typed fast path never holds.
+def _with_lines(frame: pl.DataFrame, numbers: list[int]) -> pl.DataFrame:
+    """Attach line numbers and the columns only the layout reader fills."""
+    # Labels exist for string pids/tids (kineto's "Spans"), which the typed reader never holds.
     return frame.with_columns(
         pl.lit(None, pl.String).alias("pid_label"),
         pl.lit(None, pl.String).alias("tid_label"),
-        lines.alias("line"),
+        pl.Series("line", numbers, dtype=pl.Int64),
+        *(pl.lit(None, dtype).alias(name) for name, dtype in LAYOUT_COLUMNS.items()),
     )
 
 
@@ -366,10 +382,10 @@ def _ident(value: Any) -> tuple[int | None, str | None, bool]:
     """(int id, text label, ok): Chrome traces allow string pids/tids, which keep a label."""
     if isinstance(value, bool):
         return None, None, False
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)  # an integer the decoder gave as a float (e.g. beyond 64 bits)
     if isinstance(value, int):
         return (value, None, True) if -(2**63) <= value < 2**63 else (None, str(value), True)
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value), None, True
     if isinstance(value, str):
         return None, value, True
     return None, None, value is None
@@ -468,11 +484,12 @@ def _segments(events: pl.DataFrame) -> pl.Series:
 
 
 def _with_track_thread(events: pl.DataFrame) -> pl.DataFrame:
-    """Extract args.track / args.thread (regex for the cookbook's plain shape, JSON path otherwise)."""
+    """Extract args.track / args.thread from JSON args text (the layout reader already filled them)."""
     prefix = pl.col("args").str.extract_groups(TRACK_THREAD_PREFIX)
     events = events.with_columns(
-        prefix.struct.field("1").alias("track"),
-        prefix.struct.field("2").alias("thread"),
+        pl.coalesce("track", prefix.struct.field("1")).alias("track"),
+        pl.coalesce("thread", prefix.struct.field("2")).alias("thread"),
+        # No args text: a layout-read row, whose only extra attribute can be the E event's step.
         pl.col("args").str.contains(PLAIN_ARGS).fill_null(True).alias("_plain"),
     )
     unusual = pl.col("track").is_null() & pl.col("args").is_not_null()
@@ -560,8 +577,10 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
         pl.when(closed).then(end.get_column("line")).alias("line_end"),
         begin.get_column("args").alias("_begin_args"),
         begin.get_column("_plain"),
+        begin.get_column("_step").alias("_begin_step"),
         pl.when(closed).then(end.get_column("args")).alias("_end_args"),
         pl.when(closed).then(end.get_column("_plain")).otherwise(True).alias("_end_plain"),
+        pl.when(closed).then(end.get_column("_step")).alias("_end_step"),
     )
     return result.pipe(_merge_args)
 
@@ -603,12 +622,24 @@ def _step_of(attrs: dict[str, Any]) -> int | None:
     return None
 
 
+def _step_args(step: pl.Expr) -> pl.Expr:
+    """The args text a layout-read E event's lone `step` attribute stands for (orjson's compact form)."""
+    return pl.concat_str([pl.lit('{"step":'), step.cast(pl.String), pl.lit("}")])
+
+
 def _merge_args(pairs: pl.DataFrame) -> pl.DataFrame:
     """`args` = merged B+E attributes minus track/thread; `step` = the E event's `step`."""
-    plain = pl.col("_plain").fill_null(True) & pl.col("_end_plain").fill_null(True)
+    plain = pl.col("_plain").fill_null(True) & pl.col("_end_plain").fill_null(True) & pl.col("_begin_step").is_null()
+    # Layout-read rows carry no args text; their step (if any) is all there is besides track/thread.
+    pairs = pairs.with_columns(
+        pl.coalesce("_begin_args", _step_args(pl.col("_begin_step"))).alias("_begin_args"),
+        pl.coalesce("_end_args", _step_args(pl.col("_end_step"))).alias("_end_args"),
+    )
     rich = pairs.with_row_index("_row").filter(~plain)
-    args = pl.Series("args", ["{}"] * pairs.height, dtype=pl.String)
-    steps = pl.Series("step", [None] * pairs.height, dtype=pl.Int64)
+    args = pairs.select(
+        pl.when(pl.col("_end_step").is_not_null()).then(_step_args(pl.col("_end_step"))).otherwise(pl.lit("{}")).alias("args")
+    ).get_column("args")
+    steps = pairs.get_column("_end_step").alias("step")
     if rich.height:
         rows, texts, values = [], [], []
         for row, begin, end in rich.select("_row", "_begin_args", "_end_args").iter_rows():
@@ -620,7 +651,9 @@ def _merge_args(pairs: pl.DataFrame) -> pl.DataFrame:
         index = pl.Series(rows, dtype=pl.UInt32)
         args = args.scatter(index, texts)
         steps = steps.scatter(index, pl.Series(values, dtype=pl.Int64))
-    return pairs.with_columns(args, steps).drop("_begin_args", "_plain", "_end_args", "_end_plain")
+    return pairs.with_columns(args, steps).drop(
+        "_begin_args", "_plain", "_end_args", "_end_plain", "_begin_step", "_end_step"
+    )
 
 
 def _complete_spans(events: pl.DataFrame) -> pl.DataFrame:
@@ -652,7 +685,7 @@ def _complete_spans(events: pl.DataFrame) -> pl.DataFrame:
 
 def _name_from_metadata(spans: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:
     """Fill track/thread from M events: thread_name per (pid, tid), process_name per pid."""
-    meta = meta.with_columns(pl.col("args").str.json_path_match("$.name").alias("_label"))
+    meta = meta.with_columns(pl.coalesce("_label", pl.col("args").str.json_path_match("$.name")).alias("_label"))
     thread_names = (
         meta.filter(pl.col("name") == "thread_name")
         .unique(["segment", "pid", "pid_label", "tid", "tid_label"], keep="first", maintain_order=True)

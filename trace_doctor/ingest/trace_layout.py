@@ -1,0 +1,121 @@
+"""Typed reading of trace lines in the cookbook writer's fixed byte layout, without JSON decoding.
+
+The cookbook's TraceCollector writes every event with `json.dumps` defaults and a fixed key order:
+
+    {"name": N, "ph": "B"|"E", "pid": P, "tid": T, "ts": TS, "args": {"track": K, "thread": H[, "step": S]}, "cat": C}
+    {"name": N, "ph": "M", "pid": P, "tid": T, "ts": TS, "args": {"name": L}}
+
+polars' CSV reader (no quoting) cuts each line at its commas in parallel, and every field is checked
+against the exact text JSON would have there (strings without quotes, escapes or control
+characters; integers and finite numbers in JSON syntax). A line passes only if all its fields do,
+so a row read here equals what a JSON decoder would produce; every other line (escaped names,
+other attributes, other tools' traces, malformed JSON) is returned for the general reader.
+"""
+
+from __future__ import annotations
+
+import io
+
+import polars as pl
+
+FIELDS = [f"_f{i}" for i in range(10)]
+_INT = r"-?(?:0|[1-9][0-9]*)"
+_NUMBER = _INT + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_TEXT = r'[^"\\\x00-\x1f]*'
+
+# Columns the layout reader fills beyond the generic event columns: args.track / args.thread,
+# the E event's `step`, and the M event's `args.name`.
+LAYOUT_COLUMNS: dict[str, pl.DataType] = {
+    "track": pl.String,
+    "thread": pl.String,
+    "_step": pl.Int64,
+    "_label": pl.String,
+}
+
+
+def _matches(column: str, pattern: str) -> pl.Expr:
+    return pl.col(column).str.contains(f"^{pattern}$").fill_null(False)
+
+
+def _between(column: str, prefix: str, suffix: str) -> pl.Expr:
+    return pl.col(column).str.strip_prefix(prefix).str.strip_suffix(suffix)
+
+
+def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.DataType]) -> tuple[pl.DataFrame, pl.Series] | None:
+    """(typed rows of the lines in the fixed layout, 0-based indices of the other lines), or None.
+
+    None means the chunk could not be cut into one row per line (e.g. invalid UTF-8); the caller
+    then reads the whole chunk the general way.
+    """
+    try:
+        raw = pl.read_csv(
+            io.BytesIO(chunk), has_header=False, separator=",", quote_char=None,
+            schema={name: pl.String for name in FIELDS}, truncate_ragged_lines=True,
+            missing_columns="insert", extra_columns="ignore",
+        )
+    except Exception:  # noqa: BLE001 - any refusal means the general reader for this chunk
+        return None
+    line_count = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+    if raw.height != line_count:
+        return None
+    ph = pl.col("_f1").str.slice(8, 1)
+    common = (
+        _matches("_f0", r'\{"name": "' + _TEXT + '"')
+        & pl.col("_f1").is_in([' "ph": "B"', ' "ph": "E"', ' "ph": "M"']).fill_null(False)
+        & _matches("_f2", ' "pid": ' + _INT)
+        & _matches("_f3", ' "tid": ' + _INT)
+        & _matches("_f4", ' "ts": ' + _NUMBER)
+    )
+    span = (
+        (ph != "M")
+        & _matches("_f5", r' "args": \{"track": "' + _TEXT + '"')
+        & _matches("_f6", ' "thread": "' + _TEXT + r'"\}')
+        & _matches("_f7", ' "cat": "' + _TEXT + r'"\}')
+        & pl.col("_f8").is_null()
+    )
+    stepped_end = (
+        (ph == "E")
+        & _matches("_f5", r' "args": \{"track": "' + _TEXT + '"')
+        & _matches("_f6", ' "thread": "' + _TEXT + '"')
+        & _matches("_f7", ' "step": ' + _INT + r"\}")
+        & _matches("_f8", ' "cat": "' + _TEXT + r'"\}')
+        & pl.col("_f9").is_null()
+    )
+    meta = (ph == "M") & _matches("_f5", r' "args": \{"name": "' + _TEXT + r'"\}\}') & pl.col("_f6").is_null()
+    typed = raw.with_row_index("_index").with_columns(
+        (common & (span | stepped_end | meta)).alias("_shape"),
+        stepped_end.fill_null(False).alias("_stepped"),
+    ).with_columns(
+        _between("_f2", ' "pid": ', "").cast(pl.Int64, strict=False).alias("pid"),
+        _between("_f3", ' "tid": ', "").cast(pl.Int64, strict=False).alias("tid"),
+        _between("_f4", ' "ts": ', "").cast(pl.Float64, strict=False).alias("ts"),
+        pl.when(pl.col("_stepped")).then(_between("_f7", ' "step": ', "}").cast(pl.Int64, strict=False)).alias("_step"),
+    )
+    # Out-of-range integers and overflowing numbers are valid JSON the typed columns cannot hold.
+    ok = pl.col("_shape") & pl.col("pid").is_not_null() & pl.col("tid").is_not_null() & pl.col("ts").is_finite().fill_null(False) & (
+        ~pl.col("_stepped") | pl.col("_step").is_not_null()
+    )
+    typed = typed.with_columns(ok.alias("_ok"))
+    others = typed.filter(~pl.col("_ok")).get_column("_index")
+    rows = typed.filter(pl.col("_ok"))
+    is_meta = pl.col("_f1") == ' "ph": "M"'
+    rows = rows.select(
+        _between("_f0", '{"name": "', '"').alias("name"),
+        ph.alias("ph"),
+        "pid",
+        "tid",
+        "ts",
+        pl.lit(None, pl.Float64).alias("dur"),
+        pl.when(pl.col("_stepped")).then(_between("_f8", ' "cat": "', '"}'))
+        .when(~is_meta).then(_between("_f7", ' "cat": "', '"}')).alias("cat"),
+        pl.lit(None, pl.String).alias("args"),
+        pl.lit(None, pl.String).alias("pid_label"),
+        pl.lit(None, pl.String).alias("tid_label"),
+        (pl.col("_index").cast(pl.Int64) + (line_offset + 1)).alias("line"),
+        pl.when(~is_meta).then(_between("_f5", ' "args": {"track": "', '"')).alias("track"),
+        pl.when(pl.col("_stepped")).then(_between("_f6", ' "thread": "', '"'))
+        .when(~is_meta).then(_between("_f6", ' "thread": "', '"}')).alias("thread"),
+        "_step",
+        pl.when(is_meta).then(_between("_f5", ' "args": {"name": "', '"}}')).alias("_label"),
+    )
+    return rows.cast(event_columns), others
