@@ -263,9 +263,9 @@ def phase_figure(
         else:
             fig.add_trace(go.Bar(x=steps, y=values, name=label, marker={"color": colour, "line": {"width": 0}}, hovertext=hover, hoverinfo="text"))
     stacked = [sum(v or 0.0 for v in column) for column in zip(*(values for _, values in series), strict=True)] if series else []
-    layout = _layout(340, barmode="stack", bargap=0.15)
-    layout["legend"] = {**layout["legend"], "traceorder": "normal"}
-    fig.update_layout(layout, xaxis_title="step", yaxis_title="seconds")
+    # The colour key is HTML under the chart: plotly's legend turns long nested names into a
+    # scrolling box that squeezes the plot.
+    fig.update_layout(_layout(320, barmode="stack", bargap=0.15, showlegend=False, margin={"l": 64, "r": 24, "t": 12, "b": 48}), xaxis_title="step", yaxis_title="seconds")
     if spread_ratio(stacked) > LOG_SCALE_RATIO:
         _clip_outliers(fig, steps, stacked)
     return fig
@@ -286,6 +286,7 @@ def _clip_outliers(fig: go.Figure, steps: list[int], stacked: list[float]) -> No
             cliponaxis=False,
             marker={"symbol": "triangle-up", "size": 10, "color": CLIPPED_COLOUR, "line": {"color": "#ffffff", "width": 1}},
             name="runs off the top",
+            showlegend=False,
             hovertext=[f"step {s}: {seconds_label(v)} in all (off the chart)" for s, v in clipped],
             hoverinfo="text",
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,8 @@ class Chart:
     views: list[dict[str, Any]]
     active_view: int = 0
     why: str = ""
+    # The colour key drawn as HTML under the chart, when the chart has one there.
+    legend: list[dict[str, str]] = field(default_factory=list)
 
 
 def _figure(chart_id: str, fig) -> Chart:
@@ -181,7 +183,10 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, colou
             parts = shown.select(pl.sum_horizontal([pl.col(c).fill_null(0) for c in phases.values()]).alias("timed"))["timed"].to_list()
             untimed = [None if t is None else max(t - p, 0.0) for t, p in zip(totals, parts, strict=True)]
         series_colours = {label: colours.get(phase) or figures.phase_colour(phase) for label, phase in colour_of.items()}
-        charts.append(_figure("chart-phases", figures.phase_figure(steps, series, untimed, colours=series_colours, hover_names=described)))
+        chart = _figure("chart-phases", figures.phase_figure(steps, series, untimed, colours=series_colours, hover_names=described))
+        chart.legend = [{"name": label, "colour": series_colours[label]} for label in series]
+        chart.legend.append({"name": "untimed (no timer covers it)", "colour": figures.UNTIMED_COLOUR})
+        charts.append(chart)
     return charts
 
 
