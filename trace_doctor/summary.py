@@ -46,5 +46,6 @@ def summarize(ctx: RuleContext) -> dict[str, Any]:
         "wall_time_s": _rounded(wall),
         "step_time_p50_s": _rounded(totals.median()) if len(totals) else None,
         "steady_step_time_s": _rounded(steady.median()) if len(steady) else None,
-        "warmup_steps": int(split.warmup_steps) if split is not None else 0,
+        # No step times means no warm-up could be measured, which is not "zero warm-up steps".
+        "warmup_steps": int(split.warmup_steps) if split is not None and len(totals) else None,
     }

@@ -70,7 +70,7 @@ def render_text(result: Analysis, *, fail_on: str = "never") -> str:
     if summary.get("wall_time_s") is not None:
         out.print(
             f"  wall {format_seconds(summary.get('wall_time_s'))} · median step {format_seconds(summary.get('step_time_p50_s'))}"
-            f" · steady step {format_seconds(summary.get('steady_step_time_s'))} · warm-up steps {summary.get('warmup_steps', 0)}"
+            f" · steady step {format_seconds(summary.get('steady_step_time_s'))} · warm-up steps {summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '-'}"
         )
     out.print()
     out.print(escape(ingest_account(run)))

@@ -54,7 +54,7 @@ def _summary(result: Analysis) -> list[str]:
     lines.append(f"| wall time | {format_seconds(summary.get('wall_time_s'))} |")
     lines.append(f"| median step | {format_seconds(summary.get('step_time_p50_s'))} |")
     lines.append(f"| steady step | {format_seconds(summary.get('steady_step_time_s'))} |")
-    lines.append(f"| warm-up steps | {summary.get('warmup_steps', 0)} |")
+    lines.append(f"| warm-up steps | {summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '–'} |")
     return lines
 
 

@@ -23,7 +23,11 @@ def verdict(result: Analysis) -> str:
     """
     findings = result.findings
     if not findings:
-        return "No problems found by the rules that could run."
+        ran = [o for o in result.outcomes if o.status == "passed"]
+        total = len(result.outcomes)
+        if len(ran) * 2 < total:
+            return f"No problems found, but little could be checked: only {len(ran)} of {total} rules had the input they need."
+        return f"No problems found: {len(ran)} of {total} rules checked this run and passed."
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
     text = f"{', '.join(parts)}. Worst: {findings[0].title}."
