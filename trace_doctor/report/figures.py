@@ -14,6 +14,8 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
+from trace_doctor.report.verdict import format_seconds
+
 SEVERITY_COLOUR = {"error": "#cf222e", "warning": "#bf8700", "info": "#0969da"}
 UNTIMED_COLOUR = "#d5dae0"
 WARMUP_COLOUR = "#8c959f"
@@ -104,20 +106,6 @@ def assign_phase_colours(names: list[str]) -> dict[str, str]:
     return colours
 
 
-def seconds_label(value: float | None) -> str:
-    if value is None:
-        return "–"
-    if value >= 3600:
-        return f"{value / 3600:.1f} h"
-    if value >= 120:
-        return f"{value / 60:.1f} min"
-    if value >= 10:
-        return f"{value:.0f} s"
-    if value >= 0.1:
-        return f"{value:.2f} s"
-    return f"{value * 1000:.1f} ms"
-
-
 def _layout(height: int, **extra: Any) -> dict[str, Any]:
     layout: dict[str, Any] = {
         "height": height,
@@ -172,7 +160,7 @@ def step_time_figure(
     """
     colours = [WARMUP_COLOUR if i < warmup_steps else STEADY_COLOUR for i in range(len(steps))]
     hover = [
-        f"step {s}<br>{seconds_label(t)}" + ("<br>warm-up" if i < warmup_steps else "")
+        f"step {s}<br>{format_seconds(t)}" + ("<br>warm-up" if i < warmup_steps else "")
         for i, (s, t) in enumerate(zip(steps, totals, strict=True))
     ]
     fig = go.Figure()
@@ -190,7 +178,7 @@ def step_time_figure(
                 y=[steady_median_s, steady_median_s],
                 mode="lines",
                 line={"color": HEALTHY_COLOUR, "dash": "dot", "width": 1.5},
-                name=f"steady median {seconds_label(steady_median_s)}",
+                name=f"steady median {format_seconds(steady_median_s)}",
                 hoverinfo="skip",
             )
         )
@@ -208,7 +196,7 @@ def step_time_figure(
                 mode="markers",
                 marker={"color": SEVERITY_COLOUR[severity], "size": 10, "symbol": "diamond", "line": {"color": "#ffffff", "width": 1}},
                 name=f"named by {'an' if severity in ('error', 'info') else 'a'} {severity}",
-                hovertext=[f"step {s}<br>{seconds_label(lookup[s])}<br>" + "<br>".join(plot_text(text) for _, text in marked[s]) for s in xs],
+                hovertext=[f"step {s}<br>{format_seconds(lookup[s])}<br>" + "<br>".join(plot_text(text) for _, text in marked[s]) for s in xs],
                 hoverinfo="text",
             )
         )
@@ -257,7 +245,7 @@ def phase_figure(
         colour = UNTIMED_COLOUR if name == "untimed" else colours.get(name, phase_colour(name))
         label = "untimed (no timer covers it)" if name == "untimed" else plot_text(name)
         described = plot_text(hover_names.get(name, name)) if name != "untimed" else label
-        hover = [f"step {s}<br>{described}: {seconds_label(v)}" for s, v in zip(steps, values, strict=True)]
+        hover = [f"step {s}<br>{described}: {format_seconds(v)}" for s, v in zip(steps, values, strict=True)]
         if many:
             fig.add_trace(go.Scatter(x=steps, y=values, name=label, stackgroup="phases", mode="lines", line={"width": 0.5, "color": colour}, fillcolor=colour, hovertext=hover, hoverinfo="text"))
         else:
@@ -287,7 +275,7 @@ def _clip_outliers(fig: go.Figure, steps: list[int], stacked: list[float]) -> No
             marker={"symbol": "triangle-up", "size": 10, "color": CLIPPED_COLOUR, "line": {"color": "#ffffff", "width": 1}},
             name="runs off the top",
             showlegend=False,
-            hovertext=[f"step {s}: {seconds_label(v)} in all (off the chart)" for s, v in clipped],
+            hovertext=[f"step {s}: {format_seconds(v)} in all (off the chart)" for s, v in clipped],
             hoverinfo="text",
         )
     )
@@ -301,7 +289,7 @@ def _clip_outliers(fig: go.Figure, steps: list[int], stacked: list[float]) -> No
                 {"label": "Full range", "layout": {"yaxis.autorange": True}, "visible": [True] * (traces - 1) + [False]},
             ],
             "active": 0,
-            "why": f"{len(clipped)} step(s) run off the top (▲; tallest: step {tallest_step}, {seconds_label(tallest)}); “Full range” shows them.",
+            "why": f"{len(clipped)} step(s) run off the top (▲; tallest: step {tallest_step}, {format_seconds(tallest)}); “Full range” shows them.",
         },
     )
 
@@ -381,7 +369,7 @@ def gantt_figure(
                 width=0.78 * (0.8**depth),
                 marker={"color": [colours.get(names[i]) or phase_colour(names[i]) for i in idx], "line": {"width": 0}},
                 hovertext=[
-                    f"<b>{plot_text(names[i])}</b><br>{seconds_label(dur_s[i])} from {start_s[i]:.3f} s"
+                    f"<b>{plot_text(names[i])}</b><br>{format_seconds(dur_s[i])} from {start_s[i]:.3f} s"
                     + (f"<br>step {steps[i]}" if steps[i] is not None else "")
                     + ("" if closed[i] else "<br>never closed (no end event)")
                     + f"<br>{row_of[i]}"
@@ -457,7 +445,7 @@ def icicle_figure(frames: pl.DataFrame) -> go.Figure:
     times = frames["time_s"].fill_null(0.0).to_list()
     colours = ["#c9ced6" if s else ("#2f6fb3" if a else "#8fb8de") for a, s in zip(app, synthetic, strict=True)]
     hover = [
-        f"<b>{plot_text(fn)}</b><br>{plot_text(fp)}" + (f":{ln}" if ln is not None else "") + f"<br>total {seconds_label(t)} · self {seconds_label(st)}"
+        f"<b>{plot_text(fn)}</b><br>{plot_text(fp)}" + (f":{ln}" if ln is not None else "") + f"<br>total {format_seconds(t)} · self {format_seconds(st)}"
         for fn, fp, ln, t, st in zip(functions, files, lines, times, self_times, strict=True)
     ]
     fig = go.Figure(

@@ -21,7 +21,7 @@ from trace_doctor import __version__
 from trace_doctor.derive.timekeys import parent_of
 from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample, figures
-from trace_doctor.report.verdict import verdict
+from trace_doctor.report.verdict import format_seconds, verdict
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
 from trace_doctor.rules.policy import DEFAULTS
@@ -433,7 +433,7 @@ def _finding_cards(result: Analysis, targets: dict[int, dict[str, Any]], has_ste
             {
                 "index": i,
                 "finding": finding,
-                "seconds_lost": figures.seconds_label(finding.seconds_lost) if finding.seconds_lost else None,
+                "seconds_lost": format_seconds(finding.seconds_lost) if finding.seconds_lost else None,
                 "share": f"{finding.fraction_of_wall * 100:.0f}% of wall time" if finding.fraction_of_wall else None,
                 "steps": _steps_text(finding.steps),
                 "evidence": _evidence_items(finding.evidence),
@@ -471,7 +471,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["seconds"] = figures.seconds_label
+    env.filters["seconds"] = format_seconds
     env.filters["basename"] = lambda p: Path(str(p)).name
     return env
 
