@@ -37,7 +37,8 @@ def ingest_account(run: RunTables) -> str:
     lines = [f"Ingested {run.records_read:,} records from {len(run.inputs)} input(s); skipped {run.records_skipped:,}."]
     for info in run.inputs:
         skipped = f", {info.skipped:,} skipped" if info.skipped else ""
-        lines.append(f"  {info.kind:<11} {info.path}  ({info.records:,} records{skipped})")
+        noun = "record" if info.records == 1 else "records"
+        lines.append(f"  {info.kind:<11} {info.path}  ({info.records:,} {noun}{skipped})")
     if run.passed_over:
         lines.append(f"  passed over {len(run.passed_over)} file(s):")
         for item in run.passed_over[:MAX_WARNINGS_SHOWN]:
