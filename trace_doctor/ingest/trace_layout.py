@@ -59,6 +59,7 @@ def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.Data
     if raw.height != line_count:
         return None
     ph = pl.col("_f1").str.slice(8, 1)
+    is_meta = pl.col("_f1") == ' "ph": "M"'
     common = (
         _matches("_f0", r'\{"name": "' + _TEXT + '"')
         & pl.col("_f1").is_in([' "ph": "B"', ' "ph": "E"', ' "ph": "M"']).fill_null(False)
@@ -67,7 +68,7 @@ def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.Data
         & _matches("_f4", ' "ts": ' + _NUMBER)
     )
     span = (
-        (ph != "M")
+        ~is_meta
         & _matches("_f5", r' "args": \{"track": "' + _TEXT + '"')
         & _matches("_f6", ' "thread": "' + _TEXT + r'"\}')
         & _matches("_f7", ' "cat": "' + _TEXT + r'"\}')
@@ -80,42 +81,44 @@ def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.Data
         & _matches("_f7", ' "step": ' + _INT + r"\}")
         & _matches("_f8", ' "cat": "' + _TEXT + r'"\}')
         & pl.col("_f9").is_null()
+    ).fill_null(False)
+    meta = is_meta & _matches("_f5", r' "args": \{"name": "' + _TEXT + r'"\}\}') & pl.col("_f6").is_null()
+    # One query: every field is checked and converted in a single parallel pass, then filtered once.
+    typed = (
+        raw.lazy()
+        .with_columns(stepped_end.alias("_stepped"), is_meta.fill_null(False).alias("_meta"))
+        .select(
+            (common & (span | pl.col("_stepped") | meta)).fill_null(False).alias("_shape"),
+            "_stepped",
+            _between("_f0", '{"name": "', '"').alias("name"),
+            ph.alias("ph"),
+            _between("_f2", ' "pid": ', "").cast(pl.Int64, strict=False).alias("pid"),
+            _between("_f3", ' "tid": ', "").cast(pl.Int64, strict=False).alias("tid"),
+            _between("_f4", ' "ts": ', "").cast(pl.Float64, strict=False).alias("ts"),
+            pl.lit(None, pl.Float64).alias("dur"),
+            pl.when(pl.col("_stepped")).then(_between("_f8", ' "cat": "', '"}'))
+            .when(~pl.col("_meta")).then(_between("_f7", ' "cat": "', '"}')).alias("cat"),
+            pl.lit(None, pl.String).alias("args"),
+            pl.lit(None, pl.String).alias("pid_label"),
+            pl.lit(None, pl.String).alias("tid_label"),
+            pl.int_range(line_offset + 1, line_offset + 1 + pl.len(), dtype=pl.Int64).alias("line"),
+            pl.when(~pl.col("_meta")).then(_between("_f5", ' "args": {"track": "', '"')).alias("track"),
+            pl.when(pl.col("_stepped")).then(_between("_f6", ' "thread": "', '"'))
+            .when(~pl.col("_meta")).then(_between("_f6", ' "thread": "', '"}')).alias("thread"),
+            pl.when(pl.col("_stepped")).then(_between("_f7", ' "step": ', "}").cast(pl.Int64, strict=False)).alias("_step"),
+            pl.when(pl.col("_meta")).then(_between("_f5", ' "args": {"name": "', '"}}')).alias("_label"),
+        )
+        # Out-of-range integers and overflowing numbers are valid JSON the typed columns cannot hold.
+        .with_columns(
+            (
+                pl.col("_shape") & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
+                & pl.col("ts").is_finite().fill_null(False) & (~pl.col("_stepped") | pl.col("_step").is_not_null())
+            ).alias("_ok")
+        )
+        .collect()
     )
-    meta = (ph == "M") & _matches("_f5", r' "args": \{"name": "' + _TEXT + r'"\}\}') & pl.col("_f6").is_null()
-    typed = raw.with_row_index("_index").with_columns(
-        (common & (span | stepped_end | meta)).alias("_shape"),
-        stepped_end.fill_null(False).alias("_stepped"),
-    ).with_columns(
-        _between("_f2", ' "pid": ', "").cast(pl.Int64, strict=False).alias("pid"),
-        _between("_f3", ' "tid": ', "").cast(pl.Int64, strict=False).alias("tid"),
-        _between("_f4", ' "ts": ', "").cast(pl.Float64, strict=False).alias("ts"),
-        pl.when(pl.col("_stepped")).then(_between("_f7", ' "step": ', "}").cast(pl.Int64, strict=False)).alias("_step"),
-    )
-    # Out-of-range integers and overflowing numbers are valid JSON the typed columns cannot hold.
-    ok = pl.col("_shape") & pl.col("pid").is_not_null() & pl.col("tid").is_not_null() & pl.col("ts").is_finite().fill_null(False) & (
-        ~pl.col("_stepped") | pl.col("_step").is_not_null()
-    )
-    typed = typed.with_columns(ok.alias("_ok"))
-    others = typed.filter(~pl.col("_ok")).get_column("_index")
-    rows = typed.filter(pl.col("_ok"))
-    is_meta = pl.col("_f1") == ' "ph": "M"'
-    rows = rows.select(
-        _between("_f0", '{"name": "', '"').alias("name"),
-        ph.alias("ph"),
-        "pid",
-        "tid",
-        "ts",
-        pl.lit(None, pl.Float64).alias("dur"),
-        pl.when(pl.col("_stepped")).then(_between("_f8", ' "cat": "', '"}'))
-        .when(~is_meta).then(_between("_f7", ' "cat": "', '"}')).alias("cat"),
-        pl.lit(None, pl.String).alias("args"),
-        pl.lit(None, pl.String).alias("pid_label"),
-        pl.lit(None, pl.String).alias("tid_label"),
-        (pl.col("_index").cast(pl.Int64) + (line_offset + 1)).alias("line"),
-        pl.when(~is_meta).then(_between("_f5", ' "args": {"track": "', '"')).alias("track"),
-        pl.when(pl.col("_stepped")).then(_between("_f6", ' "thread": "', '"'))
-        .when(~is_meta).then(_between("_f6", ' "thread": "', '"}')).alias("thread"),
-        "_step",
-        pl.when(is_meta).then(_between("_f5", ' "args": {"name": "', '"}}')).alias("_label"),
-    )
-    return rows.cast(event_columns), others
+    ok = typed.get_column("_ok")
+    if bool(ok.all()):
+        return typed.select(list(event_columns)), pl.Series("_index", [], dtype=pl.UInt32)
+    others = ok.not_().arg_true()
+    return typed.filter(ok).select(list(event_columns)), others
