@@ -159,14 +159,37 @@ def main() -> None:
         results.append((size, measures))
         text = table(size, run, measures)
         print(text + "\n", flush=True)
-    if len(results) >= 2:
-        first, second = results[0][1], results[1][1]
-        a = next(m for m in first if m.label.startswith("trace-doctor"))
-        b = next(m for m in second if m.label.startswith("trace-doctor"))
-        print(f"scaling: {results[1][0]} / {results[0][0]} analysis time = {b.seconds / a.seconds:.2f}x (target <= 2.2x)")
+    verdicts = targets(results)
+    print("\n".join(verdicts))
     if args.markdown:
         body = [f"machine: {machine()}", ""] + [table(s, ensure_run(*(int(x) for x in s.split("x"))), m) + "\n" for s, m in results]
-        args.markdown.write_text("\n".join(body))
+        args.markdown.write_text("\n".join(body + verdicts) + "\n")
+
+
+ANALYZE = "trace-doctor analyze (json)"
+
+
+def targets(results: list[tuple[str, list[Measure]]]) -> list[str]:
+    """One line per issue-6 target with the measured value and whether it holds."""
+    lines = ["| target | size | measured | holds |", "|---|---|---:|---|"]
+    for size, measures in results:
+        naive = next(m for m in measures if m.label.startswith("naive"))
+        analysis = next(m for m in measures if m.label == ANALYZE)
+        time_ratio, mem_ratio = analysis.seconds / naive.seconds, analysis.peak_mb / naive.peak_mb
+        lines.append(f"| analysis <= 0.25x naive time | {size} | {time_ratio:.2f}x | {'yes' if time_ratio <= 0.25 else 'no'} |")
+        lines.append(f"| analysis <= 0.5x naive peak RSS | {size} | {mem_ratio:.2f}x | {'yes' if mem_ratio <= 0.5 else 'no'} |")
+        html = next((m for m in measures if m.label.startswith("HTML")), None)
+        if html is not None and "html_write_s=" in html.note and "size=" in html.note:
+            write_s = float(html.note.split("html_write_s=")[1].split()[0])
+            size_mb = float(html.note.split("size=")[1].split("MB")[0])
+            ok = size_mb <= 10 and write_s <= analysis.seconds
+            lines.append(f"| HTML <= 10 MB, written in <= analysis time | {size} | {size_mb:.2f} MB in {write_s:.2f} s | {'yes' if ok else 'no'} |")
+    if len(results) >= 2:
+        first = next(m for m in results[0][1] if m.label == ANALYZE)
+        second = next(m for m in results[1][1] if m.label == ANALYZE)
+        scaling = second.seconds / first.seconds
+        lines.append(f"| doubling events <= 2.2x time | {results[1][0]} / {results[0][0]} | {scaling:.2f}x | {'yes' if scaling <= 2.2 else 'no'} |")
+    return lines
 
 
 if __name__ == "__main__":
