@@ -311,3 +311,47 @@ def test_cache_is_invalidated_by_a_change_and_can_be_disabled(tmp_path, monkeypa
     assert parse(path)[0].height == 2
     monkeypatch.setenv("TRACE_DOCTOR_CACHE", "off")
     assert cache.load(path, "spans") is None
+
+
+def test_layout_fast_path_agrees_with_json_decoding(tmp_path):
+    """Lines read without JSON decoding give the same spans as the same events decoded as a document."""
+    lines = [
+        meta("process_name", "MainThread Thread", 0),
+        ev("main", "B", 100.0),
+        meta("thread_name", "main", 481227),
+        ev("train_step", "B", 110.5),
+        ev("sample, with comma", "B", 111.0, track="Task-1", tid=7),
+        meta("thread_name", "Task-1", 7),
+        ev('quoted "name" \\ backslash', "B", 112.0, track="Task-2", tid=8),
+        ev('quoted "name" \\ backslash', "E", 113.0, track="Task-2", tid=8),
+        ev("sample, with comma", "E", 115.0, track="Task-1", tid=7),
+        ev("ünïcode", "B", 116.0, track="tâsk", tid=9),
+        ev("ünïcode", "E", 117.0, track="tâsk", tid=9, checkpoint_path="/tmp/x"),
+        ev("train_step", "E", 120.25, step=3),
+        ev("finish_batch", "B", 121.0),
+        ev("finish_batch", "E", 1.5e2, step=4),
+        ev("evaluator", "B", 151.0, evaluator_name="ev"),
+        ev("evaluator", "E", 152.0, step=5),
+        ev("main", "E", 1e3),
+    ]
+    jsonl = write(tmp_path, lines)
+    document = write(tmp_path, ["[" + ",\n".join(lines) + "]"], name="trace.json")
+    fast, _, fast_warnings = parse(jsonl)
+    slow, _, slow_warnings = parse(document)
+    assert fast_warnings == slow_warnings == []
+    assert fast.height == 7
+    assert fast.drop("source").equals(slow.drop("source"))
+    by_name = {row["name"]: row for row in fast.iter_rows(named=True)}
+    assert by_name["train_step"]["step"] == 3 and by_name["train_step"]["args"] == '{"step":3}'
+    assert by_name["finish_batch"]["step"] == 4
+    assert by_name["sample, with comma"]["track"] == "Task-1"
+    assert json.loads(by_name["evaluator"]["args"]) == {"evaluator_name": "ev", "step": 5}
+
+
+def test_integral_float_pid_beyond_64_bits_is_a_label_not_a_crash(tmp_path):
+    """A pid the decoder gives as 1e20 (a float) is kept as a text label, like a huge integer."""
+    line = ev("sample", "B", 1.0).replace('"pid": 0', '"pid": 1e20')
+    path = write(tmp_path, [line, ev("sample", "E", 2.0).replace('"pid": 0', '"pid": 1e20')])
+    spans, info, warnings = parse(path)
+    assert warnings == []
+    assert spans.height == 1 and spans["pid"][0] is None and spans["closed"][0]
