@@ -43,7 +43,7 @@ def _parser_fingerprint() -> str:
     # The parsers' source text: a code change invalidates every entry without a version bump.
     digest = hashlib.sha256(FORMAT_VERSION.encode())
     here = Path(__file__).resolve().parent
-    for name in ("trace_events.py", "jsonl.py", "cache.py"):
+    for name in ("trace_events.py", "trace_layout.py", "jsonl.py", "cache.py"):
         try:
             digest.update((here / name).read_bytes())
         except OSError:
