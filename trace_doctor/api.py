@@ -42,7 +42,8 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
     if found.missing:
         raise NothingToAnalyze(f"path does not exist: {', '.join(found.missing)}")
     if found.count == 0:
-        looked = f" ({len(found.passed_over)} file(s) looked at, none recognised)" if found.passed_over else ""
+        examples = "; ".join(f"{Path(p.path).name}: {p.reason}" for p in found.passed_over[:3])
+        looked = f" ({len(found.passed_over)} file(s) looked at, none recognised: {examples})" if found.passed_over else ""
         raise NothingToAnalyze(f"no trace-doctor input found in {', '.join(map(str, flat))}{looked}")
 
     run = RunTables()

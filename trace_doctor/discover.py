@@ -51,16 +51,20 @@ class Discovered:
         return sum(len(v) for v in self.files.values())
 
 
-def _head(path: Path) -> bytes:
+def _head(path: Path) -> bytes | str:
+    """The first bytes of the file (decompressed for .gz), or why they could not be read."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(SNIFF_BYTES)
-        if path.suffix == ".gz" and head[:2] == b"\x1f\x8b":
+    except OSError as exc:
+        return f"cannot read file: {exc.strerror or exc}"
+    if path.suffix == ".gz" and head[:2] == b"\x1f\x8b":
+        try:
             with gzip.open(path, "rb") as fh:
                 head = fh.read(SNIFF_BYTES)
-        return head
-    except (OSError, EOFError, gzip.BadGzipFile):
-        return b""
+        except (OSError, EOFError) as exc:
+            return f"corrupt gzip: {exc}"
+    return head
 
 
 def _first_line(head: bytes) -> bytes:
@@ -116,9 +120,14 @@ def classify(path: Path) -> tuple[str | None, str]:
         return "checkpoints", ""
     if name == "code.diff":
         return "code_diff", ""
+    if name == "logs.log":
+        # The cookbook's log by name, even with NUL runs in it (a crash mid-write leaves them).
+        return "log", ""
     if name.endswith(".pyisession"):
         return "profile", ""
     head = _head(path)
+    if isinstance(head, str):
+        return None, head
     if not head.strip():
         return None, "empty file"
     if name.endswith(".html") or name.endswith(".htm"):
@@ -133,7 +142,7 @@ def classify(path: Path) -> tuple[str | None, str]:
         return None, "binary file"
     if any(marker.search(head) for marker in DUMP_MARKERS):
         return "dump", ""
-    if name == "logs.log" or path.suffix in TEXT_SUFFIXES or LOG_RECORD.search(head):
+    if path.suffix in TEXT_SUFFIXES or LOG_RECORD.search(head):
         return "log", ""
     return None, "not a recognised input"
 
@@ -154,11 +163,14 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovered:
     for raw in paths:
         path = Path(raw)
         if not path.exists():
-            result.missing.append(str(path))
+            result.missing.append(f"{path} (a broken symbolic link)" if path.is_symlink() else str(path))
             continue
         candidates = _walk(path) if path.is_dir() else [path]
         for candidate in candidates:
             if not candidate.is_file():
+                # Reading a FIFO would block; a dangling link is a file that went away.
+                reason = "broken symbolic link" if not candidate.exists() else "not a regular file (FIFO, socket or device)"
+                result.passed_over.append(PassedOver(str(candidate), reason))
                 continue
             kind, reason = classify(candidate)
             if kind is None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
 import polars as pl
 
-from trace_doctor.ingest.jsonl import iter_json_lines, read_bytes
+from trace_doctor.ingest.jsonl import INT64_MAX, INT64_MIN, iter_json_lines, json_text, read_bytes
 from trace_doctor.model import CHECKPOINTS_SCHEMA, IngestWarning, InputFile
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    ok = isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+    return value if ok else None
 
 
 def _str(value: Any) -> str | None:
@@ -42,7 +42,7 @@ def parse_checkpoint_files(paths: list[Path], warnings: list[IngestWarning]) -> 
                         "rolling": bool(record.get("rolling")) if "rolling" in record else None,
                         "line": parsed.line,
                         "source": str(path),
-                        "extra": orjson.dumps({k: v for k, v in record.items() if k not in known}, option=orjson.OPT_SORT_KEYS).decode(),
+                        "extra": json_text({k: v for k, v in record.items() if k not in known}, sort_keys=True),
                     }
                 )
                 info.records += 1

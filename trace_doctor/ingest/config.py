@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trace_doctor.ingest.jsonl import decode_json, read_bytes
+from trace_doctor.ingest.jsonl import INT64_MAX, INT64_MIN, decode_json, read_bytes
 from trace_doctor.model import IngestWarning, InputFile, RunMeta
 
 
@@ -32,11 +32,9 @@ def _find_key(obj: Any, key: str, depth: int = 0) -> Any:
 def _as_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+        value = int(value)
+    return value if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX else None
 
 
 def _as_float(value: Any) -> float | None:

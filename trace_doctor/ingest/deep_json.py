@@ -91,3 +91,31 @@ def loads_deep(text: str) -> Any:
     if not complete:
         raise DeepJSONError("document ends inside a value (truncated)")
     return result
+
+
+def dumps_deep(value: Any, *, sort_keys: bool = False) -> str:
+    """JSON text of a decoded value of any nesting depth (non-finite floats as NaN/Infinity)."""
+    parts: list[str] = []
+    # Work items: a value to write, or a literal piece of text (the commas and closing brackets).
+    pending: list[tuple[bool, Any]] = [(False, value)]
+    while pending:
+        is_text, item = pending.pop()
+        if is_text:
+            parts.append(item)
+        elif isinstance(item, dict):
+            keys = sorted(item, key=str) if sort_keys else list(item)
+            parts.append("{")
+            pending.append((True, "}"))
+            for i, key in reversed(list(enumerate(keys))):
+                pending.append((False, item[key]))
+                pending.append((True, ("" if i == 0 else ", ") + json.dumps(str(key)) + ": "))
+        elif isinstance(item, (list, tuple)):
+            parts.append("[")
+            pending.append((True, "]"))
+            for i, element in reversed(list(enumerate(item))):
+                pending.append((False, element))
+                if i:
+                    pending.append((True, ", "))
+        else:
+            parts.append(json.dumps(item) if isinstance(item, (str, int, float, bool)) or item is None else json.dumps(str(item)))
+    return "".join(parts)

@@ -17,11 +17,11 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.textfile import read_text_lines, strip_ansi
+from trace_doctor.ingest.textfile import int64, read_text_lines, strip_ansi
 from trace_doctor.model import STACK_SNAPSHOTS_SCHEMA, TASK_SNAPSHOTS_SCHEMA, IngestWarning, InputFile
 
 TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-TASK_HEADER = re.compile(rf"^===== ({TS}) asyncio task dump \[([\w.-]+)\] (\d+) task\(s\) @ interval=([\d.]+)s =====\s*$")
+TASK_HEADER = re.compile(rf"^===== ({TS}) asyncio task dump \[([\w.-]+)\] (\d+) task\(s\) @ interval=(\d+(?:\.\d*)?|\.\d+)s =====\s*$")
 TASK_FOOTER = re.compile(rf"^===== ({TS}) end \[([\w.-]+)\] =====\s*$")
 _TASK_NAME = r"""^  (?P<name>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"): (?P<state>pending|cancelled|done(?: exc=.*?)?)  """
 # A coroutine repr starts with '<'; that anchors where an exception message with double spaces ends.
@@ -61,8 +61,12 @@ STACK_COLUMNS: dict[str, pl.DataType] = {**STACK_SNAPSHOTS_SCHEMA, "time_of_day"
 OPENERS = ("===== ", "####", "[", "tid")
 
 
-def _timestamp(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S")
+def _timestamp(text: str) -> datetime | None:
+    """The header's time, or None for an impossible one (month 13, second 61)."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -108,6 +112,18 @@ class _Scanner:
     def warn(self, line: int, problem: str) -> None:
         self.warnings.append(IngestWarning(self.source, line, problem))
 
+    def stamp(self, text: str, line: int) -> datetime | None:
+        stamp = _timestamp(text)
+        if stamp is None:
+            self.warn(line, f"impossible timestamp {text!r} in a dump header; the block is kept without a time")
+        return stamp
+
+    def number(self, digits: str, line: int, what: str) -> int | None:
+        value = int64(digits)
+        if value is None:
+            self.warn(line, f"{what} {digits[:40]} does not fit a 64-bit integer; kept as unknown")
+        return value
+
     def open(self, kind: str, line: int, **attrs: Any) -> _Block:
         self.block = _Block(kind, line, self.snapshots, **attrs)
         self.snapshots += 1
@@ -129,17 +145,19 @@ class _Scanner:
         if not text.startswith(OPENERS):
             return False
         if (match := TASK_HEADER.match(text)) is not None:
-            self.last_date = match.group(1)[:10]
-            self.open("task", number, label=match.group(2), timestamp=_timestamp(match.group(1)),
-                      announced=int(match.group(3)), interval=float(match.group(4)))
+            stamp = self.stamp(match.group(1), number)
+            self.last_date = match.group(1)[:10] if stamp else self.last_date
+            self.open("task", number, label=match.group(2), timestamp=stamp,
+                      announced=self.number(match.group(3), number, "task count"), interval=float(match.group(4)))
             return True
         if BANNER.match(text) and index + 1 < len(lines) and (title := STACK_TITLE.match(strip_ansi(lines[index + 1]))):
-            self.last_date = title.group(1)[:10]
-            self.open("stack", number, timestamp=_timestamp(title.group(1)))
+            stamp = self.stamp(title.group(1), number + 1)
+            self.last_date = title.group(1)[:10] if stamp else self.last_date
+            self.open("stack", number, timestamp=stamp)
             return True
         if (match := SIMPLE_HEADER.match(text)) is not None and index + 1 < len(lines) and FRAME_LINE.match(lines[index + 1]):
             tod = match.group(1)
-            stamp = _timestamp(f"{self.last_date} {tod}") if self.last_date else None
+            stamp = self.stamp(f"{self.last_date} {tod}", number) if self.last_date else None
             block = self.open("simple", number, label=match.group(2), timestamp=stamp, time_of_day=tod)
             # The simplified watchdog prints one header per thread: threads printed in the same
             # second belong to one snapshot.
@@ -185,7 +203,8 @@ class _Scanner:
             if text.strip() == NO_THREADS:
                 return True
             if (section := THREAD_SECTION.match(text)) is not None:
-                block.label, block.thread_ident, block.frame_index, block.last_frame = section.group(1), int(section.group(2)), 0, None
+                ident = self.number(section.group(2), number, "thread ident")
+                block.label, block.thread_ident, block.frame_index, block.last_frame = section.group(1), ident, 0, None
                 if section.group(3):
                     self._frame_row(number, None, no_frame=True)
                 return True
@@ -216,7 +235,7 @@ class _Scanner:
             "label": block.label, "thread_ident": block.thread_ident,
             "frame_index": None if no_frame else block.frame_index,
             "file_path": frame.group("file") if frame else None,
-            "line_no": int(frame.group("line")) if frame else None,
+            "line_no": self.number(frame.group("line"), number, "frame line number") if frame else None,
             "function": frame.group("func").strip() if frame else None,
             "code": None, "time_of_day": block.time_of_day, "no_frame": no_frame,
         }
@@ -249,7 +268,7 @@ class _Scanner:
         self.out.tasks.append({
             "source": self.source, "line": number, "timestamp": None, "label": "ps", "snapshot": block.snapshot,
             "task_count": None, "interval_s": None, "task_name": name, "state": "pending", "coroutine": stack,
-            "thread_id": int(start.group("tid")), "task_id": start.group("task_id"), "awaiter_chain": chain or None,
+            "thread_id": self.number(start.group("tid"), number, "thread id"), "task_id": start.group("task_id"), "awaiter_chain": chain or None,
             "awaiter_name": awaiter or None, "awaiter_id": end.group("awaiter_id"),
         })
         return True
@@ -296,7 +315,14 @@ def _last_nonblank(lines: list[str], start: int, end: int) -> int:
 
 def _unquote(text: str) -> str:
     body = text[1:-1]
-    return body.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in body else body
+    if "\\" not in body:
+        return body
+    try:
+        name = body.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError:  # a malformed escape (`\x` cut short): keep the name as printed
+        return body
+    # An escaped lone surrogate (`\ud800`) decodes to a character UTF-8 cannot hold.
+    return name.encode("utf-8", "replace").decode("utf-8")
 
 
 def _split_ps_middle(middle: str, has_chain: bool) -> tuple[str, str, str, str]:

@@ -8,6 +8,7 @@ fallback that accepts the non-finite literals; anything else becomes an IngestWa
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +16,14 @@ from typing import Any
 
 import orjson
 
+from trace_doctor.ingest.deep_json import dumps_deep, loads_deep
 from trace_doctor.model import IngestWarning
 
 # A line this long is almost certainly not a metrics or trace record; report it rather than
 # spending memory on it. Real RL timing_spans lines reach a few MB.
 MAX_LINE_BYTES = 64 * 1024 * 1024
+# Editors on Windows start files with a byte-order mark; it is an encoding marker, not data.
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -30,12 +34,74 @@ class ParsedLine:
 
 def decode_json(raw: bytes) -> Any:
     """Decode one JSON document, accepting Python's bare NaN / Infinity literals."""
+    if raw.startswith(UTF8_BOM):
+        raw = raw[len(UTF8_BOM) :]
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         # Python's json accepts NaN/Infinity/-Infinity, which the cookbook writes for
         # non-finite metrics; it raises on anything else, which the caller reports.
-        return json.loads(raw.decode("utf-8"))
+        return decode_json_text(raw.decode("utf-8"))
+
+
+def decode_json_text(text: str) -> Any:
+    """The lenient decoder: non-finite literals, any nesting depth, values every table can hold."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        value = loads_deep(text)
+    # orjson refuses what Python's json lets through: integers beyond 64 bits (polars and the
+    # JSON writer cannot hold them) and lone surrogates (not encodable as UTF-8).
+    if NEEDS_NORMALIZING.search(text):
+        value = _normalized(value)
+    return value
+
+
+NEEDS_NORMALIZING = re.compile(r"\d{19}|\\u[dD][89a-fA-F]")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        try:
+            return float(value)  # what orjson does with such a number
+        except OverflowError:
+            return float("inf") if value > 0 else float("-inf")
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8") if any("\ud800" <= c <= "\udfff" for c in value) else value
+    return value
+
+
+def _normalized(value: Any) -> Any:
+    """The value with out-of-range integers as floats and lone surrogates as '?', without recursion."""
+    if not isinstance(value, (dict, list)):
+        return _scalar(value)
+    pending: list[Any] = [value]
+    while pending:
+        container = pending.pop()
+        if isinstance(container, dict):
+            for key in list(container):
+                item = container.pop(key)
+                container[_scalar(key)] = item if isinstance(item, (dict, list)) else _scalar(item)
+                if isinstance(item, (dict, list)):
+                    pending.append(item)
+        else:
+            for i, item in enumerate(container):
+                if isinstance(item, (dict, list)):
+                    pending.append(item)
+                else:
+                    container[i] = _scalar(item)
+    return value
+
+
+def json_text(value: Any, *, sort_keys: bool = False) -> str:
+    """JSON text of a decoded value, however deeply nested (orjson stops at depth 255)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else 0).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return dumps_deep(value, sort_keys=sort_keys)
 
 
 def _describe(exc: Exception) -> str:

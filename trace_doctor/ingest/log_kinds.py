@@ -10,14 +10,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_doctor.ingest.textfile import int64
 from trace_doctor.knowledge.errors import decode_error, match_sdk_message
 
-GIL_MONITOR = re.compile(r"\[GIL monitor\] slept (?P<actual>[\d.]+)s instead of (?P<expected>[\d.]+)s \(jitter: (?P<jitter>-?[\d.]+)s\)")
+# A decimal number as Python prints a float; `[\d.]+` would also take `1..2`, which float() refuses.
+NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+GIL_MONITOR = re.compile(rf"\[GIL monitor\] slept (?P<actual>{NUMBER})s instead of (?P<expected>{NUMBER})s \(jitter: (?P<jitter>-?{NUMBER})s\)")
 TOOK = re.compile(r"^(?P<name>[\w./:-]+) took (?P<seconds>\d+(?:\.\d+)?) seconds\b")
 STARTING = re.compile(r"^Starting (?P<name>[\w./:-]+)\s*$")
 MODEL_DUMP = re.compile(r"model_dump\(\) took (?P<seconds>\d+(?:\.\d+)?)s")
 SERIALIZATION_VERDICT = re.compile(r"^(?P<verdict>PASS|WARNING|FAIL): (?P<detail>.*)$")
-PAYLOAD = re.compile(r"^Payload: batch_size=(?P<batch_size>\d+), seq_len=(?P<seq_len>\d+), total_tokens=(?P<total_tokens>[\d,]+)")
+PAYLOAD = re.compile(r"^Payload: batch_size=(?P<batch_size>\d+), seq_len=(?P<seq_len>\d+), total_tokens=(?P<total_tokens>\d[\d,]*)")
 VERSION_LINE = re.compile(r"^\s*(?P<package>Python|pydantic|pydantic_core|tinker|tinker_cookbook|tinker-cookbook|torch|numpy|transformers|tokenizers|litellm)\s*(?::|==| version)\s*v?(?P<version>\d[\w.+!-]*)\s*$", re.IGNORECASE)
 YOUR_VERSION = re.compile(r"Your (?P<package>[\w-]+) version \((?P<version>\d[\w.+!-]*)\)")
 FREEZE_LINE = re.compile(r"^(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\d[\w.+!-]*)\s*$")
@@ -72,7 +75,7 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
     if logger is None and (found := SERIALIZATION_VERDICT.match(message)) is not None:
         return Classified("serialization-test", message, {"verdict": found["verdict"], "detail": found["detail"]})
     if logger is None and (found := PAYLOAD.match(message)) is not None:
-        return Classified("serialization-test", message, {k: int(_number(v)) for k, v in found.groupdict().items()})
+        return Classified("serialization-test", message, {k: int64(v.replace(",", "")) for k, v in found.groupdict().items()})
     if level in ("ERROR", "CRITICAL"):
         return _error(message, level)
     if (found := TOOK.match(message)) is not None:
@@ -83,7 +86,11 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         template, captured = sdk
         fields: dict[str, Any] = {"sdk_message": template.id, **captured}
         if "secs" in fields:
-            fields["secs"] = _number(fields["secs"])
+            # The SDK templates capture `[\d.]+`, which also takes `1..2`: keep such a value as text.
+            try:
+                fields["secs"] = _number(fields["secs"])
+            except ValueError:
+                pass
         return Classified(template.kind, message, fields)
     if (found := COMMAND_LINE.match(message)) is not None:
         return Classified("restart", message, {"marker": "command-line", "argv": found["argv"]})
@@ -95,12 +102,12 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
     if (found := RENDERER_MISMATCH.search(message)) is not None:
         return Classified("renderer", message, {**found.groupdict(), "problem": "mismatch"})
     if (found := SKIPPED_BATCH.search(message)) is not None:
-        return Classified("skipped-batch", message, {"batch": int(found["batch"])})
+        return Classified("skipped-batch", message, {"batch": int64(found["batch"])})
     for pattern, key in ((SERVICE_SESSION, "session_id"), (TRAINING_MODEL, "model_id"), (TELEMETRY_SESSION, "session_id")):
         if (found := pattern.search(message)) is not None:
             return Classified("session", message, {key: found[key]})
     if (found := PY_WARNING.match(message)) is not None:
-        return Classified("warning", message, {"category": found["category"], "file": found["file"], "line_no": int(found["line"])})
+        return Classified("warning", message, {"category": found["category"], "file": found["file"], "line_no": int64(found["line"])})
     if level == "WARNING":
         return Classified("warning", message, {})
     return None

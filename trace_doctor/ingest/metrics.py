@@ -11,10 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import orjson
 import polars as pl
 
-from trace_doctor.ingest.jsonl import iter_json_lines, read_bytes
+from trace_doctor.ingest.jsonl import INT64_MAX, INT64_MIN, iter_json_lines, json_text, read_bytes
 from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile
 
 # Where a custom trainer keeps its step counter when there is no `step` key (act-prm-tinker logs
@@ -34,10 +33,11 @@ RESERVED = set(STEPS_SCHEMA) | {"step_key"}
 def _as_step(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
+        value = int(value)
+    # A step beyond 64 bits (orjson reads up to 2**64 - 1) cannot be a step column value.
+    if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX:
+        return value
     return None
 
 
@@ -50,6 +50,26 @@ def _column_name(key: str) -> str:
     # Metric columns keep the file's key; a metric that collides with a bookkeeping column
     # (e.g. a trainer logging its own `segment`) is kept under a prefixed name.
     return f"metric:{key}" if key in RESERVED and key != "step" else key
+
+
+def _column_kind(key: str, values: list[Any], text_rows: list[int], lines: list[int], source: str, warnings: list[IngestWarning]) -> str:
+    """`number` or `text` for one key's column; stray non-numbers in a numeric column become warnings.
+
+    A key that is mostly text (a run name, a list per step) is a text column, numbers kept as
+    their decimal text. A timer or loss with a stray string or object (a hand edit, a logging
+    bug) stays a Float64 column, so one bad value cannot hide every good one from the rules; the
+    stray values are reported, and nulled in place.
+    """
+    if not text_rows:
+        return "number"
+    numbers = sum(1 for v in values if v is not None) - len(text_rows)
+    if numbers < len(text_rows):
+        return "text"
+    first = values[text_rows[0]]
+    warnings.append(IngestWarning(source, lines[text_rows[0]], f"`{key}` is a number elsewhere but not in {len(text_rows)} row(s) (first: {first[:60]!r}); those values are null in its column"))
+    for i in text_rows:
+        values[i] = None
+    return "number"
 
 
 def parse_metrics_files(
@@ -90,6 +110,9 @@ def parse_metrics_file(
         info.skipped = len(warnings) - before
         return pl.DataFrame(schema=STEPS_SCHEMA), info
 
+    if not data.strip():
+        info.note = "empty file"  # a run that has not logged a step yet: nothing is wrong with it
+        return pl.DataFrame(schema=STEPS_SCHEMA), info
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
     for parsed in iter_json_lines(data, str(path), warnings):
@@ -124,7 +147,9 @@ def build_steps_frame(
             if key in row:
                 step = _as_step(row[key])
                 if step is None:
-                    warnings.append(IngestWarning(source, lines[i], f"`{key}` is not an integer ({str(row[key])[:40]!r}); row kept without a step"))
+                    # json_text, not str(): str() of a value nested 1,000 deep raises RecursionError.
+                    shown = row[key] if isinstance(row[key], str) else json_text(row[key])
+                    warnings.append(IngestWarning(source, lines[i], f"`{key}` is not a 64-bit integer ({shown[:40]!r}); row kept without a step"))
                 step_values[i] = step
                 step_keys[i] = key
                 break
@@ -141,7 +166,7 @@ def build_steps_frame(
         segments[i] = segment
 
     columns: dict[str, list[Any]] = {}
-    kinds: dict[str, str] = {}
+    text_lines: dict[str, list[int]] = {}  # rows whose value of the key is not a number
     for i, row in enumerate(rows):
         for key, value in row.items():
             if key == "step":
@@ -149,16 +174,14 @@ def build_steps_frame(
             column = columns.get(key)
             if column is None:
                 column = columns[key] = [None] * n
-                kinds[key] = "number"
             if value is None:
                 continue
-            if isinstance(value, bool):
-                column[i] = float(value)
-            elif isinstance(value, (int, float)):
+            if isinstance(value, (bool, int, float)):
                 column[i] = float(value)
             else:
-                kinds[key] = "text"
-                column[i] = value if isinstance(value, str) else orjson.dumps(value).decode()
+                text_lines.setdefault(key, []).append(i)
+                column[i] = value if isinstance(value, str) else json_text(value)
+    kinds = {key: _column_kind(key, columns[key], text_lines.get(key, []), lines, source, warnings) for key in columns}
 
     data: dict[str, pl.Series] = {
         "step": pl.Series("step", step_values, dtype=pl.Int64),
@@ -171,8 +194,10 @@ def build_steps_frame(
     }
     for key, values in columns.items():
         name = _column_name(key)
+        while name in data:  # `segment` and a literal `metric:segment` in one file: keep both
+            name = "metric:" + name
         if kinds[key] == "number":
-            data[name] = pl.Series(name, values, dtype=pl.Float64)
+            data[name] = pl.Series(name, values, dtype=pl.Float64, strict=False)
         else:
             # A key with any non-numeric value becomes text so no value is lost; numbers keep
             # their decimal representation.

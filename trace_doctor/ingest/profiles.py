@@ -14,7 +14,6 @@ any child plus its `[self]` leaves, so summing `self_time_s` over non-synthetic 
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from trace_doctor.ingest.deep_json import loads_deep
-from trace_doctor.ingest.jsonl import read_bytes
+from trace_doctor.ingest.jsonl import INT64_MAX, UTF8_BOM, decode_json_text, read_bytes
 from trace_doctor.model import FRAMES_SCHEMA, PROFILES_SCHEMA, IngestWarning, InputFile
 
 SELF = "[self]"
@@ -88,13 +86,10 @@ def _optional_number(value: Any) -> float | None:
 
 
 def _line(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
+        value = int(value)
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX
+    return value if ok else None
 
 
 def _children(raw: dict[str, Any]) -> list[Any]:
@@ -333,23 +328,32 @@ def async_mode_of(profile: _Profile, has_await_frames: bool, frame_count: int) -
     return "disabled" if frame_count else "unknown"
 
 
-def _decode_documents(data: bytes) -> list[Any]:
-    """The JSON document(s) in a profile file: one document, or one per line when appended."""
+def _decode_documents(data: bytes, source: str, warnings: list[IngestWarning]) -> list[tuple[int | None, Any]]:
+    """The JSON document(s) in a profile file, each with its line when there is one per line.
+
+    One document, or one per line when profiles were appended to one file: then a line that
+    does not decode is a warning and the other profiles are kept.
+    """
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM) :]
     try:
-        return [orjson.loads(data)]
-    except orjson.JSONDecodeError as fast_error:
+        return [(None, orjson.loads(data))]
+    except orjson.JSONDecodeError:
         text = data.decode("utf-8", errors="replace")
         try:
-            return [json.loads(text)]
-        except RecursionError:
-            return [loads_deep(text)]
-        except json.JSONDecodeError as exc:
-            if "recursion" in str(fast_error).lower():
-                return [loads_deep(text)]
-            lines = [line for line in data.split(b"\n") if line.strip()]
-            if len(lines) > 1 and exc.msg == "Extra data":
-                return [orjson.loads(line) for line in lines]
-            raise
+            return [(None, decode_json_text(text))]
+        except ValueError as exc:
+            lines = [(number, line) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
+            if len(lines) < 2 or getattr(exc, "msg", "") != "Extra data":
+                raise
+    documents: list[tuple[int | None, Any]] = []
+    for number, line in lines:
+        try:
+            documents.append((number, decode_json_text(line)))
+        except ValueError as exc:
+            problem = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            warnings.append(IngestWarning(source, number, f"line is not a readable profile document: {problem}"))
+    return documents
 
 
 def _read(path: Path, warnings: list[IngestWarning]) -> bytes | None:
@@ -379,22 +383,26 @@ def parse_profile_files(paths: Iterable[Path], warnings: list[IngestWarning]) ->
         if not data.strip():
             warnings.append(IngestWarning(source, None, "empty profile file"))
             continue
+        before = len(warnings)
         try:
-            documents = _decode_documents(data)
-        except (ValueError, orjson.JSONDecodeError) as exc:
+            documents = _decode_documents(data, source, warnings)
+        except ValueError as exc:
             problem = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             warnings.append(IngestWarning(source, None, f"not a readable pyinstrument profile (truncated or not JSON): {problem}"))
             info.skipped = 1
             continue
-        if len(documents) == 1 and isinstance(documents[0], list):
-            documents = documents[0]
-        profiles = [(i, _profile_of(doc, source, warnings)) for i, doc in enumerate(documents)]
-        for index, profile in profiles:
+        info.skipped += len(warnings) - before
+        if len(documents) == 1 and isinstance(documents[0][1], list):
+            documents = [(None, doc) for doc in documents[0][1]]
+        single = len(documents) == 1
+        for index, (line, doc) in enumerate(documents):
+            profile = _profile_of(doc, source, warnings)
             if profile is None:
-                warnings.append(IngestWarning(source, index + 1 if len(documents) > 1 else None, "JSON is not a pyinstrument profile (no root_frame, frame_records or frame_tree)"))
+                where = line if line is not None else (None if single else index + 1)
+                warnings.append(IngestWarning(source, where, "JSON is not a pyinstrument profile (no root_frame, frame_records or frame_tree)"))
                 info.skipped += 1
                 continue
-            name = source if len(documents) == 1 else f"{source}#{index}"
+            name = source if single else f"{source}#{index}"
             kept, skipped, has_await = _flatten(profile, name, columns, source, warnings)
             info.records += kept
             info.skipped += skipped
