@@ -37,6 +37,14 @@ def _matches(column: str, pattern: str) -> pl.Expr:
     return pl.col(column).str.contains(f"^{pattern}$").fill_null(False)
 
 
+def _canonical_int(value: str, text: str) -> pl.Expr:
+    """True where the parsed integer prints back as the field's text: JSON integer syntax, in range.
+
+    Cheaper than a regex; the rare valid spellings it refuses (`-0`) just take the general reader.
+    """
+    return (pl.col(value).cast(pl.String) == pl.col(text)).fill_null(False)
+
+
 def _between(column: str, prefix: str, suffix: str) -> pl.Expr:
     return pl.col(column).str.strip_prefix(prefix).str.strip_suffix(suffix)
 
@@ -63,8 +71,8 @@ def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.Data
     common = (
         _matches("_f0", r'\{"name": "' + _TEXT + '"')
         & pl.col("_f1").is_in([' "ph": "B"', ' "ph": "E"', ' "ph": "M"']).fill_null(False)
-        & _matches("_f2", ' "pid": ' + _INT)
-        & _matches("_f3", ' "tid": ' + _INT)
+        & pl.col("_f2").str.starts_with(' "pid": ').fill_null(False)
+        & pl.col("_f3").str.starts_with(' "tid": ').fill_null(False)
         & _matches("_f4", ' "ts": ' + _NUMBER)
     )
     span = (
@@ -78,7 +86,8 @@ def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.Data
         (ph == "E")
         & _matches("_f5", r' "args": \{"track": "' + _TEXT + '"')
         & _matches("_f6", ' "thread": "' + _TEXT + '"')
-        & _matches("_f7", ' "step": ' + _INT + r"\}")
+        & pl.col("_f7").str.starts_with(' "step": ').fill_null(False)
+        & pl.col("_f7").str.ends_with("}").fill_null(False)
         & _matches("_f8", ' "cat": "' + _TEXT + r'"\}')
         & pl.col("_f9").is_null()
     ).fill_null(False)
@@ -90,6 +99,9 @@ def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.Data
         .select(
             (common & (span | pl.col("_stepped") | meta)).fill_null(False).alias("_shape"),
             "_stepped",
+            _between("_f2", ' "pid": ', "").alias("_pid_text"),
+            _between("_f3", ' "tid": ', "").alias("_tid_text"),
+            _between("_f7", ' "step": ', "}").alias("_step_text"),
             _between("_f0", '{"name": "', '"').alias("name"),
             ph.alias("ph"),
             _between("_f2", ' "pid": ', "").cast(pl.Int64, strict=False).alias("pid"),
@@ -111,8 +123,9 @@ def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.Data
         # Out-of-range integers and overflowing numbers are valid JSON the typed columns cannot hold.
         .with_columns(
             (
-                pl.col("_shape") & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
-                & pl.col("ts").is_finite().fill_null(False) & (~pl.col("_stepped") | pl.col("_step").is_not_null())
+                pl.col("_shape") & _canonical_int("pid", "_pid_text") & _canonical_int("tid", "_tid_text")
+                & pl.col("ts").is_finite().fill_null(False)
+                & (~pl.col("_stepped") | _canonical_int("_step", "_step_text"))
             ).alias("_ok")
         )
         .collect()
