@@ -37,12 +37,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 JSONL_INPUTS = ("metrics.jsonl", "checkpoints.jsonl", "timing_spans.jsonl", "trace_events.jsonl")
-TEXT_INPUTS = ("logs.log", "task_dump.txt", "stacks.txt", "stdout.txt", "code.diff")
-DOCUMENT_INPUTS = ("config.json", "profile.json")
+TEXT_INPUTS = ("logs.log", "task_dump.txt", "stacks.txt", "stdout.txt", "code.diff", "asyncio_ps.txt")
+DOCUMENT_INPUTS = ("config.json", "profile.json", "profile.pyisession", "profile_async.json")
+# Inputs of the shapes the fixture runs lack (raw pyinstrument session, async profile, asyncio ps
+# table), added to every copied run.
+EXTRAS = {
+    "profile.pyisession": FIXTURE_RUNS.parent / "profiles" / "profile.pyisession",
+    "profile_async.json": FIXTURE_RUNS.parent / "profiles" / "profile_async.json",
+    "asyncio_ps.txt": FIXTURE_RUNS.parent / "dumps" / "asyncio_ps.txt",
+}
 # Files whose every line the log parser reads (dump blocks inside them aside).
 LOG_ONLY = ("logs.log", "stdout.txt", "code.diff")
 BOM = b"\xef\xbb\xbf"
-HYPOTHESIS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+HYPOTHESIS = settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # Raw JSON texts that replace a value: wrong types, non-finite and huge numbers, negative
 # durations, a lone surrogate, nesting deeper than orjson (1024) and Python's json (~1000) accept.
@@ -254,6 +261,9 @@ def copy_run(name: str, target: Path) -> Path:
         shutil.rmtree(run)
     shutil.copytree(FIXTURE_RUNS / name, run)
     (run / "EXPECTED.json").unlink(missing_ok=True)
+    for name, source in EXTRAS.items():
+        if source.exists():
+            shutil.copyfile(source, run / name)
     return run
 
 
@@ -296,6 +306,8 @@ def check_accounting(run, run_dir: Path, damaged: dict[str, Damaged]) -> None:
             continue
         [info] = by_path[name]
         data = path.read_bytes()
+        if name == "trace_events.jsonl" and data.lstrip().startswith(b"["):
+            continue  # read as one JSON document: see test_trace_events_jsonl_with_a_garbage_first_line_keeps_its_events
         assert info.records + info.skipped == nonblank_lines(data), (name, info, damaged.get(name) and damaged[name].ops)
     for name in LOG_ONLY:
         path = run_dir / name
@@ -375,7 +387,7 @@ def test_damaged_text_input_never_crashes(tmp_path, data):
     assert_sound(run, result, document, run_dir, damaged)
 
 
-@settings(HYPOTHESIS, max_examples=30)
+@settings(HYPOTHESIS, max_examples=50)
 @given(data=st.data())
 def test_damaged_config_and_profile_never_crash(tmp_path, data):
     run_dir = copy_run(data.draw(st.sampled_from(FIXTURES[:2])), tmp_path)
@@ -388,7 +400,7 @@ def test_damaged_config_and_profile_never_crash(tmp_path, data):
         assert any(Path(w.path).name == name for w in run.warnings), f"{name} yielded nothing and no warning says why"
 
 
-@settings(HYPOTHESIS, max_examples=25)
+@settings(HYPOTHESIS, max_examples=40)
 @given(data=st.data())
 def test_cli_on_several_damaged_files_exits_cleanly_and_deterministically(tmp_path, data):
     run_dir = copy_run(data.draw(st.sampled_from(FIXTURES)), tmp_path)
@@ -741,3 +753,47 @@ def test_metrics_whose_timer_is_text_in_every_row_are_analysed(tmp_path):
     run = load_run(tmp_path)
     assert run.steps["time/total"].to_list() == ["1.5s"] * 3
     analyze(run)
+
+
+def test_a_subdirectory_that_cannot_be_listed_is_reported(tmp_path, monkeypatch):
+    write_metrics(tmp_path / "metrics.jsonl", 3)
+    locked = tmp_path / "profiles"
+    locked.mkdir()
+    (locked / "profile.json").write_text("{}")
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if Path(path) == locked:  # what chmod 000 does for anyone but root
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    run = load_run(tmp_path)
+    assert [(p.path, p.reason) for p in run.passed_over] == [(str(locked), "cannot list directory: Permission denied")]
+    assert run.steps.height == 3
+
+
+def test_config_nested_thousands_deep_reaches_every_output(tmp_path):
+    run_dir = copy_run("demo", tmp_path)
+    config = json.loads((run_dir / "config.json").read_text())
+    config["dataset_builder"]["extra"] = "DEEP"
+    (run_dir / "config.json").write_text(json.dumps(config).replace('"DEEP"', "[" * 3000 + "]" * 3000))
+    run, result, document = run_pipeline(run_dir)
+    assert run.meta.model_name == "Qwen/Qwen3-8B"
+    [warning] = [w for w in run.warnings if w.path.endswith("config.json")]
+    assert warning.problem == "1 value(s) nested deeper than 32 levels are kept as JSON text"
+    bundle = invoke("bundle", str(run_dir), "-o", str(tmp_path / "bundle.zip"))
+    assert bundle.exit_code == 0, bundle.output
+    report = invoke("analyze", str(run_dir), "--html", str(tmp_path / "r.html"), "--format", "sarif")
+    assert report.exit_code == 0 and (tmp_path / "r.html").stat().st_size > 0
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="trace_events._is_json_document: a trace_events.jsonl whose first line starts with '[' is read as one JSON array, so one bad line costs every event (owner: trace_events.py)")
+def test_trace_events_jsonl_with_a_garbage_first_line_keeps_its_events(tmp_path):
+    run_dir = copy_run("sl_gil_stall", tmp_path)
+    trace = run_dir / "trace_events.jsonl"
+    events = nonblank_lines(trace.read_bytes())
+    trace.write_bytes(b"[04:49:41] main:\n" + trace.read_bytes())
+    run = load_run(run_dir)
+    [info] = [i for i in run.inputs if i.kind == "trace"]
+    assert (info.records, info.skipped) == (events, 1)

@@ -147,10 +147,14 @@ def classify(path: Path) -> tuple[str | None, str]:
     return None, "not a recognised input"
 
 
-def _walk(root: Path) -> list[Path]:
+def _walk(root: Path, passed_over: list[PassedOver]) -> list[Path]:
     found: list[Path] = []
     root_depth = len(root.parts)
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def unlistable(exc: OSError) -> None:
+        passed_over.append(PassedOver(str(exc.filename), f"cannot list directory: {exc.strerror or exc}"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         depth = len(Path(dirpath).parts) - root_depth
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and depth < MAX_DEPTH)
         found.extend(Path(dirpath) / f for f in sorted(filenames))
@@ -165,7 +169,7 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovered:
         if not path.exists():
             result.missing.append(f"{path} (a broken symbolic link)" if path.is_symlink() else str(path))
             continue
-        candidates = _walk(path) if path.is_dir() else [path]
+        candidates = _walk(path, result.passed_over) if path.is_dir() else [path]
         for candidate in candidates:
             if not candidate.is_file():
                 # Reading a FIFO would block; a dangling link is a file that went away.

@@ -6,8 +6,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from trace_doctor.ingest.deep_json import cap_depth
 from trace_doctor.ingest.jsonl import INT64_MAX, INT64_MIN, decode_json, read_bytes
 from trace_doctor.model import IngestWarning, InputFile, RunMeta
+
+# Real trainer configs nest a handful of levels; the config travels to renderers and the bundle,
+# which copy and walk it recursively, so anything deeper is kept as JSON text.
+MAX_CONFIG_DEPTH = 32
 
 
 def _find_key(obj: Any, key: str, depth: int = 0) -> Any:
@@ -97,6 +102,9 @@ def parse_config(path: Path, warnings: list[IngestWarning]) -> tuple[RunMeta, In
         info.skipped = 1
         return meta, info
     info.records = 1
+    cfg, flattened = cap_depth(cfg, MAX_CONFIG_DEPTH)
+    if flattened:
+        warnings.append(IngestWarning(str(path), None, f"{flattened} value(s) nested deeper than {MAX_CONFIG_DEPTH} levels are kept as JSON text"))
     meta.config = cfg
     meta.trainer, meta.trainer_mode = trainer_from_config(cfg)
     model = _find_key(cfg, "model_name") or _find_key(cfg, "base_model")

@@ -119,3 +119,27 @@ def dumps_deep(value: Any, *, sort_keys: bool = False) -> str:
         else:
             parts.append(json.dumps(item) if isinstance(item, (str, int, float, bool)) or item is None else json.dumps(str(item)))
     return "".join(parts)
+
+
+def cap_depth(value: Any, max_depth: int) -> tuple[Any, int]:
+    """The value with every container nested deeper than `max_depth` replaced by its JSON text.
+
+    Consumers that recurse (copy.deepcopy, renderers walking a config) then never meet more than
+    `max_depth` levels; nothing is lost, the deep part is text. Returns (value, containers replaced).
+    """
+    if not isinstance(value, (dict, list)):
+        return value, 0
+    replaced = 0
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        container, depth = pending.pop()
+        items = container.items() if isinstance(container, dict) else enumerate(container)
+        for key, item in list(items):
+            if not isinstance(item, (dict, list)):
+                continue
+            if depth >= max_depth:
+                container[key] = dumps_deep(item)
+                replaced += 1
+            else:
+                pending.append((item, depth + 1))
+    return value, replaced
