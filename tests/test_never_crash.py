@@ -747,7 +747,6 @@ def test_twenty_megabyte_metrics_file_ingests_every_row(tmp_path):
     assert peak < 20 * metrics.stat().st_size, f"peak {peak / 1e6:.0f} MB for a {metrics.stat().st_size / 1e6:.0f} MB file"
 
 
-@pytest.mark.xfail(strict=True, raises=pl.exceptions.InvalidOperationError, reason="derive/step_times._numeric returns a length-1 literal for a text `time/total` column; with_columns then fails on the height (owner: derive/step_times.py)")
 def test_metrics_whose_timer_is_text_in_every_row_are_analysed(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join('{"step": %d, "time/total": "1.5s"}\n' % i for i in range(3)))
     run = load_run(tmp_path)

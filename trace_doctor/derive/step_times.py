@@ -50,7 +50,8 @@ def _numeric(frame: pl.DataFrame, column: str) -> pl.Expr:
     if column in frame.columns and frame.schema[column].is_numeric():
         value = pl.col(column).cast(pl.Float64)
         return pl.when(value.is_finite() & (value >= 0)).then(value).otherwise(None)
-    return pl.lit(None, dtype=pl.Float64)
+    # A text timer ("1.5s" in every row) is no measurement; repeat the null to the frame's height.
+    return pl.repeat(None, frame.height, dtype=pl.Float64)
 
 
 def step_times(run: RunTables) -> pl.DataFrame:
