@@ -543,21 +543,25 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
     }).sort(["_track", "line"])
     new_track = _group_starts(["_track"])
     # Per-track running sum from one global cumsum minus the sum before the track began.
-    narrow = narrow.with_columns(new_track.alias("_new"), pl.col("_delta").cum_sum().alias("_global"))
-    narrow = narrow.with_columns(
-        pl.col("_new").cum_sum().cast(pl.Int64).alias("_gid"),
-        (pl.col("_global") - pl.when(pl.col("_new")).then(pl.col("_global") - pl.col("_delta")).forward_fill()).alias("_sum"),
-    )
-    # Per-track running minimum from one global cum_min: shifting each track down by more than
-    # twice any sum keeps earlier tracks from ever being the minimum.
     offset = 2 * n + 2
-    narrow = narrow.with_columns(
-        ((pl.col("_sum") - pl.col("_gid") * offset).cum_min() + pl.col("_gid") * offset).alias("_min")
-    )
-    # Level reflected at zero: an E on an empty stack is dropped rather than popping below zero.
-    narrow = narrow.with_columns((pl.col("_sum") - pl.min_horizontal("_min", pl.lit(0))).alias("_level"))
-    narrow = narrow.with_columns(
-        pl.when(pl.col("_new")).then(0).otherwise(pl.col("_level").shift(1)).alias("_before")
+    # One lazy query, so the running sums and minima are dropped as soon as they are used.
+    narrow = (
+        narrow.lazy()
+        .with_columns(new_track.alias("_new"), pl.col("_delta").cum_sum().alias("_global"))
+        .with_columns(
+            pl.col("_new").cum_sum().cast(pl.Int64).alias("_gid"),
+            (pl.col("_global") - pl.when(pl.col("_new")).then(pl.col("_global") - pl.col("_delta")).forward_fill()).alias("_sum"),
+        )
+        # Per-track running minimum from one global cum_min: shifting each track down by more than
+        # twice any sum keeps earlier tracks from ever being the minimum.
+        .with_columns(((pl.col("_sum") - pl.col("_gid") * offset).cum_min() + pl.col("_gid") * offset).alias("_min"))
+        # Level reflected at zero: an E on an empty stack is dropped rather than popping below zero.
+        .with_columns((pl.col("_sum") - pl.min_horizontal("_min", pl.lit(0))).alias("_level"))
+        .select(
+            "_row", "_gid", "line", "_delta",
+            pl.when(pl.col("_new")).then(0).otherwise(pl.col("_level").shift(1)).alias("_before"),
+        )
+        .collect()
     )
     is_end = pl.col("_delta") == -1
     unmatched = narrow.filter(is_end & (pl.col("_before") == 0))
