@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 import orjson
 import polars as pl
 
+from trace_doctor.ingest.deep_json import dumps_deep
 from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, decode_json
 from trace_doctor.ingest.trace_layout import LAYOUT_COLUMNS, read_layout
 from trace_doctor.model import SPANS_SCHEMA, IngestWarning, InputFile
@@ -167,7 +168,9 @@ def _is_json_document(data: bytes) -> bool:
     """True for a JSON array or a `{"traceEvents": ...}` object rather than one event per line."""
     head = data[:65536].lstrip()
     if head.startswith(b"["):
-        return True
+        # A trace array opens with an event (or closes empty); a line-delimited file whose first
+        # line merely starts with '[' (a log line, say) is read line by line, so it costs one line.
+        return head[1:].lstrip()[:1] in (b"{", b"]", b"") or _decodes(head.split(b"\n", 1)[0])
     if not head.startswith(b"{"):
         return False
     first_line = head.split(b"\n", 1)[0]
@@ -176,6 +179,14 @@ def _is_json_document(data: bytes) -> bool:
     except Exception:  # noqa: BLE001 - a pretty-printed object's first line is not JSON by itself
         return b'"traceEvents"' in head
     return isinstance(first, dict) and "ph" not in first and "traceEvents" in first
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        decode_json(raw)
+    except Exception:  # noqa: BLE001 - any refusal means "not JSON by itself"
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,6 +404,14 @@ def _ident(value: Any) -> tuple[int | None, str | None, bool]:
     return None, None, value is None
 
 
+def _json_text(value: Any) -> str:
+    """Compact JSON text of decoded args, however deeply nested (orjson stops at depth 255)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return dumps_deep(value)
+
+
 def validate_event(value: Any) -> tuple[dict[str, Any], str | None]:
     """One decoded event as an EVENT_COLUMNS row, or the reason it cannot be used."""
     if not isinstance(value, dict):
@@ -421,7 +440,7 @@ def validate_event(value: Any) -> tuple[dict[str, Any], str | None]:
         "ts": ts,
         "dur": dur,
         "cat": cat if isinstance(cat, str) or cat is None else str(cat),
-        "args": None if args is None else orjson.dumps(args, option=orjson.OPT_NON_STR_KEYS).decode(),
+        "args": None if args is None else _json_text(args),
         "pid_label": pid_label,
         "tid_label": tid_label,
     }, None
@@ -665,7 +684,7 @@ def _merge_args(pairs: pl.DataFrame) -> pl.DataFrame:
         for row, begin, end in rich.select("_row", "_begin_args", "_end_args").iter_rows():
             attrs = _remaining_args([begin, end])
             rows.append(row)
-            texts.append(orjson.dumps(attrs, option=orjson.OPT_NON_STR_KEYS).decode())
+            texts.append(_json_text(attrs))
             end_attrs = _remaining_args([end]) if end is not None else {}
             values.append(_step_of(end_attrs))
         index = pl.Series(rows, dtype=pl.UInt32)
@@ -697,7 +716,7 @@ def _complete_spans(events: pl.DataFrame) -> pl.DataFrame:
         "_span", (pl.col("_level") - 1).clip(lower_bound=0).cast(pl.Int32).alias("depth")
     )
     spans = spans.join(depths, on="_span", how="left")
-    args = [orjson.dumps(_remaining_args([text])).decode() for text in spans.get_column("args").to_list()]
+    args = [_json_text(_remaining_args([text])) for text in spans.get_column("args").to_list()]
     return spans.with_columns(
         pl.Series("args", args, dtype=pl.String), pl.lit(None, pl.Int64).alias("step"),
     ).select(list(_PAIRED_SCHEMA))
