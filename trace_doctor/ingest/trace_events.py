@@ -210,9 +210,10 @@ def read_jsonl_events(
     frames: list[pl.DataFrame] = []
     line_offset = 0
     for chunk, unterminated in _iter_chunks(stream, CHUNK_BYTES):
-        lines_in_chunk = chunk.count(b"\n") + (1 if unterminated else 0)
+        newlines = chunk.count(b"\n")
+        lines_in_chunk = newlines + (1 if unterminated else 0)
         truncated_line = line_offset + lines_in_chunk if unterminated else None
-        frames.extend(_read_chunk(chunk, line_offset, source, bad, truncated_line))
+        frames.extend(_read_chunk(chunk, line_offset, source, bad, truncated_line, newlines))
         line_offset += lines_in_chunk
         if progress is not None and position is not None:
             progress(Path(source).name, position(), total_bytes)
@@ -259,10 +260,10 @@ def _drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]
 
 
 def _read_chunk(
-    chunk: bytes, line_offset: int, source: str, bad: list[IngestWarning], truncated_line: int | None
+    chunk: bytes, line_offset: int, source: str, bad: list[IngestWarning], truncated_line: int | None, newlines: int
 ) -> list[pl.DataFrame]:
     """Read a chunk: lines in the cookbook's fixed layout without JSON decoding, the rest generally."""
-    layout = read_layout(chunk, line_offset, EVENT_COLUMNS)
+    layout = read_layout(chunk, line_offset, EVENT_COLUMNS, newlines)
     lines = None
     if layout is not None:
         rows, others = layout
@@ -559,7 +560,12 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
         "_track": _track_ids(events),
         "line": events.get_column("line"),
         "_delta": (events.get_column("ph") == "B").cast(pl.Int64) * 2 - 1,
-    }).sort(["_track", "line"])
+    })
+    # Events arrive in line order: a stable one-key sort then equals the (track, line) sort, cheaper.
+    if events.get_column("line").is_sorted():
+        narrow = narrow.sort("_track", maintain_order=True)
+    else:
+        narrow = narrow.sort(["_track", "line"])
     new_track = _group_starts(["_track"])
     # Per-track running sum from one global cumsum minus the sum before the track began.
     offset = 2 * n + 2
@@ -592,7 +598,9 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
         pl.when(is_end).then(pl.col("_before") - 1).otherwise(pl.col("_before")).cast(pl.Int32).alias("depth")
     ).select("_row", "_gid", "depth", "line", "_delta")
     # At one (track, depth) pushes and pops alternate, so each B pairs with the next row if it is an E.
-    stacked = stacked.sort(["_gid", "depth", "line"]).with_columns(
+    # Rows are in (track, line) order, so a stable sort on one (track, depth) key yields (track, depth, line).
+    levels = int(stacked.get_column("depth").max() or 0) + 1
+    stacked = stacked.sort(pl.col("_gid") * levels + pl.col("depth"), maintain_order=True).with_columns(
         _group_starts(["_gid", "depth"]).shift(-1).fill_null(True).alias("_last")
     )
     pairs = stacked.with_columns(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import polars as pl
 
 FIELDS = [f"_f{i}" for i in range(10)]
@@ -37,6 +38,38 @@ def _matches(column: str, pattern: str) -> pl.Expr:
     return pl.col(column).str.contains(f"^{pattern}$").fill_null(False)
 
 
+def _regex_escape(text: str) -> str:
+    return "".join("\\" + c if c in "{}[]()*+?.^$|\\" else c for c in text)
+
+
+def _text_field(column: str, prefix: str, suffix: str, clean: bool) -> pl.Expr:
+    """True where `column` is `prefix` + a JSON string body needing no unescaping + `suffix`.
+
+    In a clean chunk (no backslash, no control character anywhere) the body only has to be free of
+    quotes, which prefix/suffix tests and a literal search decide far faster than a regex.
+    """
+    if not clean:
+        return _matches(column, _regex_escape(prefix) + _TEXT + _regex_escape(suffix))
+    field = pl.col(column)
+    return (
+        field.str.starts_with(prefix)
+        & field.str.ends_with(suffix)
+        & (field.str.len_bytes() >= len(prefix) + len(suffix))
+        & ~_between(column, prefix, suffix).str.contains('"', literal=True)
+    ).fill_null(False)
+
+
+# Bytes below 0x20 other than the line feed: JSON strings cannot hold them raw.
+_CONTROL_LIMIT = 0x20
+
+
+def is_clean(chunk: bytes, newlines: int) -> bool:
+    """True when the chunk (holding `newlines` line feeds) has no backslash and no other control character."""
+    if b"\\" in chunk:
+        return False
+    return int(np.count_nonzero(np.frombuffer(chunk, np.uint8) < _CONTROL_LIMIT)) == newlines
+
+
 def _canonical_int(value: str, text: str) -> pl.Expr:
     """True where the parsed integer prints back as the field's text: JSON integer syntax, in range.
 
@@ -49,11 +82,14 @@ def _between(column: str, prefix: str, suffix: str) -> pl.Expr:
     return pl.col(column).str.strip_prefix(prefix).str.strip_suffix(suffix)
 
 
-def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.DataType]) -> tuple[pl.DataFrame, pl.Series] | None:
+def read_layout(
+    chunk: bytes, line_offset: int, event_columns: dict[str, pl.DataType], newlines: int | None = None
+) -> tuple[pl.DataFrame, pl.Series] | None:
     """(typed rows of the lines in the fixed layout, 0-based indices of the other lines), or None.
 
     None means the chunk could not be cut into one row per line (e.g. invalid UTF-8); the caller
-    then reads the whole chunk the general way.
+    then reads the whole chunk the general way. `newlines`, when the caller has counted them,
+    saves a pass over the bytes.
     """
     try:
         raw = pl.read_csv(
@@ -63,35 +99,39 @@ def read_layout(chunk: bytes, line_offset: int, event_columns: dict[str, pl.Data
         )
     except Exception:  # noqa: BLE001 - any refusal means the general reader for this chunk
         return None
-    line_count = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+    if newlines is None:
+        newlines = chunk.count(b"\n")
+    line_count = newlines + (0 if chunk.endswith(b"\n") else 1)
     if raw.height != line_count:
         return None
     ph = pl.col("_f1").str.slice(8, 1)
     is_meta = pl.col("_f1") == ' "ph": "M"'
+    clean = is_clean(chunk, newlines)
     common = (
-        _matches("_f0", r'\{"name": "' + _TEXT + '"')
+        _text_field("_f0", '{"name": "', '"', clean)
         & pl.col("_f1").is_in([' "ph": "B"', ' "ph": "E"', ' "ph": "M"']).fill_null(False)
         & pl.col("_f2").str.starts_with(' "pid": ').fill_null(False)
         & pl.col("_f3").str.starts_with(' "tid": ').fill_null(False)
         & _matches("_f4", ' "ts": ' + _NUMBER)
     )
+    track = _text_field("_f5", ' "args": {"track": "', '"', clean)
     span = (
         ~is_meta
-        & _matches("_f5", r' "args": \{"track": "' + _TEXT + '"')
-        & _matches("_f6", ' "thread": "' + _TEXT + r'"\}')
-        & _matches("_f7", ' "cat": "' + _TEXT + r'"\}')
+        & track
+        & _text_field("_f6", ' "thread": "', '"}', clean)
+        & _text_field("_f7", ' "cat": "', '"}', clean)
         & pl.col("_f8").is_null()
     )
     stepped_end = (
         (ph == "E")
-        & _matches("_f5", r' "args": \{"track": "' + _TEXT + '"')
-        & _matches("_f6", ' "thread": "' + _TEXT + '"')
+        & track
+        & _text_field("_f6", ' "thread": "', '"', clean)
         & pl.col("_f7").str.starts_with(' "step": ').fill_null(False)
         & pl.col("_f7").str.ends_with("}").fill_null(False)
-        & _matches("_f8", ' "cat": "' + _TEXT + r'"\}')
+        & _text_field("_f8", ' "cat": "', '"}', clean)
         & pl.col("_f9").is_null()
     ).fill_null(False)
-    meta = is_meta & _matches("_f5", r' "args": \{"name": "' + _TEXT + r'"\}\}') & pl.col("_f6").is_null()
+    meta = is_meta & _text_field("_f5", ' "args": {"name": "', '"}}', clean) & pl.col("_f6").is_null()
     # One query: every field is checked and converted in a single parallel pass, then filtered once.
     typed = (
         raw.lazy()
