@@ -355,3 +355,25 @@ def test_integral_float_pid_beyond_64_bits_is_a_label_not_a_crash(tmp_path):
     spans, info, warnings = parse(path)
     assert warnings == []
     assert spans.height == 1 and spans["pid"][0] is None and spans["closed"][0]
+
+
+@pytest.mark.parametrize("backslash_elsewhere", [False, True], ids=["clean-chunk", "chunk-with-escapes"])
+def test_layout_shaped_lines_that_are_not_json_cost_only_themselves(tmp_path, backslash_elsewhere):
+    """A raw quote or control character inside a layout-shaped string is invalid JSON, whichever check reads the chunk."""
+    lines = [
+        meta("process_name", "MainThread Thread", 0),
+        ev("main", "B", 100.0),
+        '{"name": "bad"quote", "ph": "B", "pid": 0, "tid": 481227, "ts": 101.0, "args": {"track": "main", "thread": "MainThread"}, "cat": "async"}',
+        '{"name": "tab", "ph": "B", "pid": 0, "tid": 481227, "ts": 102.0, "args": {"track": "ma\tin", "thread": "MainThread"}, "cat": "async"}',
+        '{"name": "x", "ph": "M", "pid": 0, "tid": 5, "ts": 0, "args": {"name": "a"b"}}',
+        ev("train_step", "B", 110.0),
+        ev("train_step", "E", 120.0, step=3),
+        ev("main", "E", 130.0),
+    ]
+    if backslash_elsewhere:
+        lines += [ev('esc\\aped', "B", 140.0, track="Task-1", tid=7), ev('esc\\aped', "E", 141.0, track="Task-1", tid=7)]
+    spans, info, warnings = parse(write(tmp_path, lines))
+    assert sorted(w.line for w in warnings) == [3, 4, 5]
+    assert all("not valid JSON" in w.problem for w in warnings)
+    assert info.skipped == 3
+    assert sorted(spans.get_column("name").to_list()) == sorted(["main", "train_step"] + (["esc\\aped"] if backslash_elsewhere else []))
