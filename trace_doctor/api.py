@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from trace_doctor.ingest.metrics import parse_metrics_files
 from trace_doctor.ingest.profiles import parse_profile_files
 from trace_doctor.ingest.timing_spans import parse_timing_spans_files
 from trace_doctor.ingest.trace_events import parse_trace_files
-from trace_doctor.model import Analysis, RunMeta, RunTables
+from trace_doctor.model import Analysis, IngestWarning, RunMeta, RunTables
 
 
 class NothingToAnalyze(Exception):
@@ -51,25 +52,34 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
     warnings = run.warnings
     files = found.files
 
-    meta = RunMeta()
-    for path in files["config"]:
-        meta, info = parse_config(path, warnings)
-        run.inputs.append(info)
-    run.steps, infos = parse_metrics_files(files["metrics"], warnings)
-    run.inputs += infos
-    run.spans, infos = parse_trace_files(files["trace"], warnings, progress=progress)
-    run.inputs += infos
-    run.step_spans, infos = parse_timing_spans_files(files["spans"], warnings)
-    run.inputs += infos
-    run.checkpoints, infos = parse_checkpoint_files(files["checkpoints"], warnings)
-    run.inputs += infos
-    run.frames, run.profiles, infos = parse_profile_files(files["profile"], warnings)
-    run.inputs += infos
-    run.task_snapshots, run.stack_snapshots, infos = parse_dump_files(files["dump"], warnings)
-    run.inputs += infos
-    # Dumps are usually captured stdout, which also carries GIL-monitor and SDK lines.
-    run.log_events, infos = parse_log_files(files["log"] + files["dump"] + files["code_diff"], warnings)
-    run.inputs += infos
+    # The trace is by far the largest input: it is read on a worker thread (polars releases the
+    # GIL) while the other inputs are read here. Each parser gets its own warning list, merged in a
+    # fixed order, so the account never depends on thread timing.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-ingest") as pool:
+        trace_warnings: list[IngestWarning] = []
+        trace_future = pool.submit(parse_trace_files, files["trace"], trace_warnings, progress=progress)
+        meta = RunMeta()
+        for path in files["config"]:
+            meta, info = parse_config(path, warnings)
+            run.inputs.append(info)
+        run.steps, infos = parse_metrics_files(files["metrics"], warnings)
+        run.inputs += infos
+        later_warnings: list[IngestWarning] = []
+        later_inputs = []
+        run.step_spans, infos = parse_timing_spans_files(files["spans"], later_warnings)
+        later_inputs += infos
+        run.checkpoints, infos = parse_checkpoint_files(files["checkpoints"], later_warnings)
+        later_inputs += infos
+        run.frames, run.profiles, infos = parse_profile_files(files["profile"], later_warnings)
+        later_inputs += infos
+        run.task_snapshots, run.stack_snapshots, infos = parse_dump_files(files["dump"], later_warnings)
+        later_inputs += infos
+        # Dumps are usually captured stdout, which also carries GIL-monitor and SDK lines.
+        run.log_events, infos = parse_log_files(files["log"] + files["dump"] + files["code_diff"], later_warnings)
+        later_inputs += infos
+        run.spans, infos = trace_future.result()
+    run.inputs += infos + later_inputs
+    warnings += trace_warnings + later_warnings
 
     first = Path(flat[0])
     meta.path = str(first)

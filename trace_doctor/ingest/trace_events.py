@@ -32,7 +32,9 @@ import gzip
 import io
 import math
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -49,6 +51,10 @@ Progress = Callable[[str, int, int], None]
 # Bytes per polars read: large enough that per-call overhead vanishes, small enough that a
 # malformed line is isolated with a few cheap re-reads, and progress moves visibly.
 CHUNK_BYTES = 8 * 1024 * 1024
+# Chunks read at once, and chunks held (read or being read) at once: two threads keep both cores of
+# a small CI machine busy; holding one more lets the next chunk's bytes be ready when a thread frees.
+READ_WORKERS = 2
+READ_AHEAD_CHUNKS = 3
 
 SPAN_PHASES = ("B", "E", "X")
 PHASE_NAMES = {
@@ -208,15 +214,32 @@ def read_jsonl_events(
     The stream is read a chunk at a time, so the raw bytes are never all in memory at once.
     """
     frames: list[pl.DataFrame] = []
-    line_offset = 0
-    for chunk, unterminated in _iter_chunks(stream, CHUNK_BYTES):
-        newlines = chunk.count(b"\n")
-        lines_in_chunk = newlines + (1 if unterminated else 0)
-        truncated_line = line_offset + lines_in_chunk if unterminated else None
-        frames.extend(_read_chunk(chunk, line_offset, source, bad, truncated_line, newlines))
-        line_offset += lines_in_chunk
+    # Chunks are read concurrently (polars releases the GIL while a chunk's query runs), at most
+    # READ_AHEAD_CHUNKS in flight so the raw bytes held stay bounded; results, warnings included,
+    # are taken back strictly in file order so the output never depends on thread timing.
+    pending: deque[tuple[Future[list[pl.DataFrame]], list[IngestWarning]]] = deque()
+
+    def take_oldest() -> None:
+        future, chunk_bad = pending.popleft()
+        frames.extend(future.result())
+        bad.extend(chunk_bad)
         if progress is not None and position is not None:
             progress(Path(source).name, position(), total_bytes)
+
+    line_offset = 0
+    with ThreadPoolExecutor(max_workers=READ_WORKERS, thread_name_prefix="trace-chunk") as pool:
+        for chunk, unterminated in _iter_chunks(stream, CHUNK_BYTES):
+            newlines = chunk.count(b"\n")
+            lines_in_chunk = newlines + (1 if unterminated else 0)
+            truncated_line = line_offset + lines_in_chunk if unterminated else None
+            chunk_bad: list[IngestWarning] = []
+            future = pool.submit(_read_chunk, chunk, line_offset, source, chunk_bad, truncated_line, newlines)
+            pending.append((future, chunk_bad))
+            line_offset += lines_in_chunk
+            if len(pending) >= READ_AHEAD_CHUNKS:
+                take_oldest()
+        while pending:
+            take_oldest()
     frames = [f for f in frames if f.height]
     if not frames:
         return pl.DataFrame(schema=EVENT_COLUMNS)
