@@ -487,16 +487,17 @@ def _build_spans_from(holder: list[pl.DataFrame], source: str, warnings: list[In
         return empty_spans()
     events = _account_ignored_phases(events, source, warnings)
     events = events.with_columns(_segments(events).alias("segment"))
-    meta = events.filter(pl.col("ph") == "M").select("name", "segment", "pid", "pid_label", "tid", "tid_label", "args", "_label")
-    spans_in = events.filter(pl.col("ph").is_in(SPAN_PHASES)).drop("_label")
-    del events  # ~100 MB at 1M events: not held through pairing
-    spans_in = _with_track_thread(spans_in)
-    if bool((spans_in.get_column("ph") == "X").any()):
-        paired = _pair_begin_end(spans_in.filter(pl.col("ph") != "X"), source, warnings)
-        complete = _complete_spans(spans_in.filter(pl.col("ph") == "X"))
-    else:  # the cookbook writes no X events: skip two copies of every span event
-        paired = _pair_begin_end(spans_in, source, warnings)
-        complete = _complete_spans(spans_in.clear())
+    meta = events.select("name", "segment", "pid", "pid_label", "tid", "tid_label", "args", "_label", "ph").filter(pl.col("ph") == "M").drop("ph")
+    # Pairing reads the B/E rows through row indices and skips the rest, so the (wide) event table
+    # is never copied just to drop its metadata rows.
+    events = _with_track_thread(events.drop("_label"))
+    if bool((events.get_column("ph") == "X").any()):
+        paired = _pair_begin_end(events.filter(pl.col("ph") != "X"), source, warnings)
+        complete = _complete_spans(events.filter(pl.col("ph") == "X"))
+    else:  # the cookbook writes no X events
+        paired = _pair_begin_end(events, source, warnings)
+        complete = _complete_spans(events.clear())
+    del events  # ~100 MB at 1M events: not held past pairing
     spans = pl.concat([paired, complete], how="vertical")
     spans = _name_from_metadata(spans, meta)
     spans = _attribute_steps(spans)
@@ -523,7 +524,7 @@ def _segments(events: pl.DataFrame) -> pl.Series:
     names = events.filter((pl.col("ph") == "M") & (pl.col("name") == "process_name")).select("line", "pid", "pid_label")
     if names.height <= 1:
         return pl.Series("segment", [0] * events.height, dtype=pl.Int32)
-    non_meta = events.filter(pl.col("ph") != "M").get_column("line")
+    non_meta = events.get_column("line").filter(events.get_column("ph") != "M")
     boundaries: list[int] = []
     named: set[tuple[Any, Any]] = set()
     for line, pid, label in names.iter_rows():
@@ -535,12 +536,15 @@ def _segments(events: pl.DataFrame) -> pl.Series:
             named = set()
         named.add((pid, label))
     if not boundaries:
-        return pl.Series("segment", [0] * events.height, dtype=pl.Int32)
-    return pl.Series(boundaries, dtype=pl.Int64).search_sorted(events.get_column("line"), side="right").cast(pl.Int32)
+        return pl.lit(0, pl.Int32)
+    return pl.lit(pl.Series(boundaries, dtype=pl.Int64)).search_sorted(pl.col("line"), side="right").cast(pl.Int32)
 
 
 def _with_track_thread(events: pl.DataFrame) -> pl.DataFrame:
     """Extract args.track / args.thread from JSON args text (the layout reader already filled them)."""
+    if events.get_column("args").null_count() == events.height:
+        # Every event came through the layout reader: nothing to extract, no column to copy.
+        return events.with_columns(pl.lit(True).alias("_plain"))
     prefix = pl.col("args").str.extract_groups(TRACK_THREAD_PREFIX)
     events = events.with_columns(
         pl.coalesce("track", prefix.struct.field("1")).alias("track"),
@@ -574,18 +578,19 @@ def _track_ids(events: pl.DataFrame) -> pl.Series:
 
 
 def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
-    """Match B/E events as a per-track stack, vectorised with whole-column (not per-group) scans."""
-    if events.height == 0:
-        return pl.DataFrame(schema=_PAIRED_SCHEMA)
-    n = events.height
+    """Match the B/E events among `events` as a per-track stack, vectorised with whole-column (not per-group) scans."""
+    phase = events.get_column("ph")
     narrow = pl.DataFrame({
-        "_row": pl.int_range(0, n, eager=True, dtype=pl.UInt32),
+        "_row": pl.int_range(0, events.height, eager=True, dtype=pl.UInt32),
         "_track": _track_ids(events),
         "line": events.get_column("line"),
-        "_delta": (events.get_column("ph") == "B").cast(pl.Int64) * 2 - 1,
-    })
+        "_delta": (phase == "B").cast(pl.Int64) * 2 - 1,
+    }).filter(phase.is_in(["B", "E"]))
+    n = narrow.height
+    if n == 0:
+        return pl.DataFrame(schema=_PAIRED_SCHEMA)
     # Events arrive in line order: a stable one-key sort then equals the (track, line) sort, cheaper.
-    if events.get_column("line").is_sorted():
+    if narrow.get_column("line").is_sorted():
         narrow = narrow.sort("_track", maintain_order=True)
     else:
         narrow = narrow.sort(["_track", "line"])
