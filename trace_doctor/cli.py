@@ -9,6 +9,9 @@ import sys
 # intermediates, so returning them quickly lowers peak memory on big traces by ~25% at no
 # measurable cost. Must be set before polars is first imported; a user's own setting wins.
 os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:50,muzzy_decay_ms:0")
+# numpy's OpenBLAS starts a spinning worker per core at import; nothing here does linear algebra
+# big enough to use them, and on a 2-core CI box they take CPU from polars' own threads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from importlib.resources import files  # noqa: E402
 from pathlib import Path  # noqa: E402

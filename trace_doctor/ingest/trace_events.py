@@ -570,10 +570,15 @@ def _group_starts(columns: list[str]) -> pl.Expr:
 
 def _track_ids(events: pl.DataFrame) -> pl.Series:
     """An integer per distinct pairing key (segment, pid, tid, track)."""
-    hashed = events.select(pl.struct(KEY).hash().alias("_id")).get_column("_id")
-    # A 64-bit hash collision between two tracks is astronomically unlikely; check rather than trust.
-    if hashed.n_unique() == events.select(KEY).n_unique():
-        return hashed
+    hashes = events.select(
+        pl.struct(KEY).hash(seed=0).alias("_id"), pl.struct(KEY).hash(seed=0x9E3779B97F4A7C15).alias("_check")
+    )
+    # Two keys sharing the 64-bit id would make it count fewer distinct values than a second,
+    # independently seeded hash (unless that one collided just as often, a ~1e-17 coincidence at a
+    # million tracks): then fall back to exact dense ranks. Counting distinct integers is far
+    # cheaper than counting distinct keys (hundreds of thousands of tracks in a long RL run).
+    if hashes.get_column("_id").n_unique() == hashes.get_column("_check").n_unique():
+        return hashes.get_column("_id")
     return events.select(pl.struct(KEY).rank("dense").alias("_id")).get_column("_id").cast(pl.UInt64)
 
 
