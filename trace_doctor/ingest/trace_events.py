@@ -501,8 +501,10 @@ def _build_spans_from(holder: list[pl.DataFrame], source: str, warnings: list[In
     spans = pl.concat([paired, complete], how="vertical")
     spans = _name_from_metadata(spans, meta)
     spans = _attribute_steps(spans)
-    spans = spans.with_columns(pl.lit(source).alias("source"))
-    return spans.sort(["segment", "start_us", "line_begin"]).select(list(SPAN_COLUMNS))
+    spans = spans.with_columns(pl.lit(source).alias("source")).select(list(SPAN_COLUMNS))
+    # One sort key fewer when the file holds one process (the usual case): a third of the sort.
+    keys = ["start_us", "line_begin"] if spans.get_column("segment").n_unique() <= 1 else ["segment", "start_us", "line_begin"]
+    return spans[spans.select(pl.arg_sort_by(keys)).to_series()]
 
 
 def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
@@ -824,11 +826,14 @@ def _attribute_steps(spans: pl.DataFrame) -> pl.DataFrame:
         if found.height == 0:
             break
     steps = pl.concat(resolved).filter(pl.col("_c_step").is_not_null())
-    spans = spans.with_row_index("_span").join(steps, on="_span", how="left")
-    return spans.with_columns(
+    # Scattered into place rather than joined: a join would gather every (wide) span column again.
+    found_step = pl.Series("_c_step", [None], dtype=pl.Int64).extend_constant(None, spans.height - 1).scatter(
+        steps.get_column("_span"), steps.get_column("_c_step")
+    )
+    return spans.with_columns(found_step).with_columns(
         pl.coalesce("step", "_c_step").alias("step"),
         pl.when(pl.col("step").is_null() & pl.col("_c_step").is_not_null()).then(pl.lit("containment")).otherwise(pl.col("step_source")).alias("step_source"),
-    ).drop("_span", "_c_step")
+    ).drop("_c_step")
 
 
 def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
