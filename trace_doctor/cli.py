@@ -13,6 +13,8 @@ os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:50,muzzy_decay_ms:0")
 # big enough to use them, and on a 2-core CI box they take CPU from polars' own threads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import importlib  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from importlib.resources import files  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -46,11 +48,20 @@ def _progress():
     return TerminalProgress()
 
 
-def _load(paths: tuple[str, ...]):
-    try:
-        return load_run(*paths, progress=_progress())
-    except NothingToAnalyze as exc:
-        _fail(str(exc))
+# What `analyze` needs after ingest; imported while the inputs are read, since ingest spends most
+# of its time in polars (which releases the GIL) and a large run's analysis waits on both.
+ANALYSIS_MODULES = ("trace_doctor.rules.engine", "trace_doctor.summary", "trace_doctor.report.formats")
+
+
+def _load(paths: tuple[str, ...], warm_imports: tuple[str, ...] = ()):
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-run") as pool:
+        loading = pool.submit(load_run, *paths, progress=_progress())
+        for module in warm_imports:
+            importlib.import_module(module)
+        try:
+            return loading.result()
+        except NothingToAnalyze as exc:
+            _fail(str(exc))
 
 
 def render(result: Analysis, fmt: str, *, fail_on: str = "never") -> str:
@@ -97,7 +108,7 @@ def _analyze(
         settings = load_settings(config)
     except PolicyError as exc:
         _fail(str(exc))
-    run = _load(paths)
+    run = _load(paths, ANALYSIS_MODULES)
     base = None
     if baseline:
         try:
