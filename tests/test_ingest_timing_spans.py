@@ -73,3 +73,53 @@ def test_fixture_files_keep_every_span(path):
     table, info, _ = parse(path)
     assert table.height == expected
     assert info.records == readable and info.records + info.skipped == len(lines)
+
+
+def _rl_lines(steps: int, spans_per_step: int = 40) -> list[str]:
+    return [line(step, [(f"sample_{i}", 0.5 + i / 100, i / 10) for i in range(spans_per_step)]) for step in range(steps)]
+
+
+def test_one_malformed_line_costs_only_that_line(tmp_path, monkeypatch):
+    """A NaN, a null span and a step beyond 64 bits: each is reported, everything around them kept, and only
+    their neighbourhoods (not the whole file) go through the per-line decoder."""
+    from trace_doctor.ingest import timing_spans
+
+    lines = _rl_lines(400)
+    lines[17] = lines[17].replace('"duration": ', '"duration": NaN, "x": ', 1)
+    lines[200] = lines[200].replace('"spans": [', '"spans": [null, ', 1)
+    lines[301] = lines[301].replace('"step": 301', '"step": 99999999999999999999', 1)
+    path = tmp_path / "timing_spans.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    decoded = []
+    real = timing_spans.decode_line
+    monkeypatch.setattr(timing_spans, "decode_line", lambda raw, number, *a, **k: decoded.append(number) or real(raw, number, *a, **k))
+    table, info, warnings = parse(path)
+    assert [(w.line, w.problem.split(";")[0]) for w in warnings] == [
+        (18, "span 0 of step 17 has no name or finite duration"),
+        (201, "span 0 of step 200 has no name or finite duration"),
+        (302, 'expected {"step": <int>, "spans": [...]}'),
+    ]
+    assert (info.records, info.skipped) == (399, 1)
+    # 400 lines x 40 spans, minus the NaN span, minus the skipped line; the null entry was never a span.
+    assert table.height == 400 * 40 - 1 - 40
+    # Only small neighbourhoods of the bad lines were decoded one by one.
+    assert {18, 201, 302} <= set(decoded) and len(decoded) <= 3 * timing_spans.MIN_BISECT_LINES
+    assert all(min(abs(n - bad) for bad in (18, 201, 302)) < timing_spans.MIN_BISECT_LINES for n in decoded)
+    assert table.filter(pl.col("line") == 201).get_column("index").to_list() == list(range(1, 41))
+
+
+def test_lines_in_another_byte_layout_are_read_by_polars_in_pieces(tmp_path, monkeypatch):
+    """Compact JSON (another writer) plus one bad line: halving isolates the bad line, the rest stays typed."""
+    from trace_doctor.ingest import timing_spans
+
+    lines = [json.dumps(json.loads(text), separators=(",", ":")) for text in _rl_lines(300, 5)]
+    lines[150] = lines[150][:40]  # truncated mid-write, then the run went on
+    path = tmp_path / "timing_spans.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    decoded = []
+    real = timing_spans.decode_line
+    monkeypatch.setattr(timing_spans, "decode_line", lambda raw, number, *a, **k: decoded.append(number) or real(raw, number, *a, **k))
+    table, info, warnings = parse(path)
+    assert [w.line for w in warnings] == [151] and "not valid JSON" in warnings[0].problem
+    assert (info.records, info.skipped) == (299, 1) and table.height == 299 * 5
+    assert 151 in decoded and len(decoded) <= timing_spans.MIN_BISECT_LINES

@@ -18,7 +18,6 @@ import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import polars as pl
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings

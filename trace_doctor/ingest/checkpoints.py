@@ -7,13 +7,8 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import INT64_MAX, INT64_MIN, iter_json_lines, json_text, read_bytes
+from trace_doctor.ingest.jsonl import as_int64, iter_json_lines, json_text, read_bytes
 from trace_doctor.model import CHECKPOINTS_SCHEMA, IngestWarning, InputFile
-
-
-def _int(value: Any) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
-    return value if ok else None
 
 
 def _str(value: Any) -> str | None:
@@ -34,8 +29,8 @@ def parse_checkpoint_files(paths: list[Path], warnings: list[IngestWarning]) -> 
                 rows.append(
                     {
                         "name": None if record.get("name") is None else str(record.get("name")),
-                        "batch": _int(record.get("batch")),
-                        "epoch": _int(record.get("epoch")),
+                        "batch": as_int64(record.get("batch")),
+                        "epoch": as_int64(record.get("epoch")),
                         "final": bool(record.get("final")) if "final" in record else None,
                         "state_path": _str(record.get("state_path")),
                         "sampler_path": _str(record.get("sampler_path")),

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_doctor.ingest.deep_json import cap_depth
-from trace_doctor.ingest.jsonl import INT64_MAX, INT64_MIN, decode_json, read_bytes
+from trace_doctor.ingest.jsonl import as_int64, decode_json, read_bytes
 from trace_doctor.model import IngestWarning, InputFile, RunMeta
 
 # Real trainer configs nest a handful of levels; the config travels to renderers and the bundle,
@@ -32,14 +32,6 @@ def _find_key(obj: Any, key: str, depth: int = 0) -> Any:
             if found not in (None, ""):
                 return found
     return None
-
-
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return value if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX else None
 
 
 def _as_float(value: Any) -> float | None:
@@ -111,9 +103,9 @@ def parse_config(path: Path, warnings: list[IngestWarning]) -> tuple[RunMeta, In
     meta.model_name = model if isinstance(model, str) else None
     renderer = _find_key(cfg, "renderer_name")
     meta.renderer_name = renderer if isinstance(renderer, str) else None
-    meta.lora_rank = _as_int(cfg.get("lora_rank"))
+    meta.lora_rank = as_int64(cfg.get("lora_rank"))
     meta.temperature = _as_float(cfg.get("temperature"))
     trace = cfg.get("enable_trace")
     meta.enable_trace = trace if isinstance(trace, bool) else None
-    meta.submit_ahead = _as_int(cfg.get("submit_ahead"))
+    meta.submit_ahead = as_int64(cfg.get("submit_ahead"))
     return meta, info

@@ -63,6 +63,16 @@ NEEDS_NORMALIZING = re.compile(r"\d{19}|\\u[dD][89a-fA-F]")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+def as_int64(value: Any, *, integral_floats: bool = True) -> int | None:
+    """`value` as a 64-bit integer column value, else None: bools, fractions, and integers beyond
+    64 bits (JSON allows any size) are not integers a typed column can hold."""
+    if isinstance(value, bool):
+        return None
+    if integral_floats and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX else None
+
+
 def _scalar(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
         try:
@@ -125,26 +135,38 @@ def iter_json_lines(
         lines.pop()
     last = len(lines)
     for index, raw in enumerate(lines, start=1):
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        if not raw.strip():
-            continue
-        if len(raw) > MAX_LINE_BYTES:
-            warnings.append(IngestWarning(path, index, f"line of {len(raw):,} bytes exceeds the {MAX_LINE_BYTES:,}-byte limit; skipped"))
-            continue
-        try:
-            value = decode_json(raw)
-        except Exception as exc:  # noqa: BLE001 - any undecodable line is one warning, never a crash
-            if index == last and not terminated:
-                problem = f"truncated last line (no newline; the writer stopped mid-append): {_describe(exc)}"
-            else:
-                problem = f"not valid JSON: {_describe(exc)}"
-            warnings.append(IngestWarning(path, index, problem))
-            continue
-        if expect_object and not isinstance(value, dict):
-            warnings.append(IngestWarning(path, index, f"expected a JSON object, got {type(value).__name__}"))
-            continue
-        yield ParsedLine(index, value)
+        parsed = decode_line(raw, index, path, warnings, truncated=index == last and not terminated, expect_object=expect_object)
+        if parsed is not None:
+            yield parsed
+
+
+def decode_line(
+    raw: bytes, index: int, path: str, warnings: list[IngestWarning], *, truncated: bool = False, expect_object: bool = True
+) -> ParsedLine | None:
+    """One line of a JSONL file (1-based `index`) decoded, or None: blank, or reported as a warning.
+
+    `truncated` marks an unterminated final line, whose failure to decode is a crashed append.
+    """
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    if not raw.strip():
+        return None
+    if len(raw) > MAX_LINE_BYTES:
+        warnings.append(IngestWarning(path, index, f"line of {len(raw):,} bytes exceeds the {MAX_LINE_BYTES:,}-byte limit; skipped"))
+        return None
+    try:
+        value = decode_json(raw)
+    except Exception as exc:  # noqa: BLE001 - any undecodable line is one warning, never a crash
+        if truncated:
+            problem = f"truncated last line (no newline; the writer stopped mid-append): {_describe(exc)}"
+        else:
+            problem = f"not valid JSON: {_describe(exc)}"
+        warnings.append(IngestWarning(path, index, problem))
+        return None
+    if expect_object and not isinstance(value, dict):
+        warnings.append(IngestWarning(path, index, f"expected a JSON object, got {type(value).__name__}"))
+        return None
+    return ParsedLine(index, value)
 
 
 def read_bytes(path: Path, warnings: list[IngestWarning]) -> bytes | None:

@@ -6,14 +6,13 @@ late (eval keys, `time/X:total` once a span runs twice) get their column all the
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import INT64_MAX, INT64_MIN, iter_json_lines, json_text, read_bytes
+from trace_doctor.ingest.jsonl import as_int64, iter_json_lines, json_text, read_bytes
 from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile
 
 # Where a custom trainer keeps its step counter when there is no `step` key (act-prm-tinker logs
@@ -28,17 +27,6 @@ NEUTRAL_PREFIXES = ("time/", "eval/timing/", "progress/", "optim/lr", "training_
 PRE_RESUME_RE = re.compile(r"\.pre_resume_(\d+)$")
 
 RESERVED = set(STEPS_SCHEMA) | {"step_key"}
-
-
-def _as_step(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    # A step beyond 64 bits (orjson reads up to 2**64 - 1) cannot be a step column value.
-    if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX:
-        return value
-    return None
 
 
 def _is_eval_row(row: dict[str, Any]) -> bool:
@@ -145,7 +133,7 @@ def build_steps_frame(
     for i, row in enumerate(rows):
         for key in STEP_KEY_FALLBACKS:
             if key in row:
-                step = _as_step(row[key])
+                step = as_int64(row[key])
                 if step is None:
                     # json_text, not str(): str() of a value nested 1,000 deep raises RecursionError.
                     shown = row[key] if isinstance(row[key], str) else json_text(row[key])

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import iter_json_lines, read_bytes
+from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, as_int64, decode_line, read_bytes
 from trace_doctor.model import STEP_SPANS_SCHEMA, IngestWarning, InputFile
 
 SCHEMA: dict[str, pl.DataType] = {**STEP_SPANS_SCHEMA, "index": pl.Int32, "segment": pl.Int32, "source": pl.String}
@@ -25,16 +25,6 @@ def _finite(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
-
-
-def _step(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return None
 
 
 def parse_timing_spans_files(
@@ -57,6 +47,18 @@ LINE_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64,
     "spans": pl.List(pl.Struct({"name": pl.String, "duration": pl.Float64, "wall_start": pl.Float64, "wall_end": pl.Float64})),
 }
+# The cookbook writes each line with `json.dumps` defaults, so its bytes follow one layout:
+#   {"step": N, "spans": [{"name": S, "duration": D, "wall_start": W, "wall_end": W}, ...]}
+# spelled here in JSON's own string and number grammar. Used only to sort lines when a file needs
+# care: lines in this layout are read together, others one piece at a time.
+_TEXT = r'[^"\\\x00-\x1f]*'
+_INT = r"-?(?:0|[1-9][0-9]*)"
+_NUMBER = _INT + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_SPAN = r'\{"name": "' + _TEXT + r'", "duration": ' + _NUMBER + r', "wall_start": ' + _NUMBER + r', "wall_end": ' + _NUMBER + r"\}"
+LINE_LAYOUT = r'^\{"step": ' + _INT + r', "spans": \[(?:' + _SPAN + r"(?:, " + _SPAN + r")*)?\]\}$"
+# Below this many lines a piece polars refuses is decoded line by line instead of halved again
+# (RL lines are tens of kB to MBs, so a few lines already make a meaningful read).
+MIN_BISECT_LINES = 8
 
 
 def _segments(steps: list[int]) -> list[int]:
@@ -71,27 +73,66 @@ def _segments(steps: list[int]) -> list[int]:
     return segments
 
 
-def _read_typed(data: bytes, source: str) -> pl.DataFrame | None:
-    """The whole file through polars with an explicit schema, or None if any line needs care."""
+def _read_typed(data: bytes, count: int) -> pl.DataFrame | None:
+    """`count` lines through polars with an explicit schema, or None if any of them needs care."""
     try:
         lines = pl.read_ndjson(io.BytesIO(data), schema=LINE_SCHEMA)
-    except Exception:  # noqa: BLE001 - any refusal means the careful per-line path
+    except Exception:  # noqa: BLE001 - any refusal means a closer look at these lines
         return None
-    line_count = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-    if lines.height != line_count or lines.get_column("step").null_count() or lines.get_column("spans").null_count():
+    if lines.height != count or lines.get_column("step").null_count() or lines.get_column("spans").null_count():
         return None  # blank lines, or lines that are not {"step", "spans"}: number and report them one by one
-    lines = lines.with_columns(
-        pl.int_range(1, lines.height + 1, dtype=pl.Int64).alias("line"),
-        pl.Series("segment", _segments(lines.get_column("step").to_list()), dtype=pl.Int32),
-    )
-    spans = lines.with_columns(pl.col("spans").list.eval(pl.int_range(pl.len(), dtype=pl.Int32)).alias("index")).explode(["spans", "index"])
-    spans = spans.filter(pl.col("spans").is_not_null()).unnest("spans")
-    if spans.get_column("name").null_count() or spans.get_column("duration").null_count():
-        return None
-    return spans.select(
-        "step", "name", pl.col("duration").alias("duration_s"), pl.col("wall_start").alias("wall_start_s"),
-        pl.col("wall_end").alias("wall_end_s"), "line", "index", "segment", pl.lit(source).alias("source"),
-    ).cast(SCHEMA)
+    # Every span must be what the per-line decoder would keep as is: a name and a finite duration,
+    # wall times finite or absent. (Empty lists are left out: they explode to one null row.)
+    spans = lines.filter(pl.col("spans").list.len() > 0).get_column("spans").explode().struct.unnest()
+    wall_ok = [pl.col(c).is_null() | pl.col(c).is_finite() for c in ("wall_start", "wall_end")]
+    fits = spans.select(pl.all_horizontal(pl.col("name").is_not_null(), pl.col("duration").is_finite(), *wall_ok).fill_null(False).all())
+    return lines if fits.item() else None
+
+
+def _texts(lines: list[bytes]) -> pl.Series:
+    """Each line as text; null where it is not UTF-8 or too long (the per-line decoder reports those)."""
+    texts: list[str | None] = []
+    for raw in lines:
+        try:
+            texts.append(raw.decode("utf-8") if len(raw) <= MAX_LINE_BYTES else None)
+        except UnicodeDecodeError:
+            texts.append(None)
+    return pl.Series("text", texts, dtype=pl.String)
+
+
+def _read_pieces(lines: list[bytes], numbers: list[int], typed: list[pl.DataFrame], others: list[int]) -> None:
+    """Read `lines` (1-based line `numbers`) with polars, halving around lines it refuses; collect those in `others`."""
+    if not lines:
+        return
+    frame = _read_typed(b"\n".join(lines) + b"\n", len(lines))
+    if frame is not None:
+        typed.append(frame.with_columns(pl.Series("line", numbers, dtype=pl.Int64)))
+        return
+    if len(lines) <= MIN_BISECT_LINES:
+        others.extend(numbers)
+        return
+    half = len(lines) // 2
+    _read_pieces(lines[:half], numbers[:half], typed, others)
+    _read_pieces(lines[half:], numbers[half:], typed, others)
+
+
+def _read_lines(data: bytes, lines: list[bytes]) -> tuple[list[pl.DataFrame], list[int]]:
+    """(typed line tables, 1-based numbers of the lines the per-line decoder must read)."""
+    if not lines:
+        return [], []
+    if data.endswith(b"\n"):  # the whole file first, straight from its bytes: one read when nothing needs care
+        whole = _read_typed(data, len(lines))
+        if whole is not None:
+            return [whole.with_columns(pl.int_range(1, len(lines) + 1, dtype=pl.Int64).alias("line"))], []
+    typed: list[pl.DataFrame] = []
+    others: list[int] = []
+    # Something needs care. Lines in the writer's exact byte layout are read together; the rest are
+    # halved down to the lines polars refuses, so a bad line costs about one more read of the file.
+    in_layout = _texts(lines).str.contains(LINE_LAYOUT).fill_null(False).to_list()
+    for wanted in (True, False):
+        numbers = [n for n, flag in enumerate(in_layout, start=1) if flag is wanted]
+        _read_pieces([lines[n - 1] for n in numbers], numbers, typed, others)
+    return typed, sorted(others)
 
 
 def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[pl.DataFrame, InputFile]:
@@ -103,28 +144,38 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
     if data is None:
         info.skipped = len(warnings) - before
         return pl.DataFrame(schema=SCHEMA), info
-    typed = _read_typed(data, source) if data.strip() else None
-    if typed is not None:
-        info.records = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-        return typed, info
+    lines = data.split(b"\n")
+    terminated = data.endswith(b"\n")
+    if terminated:
+        lines.pop()
+    typed_lines, others = _read_lines(data, lines)
+    del data
+    typed = pl.concat(typed_lines) if typed_lines else pl.DataFrame(schema={**LINE_SCHEMA, "line": pl.Int64})
+    steps_by_line = dict(typed.select("line", "step").iter_rows())
+    layout = (
+        typed.with_columns(pl.int_ranges(0, pl.col("spans").list.len(), dtype=pl.Int32).alias("index"))
+        .explode(["spans", "index"])
+        .filter(pl.col("index").is_not_null())  # an empty span list explodes to one null row
+        .unnest("spans")
+        .select(
+            "step", "name", pl.col("duration").alias("duration_s"), pl.col("wall_start").alias("wall_start_s"),
+            pl.col("wall_end").alias("wall_end_s"), "line", "index",
+        )
+    )
 
-    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA}
-    seen_steps: set[int] = set()
-    segment = 0
+    columns: dict[str, list[Any]] = {name: [] for name in ("step", "name", "duration_s", "wall_start_s", "wall_end_s", "line", "index")}
     span_warnings = 0
-    for parsed in iter_json_lines(data, source, warnings):
+    for number in others:
+        parsed = decode_line(lines[number - 1], number, source, warnings, truncated=number == len(lines) and not terminated)
+        if parsed is None:
+            continue
         row = parsed.value
-        step = _step(row.get("step"))
+        step = as_int64(row.get("step"))
         spans = row.get("spans")
         if step is None or not isinstance(spans, list):
             warnings.append(IngestWarning(source, parsed.line, "expected {\"step\": <int>, \"spans\": [...]}; line skipped"))
             continue
-        if step in seen_steps:
-            # A resumed process re-logs steps from its checkpoint: a new segment, as in metrics.
-            segment += 1
-            seen_steps = set()
-        seen_steps.add(step)
-        info.records += 1
+        steps_by_line[parsed.line] = step
         for index, span in enumerate(spans):
             name = span.get("name") if isinstance(span, dict) else None
             duration = _finite(span.get("duration")) if isinstance(span, dict) else None
@@ -139,8 +190,18 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
             columns["wall_end_s"].append(_finite(span.get("wall_end")))
             columns["line"].append(parsed.line)
             columns["index"].append(index)
-            columns["segment"].append(segment)
-            columns["source"].append(source)
+    decoded = pl.DataFrame(columns, schema={name: SCHEMA[name] for name in columns})
+    spans = layout.cast({name: SCHEMA[name] for name in columns})
+    if decoded.height:
+        spans = pl.concat([spans, decoded]).sort("line", "index")
+    # A resumed process re-logs steps from its checkpoint: each repeat starts a new segment, as in metrics.
+    ordered = sorted(steps_by_line.items())
+    segment_of = pl.DataFrame(
+        {"line": [line for line, _ in ordered], "segment": _segments([step for _, step in ordered])},
+        schema={"line": pl.Int64, "segment": pl.Int32},
+    )
+    info.records = len(ordered)
     # Skipped records are whole lines; a bad span inside a kept line is a warning, not a record.
     info.skipped = len(warnings) - before - span_warnings
-    return pl.DataFrame(columns, schema=SCHEMA), info
+    spans = spans.join(segment_of, on="line", how="left", maintain_order="left").with_columns(pl.lit(source).alias("source"))
+    return spans.select(list(SCHEMA)).cast(SCHEMA), info
