@@ -1,8 +1,8 @@
 """Side-by-side benchmark of trace-doctor against plain parses of the same trace (`make bench`).
 
 Generates large runs into benchmarks/data/ (git-ignored), then for each size runs every contender
-in its own subprocess several times and reports the median wall time and peak RSS (from the
-child's own rusage), with ratios against the naive parse (json.loads per line into a list, what
+in its own subprocess several times, round-robin (one run of each per round), and reports the
+median wall time and peak RSS (from the child's own rusage), with ratios against the naive parse (json.loads per line into a list, what
 the cookbook's trace converter does). Targets (issue 6): analysis <= 0.25x the naive time and
 <= 0.5x its peak memory; doubling the events <= 2.2x the time; the HTML report <= 10 MB and
 written in at most the analysis time again.
@@ -65,12 +65,6 @@ def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     return seconds, usage.ru_maxrss / 1024, out.decode()
 
 
-def median_of(label: str, argv: list[str], repeats: int, env: dict[str, str]) -> Measure:
-    runs = [run_child(argv, env) for _ in range(repeats)]
-    note = runs[-1][2].strip().splitlines()[-1] if label.startswith("HTML") and runs[-1][2].strip() else ""
-    return Measure(label, statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), note)
-
-
 def ensure_run(steps: int, samples: int) -> Path:
     out = DATA / f"rl_{steps}x{samples}"
     if not (out / "config.json").exists():
@@ -88,24 +82,35 @@ def bench_size(run: Path, repeats: int, with_html: bool) -> list[Measure]:
     trace = str(run / "trace_events.jsonl")
     # Analysis runs without the table cache: the point is the cold parse of a new run.
     cold = {**os.environ, "TRACE_DOCTOR_CACHE": "off"}
-    measures = [
-        median_of("cat FILE > /dev/null", ["sh", "-c", 'cat "$1" > /dev/null', "sh", trace], repeats, cold),
-        median_of("naive json.loads list", [PYTHON, "-c", NAIVE, trace], repeats, cold),
-        median_of("pandas read_json(lines)", [PYTHON, "-c", PANDAS, trace], repeats, cold),
-        median_of("polars read_ndjson", [PYTHON, "-c", POLARS, trace], repeats, cold),
-        median_of("trace-doctor ingest only (load_run)", [PYTHON, "-c", INGEST, str(run)], repeats, cold),
-        median_of("trace-doctor analyze (json)", [CLI, "analyze", str(run), "--no-html", "--format", "json"], repeats, cold),
+    contenders: list[tuple[str, list[str], dict[str, str]]] = [
+        ("cat FILE > /dev/null", ["sh", "-c", 'cat "$1" > /dev/null', "sh", trace], cold),
+        ("naive json.loads list", [PYTHON, "-c", NAIVE, trace], cold),
+        ("pandas read_json(lines)", [PYTHON, "-c", PANDAS, trace], cold),
+        ("polars read_ndjson", [PYTHON, "-c", POLARS, trace], cold),
+        ("trace-doctor ingest only (load_run)", [PYTHON, "-c", INGEST, str(run)], cold),
+        ("trace-doctor analyze (json)", [CLI, "analyze", str(run), "--no-html", "--format", "json"], cold),
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        cache_env = {**os.environ, "TRACE_DOCTOR_CACHE": "on", "TRACE_DOCTOR_CACHE_DIR": tmp}
-        run_child([CLI, "analyze", str(run), "--no-html", "--format", "json"], cache_env)  # fills the cache
-        measures.append(median_of("analyze, cached tables", [CLI, "analyze", str(run), "--no-html", "--format", "json"], repeats, cache_env))
-    if with_html:
-        with tempfile.TemporaryDirectory() as tmp:
-            report = Path(tmp) / "report.html"
-            m = median_of("HTML: analyze + write_html", [PYTHON, "-c", HTML, str(run), str(report)], repeats, cold)
-            m.note += f" size={report.stat().st_size / 1e6:.2f}MB"
-            measures.append(m)
+    with tempfile.TemporaryDirectory() as cache_dir, tempfile.TemporaryDirectory() as html_dir:
+        cache_env = {**os.environ, "TRACE_DOCTOR_CACHE": "on", "TRACE_DOCTOR_CACHE_DIR": cache_dir}
+        analyze_cached = [CLI, "analyze", str(run), "--no-html", "--format", "json"]
+        run_child(analyze_cached, cache_env)  # fills the cache
+        contenders.append(("analyze, cached tables", analyze_cached, cache_env))
+        report = Path(html_dir) / "report.html"
+        if with_html:
+            contenders.append(("HTML: analyze + write_html", [PYTHON, "-c", HTML, str(run), str(report)], cold))
+        # Round-robin: every contender once per round, so a shared machine's drift (other jobs,
+        # thermal, noisy neighbours) falls on all of them alike instead of on whichever ran last.
+        runs: dict[str, list[tuple[float, float, str]]] = {label: [] for label, _, _ in contenders}
+        for _ in range(repeats):
+            for label, argv, env in contenders:
+                runs[label].append(run_child(argv, env))
+        measures = []
+        for label, _, _ in contenders:
+            results = runs[label]
+            note = results[-1][2].strip().splitlines()[-1] if label.startswith("HTML") and results[-1][2].strip() else ""
+            if label.startswith("HTML"):
+                note += f" size={report.stat().st_size / 1e6:.2f}MB"
+            measures.append(Measure(label, statistics.median(r[0] for r in results), statistics.median(r[1] for r in results), note))
     return measures
 
 
