@@ -389,3 +389,13 @@ def test_a_begin_event_carrying_a_step_is_read_without_loss(tmp_path):
     assert warnings == [] and info.records == 2
     row = spans.row(0, named=True)
     assert row["step"] == 3 and row["closed"]
+
+
+def test_unmatched_end_events_are_reported_in_file_order(tmp_path):
+    """Pairing groups events by hashed track ids; the account must still read top to bottom."""
+    lines = [ev("s", "B", 1.0, track="Task-0", tid=1)]
+    lines += [ev("orphan", "E", 2.0 + i, track=f"Task-{i}", tid=100 + i) for i in range(1, 40)]
+    lines += [ev("s", "E", 50.0, track="Task-0", tid=1)]
+    spans, info, warnings = parse(write(tmp_path, lines))
+    assert [w.line for w in warnings] == list(range(2, 41))
+    assert spans.height == 1 and spans["closed"][0]

@@ -116,14 +116,8 @@ def _read_pieces(lines: list[bytes], numbers: list[int], typed: list[pl.DataFram
     _read_pieces(lines[half:], numbers[half:], typed, others)
 
 
-def _read_lines(data: bytes, lines: list[bytes]) -> tuple[list[pl.DataFrame], list[int]]:
+def _read_lines(lines: list[bytes]) -> tuple[list[pl.DataFrame], list[int]]:
     """(typed line tables, 1-based numbers of the lines the per-line decoder must read)."""
-    if not lines:
-        return [], []
-    if data.endswith(b"\n"):  # the whole file first, straight from its bytes: one read when nothing needs care
-        whole = _read_typed(data, len(lines))
-        if whole is not None:
-            return [whole.with_columns(pl.int_range(1, len(lines) + 1, dtype=pl.Int64).alias("line"))], []
     typed: list[pl.DataFrame] = []
     others: list[int] = []
     # Something needs care. Lines in the writer's exact byte layout are read together; the rest are
@@ -144,11 +138,19 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
     if data is None:
         info.skipped = len(warnings) - before
         return pl.DataFrame(schema=SCHEMA), info
-    lines = data.split(b"\n")
     terminated = data.endswith(b"\n")
-    if terminated:
-        lines.pop()
-    typed_lines, others = _read_lines(data, lines)
+    count = data.count(b"\n") + (0 if terminated or not data else 1)
+    # The whole file first, straight from its bytes: one read when nothing needs care, and no
+    # per-line Python objects (their memory would stay with the C allocator after they are freed).
+    whole = _read_typed(data, count) if terminated else None
+    if whole is not None:
+        lines: list[bytes] = []
+        typed_lines, others = [whole.with_columns(pl.int_range(1, count + 1, dtype=pl.Int64).alias("line"))], []
+    else:
+        lines = data.split(b"\n")
+        if terminated:
+            lines.pop()
+        typed_lines, others = _read_lines(lines)
     del data
     typed = pl.concat(typed_lines) if typed_lines else pl.DataFrame(schema={**LINE_SCHEMA, "line": pl.Int64})
     steps_by_line = dict(typed.select("line", "step").iter_rows())
@@ -166,7 +168,7 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
     columns: dict[str, list[Any]] = {name: [] for name in ("step", "name", "duration_s", "wall_start_s", "wall_end_s", "line", "index")}
     span_warnings = 0
     for number in others:
-        parsed = decode_line(lines[number - 1], number, source, warnings, truncated=number == len(lines) and not terminated)
+        parsed = decode_line(lines[number - 1], number, source, warnings, truncated=number == count and not terminated)
         if parsed is None:
             continue
         row = parsed.value
