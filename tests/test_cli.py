@@ -80,3 +80,28 @@ def test_demo_runs_on_the_packaged_sample(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Verdict" in result.output
     assert (tmp_path / "demo.html").stat().st_size > 0
+
+
+def _console_script():
+    import shutil
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("trace-doctor")
+    return str(script) if script.exists() else shutil.which("trace-doctor")
+
+
+@pytest.mark.skipif(_console_script() is None, reason="the trace-doctor console script is not installed in this environment")
+def test_console_script_flushes_everything_before_its_fast_exit(tmp_path):
+    """The installed command exits with os._exit: output piped to a file must still be complete, codes kept."""
+    import subprocess
+
+    script = _console_script()
+    done = subprocess.run([script, "analyze", str(fixture_run("demo")), "--no-html", "--format", "json", "--fail-on", "warning"],
+                          capture_output=True, text=True)
+    assert done.returncode == 1  # the demo run has warnings: the gate trips
+    document = json.loads(done.stdout)  # complete: parses to the end
+    assert document["findings"]
+    missing = subprocess.run([script, "analyze", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+    assert subprocess.run([script, "--version"], capture_output=True, text=True).stdout.startswith("trace-doctor, version")
