@@ -16,7 +16,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import importlib  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from importlib.resources import files  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import click  # noqa: E402
@@ -169,6 +168,8 @@ def analyze_command(paths, **kwargs) -> None:
 
 
 def sample_run_path() -> Path:
+    from importlib.resources import files  # only `demo` needs it: not imported on every command
+
     return Path(str(files("trace_doctor") / "sample_run"))
 
 
