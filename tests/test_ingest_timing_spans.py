@@ -123,3 +123,18 @@ def test_lines_in_another_byte_layout_are_read_by_polars_in_pieces(tmp_path, mon
     assert [w.line for w in warnings] == [151] and "not valid JSON" in warnings[0].problem
     assert (info.records, info.skipped) == (299, 1) and table.height == 299 * 5
     assert 151 in decoded and len(decoded) <= timing_spans.MIN_BISECT_LINES
+
+
+def test_account_order_does_not_depend_on_thread_timing(tmp_path):
+    """Trace and timing_spans are read on different threads; their warnings still come trace first, then spans."""
+    from trace_doctor.api import load_run
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": 1.0}) + "\n" for i in range(3)))
+    trace_line = '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": %d, "args": {"track": "main", "thread": "MainThread"}, "cat": "async"}'
+    (tmp_path / "trace_events.jsonl").write_text("\n".join([trace_line % 1, "not json", trace_line % 3]) + "\n")
+    (tmp_path / "timing_spans.jsonl").write_text("\n".join(_rl_lines(3, 2) + ["{broken"]) + "\n")
+    for _ in range(5):
+        run = load_run(tmp_path)
+        kinds = [w.path.rsplit("/", 1)[-1] for w in run.warnings]
+        assert kinds == ["trace_events.jsonl", "timing_spans.jsonl"]
+        assert [i.kind for i in run.inputs] == ["metrics", "trace", "spans"]

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,14 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
     files = found.files
 
     # The trace is by far the largest input: it is read on a worker thread (polars releases the
-    # GIL) while the other inputs are read here. Each parser gets its own warning list, merged in a
-    # fixed order, so the account never depends on thread timing.
+    # GIL) while the other inputs are read here. timing_spans.jsonl, the next largest, waits until
+    # the trace's bytes are read, so it shares the machine with span building (which leaves part of
+    # it idle) rather than with the read (which does not). Each parser gets its own warning list,
+    # merged in a fixed order, so the account never depends on thread timing.
+    trace_read = threading.Event()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-ingest") as pool:
         trace_warnings: list[IngestWarning] = []
-        trace_future = pool.submit(parse_trace_files, files["trace"], trace_warnings, progress=progress)
+        trace_future = pool.submit(parse_trace_files, files["trace"], trace_warnings, progress=progress, on_read=trace_read.set)
         meta = RunMeta()
         for path in files["config"]:
             meta, info = parse_config(path, warnings)
@@ -66,17 +70,16 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
         run.inputs += infos
         later_warnings: list[IngestWarning] = []
         later_inputs = []
-        run.step_spans, infos = parse_timing_spans_files(files["spans"], later_warnings)
-        later_inputs += infos
-        run.checkpoints, infos = parse_checkpoint_files(files["checkpoints"], later_warnings)
-        later_inputs += infos
-        run.frames, run.profiles, infos = parse_profile_files(files["profile"], later_warnings)
-        later_inputs += infos
-        run.task_snapshots, run.stack_snapshots, infos = parse_dump_files(files["dump"], later_warnings)
-        later_inputs += infos
+        run.checkpoints, checkpoint_infos = parse_checkpoint_files(files["checkpoints"], later_warnings)
+        run.frames, run.profiles, profile_infos = parse_profile_files(files["profile"], later_warnings)
+        run.task_snapshots, run.stack_snapshots, dump_infos = parse_dump_files(files["dump"], later_warnings)
         # Dumps are usually captured stdout, which also carries GIL-monitor and SDK lines.
-        run.log_events, infos = parse_log_files(files["log"] + files["dump"] + files["code_diff"], later_warnings)
-        later_inputs += infos
+        run.log_events, log_infos = parse_log_files(files["log"] + files["dump"] + files["code_diff"], later_warnings)
+        trace_read.wait()
+        span_warnings: list[IngestWarning] = []
+        run.step_spans, span_infos = parse_timing_spans_files(files["spans"], span_warnings)
+        later_inputs = span_infos + checkpoint_infos + profile_infos + dump_infos + log_infos
+        later_warnings = span_warnings + later_warnings
         run.spans, infos = trace_future.result()
     run.inputs += infos + later_inputs
     warnings += trace_warnings + later_warnings

@@ -105,15 +105,28 @@ def empty_spans() -> pl.DataFrame:
 
 
 def parse_trace_files(
-    paths: list[Path], warnings: list[IngestWarning], progress: Progress | None = None
+    paths: list[Path],
+    warnings: list[IngestWarning],
+    progress: Progress | None = None,
+    *,
+    on_read: Callable[[], None] | None = None,
 ) -> tuple[pl.DataFrame, list[InputFile]]:
-    """Parse every trace file into one `spans` table (segments numbered per file)."""
+    """Parse every trace file into one `spans` table (segments numbered per file).
+
+    `on_read` is called once the last file's bytes are read (before its spans are built, the
+    part that uses less than the whole machine), and in any case before returning or raising.
+    """
     frames: list[pl.DataFrame] = []
     inputs: list[InputFile] = []
-    for path in paths:
-        frame, info = parse_trace_file(path, warnings, progress)
-        frames.append(frame)
-        inputs.append(info)
+    try:
+        for index, path in enumerate(paths):
+            last = on_read if index == len(paths) - 1 else None
+            frame, info = parse_trace_file(path, warnings, progress, on_read=last)
+            frames.append(frame)
+            inputs.append(info)
+    finally:
+        if on_read is not None:
+            on_read()
     frames = [f for f in frames if f.height]
     if not frames:
         return empty_spans(), inputs
@@ -121,7 +134,7 @@ def parse_trace_files(
 
 
 def parse_trace_file(
-    path: Path, warnings: list[IngestWarning], progress: Progress | None = None
+    path: Path, warnings: list[IngestWarning], progress: Progress | None = None, *, on_read: Callable[[], None] | None = None
 ) -> tuple[pl.DataFrame, InputFile]:
     """Parse one trace file, from the table cache when it is unchanged."""
     from trace_doctor.ingest import cache
@@ -132,13 +145,13 @@ def parse_trace_file(
         warnings.extend(cached_warnings)
         return frame, info
     before = len(warnings)
-    frame, info = _parse_trace_file(path, warnings, progress)
+    frame, info = _parse_trace_file(path, warnings, progress, on_read)
     cache.store(path, "spans", frame, info, warnings[before:])
     return frame, info
 
 
 def _parse_trace_file(
-    path: Path, warnings: list[IngestWarning], progress: Progress | None
+    path: Path, warnings: list[IngestWarning], progress: Progress | None, on_read: Callable[[], None] | None = None
 ) -> tuple[pl.DataFrame, InputFile]:
     info = InputFile(kind="trace", path=str(path))
     source = str(path)
@@ -160,6 +173,8 @@ def _parse_trace_file(
         warnings.append(IngestWarning(source, None, f"cannot read file: {getattr(exc, 'strerror', None) or exc}"))
         info.skipped = 1
         return empty_spans(), info
+    if on_read is not None:
+        on_read()
     warnings.extend(bad)
     info.records = events.height
     info.skipped = sum(1 for w in bad if w.line is not None)
@@ -247,7 +262,7 @@ def read_jsonl_events(
     # here: filters and struct hashes on a table of many chunks would each copy their columns into
     # one chunk again (at 1M events that cost ~100 MB of peak memory).
     events = pl.concat(frames, how="vertical", rechunk=True)
-    del frames
+    frames.clear()  # the chunks' copies go now, not when the function returns
     return _drop_incomplete(events, source, bad)
 
 
