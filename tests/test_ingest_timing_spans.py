@@ -79,6 +79,18 @@ def _rl_lines(steps: int, spans_per_step: int = 40) -> list[str]:
     return [line(step, [(f"sample_{i}", 0.5 + i / 100, i / 10) for i in range(spans_per_step)]) for step in range(steps)]
 
 
+def _parse_counting_decoded(tmp_path, lines, monkeypatch):
+    """parse() of `lines`, plus the numbers of the lines that went through the per-line decoder."""
+    from trace_doctor.ingest import timing_spans
+
+    path = tmp_path / "timing_spans.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    decoded = []
+    real = timing_spans.decode_line
+    monkeypatch.setattr(timing_spans, "decode_line", lambda raw, number, *a, **k: decoded.append(number) or real(raw, number, *a, **k))
+    return (*parse(path), decoded)
+
+
 def test_one_malformed_line_costs_only_that_line(tmp_path, monkeypatch):
     """A NaN, a null span and a step beyond 64 bits: each is reported, everything around them kept, and only
     their neighbourhoods (not the whole file) go through the per-line decoder."""
@@ -88,12 +100,7 @@ def test_one_malformed_line_costs_only_that_line(tmp_path, monkeypatch):
     lines[17] = lines[17].replace('"duration": ', '"duration": NaN, "x": ', 1)
     lines[200] = lines[200].replace('"spans": [', '"spans": [null, ', 1)
     lines[301] = lines[301].replace('"step": 301', '"step": 99999999999999999999', 1)
-    path = tmp_path / "timing_spans.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    decoded = []
-    real = timing_spans.decode_line
-    monkeypatch.setattr(timing_spans, "decode_line", lambda raw, number, *a, **k: decoded.append(number) or real(raw, number, *a, **k))
-    table, info, warnings = parse(path)
+    table, info, warnings, decoded = _parse_counting_decoded(tmp_path, lines, monkeypatch)
     assert [(w.line, w.problem.split(";")[0]) for w in warnings] == [
         (18, "span 0 of step 17 has no name or finite duration"),
         (201, "span 0 of step 200 has no name or finite duration"),
@@ -114,12 +121,7 @@ def test_lines_in_another_byte_layout_are_read_by_polars_in_pieces(tmp_path, mon
 
     lines = [json.dumps(json.loads(text), separators=(",", ":")) for text in _rl_lines(300, 5)]
     lines[150] = lines[150][:40]  # truncated mid-write, then the run went on
-    path = tmp_path / "timing_spans.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    decoded = []
-    real = timing_spans.decode_line
-    monkeypatch.setattr(timing_spans, "decode_line", lambda raw, number, *a, **k: decoded.append(number) or real(raw, number, *a, **k))
-    table, info, warnings = parse(path)
+    table, info, warnings, decoded = _parse_counting_decoded(tmp_path, lines, monkeypatch)
     assert [w.line for w in warnings] == [151] and "not valid JSON" in warnings[0].problem
     assert (info.records, info.skipped) == (299, 1) and table.height == 299 * 5
     assert 151 in decoded and len(decoded) <= timing_spans.MIN_BISECT_LINES

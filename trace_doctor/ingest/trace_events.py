@@ -42,7 +42,7 @@ import orjson
 import polars as pl
 
 from trace_doctor.ingest.deep_json import dumps_deep
-from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, decode_json
+from trace_doctor.ingest.jsonl import decode_json, decode_line
 from trace_doctor.ingest.trace_layout import LAYOUT_COLUMNS, read_layout
 from trace_doctor.model import SPANS_SCHEMA, IngestWarning, InputFile
 
@@ -365,23 +365,10 @@ def _with_lines(frame: pl.DataFrame, numbers: list[int]) -> pl.DataFrame:
 def _decode_line(
     raw: bytes, line: int, source: str, bad: list[IngestWarning], truncated_line: int | None
 ) -> dict[str, Any] | None:
-    if raw.endswith(b"\r"):
-        raw = raw[:-1]
-    if not raw.strip():
+    parsed = decode_line(raw, line, source, bad, truncated=line == truncated_line, expect_object=False)
+    if parsed is None:
         return None
-    if len(raw) > MAX_LINE_BYTES:
-        bad.append(IngestWarning(source, line, f"line of {len(raw):,} bytes exceeds the {MAX_LINE_BYTES:,}-byte limit; skipped"))
-        return None
-    try:
-        value = decode_json(raw)
-    except Exception as exc:  # noqa: BLE001 - an undecodable line is one warning
-        text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-        if line == truncated_line:
-            problem = f"truncated last line (no newline; the writer stopped mid-append): {text}"
-        else:
-            problem = f"not valid JSON: {text}"
-        bad.append(IngestWarning(source, line, problem))
-        return None
+    value = parsed.value
     row, problem = validate_event(value)
     if problem is not None:
         bad.append(IngestWarning(source, line, problem))
