@@ -84,3 +84,17 @@ def test_healthy_flat_series_passes_every_timing_rule():
     rows = [{"step": i, "progress/batch": i, "time/train": 5.0, "time/total": float(10 + rng.normal(0, 0.3))} for i in range(30)]
     found, _, _ = findings(run_from_rows(rows))
     assert found == []
+
+
+def test_caller_track_strips_private_sdk_call_tracks_only():
+    """0.6.1 puts each SDK call on `<caller>:<call>:<tid>` (tid >= 1e6); pairing fb with optim needs the caller."""
+    import polars as pl
+
+    from trace_doctor.rules.checks.pipelining_gap import caller_track
+
+    frame = pl.DataFrame({
+        "track": ["Task-1:forward_backward:1000123", "Task-1:forward_backward:1000123", "a:b:c:2000001", "main", "x:y:1000005", None],
+        "tid": [1000123, 5, 2000001, 1000777, 1000006, 1000008],
+    })
+    callers = frame.select(caller_track(pl.col("track"), pl.col("tid"))).to_series().to_list()
+    assert callers == ["Task-1", "Task-1:forward_backward:1000123", "a:b", "main", "x:y:1000005", None]

@@ -30,28 +30,39 @@ def _closed(spans: pl.DataFrame) -> pl.DataFrame:
 PRIVATE_TRACK_MIN_TID = 1_000_000
 
 
-def caller_track(track: str | None, tid: int | None) -> str | None:
-    """The calling task's track of a span (the prefix of a 0.6.1 private SDK-call track)."""
-    if track is None or tid is None or tid < PRIVATE_TRACK_MIN_TID:
-        return track
-    parts = track.rsplit(":", 2)
-    return parts[0] if len(parts) == 3 and parts[2] == str(tid) else track
+def caller_track(track: pl.Expr, tid: pl.Expr) -> pl.Expr:
+    """The calling task's track of each span: 0.6.1 runs each SDK call on a private track
+    `<caller>:<call>:<tid>` with a tid >= 1,000,000; other tracks are their own caller."""
+    parts = track.str.extract_groups(r"^(.*):[^:]*:([^:]*)$")
+    private = (tid >= PRIVATE_TRACK_MIN_TID) & (parts.struct.field("2") == tid.cast(pl.String))
+    return pl.when(private.fill_null(False)).then(parts.struct.field("1")).otherwise(track)
 
 
 def fb_optim_waits(spans: pl.DataFrame, min_wait_s: float) -> pl.DataFrame:
     """Each fb submission with the gap to the next optim submission of the same calling task."""
-    calls = _closed(spans).filter(pl.col("name").is_in(list(FB_NAMES + OPTIM_NAMES)))
-    calls = calls.with_columns(pl.struct("track", "tid").map_elements(lambda r: caller_track(r["track"], r["tid"]), return_dtype=pl.String).alias("_caller"))
-    calls = calls.sort(["segment", "pid", "_caller", "start_us"])
-    rows = []
-    prev = None
-    for row in calls.iter_rows(named=True):
-        key = (row["segment"], row["pid"], row["_caller"])
-        if prev is not None and prev[0] == key and prev[1]["name"] in FB_NAMES and row["name"] in OPTIM_NAMES:
-            gap = (row["start_us"] - prev[1]["end_us"]) / 1e6
-            rows.append({"step": row["step"] if row["step"] is not None else prev[1]["step"], "segment": row["segment"], "fb_end_us": prev[1]["end_us"], "optim_start_us": row["start_us"], "gap_s": gap, "sequential": gap > min_wait_s})
-        prev = (key, row)
-    return pl.DataFrame(rows, schema={"step": pl.Int64, "segment": pl.Int32, "fb_end_us": pl.Float64, "optim_start_us": pl.Float64, "gap_s": pl.Float64, "sequential": pl.Boolean})
+    key = ["segment", "pid", "_caller"]
+    calls = (
+        _closed(spans)
+        .filter(pl.col("name").is_in(list(FB_NAMES + OPTIM_NAMES)))
+        .with_columns(caller_track(pl.col("track"), pl.col("tid")).alias("_caller"))
+        .sort([*key, "start_us"])
+    )
+    # An optim call right after an fb call of the same caller (in submission order) is one pair.
+    follows_fb = (
+        pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(1)) for c in key)
+        & pl.col("name").shift(1).is_in(list(FB_NAMES))
+        & pl.col("name").is_in(list(OPTIM_NAMES))
+    )
+    gap = (pl.col("start_us") - pl.col("end_us").shift(1)) / 1e6
+    return calls.select(
+        follows_fb.fill_null(False).alias("_pair"),
+        pl.coalesce("step", pl.col("step").shift(1)).cast(pl.Int64).alias("step"),
+        pl.col("segment").cast(pl.Int32),
+        pl.col("end_us").shift(1).alias("fb_end_us"),
+        pl.col("start_us").alias("optim_start_us"),
+        gap.alias("gap_s"),
+        (gap > min_wait_s).alias("sequential"),
+    ).filter("_pair").drop("_pair")
 
 
 def step_transitions(spans: pl.DataFrame) -> pl.DataFrame:
