@@ -1,11 +1,12 @@
 """Chrome-trace events (`trace_events.jsonl`, a converted `trace.json`, `{"traceEvents": ...}`) -> `spans`.
 
-Reading. JSONL files take a typed fast path: the bytes are cut into chunks at line boundaries and
-each chunk is read by polars `read_ndjson` with an explicit schema (never inference). A chunk that
-polars refuses is bisected until the offending lines are isolated; only those lines go through the
-robust per-line decoder (NaN literals, wrong types, truncation), so one malformed line costs that
-line, never the fast path for the rest of the file. JSON documents (arrays, trace objects, `.gz`)
-are decoded whole and validated event by event.
+Reading. JSONL files take a typed fast path: the bytes are cut into ~8 MB chunks at line
+boundaries, read on two threads and taken back in file order. In a chunk, lines in the cookbook
+writer's exact byte layout are matched and typed without JSON decoding (trace_layout.py); the other
+lines are read by polars `read_ndjson` with an explicit schema (never inference), bisected around
+lines it refuses, and only those go through the robust per-line decoder (NaN literals, wrong types,
+truncation), so one malformed line costs that line, never the fast path for the rest of the file.
+JSON documents (arrays, trace objects, `.gz`) are decoded whole and validated event by event.
 
 Pairing. B/E events are paired per (segment, pid, tid, args.track) as a LIFO stack in file
 (emission) order: the cookbook writer emits each task's B and E sequentially, while ts order is
