@@ -69,7 +69,6 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
         run.steps, infos = parse_metrics_files(files["metrics"], warnings)
         run.inputs += infos
         later_warnings: list[IngestWarning] = []
-        later_inputs = []
         run.checkpoints, checkpoint_infos = parse_checkpoint_files(files["checkpoints"], later_warnings)
         run.frames, run.profiles, profile_infos = parse_profile_files(files["profile"], later_warnings)
         run.task_snapshots, run.stack_snapshots, dump_infos = parse_dump_files(files["dump"], later_warnings)
