@@ -244,11 +244,15 @@ def _main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]
         ((pl.col("track") == "main") | (pl.col("track") == "sync:MainThread"))
         & (pl.col("depth") >= 1) & pl.col("closed") & pl.col("end_us").is_not_null()
     )
-    gaps: list[list[float]] = []
-    for _, part in main.group_by(["segment", "pid", "track"], maintain_order=True):
-        covered = _merge([[a, b] for a, b in part.select("start_us", "end_us").iter_rows()])
-        gaps += [[a[1], b[0]] for a, b in zip(covered, covered[1:]) if b[0] - a[1] > min_gap_s * 1e6]
-    return sorted(gaps)
+    # A gap opens where a span starts after every earlier span of its track has ended: the
+    # running maximum of end times, per track in start order, is how far coverage reached.
+    track = ["segment", "pid", "track"]
+    reached = (
+        main.sort([*track, "start_us", "end_us"])
+        .with_columns(pl.col("end_us").cum_max().shift(1).over(track).alias("_reached"))
+        .filter(pl.col("start_us") - pl.col("_reached") > min_gap_s * 1e6)
+    )
+    return sorted([a, b] for a, b in reached.select("_reached", "start_us").iter_rows())
 
 
 def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
