@@ -349,6 +349,23 @@ def test_layout_fast_path_agrees_with_json_decoding(tmp_path):
     assert json.loads(by_name["evaluator"]["args"]) == {"evaluator_name": "ev", "step": 5}
 
 
+
+def test_layout_branches_that_do_not_fit_the_phase_are_read_generally(tmp_path):
+    """Metadata with span args, or a span with metadata args, match the line pattern's other branch: the general reader takes them."""
+    odd_meta = json.dumps({"name": "thread_name", "ph": "M", "pid": 0, "tid": 7, "ts": 0, "args": {"track": "t", "thread": "h"}, "cat": "async"})
+    named_span = [
+        json.dumps({"name": "odd", "ph": ph, "pid": 0, "tid": 11, "ts": ts, "args": {"name": "x"}}) for ph, ts in (("B", 5.0), ("E", 6.0))
+    ]
+    lines = [meta("thread_name", "Task-11", 11), odd_meta, ev("work", "B", 1.0, track="Task-1", tid=7), *named_span, ev("work", "E", 9.0, track="Task-1", tid=7)]
+    fast, _, fast_warnings = parse(write(tmp_path, lines))
+    slow, _, slow_warnings = parse(write(tmp_path, ["[" + ",\n".join(lines) + "]"], name="trace.json"))
+    assert fast_warnings == slow_warnings == []
+    assert fast.drop("source").equals(slow.drop("source"))
+    odd = fast.filter(pl.col("name") == "odd").row(0, named=True)
+    # No args.track: the track comes from the thread_name metadata, and `name` stays an attribute.
+    assert odd["track"] == "Task-11" and json.loads(odd["args"]) == {"name": "x"}
+    assert fast.filter(pl.col("name") == "work").get_column("dur_us").to_list() == [8.0]
+
 def test_integral_float_pid_beyond_64_bits_is_a_label_not_a_crash(tmp_path):
     """A pid the decoder gives as 1e20 (a float) is kept as a text label, like a huge integer."""
     line = ev("sample", "B", 1.0).replace('"pid": 0', '"pid": 1e20')
