@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -56,6 +56,17 @@ _INT = r"-?(?:0|[1-9][0-9]*)"
 _NUMBER = _INT + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _SPAN = r'\{"name": "' + _TEXT + r'", "duration": ' + _NUMBER + r', "wall_start": ' + _NUMBER + r', "wall_end": ' + _NUMBER + r"\}"
 LINE_LAYOUT = r'^\{"step": ' + _INT + r', "spans": \[(?:' + _SPAN + r"(?:, " + _SPAN + r")*)?\]\}$"
+# The step_spans columns read from the file (the rest are added per file).
+SPAN_COLUMNS = ("step", "name", "duration_s", "wall_start_s", "wall_end_s", "line", "index")
+
+
+class Typed(NamedTuple):
+    """Lines polars read: their steps (`line`, `step`) and their spans, one row each."""
+
+    steps: pl.DataFrame
+    spans: pl.DataFrame
+
+
 # Below this many lines a piece polars refuses is decoded line by line instead of halved again
 # (RL lines are tens of kB to MBs, so a few lines already make a meaningful read).
 MIN_BISECT_LINES = 8
@@ -73,20 +84,32 @@ def _segments(steps: list[int]) -> list[int]:
     return segments
 
 
-def _read_typed(data: bytes, count: int) -> pl.DataFrame | None:
-    """`count` lines through polars with an explicit schema, or None if any of them needs care."""
+def _read_typed(data: bytes, numbers: pl.Series) -> Typed | None:
+    """The lines of `data` (file line `numbers`) through polars with an explicit schema, or None if any needs care."""
     try:
         lines = pl.read_ndjson(io.BytesIO(data), schema=LINE_SCHEMA)
     except Exception:  # noqa: BLE001 - any refusal means a closer look at these lines
         return None
-    if lines.height != count or lines.get_column("step").null_count() or lines.get_column("spans").null_count():
+    if lines.height != numbers.len() or lines.get_column("step").null_count() or lines.get_column("spans").null_count():
         return None  # blank lines, or lines that are not {"step", "spans"}: number and report them one by one
+    lines = lines.with_columns(numbers.alias("line"))
+    # One row per span, exploded once: checked here and kept as the result.
+    spans = (
+        lines.with_columns(pl.int_ranges(0, pl.col("spans").list.len(), dtype=pl.Int32).alias("index"))
+        .explode(["spans", "index"])
+        .filter(pl.col("index").is_not_null())  # an empty span list explodes to one null row
+        .unnest("spans")
+    )
     # Every span must be what the per-line decoder would keep as is: a name and a finite duration,
-    # wall times finite or absent. (Empty lists are left out: they explode to one null row.)
-    spans = lines.filter(pl.col("spans").list.len() > 0).get_column("spans").explode().struct.unnest()
+    # wall times finite or absent.
     wall_ok = [pl.col(c).is_null() | pl.col(c).is_finite() for c in ("wall_start", "wall_end")]
     fits = spans.select(pl.all_horizontal(pl.col("name").is_not_null(), pl.col("duration").is_finite(), *wall_ok).fill_null(False).all())
-    return lines if fits.item() else None
+    if not fits.item():
+        return None
+    return Typed(lines.select("line", "step"), spans.select(
+        "step", "name", pl.col("duration").alias("duration_s"), pl.col("wall_start").alias("wall_start_s"),
+        pl.col("wall_end").alias("wall_end_s"), "line", "index",
+    ))
 
 
 def _texts(lines: list[bytes]) -> pl.Series:
@@ -100,13 +123,13 @@ def _texts(lines: list[bytes]) -> pl.Series:
     return pl.Series("text", texts, dtype=pl.String)
 
 
-def _read_pieces(lines: list[bytes], numbers: list[int], typed: list[pl.DataFrame], others: list[int]) -> None:
+def _read_pieces(lines: list[bytes], numbers: list[int], typed: list[Typed], others: list[int]) -> None:
     """Read `lines` (1-based line `numbers`) with polars, halving around lines it refuses; collect those in `others`."""
     if not lines:
         return
-    frame = _read_typed(b"\n".join(lines) + b"\n", len(lines))
-    if frame is not None:
-        typed.append(frame.with_columns(pl.Series("line", numbers, dtype=pl.Int64)))
+    read = _read_typed(b"\n".join(lines) + b"\n", pl.Series(numbers, dtype=pl.Int64))
+    if read is not None:
+        typed.append(read)
         return
     if len(lines) <= MIN_BISECT_LINES:
         others.extend(numbers)
@@ -116,9 +139,9 @@ def _read_pieces(lines: list[bytes], numbers: list[int], typed: list[pl.DataFram
     _read_pieces(lines[half:], numbers[half:], typed, others)
 
 
-def _read_lines(lines: list[bytes]) -> tuple[list[pl.DataFrame], list[int]]:
-    """(typed line tables, 1-based numbers of the lines the per-line decoder must read)."""
-    typed: list[pl.DataFrame] = []
+def _read_lines(lines: list[bytes]) -> tuple[list[Typed], list[int]]:
+    """(typed pieces, 1-based numbers of the lines the per-line decoder must read)."""
+    typed: list[Typed] = []
     others: list[int] = []
     # Something needs care. Lines in the writer's exact byte layout are read together; the rest are
     # halved down to the lines polars refuses, so a bad line costs about one more read of the file.
@@ -142,30 +165,20 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
     count = data.count(b"\n") + (0 if terminated or not data else 1)
     # The whole file first, straight from its bytes: one read when nothing needs care, and no
     # per-line Python objects (their memory would stay with the C allocator after they are freed).
-    whole = _read_typed(data, count) if terminated else None
+    whole = _read_typed(data, pl.int_range(1, count + 1, dtype=pl.Int64, eager=True)) if terminated else None
     if whole is not None:
         lines: list[bytes] = []
-        typed_lines, others = [whole.with_columns(pl.int_range(1, count + 1, dtype=pl.Int64).alias("line"))], []
+        pieces, others = [whole], []
     else:
         lines = data.split(b"\n")
         if terminated:
             lines.pop()
-        typed_lines, others = _read_lines(lines)
+        pieces, others = _read_lines(lines)
     del data
-    typed = pl.concat(typed_lines) if typed_lines else pl.DataFrame(schema={**LINE_SCHEMA, "line": pl.Int64})
-    steps_by_line = dict(typed.select("line", "step").iter_rows())
-    layout = (
-        typed.with_columns(pl.int_ranges(0, pl.col("spans").list.len(), dtype=pl.Int32).alias("index"))
-        .explode(["spans", "index"])
-        .filter(pl.col("index").is_not_null())  # an empty span list explodes to one null row
-        .unnest("spans")
-        .select(
-            "step", "name", pl.col("duration").alias("duration_s"), pl.col("wall_start").alias("wall_start_s"),
-            pl.col("wall_end").alias("wall_end_s"), "line", "index",
-        )
-    )
+    steps_by_line = dict(pl.concat([p.steps for p in pieces]).iter_rows()) if pieces else {}
+    layout = pl.concat([p.spans for p in pieces]) if pieces else pl.DataFrame(schema={k: SCHEMA[k] for k in SPAN_COLUMNS})
 
-    columns: dict[str, list[Any]] = {name: [] for name in ("step", "name", "duration_s", "wall_start_s", "wall_end_s", "line", "index")}
+    columns: dict[str, list[Any]] = {name: [] for name in SPAN_COLUMNS}
     span_warnings = 0
     for number in others:
         parsed = decode_line(lines[number - 1], number, source, warnings, truncated=number == count and not terminated)
@@ -194,16 +207,21 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
             columns["index"].append(index)
     decoded = pl.DataFrame(columns, schema={name: SCHEMA[name] for name in columns})
     spans = layout.cast({name: SCHEMA[name] for name in columns})
-    if decoded.height:
+    if decoded.height or len(pieces) > 1:
+        # Pieces come grouped by layout, decoded lines last: back into file order.
         spans = pl.concat([spans, decoded]).sort("line", "index")
     # A resumed process re-logs steps from its checkpoint: each repeat starts a new segment, as in metrics.
     ordered = sorted(steps_by_line.items())
-    segment_of = pl.DataFrame(
-        {"line": [line for line, _ in ordered], "segment": _segments([step for _, step in ordered])},
-        schema={"line": pl.Int64, "segment": pl.Int32},
-    )
+    segments = _segments([step for _, step in ordered])
     info.records = len(ordered)
     # Skipped records are whole lines; a bad span inside a kept line is a warning, not a record.
     info.skipped = len(warnings) - before - span_warnings
-    spans = spans.join(segment_of, on="line", how="left", maintain_order="left").with_columns(pl.lit(source).alias("source"))
+    if any(segments):
+        segment_of = pl.DataFrame(
+            {"line": [line for line, _ in ordered], "segment": segments}, schema={"line": pl.Int64, "segment": pl.Int32}
+        )
+        spans = spans.join(segment_of, on="line", how="left", maintain_order="left")
+    else:  # one process (no step logged twice): no join of every span against its line
+        spans = spans.with_columns(pl.lit(0, pl.Int32).alias("segment"))
+    spans = spans.with_columns(pl.lit(source).alias("source"))
     return spans.select(list(SCHEMA)).cast(SCHEMA), info
