@@ -140,3 +140,20 @@ def test_account_order_does_not_depend_on_thread_timing(tmp_path):
         kinds = [w.path.rsplit("/", 1)[-1] for w in run.warnings]
         assert kinds == ["trace_events.jsonl", "timing_spans.jsonl"]
         assert [i.kind for i in run.inputs] == ["metrics", "trace", "spans"]
+
+
+def test_spans_stay_in_file_order_when_lines_are_read_in_groups_by_layout(tmp_path):
+    """Lines are read grouped by layout when one needs care (here the writer's own lines come after
+    compact ones and garbage); the table still follows the file, even when no line was decoded alone."""
+    from trace_doctor.ingest import timing_spans
+
+    layout = _rl_lines(32, 3)
+    half = timing_spans.MIN_BISECT_LINES
+    compact = [json.dumps(json.loads(text), separators=(",", ":")) for text in layout[:half]]
+    lines = compact + ["garbage"] * half + layout[2 * half :]
+    path = tmp_path / "timing_spans.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    table, info, warnings = parse(path)
+    assert [w.line for w in warnings] == list(range(half + 1, 2 * half + 1))
+    assert (info.records, info.skipped) == (32 - half, half) and table.height == (32 - half) * 3
+    assert table.get_column("line").is_sorted() and table.select(pl.struct("line", "index").is_unique().all()).item()
