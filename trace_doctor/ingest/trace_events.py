@@ -232,26 +232,24 @@ def read_jsonl_events(
     frames: list[pl.DataFrame] = []
     # Chunks are read concurrently (polars releases the GIL while a chunk's query runs), at most
     # READ_AHEAD_CHUNKS in flight so the raw bytes held stay bounded; results, warnings included,
-    # are taken back strictly in file order so the output never depends on thread timing.
-    pending: deque[tuple[Future[list[pl.DataFrame]], list[IngestWarning]]] = deque()
+    # are taken back strictly in file order so the output never depends on thread timing. Each chunk
+    # numbers its lines from 1 and its offset in the file is added as it is taken back, so nothing
+    # has to count a chunk's lines before it can start.
+    pending: deque[Future[tuple[list[pl.DataFrame], list[IngestWarning], int]]] = deque()
+    line_offset = 0
 
     def take_oldest() -> None:
-        future, chunk_bad = pending.popleft()
-        frames.extend(future.result())
-        bad.extend(chunk_bad)
+        nonlocal line_offset
+        chunk_frames, chunk_bad, lines_in_chunk = pending.popleft().result()
+        frames.extend(f.with_columns(pl.col("line") + line_offset) if line_offset else f for f in chunk_frames)
+        bad.extend(w if w.line is None else IngestWarning(w.path, w.line + line_offset, w.problem) for w in chunk_bad)
+        line_offset += lines_in_chunk
         if progress is not None and position is not None:
             progress(Path(source).name, position(), total_bytes)
 
-    line_offset = 0
     with ThreadPoolExecutor(max_workers=READ_WORKERS, thread_name_prefix="trace-chunk") as pool:
         for chunk, unterminated in _iter_chunks(stream, CHUNK_BYTES):
-            newlines = chunk.count(b"\n")
-            lines_in_chunk = newlines + (1 if unterminated else 0)
-            truncated_line = line_offset + lines_in_chunk if unterminated else None
-            chunk_bad: list[IngestWarning] = []
-            future = pool.submit(_read_chunk, chunk, line_offset, source, chunk_bad, truncated_line, newlines)
-            pending.append((future, chunk_bad))
-            line_offset += lines_in_chunk
+            pending.append(pool.submit(_read_chunk, chunk, source, unterminated))
             if len(pending) >= READ_AHEAD_CHUNKS:
                 take_oldest()
         while pending:
@@ -302,29 +300,28 @@ def _drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]
     return events.filter(~incomplete) if dropped.height else events
 
 
-def _read_chunk(
-    chunk: bytes, line_offset: int, source: str, bad: list[IngestWarning], truncated_line: int | None, newlines: int
-) -> list[pl.DataFrame]:
-    """Read a chunk: lines in the cookbook's fixed layout without JSON decoding, the rest generally."""
-    layout = read_layout(chunk, line_offset, EVENT_COLUMNS, newlines)
-    lines = None
+def _read_chunk(chunk: bytes, source: str, unterminated: bool) -> tuple[list[pl.DataFrame], list[IngestWarning], int]:
+    """(rows, warnings, line count) of a chunk, lines numbered from 1: lines in the cookbook's fixed
+    layout are typed without JSON decoding, the rest are read generally."""
+    bad: list[IngestWarning] = []
+    layout = read_layout(chunk, EVENT_COLUMNS)
+    if layout is not None and layout.others.is_empty():
+        return [layout.rows], bad, layout.lines
+    lines = chunk.split(b"\n")
+    if not unterminated:
+        lines.pop()  # the empty piece after the final newline
     if layout is not None:
-        rows, others = layout
-        if others.is_empty():
-            return [rows]
-        lines = chunk.split(b"\n")
-        picked = [(lines[i], line_offset + 1 + i) for i in others.to_list()]
+        picked = [(lines[i], 1 + i) for i in layout.others.to_list()]
     else:
-        lines = chunk.split(b"\n")
-        rows = None
-        picked = [(raw, line_offset + i) for i, raw in enumerate(lines, start=1)]
+        picked = [(raw, i) for i, raw in enumerate(lines, start=1)]
     # Blank lines are no events and no problems.
     picked = [(raw, number) for raw, number in picked if raw.strip()]
+    truncated_line = len(lines) if unterminated else None
     general = _read_lines([raw for raw, _ in picked], [n for _, n in picked], source, bad, truncated_line)
-    if rows is None:
-        return general
+    if layout is None:
+        return general, bad, len(lines)
     # Back into file order: later stages (segments) rely on it.
-    return [pl.concat([rows, *general], how="vertical").sort("line")]
+    return [pl.concat([layout.rows, *general], how="vertical").sort("line")], bad, len(lines)
 
 
 def _read_lines(

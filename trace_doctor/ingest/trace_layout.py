@@ -18,6 +18,7 @@ malformed JSON) is returned for the general reader.
 from __future__ import annotations
 
 import io
+from typing import NamedTuple
 
 import polars as pl
 
@@ -76,14 +77,19 @@ def _typed(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def read_layout(
-    chunk: bytes, line_offset: int, event_columns: dict[str, pl.DataType], newlines: int | None = None
-) -> tuple[pl.DataFrame, pl.Series] | None:
-    """(typed rows of the lines in the fixed layout, 0-based indices of the other lines), or None.
+class LayoutRead(NamedTuple):
+    """A chunk read by layout: typed rows of the lines in it, 0-based indices of the other lines, and
+    the chunk's line count. Line numbers are 1-based within the chunk."""
 
-    None means the chunk could not be cut into one row per line (e.g. invalid UTF-8); the caller
-    then reads the whole chunk the general way. `newlines`, when the caller has counted them,
-    saves a pass over the bytes.
+    rows: pl.DataFrame
+    others: pl.Series
+    lines: int
+
+
+def read_layout(chunk: bytes, event_columns: dict[str, pl.DataType]) -> LayoutRead | None:
+    """The lines of `chunk` in the fixed layout, typed; None if the chunk cannot be cut into one row per line.
+
+    None (e.g. invalid UTF-8) means the caller reads the whole chunk the general way.
     """
     # The lines are cut at the NUL byte, which no JSON text holds raw: a chunk with one is read
     # the general way, so a cut can never hide the rest of a line.
@@ -96,16 +102,20 @@ def read_layout(
         )
     except Exception:  # noqa: BLE001 - any refusal means the general reader for this chunk
         return None
-    if newlines is None:
-        newlines = chunk.count(b"\n")
-    if raw.height != newlines + (0 if chunk.endswith(b"\n") else 1):
-        return None
-    lines = raw.lazy().with_columns(pl.int_range(line_offset + 1, line_offset + 1 + pl.len(), dtype=pl.Int64).alias("line"))
+    terminated = chunk.endswith(b"\n")
+    # One row per line: the rows and their newlines account for every byte of the chunk (blank
+    # lines are null rows of length 0). The reader drops a `\r` before a newline, so a CRLF chunk
+    # misses that test and is checked by counting its lines instead.
+    text_bytes = raw.get_column("text").str.len_bytes().sum() or 0
+    if text_bytes + raw.height - (0 if terminated else 1) != len(chunk):
+        if raw.height != chunk.count(b"\n") + (0 if terminated else 1):
+            return None
+    lines = raw.lazy().with_columns(pl.int_range(1, 1 + pl.len(), dtype=pl.Int64).alias("line"))
     typed = _typed(lines).collect()
     ok = typed.get_column("_ok")
     if bool(ok.all()):
-        return _events(typed, event_columns), pl.Series("_index", [], dtype=pl.UInt32)
-    return _events(typed.filter(ok), event_columns), ok.not_().arg_true()
+        return LayoutRead(_events(typed, event_columns), pl.Series("_index", [], dtype=pl.UInt32), raw.height)
+    return LayoutRead(_events(typed.filter(ok), event_columns), ok.not_().arg_true(), raw.height)
 
 
 def _events(typed: pl.DataFrame, event_columns: dict[str, pl.DataType]) -> pl.DataFrame:
