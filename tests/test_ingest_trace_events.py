@@ -111,6 +111,30 @@ def test_tracks_colliding_on_tid_are_paired_separately(tmp_path):
     assert warnings == []
 
 
+@pytest.mark.parametrize("seed_that_collides", [0, "check"])
+def test_a_track_id_hash_collision_falls_back_to_exact_keys(tmp_path, monkeypatch, seed_that_collides):
+    """Track ids are 64-bit hashes checked against a second hash: a collision in either one costs
+    time (exact ranks), never a wrong pairing. Here one of the two hashes ignores the track name."""
+    real = te._key_hash
+
+    def colliding(key, seed):
+        broken = seed == 0 if seed_that_collides == 0 else seed != 0
+        return pl.col("tid").hash(seed=seed) if broken else real(key, seed)
+
+    lines = [
+        ev("a", "B", 10.0, track="Task-1", tid=42), ev("b", "B", 11.0, track="Task-2", tid=42),
+        ev("a", "E", 20.0, track="Task-1", tid=42), ev("b", "E", 30.0, track="Task-2", tid=42),
+        ev("c", "B", 31.0, track="Task-3", tid=43), ev("c", "E", 32.0, track="Task-3", tid=43),
+    ]
+    expected, _, _ = parse(write(tmp_path, lines))
+    monkeypatch.setattr(te, "_key_hash", colliding)
+    spans, _, warnings = parse(write(tmp_path, lines))
+    assert warnings == [] and spans.equals(expected)
+    assert set(spans.select("name", "track", "start_us", "end_us").rows()) == {
+        ("a", "Task-1", 10.0, 20.0), ("b", "Task-2", 11.0, 30.0), ("c", "Task-3", 31.0, 32.0)
+    }
+
+
 def test_unmatched_end_is_a_warning_and_unclosed_begin_is_kept(tmp_path):
     path = write(tmp_path, [
         ev("stray", "E", 5.0, track="t"),

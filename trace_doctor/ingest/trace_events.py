@@ -574,21 +574,40 @@ def _group_starts(columns: list[str]) -> pl.Expr:
     return pl.any_horizontal(changed).fill_null(True)
 
 
+def _constant(column: pl.Series) -> bool:
+    """One value (or null) in every row; for strings only all-null is checked (min/max would cost a pass)."""
+    if column.null_count() == column.len():
+        return True
+    if column.dtype == pl.String or column.null_count():
+        return False
+    return column.min() == column.max()
+
+
+def _key_hash(key: list[str], seed: int) -> pl.Expr:
+    """A 64-bit hash of the `key` columns together: each column hashed with its own seed, XOR-ed
+    (a quarter of the time of hashing them as one struct)."""
+    combined = pl.col(key[0]).hash(seed=seed)
+    for offset, column in enumerate(key[1:], start=1):
+        combined = combined ^ pl.col(column).hash(seed=seed + offset)
+    return combined
+
+
 def _track_ids(events: pl.DataFrame) -> pl.Series:
     """An integer per distinct pairing key (segment, pid, tid, track)."""
     # Columns with one value everywhere (labels are null unless pids are strings; one segment
-    # unless resumed) cannot tell tracks apart; leaving them out halves the hashing's memory.
-    key = [c for c in KEY if events.get_column(c).null_count() < events.height and (c != "segment" or events.get_column(c).n_unique() > 1)]
+    # unless resumed; one pid in most runs) cannot tell tracks apart; leaving them out halves the
+    # hashing's memory and time.
+    key = [c for c in KEY if not _constant(events.get_column(c))]
     if not key:
         return pl.Series("_id", [0], dtype=pl.UInt64).extend_constant(0, events.height - 1)
-    ids = events.select(pl.struct(key).hash(seed=0).alias("_id")).get_column("_id")
-    check = events.select(pl.struct(key).hash(seed=0x9E3779B97F4A7C15).alias("_check")).get_column("_check")
+    hashes = events.select(_key_hash(key, seed=0).alias("_id"), _key_hash(key, seed=len(key)).alias("_check"))
     # Two keys sharing the 64-bit id would make it count fewer distinct values than a second,
     # independently seeded hash (unless that one collided just as often, a ~1e-17 coincidence at a
     # million tracks): then fall back to exact dense ranks. Counting distinct integers is far
     # cheaper than counting distinct keys (hundreds of thousands of tracks in a long RL run).
-    if ids.n_unique() == check.n_unique():
-        return ids
+    counts = hashes.select(pl.all().n_unique())
+    if counts.item(0, "_id") == counts.item(0, "_check"):
+        return hashes.get_column("_id")
     return events.select(pl.struct(key).rank("dense").alias("_id")).get_column("_id").cast(pl.UInt64)
 
 
