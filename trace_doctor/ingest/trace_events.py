@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 import polars as pl
@@ -78,6 +78,9 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "args": pl.String,
 }
 EVENT_COLUMNS = {**EVENT_SCHEMA, "pid_label": pl.String, "tid_label": pl.String, "line": pl.Int64, **LAYOUT_COLUMNS}
+# Metadata rows and the other events are kept apart once read (see split_metadata).
+META_COLUMNS = {c: EVENT_COLUMNS[c] for c in ("name", "pid", "pid_label", "tid", "tid_label", "args", "_label", "line")}
+SPAN_EVENT_COLUMNS = {c: t for c, t in EVENT_COLUMNS.items() if c != "_label"}
 
 # The args every cookbook B event carries and nothing else; matched rows need no JSON decoding.
 PLAIN_ARGS = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"\}$'
@@ -166,9 +169,9 @@ def _parse_trace_file(
             head = stream.read(65536)
             stream.seek(0)
             if _is_json_document(head):
-                events = read_document_events(stream.read(), source, bad, progress)
+                events, meta = split_metadata(read_document_events(stream.read(), source, bad, progress))
             else:
-                events = read_jsonl_events(stream, source, bad, progress, total_bytes=total, position=raw.tell)
+                events, meta = read_jsonl_events(stream, source, bad, progress, total_bytes=total, position=raw.tell)
     except (OSError, EOFError) as exc:
         # An unreadable or corrupt (e.g. truncated gzip) file: one warning for the whole file.
         warnings.append(IngestWarning(source, None, f"cannot read file: {getattr(exc, 'strerror', None) or exc}"))
@@ -177,11 +180,11 @@ def _parse_trace_file(
     if on_read is not None:
         on_read()
     warnings.extend(bad)
-    info.records = events.height
+    info.records = events.height + meta.height
     info.skipped = sum(1 for w in bad if w.line is not None)
     holder = [events]
     del events  # the builder frees the full event table as soon as it is split
-    spans = _build_spans_from(holder, source, warnings)
+    spans = _build_spans_from(holder, meta, source, warnings)
     info.note = f"{spans.height} spans from {info.records} events"
     return spans, info
 
@@ -224,26 +227,28 @@ def read_jsonl_events(
     *,
     total_bytes: int = 0,
     position: Callable[[], int] | None = None,
-) -> pl.DataFrame:
-    """Every readable event of a JSONL trace, typed, with its 1-based line number.
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every readable event of a JSONL trace, typed, with its 1-based line number: (span events, metadata).
 
     The stream is read a chunk at a time, so the raw bytes are never all in memory at once.
     """
     frames: list[pl.DataFrame] = []
+    metas: list[pl.DataFrame] = []
     # Chunks are read concurrently (polars releases the GIL while a chunk's query runs), at most
     # READ_AHEAD_CHUNKS in flight so the raw bytes held stay bounded; results, warnings included,
     # are taken back strictly in file order so the output never depends on thread timing. Each chunk
     # numbers its lines from 1 and its offset in the file is added as it is taken back, so nothing
     # has to count a chunk's lines before it can start.
-    pending: deque[Future[tuple[list[pl.DataFrame], list[IngestWarning], int]]] = deque()
+    pending: deque[Future[ChunkRead]] = deque()
     line_offset = 0
 
     def take_oldest() -> None:
         nonlocal line_offset
-        chunk_frames, chunk_bad, lines_in_chunk = pending.popleft().result()
-        frames.extend(f.with_columns(pl.col("line") + line_offset) if line_offset else f for f in chunk_frames)
-        bad.extend(w if w.line is None else IngestWarning(w.path, w.line + line_offset, w.problem) for w in chunk_bad)
-        line_offset += lines_in_chunk
+        read = pending.popleft().result()
+        frames.extend(f.with_columns(pl.col("line") + line_offset) if line_offset else f for f in read.events)
+        metas.extend(f.with_columns(pl.col("line") + line_offset) if line_offset else f for f in read.meta)
+        bad.extend(w if w.line is None else IngestWarning(w.path, w.line + line_offset, w.problem) for w in read.bad)
+        line_offset += read.lines
         if progress is not None and position is not None:
             progress(Path(source).name, position(), total_bytes)
 
@@ -255,14 +260,15 @@ def read_jsonl_events(
         while pending:
             take_oldest()
     frames = [f for f in frames if f.height]
+    meta = pl.concat(metas, how="vertical", rechunk=True) if metas else pl.DataFrame(schema=META_COLUMNS)
     if not frames:
-        return pl.DataFrame(schema=EVENT_COLUMNS)
+        return pl.DataFrame(schema=SPAN_EVENT_COLUMNS), meta
     # Chunks and bisected pieces come in file order: no sort. One contiguous table, copied once
     # here: filters and struct hashes on a table of many chunks would each copy their columns into
     # one chunk again (at 1M events that cost ~100 MB of peak memory).
     events = pl.concat(frames, how="vertical", rechunk=True)
     frames.clear()  # the chunks' copies go now, not when the function returns
-    return _drop_incomplete(events, source, bad)
+    return _drop_incomplete(events, source, bad), meta
 
 
 def _iter_chunks(stream: BinaryIO, size: int) -> Iterator[tuple[bytes, bool]]:
@@ -300,13 +306,22 @@ def _drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]
     return events.filter(~incomplete) if dropped.height else events
 
 
-def _read_chunk(chunk: bytes, source: str, unterminated: bool) -> tuple[list[pl.DataFrame], list[IngestWarning], int]:
-    """(rows, warnings, line count) of a chunk, lines numbered from 1: lines in the cookbook's fixed
-    layout are typed without JSON decoding, the rest are read generally."""
+class ChunkRead(NamedTuple):
+    """One chunk's span events and metadata rows, its warnings, and its line count (lines numbered from 1)."""
+
+    events: list[pl.DataFrame]
+    meta: list[pl.DataFrame]
+    bad: list[IngestWarning]
+    lines: int
+
+
+def _read_chunk(chunk: bytes, source: str, unterminated: bool) -> ChunkRead:
+    """Read a chunk: lines in the cookbook's fixed layout are typed without JSON decoding, the rest
+    are read generally; metadata rows are set apart here, on the reading threads."""
     bad: list[IngestWarning] = []
     layout = read_layout(chunk, EVENT_COLUMNS)
     if layout is not None and layout.others.is_empty():
-        return [layout.rows], bad, layout.lines
+        return ChunkRead(*_split_lists([layout.rows]), bad, layout.lines)
     lines = chunk.split(b"\n")
     if not unterminated:
         lines.pop()  # the empty piece after the final newline
@@ -318,10 +333,31 @@ def _read_chunk(chunk: bytes, source: str, unterminated: bool) -> tuple[list[pl.
     picked = [(raw, number) for raw, number in picked if raw.strip()]
     truncated_line = len(lines) if unterminated else None
     general = _read_lines([raw for raw, _ in picked], [n for _, n in picked], source, bad, truncated_line)
-    if layout is None:
-        return general, bad, len(lines)
-    # Back into file order: later stages (segments) rely on it.
-    return [pl.concat([layout.rows, *general], how="vertical").sort("line")], bad, len(lines)
+    if layout is not None:
+        # Back into file order: later stages (segments) rely on it.
+        general = [pl.concat([layout.rows, *general], how="vertical").sort("line")]
+    return ChunkRead(*_split_lists(general), bad, len(lines))
+
+
+def _split_lists(frames: list[pl.DataFrame]) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+    events, meta = [], []
+    for frame in frames:
+        span_part, meta_part = split_metadata(frame)
+        events.append(span_part)
+        meta.append(meta_part)
+    return events, meta
+
+
+def split_metadata(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(the events that are not metadata, the `M` metadata rows), each with only the columns it needs.
+
+    Metadata (a fifth of a cookbook trace: one thread_name per task) only names tracks and marks
+    resumed processes; keeping it out of the event table keeps it out of pairing's copies.
+    """
+    is_meta = events.get_column("ph") == "M"
+    if not bool(is_meta.any()):
+        return events.drop("_label"), pl.DataFrame(schema=META_COLUMNS)
+    return events.filter(~is_meta).drop("_label"), events.filter(is_meta).select(list(META_COLUMNS))
 
 
 def _read_lines(
@@ -480,21 +516,21 @@ def validate_event(value: Any) -> tuple[dict[str, Any], str | None]:
 
 
 def build_spans(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
-    """Pair, nest, segment and step-attribute the events of one file."""
-    return _build_spans_from([events], source, warnings)
+    """Pair, nest, segment and step-attribute the events of one file (EVENT_COLUMNS, metadata included)."""
+    events, meta = split_metadata(events)
+    return _build_spans_from([events], meta, source, warnings)
 
 
-def _build_spans_from(holder: list[pl.DataFrame], source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
+def _build_spans_from(holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
     """build_spans on the events taken out of `holder`, so the last reference can go early."""
     events = holder.pop()
     if events.height == 0:
         return empty_spans()
     events = _account_ignored_phases(events, source, warnings)
-    events = events.with_columns(_segments(events).alias("segment"))
-    meta = events.select("name", "segment", "pid", "pid_label", "tid", "tid_label", "args", "_label", "ph").filter(pl.col("ph") == "M").drop("ph")
-    # Pairing reads the B/E rows through row indices and skips the rest, so the (wide) event table
-    # is never copied just to drop its metadata rows.
-    events = _with_track_thread(events.drop("_label"))
+    segment = _segments(events.get_column("line"), meta)
+    events = events.with_columns(segment.alias("segment"))
+    meta = meta.with_columns(segment.alias("segment"))
+    events = _with_track_thread(events)
     if bool((events.get_column("ph") == "X").any()):
         paired = _pair_begin_end(events.filter(pl.col("ph") != "X"), source, warnings)
         complete = _complete_spans(events.filter(pl.col("ph") == "X"))
@@ -525,19 +561,18 @@ def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: list[In
     return events.filter(known)
 
 
-def _segments(events: pl.DataFrame) -> pl.Series:
-    """Segment number per event: a repeated `process_name` for a pid marks a resumed process."""
-    names = events.filter((pl.col("ph") == "M") & (pl.col("name") == "process_name")).select("line", "pid", "pid_label")
+def _segments(event_lines: pl.Series, meta: pl.DataFrame) -> pl.Expr:
+    """Segment number per row (an expression on `line`): a repeated `process_name` for a pid marks a resumed process."""
+    names = meta.filter(pl.col("name") == "process_name").select("line", "pid", "pid_label")
     if names.height <= 1:
-        return pl.Series("segment", [0] * events.height, dtype=pl.Int32)
-    non_meta = events.get_column("line").filter(events.get_column("ph") != "M")
+        return pl.lit(0, pl.Int32)
     boundaries: list[int] = []
     named: set[tuple[Any, Any]] = set()
     for line, pid, label in names.iter_rows():
         if (pid, label) in named:
             # The new process's first event precedes its metadata lines.
-            index = int(non_meta.search_sorted(line, side="left")) - 1
-            boundary = int(non_meta[index]) if index >= 0 and (not boundaries or non_meta[index] > boundaries[-1]) else line
+            index = int(event_lines.search_sorted(line, side="left")) - 1
+            boundary = int(event_lines[index]) if index >= 0 and (not boundaries or event_lines[index] > boundaries[-1]) else line
             boundaries.append(boundary)
             named = set()
         named.add((pid, label))
@@ -599,7 +634,7 @@ def _track_ids(events: pl.DataFrame) -> pl.Series:
     # hashing's memory and time.
     key = [c for c in KEY if not _constant(events.get_column(c))]
     if not key:
-        return pl.Series("_id", [0], dtype=pl.UInt64).extend_constant(0, events.height - 1)
+        return pl.repeat(0, events.height, dtype=pl.UInt64, eager=True).alias("_id")
     hashes = events.select(_key_hash(key, seed=0).alias("_id"), _key_hash(key, seed=len(key)).alias("_check"))
     # Two keys sharing the 64-bit id would make it count fewer distinct values than a second,
     # independently seeded hash (unless that one collided just as often, a ~1e-17 coincidence at a
