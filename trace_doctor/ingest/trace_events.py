@@ -540,11 +540,12 @@ def _build_spans_from(holder: list[pl.DataFrame], meta: pl.DataFrame, source: st
     del events  # ~100 MB at 1M events: not held past pairing
     spans = pl.concat([paired, complete], how="vertical")
     spans = _name_from_metadata(spans, meta)
-    spans = _attribute_steps(spans)
-    spans = spans.with_columns(pl.lit(source).alias("source")).select(list(SPAN_COLUMNS))
+    # Sorted before steps are attributed, whose lookup by start time then needs no sort of its own.
     # One sort key fewer when the file holds one process (the usual case): a third of the sort.
-    keys = ["start_us", "line_begin"] if spans.get_column("segment").n_unique() <= 1 else ["segment", "start_us", "line_begin"]
-    return spans[spans.select(pl.arg_sort_by(keys)).to_series()]
+    keys = ["start_us", "line_begin"] if _constant(spans.get_column("segment")) else ["segment", "start_us", "line_begin"]
+    spans = spans[spans.select(pl.arg_sort_by(keys)).to_series()]
+    spans = _attribute_steps(spans)
+    return spans.with_columns(pl.lit(source).alias("source")).select(list(SPAN_COLUMNS))
 
 
 def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
@@ -870,10 +871,14 @@ def _attribute_steps(spans: pl.DataFrame) -> pl.DataFrame:
     containers = stepped.select(
         "_container", pl.col("start_us").alias("_c_start"), pl.col("end_us").alias("_c_end"), pl.col("step").alias("_c_step")
     ).join(parent, on="_container", how="left")
+    # Grouping by a column with one value (one process, one pid: the usual case) only costs time.
+    by = [c for c in ("segment", "pid") if not _constant(spans.get_column(c))]
     lookup = spans.with_row_index("_span").filter(pl.col("step").is_null()).select(
-        "_span", "segment", "pid", "start_us", pl.coalesce("end_us", "start_us").alias("_end")
-    ).sort("start_us")
-    found = lookup.join_asof(cover, left_on="start_us", right_on="_t", by=["segment", "pid"], strategy="backward", check_sortedness=False)
+        "_span", *by, "start_us", pl.coalesce("end_us", "start_us").alias("_end")
+    )
+    if not lookup.get_column("start_us").is_sorted():  # spans come sorted unless a run was resumed
+        lookup = lookup.sort("start_us")
+    found = lookup.join_asof(cover, left_on="start_us", right_on="_t", by=by or None, strategy="backward", check_sortedness=False)
     found = found.select("_span", "start_us", "_end", "_container")
     resolved: list[pl.DataFrame] = []
     # Climb from the innermost cover at the span's start to the first container that also covers
