@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -181,3 +181,22 @@ def read_bytes(path: Path, warnings: list[IngestWarning]) -> bytes | None:
 def count_nonblank_lines(data: bytes) -> int:
     """Number of non-blank lines, for checking that records + skipped add up."""
     return sum(1 for raw in data.split(b"\n") if raw.strip())
+
+
+def iter_line_chunks(stream: BinaryIO, size: int) -> Iterator[tuple[bytes, bool]]:
+    """Newline-terminated chunks of about `size` bytes (a longer line is one chunk); the final
+    unterminated piece comes flagged True."""
+    leftover = b""
+    while True:
+        block = stream.read(size)
+        if not block:
+            break
+        block = leftover + block if leftover else block
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            leftover = block
+            continue
+        yield block[: cut + 1], False
+        leftover = block[cut + 1 :]
+    if leftover:
+        yield leftover, True

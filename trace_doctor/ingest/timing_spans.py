@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, as_int64, decode_line, read_bytes
+from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, as_int64, decode_line, iter_line_chunks
 from trace_doctor.model import STEP_SPANS_SCHEMA, IngestWarning, InputFile
 
 SCHEMA: dict[str, pl.DataType] = {**STEP_SPANS_SCHEMA, "index": pl.Int32, "segment": pl.Int32, "source": pl.String}
@@ -56,6 +56,9 @@ _INT = r"-?(?:0|[1-9][0-9]*)"
 _NUMBER = _INT + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _SPAN = r'\{"name": "' + _TEXT + r'", "duration": ' + _NUMBER + r', "wall_start": ' + _NUMBER + r', "wall_end": ' + _NUMBER + r"\}"
 LINE_LAYOUT = r'^\{"step": ' + _INT + r', "spans": \[(?:' + _SPAN + r"(?:, " + _SPAN + r")*)?\]\}$"
+# Bytes per polars read: large enough that per-call overhead vanishes, small enough that only one
+# chunk's bytes and parse are held at a time and a bad line costs a few re-reads of one chunk.
+CHUNK_BYTES = 8 * 1024 * 1024
 # The step_spans columns read from the file (the rest are added per file).
 SPAN_COLUMNS = ("step", "name", "duration_s", "wall_start_s", "wall_end_s", "line", "index")
 
@@ -112,6 +115,19 @@ def _read_typed(data: bytes, numbers: pl.Series) -> Typed | None:
     ))
 
 
+def _in_line_order(pieces: list[Typed]) -> bool:
+    """True when the pieces, one after another, hold their lines in file order."""
+    last = 0
+    for piece in pieces:
+        lines = piece.steps.get_column("line")
+        if lines.is_empty():
+            continue
+        if lines[0] <= last or not lines.is_sorted():
+            return False
+        last = lines[-1]
+    return True
+
+
 def _texts(lines: list[bytes]) -> pl.Series:
     """Each line as text; null where it is not UTF-8 or too long (the per-line decoder reports those)."""
     texts: list[str | None] = []
@@ -139,16 +155,16 @@ def _read_pieces(lines: list[bytes], numbers: list[int], typed: list[Typed], oth
     _read_pieces(lines[half:], numbers[half:], typed, others)
 
 
-def _read_lines(lines: list[bytes]) -> tuple[list[Typed], list[int]]:
-    """(typed pieces, 1-based numbers of the lines the per-line decoder must read)."""
+def _read_lines(lines: list[bytes], first: int) -> tuple[list[Typed], list[int]]:
+    """(typed pieces, numbers of the lines the per-line decoder must read); `lines[0]` is line `first`."""
     typed: list[Typed] = []
     others: list[int] = []
     # Something needs care. Lines in the writer's exact byte layout are read together; the rest are
-    # halved down to the lines polars refuses, so a bad line costs about one more read of the file.
+    # halved down to the lines polars refuses, so a bad line costs about one more read of its chunk.
     in_layout = _texts(lines).str.contains(LINE_LAYOUT).fill_null(False).to_list()
     for wanted in (True, False):
-        numbers = [n for n, flag in enumerate(in_layout, start=1) if flag is wanted]
-        _read_pieces([lines[n - 1] for n in numbers], numbers, typed, others)
+        indices = [i for i, flag in enumerate(in_layout) if flag is wanted]
+        _read_pieces([lines[i] for i in indices], [first + i for i in indices], typed, others)
     return typed, sorted(others)
 
 
@@ -157,31 +173,43 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
     info = InputFile(kind="spans", path=str(path))
     source = str(path)
     before = len(warnings)
-    data = read_bytes(path, warnings)
-    if data is None:
+    pieces: list[Typed] = []
+    # Lines polars refused, by number, for the per-line decoder (a few, unless the file is damaged).
+    refused: dict[int, bytes] = {}
+    count = 0
+    terminated = True
+    try:
+        with open(path, "rb") as stream:
+            # A chunk at a time: the raw bytes and polars' parse of them are held for one chunk,
+            # not the whole file (RL steps log hundreds of spans each: ~100 MB over 6,000 steps).
+            for chunk, unterminated in iter_line_chunks(stream, CHUNK_BYTES):
+                lines_in_chunk = chunk.count(b"\n") + (1 if unterminated else 0)
+                numbers = pl.int_range(count + 1, count + lines_in_chunk + 1, dtype=pl.Int64, eager=True)
+                # The chunk straight from its bytes first: one read when nothing needs care, and no
+                # per-line Python objects (their memory would stay with the C allocator after they are freed).
+                whole = None if unterminated else _read_typed(chunk, numbers)
+                if whole is not None:
+                    pieces.append(whole)
+                else:
+                    lines = chunk.split(b"\n")
+                    if not unterminated:
+                        lines.pop()
+                    typed, others = _read_lines(lines, count + 1)
+                    pieces += typed
+                    refused.update((number, lines[number - count - 1]) for number in others)
+                count += lines_in_chunk
+                terminated = not unterminated
+    except OSError as exc:
+        warnings.append(IngestWarning(source, None, f"cannot read file: {exc.strerror or exc}"))
         info.skipped = len(warnings) - before
         return pl.DataFrame(schema=SCHEMA), info
-    terminated = data.endswith(b"\n")
-    count = data.count(b"\n") + (0 if terminated or not data else 1)
-    # The whole file first, straight from its bytes: one read when nothing needs care, and no
-    # per-line Python objects (their memory would stay with the C allocator after they are freed).
-    whole = _read_typed(data, pl.int_range(1, count + 1, dtype=pl.Int64, eager=True)) if terminated else None
-    if whole is not None:
-        lines: list[bytes] = []
-        pieces, others = [whole], []
-    else:
-        lines = data.split(b"\n")
-        if terminated:
-            lines.pop()
-        pieces, others = _read_lines(lines)
-    del data
     steps_by_line = dict(pl.concat([p.steps for p in pieces]).iter_rows()) if pieces else {}
     layout = pl.concat([p.spans for p in pieces]) if pieces else pl.DataFrame(schema={k: SCHEMA[k] for k in SPAN_COLUMNS})
 
     columns: dict[str, list[Any]] = {name: [] for name in SPAN_COLUMNS}
     span_warnings = 0
-    for number in others:
-        parsed = decode_line(lines[number - 1], number, source, warnings, truncated=number == count and not terminated)
+    for number, raw in refused.items():
+        parsed = decode_line(raw, number, source, warnings, truncated=number == count and not terminated)
         if parsed is None:
             continue
         row = parsed.value
@@ -207,8 +235,8 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
             columns["index"].append(index)
     decoded = pl.DataFrame(columns, schema={name: SCHEMA[name] for name in columns})
     spans = layout.cast({name: SCHEMA[name] for name in columns})
-    if decoded.height or len(pieces) > 1:
-        # Pieces come grouped by layout, decoded lines last: back into file order.
+    if decoded.height or not _in_line_order(pieces):
+        # Within a chunk that needed care, pieces come grouped by layout and decoded lines last.
         spans = pl.concat([spans, decoded]).sort("line", "index")
     # A resumed process re-logs steps from its checkpoint: each repeat starts a new segment, as in metrics.
     ordered = sorted(steps_by_line.items())

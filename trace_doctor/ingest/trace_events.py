@@ -34,7 +34,7 @@ import io
 import math
 import os
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -43,7 +43,7 @@ import orjson
 import polars as pl
 
 from trace_doctor.ingest.deep_json import dumps_deep
-from trace_doctor.ingest.jsonl import decode_json, decode_line
+from trace_doctor.ingest.jsonl import decode_json, decode_line, iter_line_chunks
 from trace_doctor.ingest.trace_layout import LAYOUT_COLUMNS, read_layout
 from trace_doctor.model import SPANS_SCHEMA, IngestWarning, InputFile
 
@@ -253,7 +253,7 @@ def read_jsonl_events(
             progress(Path(source).name, position(), total_bytes)
 
     with ThreadPoolExecutor(max_workers=READ_WORKERS, thread_name_prefix="trace-chunk") as pool:
-        for chunk, unterminated in _iter_chunks(stream, CHUNK_BYTES):
+        for chunk, unterminated in iter_line_chunks(stream, CHUNK_BYTES):
             pending.append(pool.submit(_read_chunk, chunk, source, unterminated))
             if len(pending) >= READ_AHEAD_CHUNKS:
                 take_oldest()
@@ -269,24 +269,6 @@ def read_jsonl_events(
     events = pl.concat(frames, how="vertical", rechunk=True)
     frames.clear()  # the chunks' copies go now, not when the function returns
     return _drop_incomplete(events, source, bad), meta
-
-
-def _iter_chunks(stream: BinaryIO, size: int) -> Iterator[tuple[bytes, bool]]:
-    """Newline-terminated chunks of about `size` bytes; the final unterminated piece is flagged."""
-    leftover = b""
-    while True:
-        block = stream.read(size)
-        if not block:
-            break
-        block = leftover + block if leftover else block
-        cut = block.rfind(b"\n")
-        if cut < 0:
-            leftover = block
-            continue
-        yield block[: cut + 1], False
-        leftover = block[cut + 1 :]
-    if leftover:
-        yield leftover, True
 
 
 def _drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]) -> pl.DataFrame:
