@@ -637,7 +637,10 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
         "_track": _track_ids(events),
         "line": events.get_column("line"),
         "_delta": (phase == "B").cast(pl.Int64) * 2 - 1,
-    }).filter(phase.is_in(["B", "E"]))
+    })
+    paired_phase = phase.is_in(["B", "E"])
+    if not bool(paired_phase.all()):  # the span builder passes only B/E rows: no copy then
+        narrow = narrow.filter(paired_phase)
     n = narrow.height
     if n == 0:
         return pl.DataFrame(schema=_PAIRED_SCHEMA)
