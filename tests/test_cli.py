@@ -105,3 +105,44 @@ def test_console_script_flushes_everything_before_its_fast_exit(tmp_path):
     missing = subprocess.run([script, "analyze", str(tmp_path / "nope")], capture_output=True, text=True)
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
     assert subprocess.run([script, "--version"], capture_output=True, text=True).stdout.startswith("trace-doctor, version")
+
+
+@pytest.mark.skipif(_console_script() is None, reason="the trace-doctor console script is not installed in this environment")
+def test_ingest_progress_goes_to_a_terminal_and_never_to_pipes_or_ci(tmp_path):
+    """Progress lines are for people watching a terminal; a pipe or a CI log gets none of them."""
+    import os
+    import pty
+    import subprocess
+
+    script = _console_script()
+    run = fixture_run("rl_healthy")
+    argv = [script, "analyze", str(run), "--no-html", "--format", "json"]
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"TRACE_DOCTOR_CACHE": "off"}
+
+    def stderr_on_a_terminal(extra_env: dict[str, str]) -> str:
+        leader, follower = pty.openpty()
+        try:
+            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=follower, env=env | extra_env, timeout=120)
+            os.close(follower)
+            follower = -1
+            chunks = []
+            while True:
+                try:
+                    data = os.read(leader, 65536)
+                except OSError:  # the terminal is closed once the child has gone
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+        finally:
+            os.close(leader)
+            if follower >= 0:
+                os.close(follower)
+        assert done.returncode == 0 and json.loads(done.stdout)["findings"] == []
+        return b"".join(chunks).decode()
+
+    on_terminal = stderr_on_a_terminal({})
+    assert "reading trace_events.jsonl" in on_terminal and "(100%)" in on_terminal
+    assert "reading" not in stderr_on_a_terminal({"CI": "true"})
+    piped = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert piped.returncode == 0 and "reading" not in piped.stderr
