@@ -6,6 +6,8 @@ writer's exact byte layout are matched and typed without JSON decoding (trace_la
 lines are read by polars `read_ndjson` with an explicit schema (never inference), bisected around
 lines it refuses, and only those go through the robust per-line decoder (NaN literals, wrong types,
 truncation), so one malformed line costs that line, never the fast path for the rest of the file.
+Metadata (`M`) rows are set apart as each chunk is read: they only name tracks and mark resumed
+processes, and keeping them out of the event table keeps them out of pairing's copies.
 JSON documents (arrays, trace objects, `.gz`) are decoded whole and validated event by event.
 
 Pairing. B/E events are paired per (segment, pid, tid, args.track) as a LIFO stack in file
