@@ -440,3 +440,12 @@ def test_unmatched_end_events_are_reported_in_file_order(tmp_path):
     spans, info, warnings = parse(write(tmp_path, lines))
     assert [w.line for w in warnings] == list(range(2, 41))
     assert spans.height == 1 and spans["closed"][0]
+
+
+def test_an_event_without_a_phase_beside_metadata_is_reported_not_dropped(tmp_path):
+    """Metadata rows are set apart while reading; a row with no phase must not vanish with them."""
+    lines = [meta("thread_name", "Task-1", 7), ev("s", "B", 1.0, track="Task-1", tid=7),
+             json.dumps({"step": 0, "note": "no phase here"}), ev("s", "E", 2.0, track="Task-1", tid=7)]
+    spans, info, warnings = parse(write(tmp_path, lines))
+    assert [(w.line, w.problem) for w in warnings] == [(3, "event without a string `ph` (phase)")]
+    assert (info.records, info.skipped) == (3, 1) and spans.height == 1

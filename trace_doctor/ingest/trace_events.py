@@ -338,7 +338,8 @@ def split_metadata(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     Metadata (a fifth of a cookbook trace: one thread_name per task) only names tracks and marks
     resumed processes; keeping it out of the event table keeps it out of pairing's copies.
     """
-    is_meta = events.get_column("ph") == "M"
+    # A row without a phase is no metadata: it stays with the events, where it is reported.
+    is_meta = (events.get_column("ph") == "M").fill_null(False)
     if not bool(is_meta.any()):
         return events.drop("_label"), pl.DataFrame(schema=META_COLUMNS)
     return events.filter(~is_meta).drop("_label"), events.filter(is_meta).select(list(META_COLUMNS))
