@@ -118,19 +118,6 @@ def _read_typed(data: bytes, numbers: pl.Series) -> Typed | None:
     ))
 
 
-def _in_line_order(pieces: list[Typed]) -> bool:
-    """True when the pieces, one after another, hold their lines in file order."""
-    last = 0
-    for piece in pieces:
-        lines = piece.steps.get_column("line")
-        if lines.is_empty():
-            continue
-        if lines[0] <= last or not lines.is_sorted():
-            return False
-        last = lines[-1]
-    return True
-
-
 def _texts(lines: list[bytes]) -> pl.Series:
     """Each line as text; null where it is not UTF-8 or too long (the per-line decoder reports those)."""
     texts: list[str | None] = []
@@ -181,6 +168,8 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
     refused: dict[int, bytes] = {}
     count = 0
     terminated = True
+    # A chunk that needed care comes back in pieces grouped by layout, decoded lines last.
+    needs_sort = False
     try:
         with open(path, "rb") as stream:
             # A chunk at a time: the raw bytes and polars' parse of them are held for one chunk,
@@ -198,6 +187,7 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
                     if not unterminated:
                         lines.pop()
                     typed, others = _read_lines(lines, count + 1)
+                    needs_sort = True
                     pieces += typed
                     refused.update((number, lines[number - count - 1]) for number in others)
                 count += lines_in_chunk
@@ -238,8 +228,7 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
             columns["index"].append(index)
     decoded = pl.DataFrame(columns, schema={name: SCHEMA[name] for name in columns})
     spans = layout.cast({name: SCHEMA[name] for name in columns})
-    if decoded.height or not _in_line_order(pieces):
-        # Within a chunk that needed care, pieces come grouped by layout and decoded lines last.
+    if needs_sort:
         spans = pl.concat([spans, decoded]).sort("line", "index")
     # A resumed process re-logs steps from its checkpoint: each repeat starts a new segment, as in metrics.
     ordered = sorted(steps_by_line.items())

@@ -247,8 +247,9 @@ def read_jsonl_events(
     def take_oldest() -> None:
         nonlocal line_offset
         read = pending.popleft().result()
-        frames.extend(f.with_columns(pl.col("line") + line_offset) if line_offset else f for f in read.events)
-        metas.extend(f.with_columns(pl.col("line") + line_offset) if line_offset else f for f in read.meta)
+        shift = pl.col("line") + line_offset
+        frames.extend(f.with_columns(shift) if line_offset else f for f in read.events)
+        metas.extend(f.with_columns(shift) if line_offset else f for f in read.meta)
         bad.extend(w if w.line is None else IngestWarning(w.path, w.line + line_offset, w.problem) for w in read.bad)
         line_offset += read.lines
         if progress is not None and position is not None:
@@ -324,6 +325,7 @@ def _read_chunk(chunk: bytes, source: str, unterminated: bool) -> ChunkRead:
 
 
 def _split_lists(frames: list[pl.DataFrame]) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+    """split_metadata over a chunk's frames: (their event parts, their metadata parts)."""
     events, meta = [], []
     for frame in frames:
         span_part, meta_part = split_metadata(frame)

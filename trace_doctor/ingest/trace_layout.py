@@ -9,9 +9,9 @@ Each line is matched whole against one anchored regular expression spelling out 
 texts in JSON's own grammar (strings without quotes, escapes or control characters; integers and
 numbers in JSON syntax), capturing the values. The expression is deterministic left to right, so
 the regex engine extracts the captures in a single pass per line, and polars runs it over a
-chunk's lines in parallel. A line matches only if a JSON decoder would produce exactly the captured values, and
-the typed casts then reject what the columns cannot hold (integers beyond 64 bits, numbers that
-overflow to infinity). Every other line (escaped names, other attributes, other tools' traces,
+chunk's lines in parallel. A line matches only if a JSON decoder would produce exactly the
+captured values, and the typed casts then reject what the columns cannot hold (integers beyond 64
+bits, numbers that overflow to infinity). Every other line (escaped names, other attributes, other tools' traces,
 malformed JSON) is returned for the general reader.
 """
 
