@@ -52,16 +52,33 @@ class TraceWriter:
         if extra:
             args.update(extra)
         ts = round(t * 1e6, 3)
-        self.out.append(json.dumps({"name": name, "ph": ph, "pid": 0, "tid": tid, "ts": ts, "args": args, "cat": "async"}))
+        self.out.append(
+            json.dumps({"name": name, "ph": ph, "pid": 0, "tid": tid, "ts": ts, "args": args, "cat": "async"})
+        )
         if tid not in self.named:
             self.named.add(tid)
-            self.out.append(json.dumps({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "ts": 0, "args": {"name": track}}))
+            self.out.append(
+                json.dumps({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "ts": 0, "args": {"name": track}})
+            )
         if not self.process_named:
             self.process_named = True
-            self.out.append(json.dumps({"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "ts": 0, "args": {"name": "MainThread Thread"}}))
+            self.out.append(
+                json.dumps(
+                    {
+                        "name": "process_name",
+                        "ph": "M",
+                        "pid": 0,
+                        "tid": 0,
+                        "ts": 0,
+                        "args": {"name": "MainThread Thread"},
+                    }
+                )
+            )
 
 
-def simulate_step(step: int, t0: float, samples: int, task_base: int, rng: random.Random, writer: TraceWriter) -> tuple[float, list[dict], dict]:
+def simulate_step(
+    step: int, t0: float, samples: int, task_base: int, rng: random.Random, writer: TraceWriter
+) -> tuple[float, list[dict], dict]:
     """One RL step: concurrent sampling, then the train step. Returns (end time, spans, metrics)."""
     events: list[tuple[float, int, str, str, str, dict | None]] = []
     seq = 0
@@ -134,13 +151,20 @@ def timing_line(step: int, spans: list[dict]) -> str:
     """The step's spans in completion order, wall times relative to the earliest start."""
     first = min(s["start"] for s in spans)
     ordered = sorted(spans, key=lambda s: s["end"])
-    return json.dumps({
-        "step": step,
-        "spans": [
-            {"name": s["name"], "duration": s["end"] - s["start"], "wall_start": s["start"] - first, "wall_end": s["end"] - first}
-            for s in ordered
-        ],
-    })
+    return json.dumps(
+        {
+            "step": step,
+            "spans": [
+                {
+                    "name": s["name"],
+                    "duration": s["end"] - s["start"],
+                    "wall_start": s["start"] - first,
+                    "wall_end": s["end"] - first,
+                }
+                for s in ordered
+            ],
+        }
+    )
 
 
 def config(steps: int, samples: int) -> dict:
@@ -173,7 +197,11 @@ def generate(out: Path, steps: int, samples: int, seed: int = 0) -> None:
     writer.event("do_sync_training", "B", "main", ORIGIN_S + 0.0001)
     t = ORIGIN_S + 0.05
     task_base = 1
-    with open(out / "trace_events.jsonl", "w") as trace, open(out / "metrics.jsonl", "w") as metrics, open(out / "timing_spans.jsonl", "w") as timing:
+    with (
+        open(out / "trace_events.jsonl", "w") as trace,
+        open(out / "metrics.jsonl", "w") as metrics,
+        open(out / "timing_spans.jsonl", "w") as timing,
+    ):
         for step in range(steps):
             t, spans, row = simulate_step(step, t, samples, task_base, rng, writer)
             task_base += samples

@@ -69,7 +69,10 @@ def ensure_run(steps: int, samples: int) -> Path:
     out = DATA / f"rl_{steps}x{samples}"
     if not (out / "config.json").exists():
         print(f"generating {out.name} ...", file=sys.stderr)
-        subprocess.run([PYTHON, str(HERE / "generate_large_run.py"), str(out), "--steps", str(steps), "--samples", str(samples)], check=True)
+        subprocess.run(
+            [PYTHON, str(HERE / "generate_large_run.py"), str(out), "--steps", str(steps), "--samples", str(samples)],
+            check=True,
+        )
     return out
 
 
@@ -107,10 +110,14 @@ def bench_size(run: Path, repeats: int, with_html: bool) -> list[Measure]:
         measures = []
         for label, _, _ in contenders:
             results = runs[label]
-            note = results[-1][2].strip().splitlines()[-1] if label.startswith("HTML") and results[-1][2].strip() else ""
+            note = (
+                results[-1][2].strip().splitlines()[-1] if label.startswith("HTML") and results[-1][2].strip() else ""
+            )
             if label.startswith("HTML"):
                 note += f" size={report.stat().st_size / 1e6:.2f}MB"
-            measures.append(Measure(label, statistics.median(r[0] for r in results), statistics.median(r[1] for r in results), note))
+            measures.append(
+                Measure(label, statistics.median(r[0] for r in results), statistics.median(r[1] for r in results), note)
+            )
     return measures
 
 
@@ -138,11 +145,16 @@ def table(name: str, run: Path, measures: list[Measure]) -> str:
     size = (run / "trace_events.jsonl").stat().st_size / 1e6
     with open(run / "trace_events.jsonl", "rb") as fh:
         events = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 24), b""))
-    lines = [f"### {name}: {events:,} events, {size:,.0f} MB trace_events.jsonl", "",
-             "| contender | wall s (median) | peak RSS MB | time vs naive | memory vs naive | note |",
-             "|---|---:|---:|---:|---:|---|"]
+    lines = [
+        f"### {name}: {events:,} events, {size:,.0f} MB trace_events.jsonl",
+        "",
+        "| contender | wall s (median) | peak RSS MB | time vs naive | memory vs naive | note |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for m in measures:
-        lines.append(f"| {m.label} | {m.seconds:.2f} | {m.peak_mb:.0f} | {m.seconds / naive.seconds:.2f}x | {m.peak_mb / naive.peak_mb:.2f}x | {m.note} |")
+        lines.append(
+            f"| {m.label} | {m.seconds:.2f} | {m.peak_mb:.0f} | {m.seconds / naive.seconds:.2f}x | {m.peak_mb / naive.peak_mb:.2f}x | {m.note} |"
+        )
     return "\n".join(lines)
 
 
@@ -173,7 +185,9 @@ def main() -> None:
     verdicts = targets(results)
     print("\n".join(verdicts))
     if args.markdown:
-        body = [f"machine: {machine()}", ""] + [table(s, ensure_run(*(int(x) for x in s.split("x"))), m) + "\n" for s, m in results]
+        body = [f"machine: {machine()}", ""] + [
+            table(s, ensure_run(*(int(x) for x in s.split("x"))), m) + "\n" for s, m in results
+        ]
         args.markdown.write_text("\n".join(body + verdicts) + "\n")
 
 
@@ -187,19 +201,27 @@ def targets(results: list[tuple[str, list[Measure]]]) -> list[str]:
         naive = next(m for m in measures if m.label.startswith("naive"))
         analysis = next(m for m in measures if m.label == ANALYZE)
         time_ratio, mem_ratio = analysis.seconds / naive.seconds, analysis.peak_mb / naive.peak_mb
-        lines.append(f"| analysis <= 0.25x naive time | {size} | {time_ratio:.2f}x | {'yes' if time_ratio <= 0.25 else 'no'} |")
-        lines.append(f"| analysis <= 0.5x naive peak RSS | {size} | {mem_ratio:.2f}x | {'yes' if mem_ratio <= 0.5 else 'no'} |")
+        lines.append(
+            f"| analysis <= 0.25x naive time | {size} | {time_ratio:.2f}x | {'yes' if time_ratio <= 0.25 else 'no'} |"
+        )
+        lines.append(
+            f"| analysis <= 0.5x naive peak RSS | {size} | {mem_ratio:.2f}x | {'yes' if mem_ratio <= 0.5 else 'no'} |"
+        )
         html = next((m for m in measures if m.label.startswith("HTML")), None)
         if html is not None and "html_write_s=" in html.note and "size=" in html.note:
             write_s = float(html.note.split("html_write_s=")[1].split()[0])
             size_mb = float(html.note.split("size=")[1].split("MB")[0])
             ok = size_mb <= 10 and write_s <= analysis.seconds
-            lines.append(f"| HTML <= 10 MB, written in <= analysis time | {size} | {size_mb:.2f} MB in {write_s:.2f} s | {'yes' if ok else 'no'} |")
+            lines.append(
+                f"| HTML <= 10 MB, written in <= analysis time | {size} | {size_mb:.2f} MB in {write_s:.2f} s | {'yes' if ok else 'no'} |"
+            )
     if len(results) >= 2:
         first = next(m for m in results[0][1] if m.label == ANALYZE)
         second = next(m for m in results[1][1] if m.label == ANALYZE)
         scaling = second.seconds / first.seconds
-        lines.append(f"| doubling events <= 2.2x time | {results[1][0]} / {results[0][0]} | {scaling:.2f}x | {'yes' if scaling <= 2.2 else 'no'} |")
+        lines.append(
+            f"| doubling events <= 2.2x time | {results[1][0]} / {results[0][0]} | {scaling:.2f}x | {'yes' if scaling <= 2.2 else 'no'} |"
+        )
     return lines
 
 

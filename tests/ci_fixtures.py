@@ -25,7 +25,9 @@ SECRETS = {
 }
 
 
-def step_times(n: int, steady_s: float, *, warmup: int = 1, warmup_s: float | None = None, seed: int = 0) -> list[float]:
+def step_times(
+    n: int, steady_s: float, *, warmup: int = 1, warmup_s: float | None = None, seed: int = 0
+) -> list[float]:
     """Per-step wall times: a slow warm-up, then steady steps with ±3% deterministic noise."""
     rng = random.Random(seed)
     first = warmup_s if warmup_s is not None else steady_s * 6
@@ -99,12 +101,22 @@ def write_sl_run(
         ]
     (root / "logs.log").write_text("\n".join(log) + "\n", encoding="utf-8")
     (root / "checkpoints.jsonl").write_text(
-        json.dumps({"name": "000002", "batch": 2, "epoch": 0, "state_path": "tinker://run-abc123/weights/000002",
-                    "sampler_path": "tinker://run-abc123/sampler_weights/000002"}) + "\n",
+        json.dumps(
+            {
+                "name": "000002",
+                "batch": 2,
+                "epoch": 0,
+                "state_path": "tinker://run-abc123/weights/000002",
+                "sampler_path": "tinker://run-abc123/sampler_weights/000002",
+            }
+        )
+        + "\n",
         encoding="utf-8",
     )
     if trace:
-        (root / "trace_events.jsonl").write_text("\n".join(json.dumps(e) for e in trace_events(totals, sequential=sequential)) + "\n", encoding="utf-8")
+        (root / "trace_events.jsonl").write_text(
+            "\n".join(json.dumps(e) for e in trace_events(totals, sequential=sequential)) + "\n", encoding="utf-8"
+        )
     return root
 
 
@@ -120,7 +132,9 @@ def trace_events(totals: list[float], *, sequential: bool) -> list[dict]:
         events.append({"name": name, "ph": "E", "ts": end, **{**base, "args": end_args}})
 
     events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": main_tid, "ts": 0, "args": {"name": "main"}})
-    events.append({"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "ts": 0, "args": {"name": "MainThread Thread"}})
+    events.append(
+        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "ts": 0, "args": {"name": "MainThread Thread"}}
+    )
     t = 473726495.273
     begin = t
     inner = []
@@ -139,10 +153,28 @@ def trace_events(totals: list[float], *, sequential: bool) -> list[dict]:
     for name, start, end, step in inner:
         span(name, start, end, step=step)
     # A second thread: the default executor runs a data-processing span (fake pid 1).
-    events.append({"name": "data_processing", "ph": "B", "pid": 1, "tid": 765726, "ts": begin + 500,
-                   "args": {"track": "sync:asyncio_0", "thread": "asyncio_0"}, "cat": "async"})
-    events.append({"name": "data_processing", "ph": "E", "pid": 1, "tid": 765726, "ts": begin + 90500,
-                   "args": {"track": "sync:asyncio_0", "thread": "asyncio_0"}, "cat": "async"})
+    events.append(
+        {
+            "name": "data_processing",
+            "ph": "B",
+            "pid": 1,
+            "tid": 765726,
+            "ts": begin + 500,
+            "args": {"track": "sync:asyncio_0", "thread": "asyncio_0"},
+            "cat": "async",
+        }
+    )
+    events.append(
+        {
+            "name": "data_processing",
+            "ph": "E",
+            "pid": 1,
+            "tid": 765726,
+            "ts": begin + 90500,
+            "args": {"track": "sync:asyncio_0", "thread": "asyncio_0"},
+            "cat": "async",
+        }
+    )
     return events
 
 
@@ -150,7 +182,16 @@ def hand_analysis(*, with_baseline: bool = False) -> Analysis:
     """An Analysis built directly from tables: spans on two threads, three findings, rule outcomes."""
     spans = pl.DataFrame(
         {
-            "name": ["main", "submit_batch", "forward_backward_async", "fwd_enqueue", "finish_batch", "fwd_consume", "data_processing", "sample_async"],
+            "name": [
+                "main",
+                "submit_batch",
+                "forward_backward_async",
+                "fwd_enqueue",
+                "finish_batch",
+                "fwd_consume",
+                "data_processing",
+                "sample_async",
+            ],
             "pid": [0, 0, 0, 0, 0, 0, 1, 0],
             "tid": [11, 11, 11, 11, 11, 11, 22, 33],
             "thread": ["MainThread"] * 6 + ["asyncio_0", "MainThread"],
@@ -167,24 +208,56 @@ def hand_analysis(*, with_baseline: bool = False) -> Analysis:
         schema=SPANS_SCHEMA,
     )
     steps = pl.DataFrame(
-        {"step": [0, 1, 2], "segment": [0, 0, 0], "line": [1, 2, 3], "source": ["run/metrics.jsonl"] * 3,
-         "superseded": [False] * 3, "is_eval_row": [False] * 3, "time/total": [1.0, 0.5, 0.5]},
+        {
+            "step": [0, 1, 2],
+            "segment": [0, 0, 0],
+            "line": [1, 2, 3],
+            "source": ["run/metrics.jsonl"] * 3,
+            "superseded": [False] * 3,
+            "is_eval_row": [False] * 3,
+            "time/total": [1.0, 0.5, 0.5],
+        },
         schema={**STEPS_SCHEMA, "time/total": pl.Float64},
     )
     run = RunTables(meta=RunMeta(path="run", trainer="sl", model_name="Qwen/Qwen3-8B"), steps=steps, spans=spans)
     run.inputs = [InputFile("metrics", "run/metrics.jsonl", 3, 0), InputFile("trace", "run/trace_events.jsonl", 16, 0)]
     findings = [
-        Finding(rule="pipelining-gap", code="TD101", severity="warning", title="Calls awaited one by one",
-                message="forward_backward result awaited before optim_step was submitted in 3 of 3 steps <b>",
-                fix="Submit ahead.", steps=[0, 1, 2], time_ranges_us=[[100.0, 300.0], [150.0, 500.0]],
-                evidence={"steps": [{"path": "run/metrics.jsonl", "line": 2}], "idle_share": 0.4},
-                seconds_lost=1.5, fraction_of_wall=0.3, fingerprint="pipelining-gap:main"),
-        Finding(rule="warmup-slowness", code="TD103", severity="info", title="Slow first step",
-                message="step 0 took 2x the steady median", fix="Nothing to do.", steps=[0],
-                evidence={"log_lines": [{"path": "run/logs.log", "line": 7}]}, fingerprint="warmup-slowness"),
-        Finding(rule="decoded-error", code="TD302", severity="error", title="Context window exceeded",
-                message="prompt + max_tokens > context window | 8 times", fix="Shorten prompts.", steps=[1],
-                evidence={}, fingerprint="decoded-error:context-window"),
+        Finding(
+            rule="pipelining-gap",
+            code="TD101",
+            severity="warning",
+            title="Calls awaited one by one",
+            message="forward_backward result awaited before optim_step was submitted in 3 of 3 steps <b>",
+            fix="Submit ahead.",
+            steps=[0, 1, 2],
+            time_ranges_us=[[100.0, 300.0], [150.0, 500.0]],
+            evidence={"steps": [{"path": "run/metrics.jsonl", "line": 2}], "idle_share": 0.4},
+            seconds_lost=1.5,
+            fraction_of_wall=0.3,
+            fingerprint="pipelining-gap:main",
+        ),
+        Finding(
+            rule="warmup-slowness",
+            code="TD103",
+            severity="info",
+            title="Slow first step",
+            message="step 0 took 2x the steady median",
+            fix="Nothing to do.",
+            steps=[0],
+            evidence={"log_lines": [{"path": "run/logs.log", "line": 7}]},
+            fingerprint="warmup-slowness",
+        ),
+        Finding(
+            rule="decoded-error",
+            code="TD302",
+            severity="error",
+            title="Context window exceeded",
+            message="prompt + max_tokens > context window | 8 times",
+            fix="Shorten prompts.",
+            steps=[1],
+            evidence={},
+            fingerprint="decoded-error:context-window",
+        ),
     ]
     findings.sort(key=Finding.sort_key)
     outcomes = [
@@ -198,12 +271,32 @@ def hand_analysis(*, with_baseline: bool = False) -> Analysis:
     baseline = None
     if with_baseline:
         baseline = {
-            "path": "base", "verdict": "regression", "message": "median steady step time 0.5 -> 0.65 s (+30.0%)",
-            "statistics": {"u": 100.0, "p": 0.0001, "effect": 0.3, "n_baseline": 10, "n_candidate": 10,
-                           "median_baseline": 0.5, "median_candidate": 0.65, "unit": "s", "metric": "steady step time"},
-            "breakdown": [{"phase": "waits", "baseline_s": 0.3, "candidate_s": 0.42, "change_s": 0.12, "share_of_change": 0.8},
-                          {"phase": "other/interaction", "baseline_s": None, "candidate_s": None, "change_s": 0.03, "share_of_change": 0.2}],
-            "structural": {}, "new_fingerprints": ["decoded-error:context-window"],
+            "path": "base",
+            "verdict": "regression",
+            "message": "median steady step time 0.5 -> 0.65 s (+30.0%)",
+            "statistics": {
+                "u": 100.0,
+                "p": 0.0001,
+                "effect": 0.3,
+                "n_baseline": 10,
+                "n_candidate": 10,
+                "median_baseline": 0.5,
+                "median_candidate": 0.65,
+                "unit": "s",
+                "metric": "steady step time",
+            },
+            "breakdown": [
+                {"phase": "waits", "baseline_s": 0.3, "candidate_s": 0.42, "change_s": 0.12, "share_of_change": 0.8},
+                {
+                    "phase": "other/interaction",
+                    "baseline_s": None,
+                    "candidate_s": None,
+                    "change_s": 0.03,
+                    "share_of_change": 0.2,
+                },
+            ],
+            "structural": {},
+            "new_fingerprints": ["decoded-error:context-window"],
         }
     summary = {"wall_time_s": 2.0, "step_time_p50_s": 0.5, "steady_step_time_s": 0.5, "warmup_steps": 1}
     return Analysis(run=run, findings=findings, outcomes=outcomes, summary=summary, baseline=baseline)

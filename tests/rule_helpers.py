@@ -11,7 +11,15 @@ from trace_doctor.ingest.metrics import build_steps_frame, parse_metrics_files
 from trace_doctor.model import RunMeta, RunTables
 from trace_doctor.rules.engine import run_rules
 
-TIMING_AND_KL = ["get-batch-bottleneck", "inconsistent-step-times", "kl-drift", "pipelining-gap", "renderer-kl-step0", "steady-slowness", "warmup-slowness"]
+TIMING_AND_KL = [
+    "get-batch-bottleneck",
+    "inconsistent-step-times",
+    "kl-drift",
+    "pipelining-gap",
+    "renderer-kl-step0",
+    "steady-slowness",
+    "warmup-slowness",
+]
 
 
 def run_from_rows(rows: list[dict[str, Any]], **meta: Any) -> RunTables:

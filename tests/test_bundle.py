@@ -8,10 +8,10 @@ import zipfile
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
-
 from ci_fixtures import SECRETS, step_times, write_sl_run
+from click.testing import CliRunner
 from conftest import fixture_run
+
 from trace_doctor.api import analyze, load_run
 from trace_doctor.model import LOG_EVENTS_SCHEMA
 from trace_doctor.report.bundle import safe_member, write_bundle
@@ -37,8 +37,19 @@ def secret_run(tmp_path_factory):
         "ServiceClient initialized for session sess-4f2a9c10-77aa",
     ]
     extra = pl.DataFrame(
-        {"source": [str(root / "logs.log")] * 5, "line": [5, 6, 7, 8, 2], "kind": ["warning"] * 4 + ["session"],
-         "message": planted, "fields": [json.dumps({"env": planted[0]}), None, None, None, json.dumps({"session_id": "sess-4f2a9c10-77aa"})]},
+        {
+            "source": [str(root / "logs.log")] * 5,
+            "line": [5, 6, 7, 8, 2],
+            "kind": ["warning"] * 4 + ["session"],
+            "message": planted,
+            "fields": [
+                json.dumps({"env": planted[0]}),
+                None,
+                None,
+                None,
+                json.dumps({"session_id": "sess-4f2a9c10-77aa"}),
+            ],
+        },
     )
     result.run.log_events = pl.concat([result.run.log_events, extra], how="diagonal_relaxed").cast(
         {k: v for k, v in LOG_EVENTS_SCHEMA.items() if k in ("source", "line", "kind", "message", "fields")}
@@ -106,7 +117,12 @@ def test_bundle_of_a_fixture_with_profiles_and_trace(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("/etc/passwd", "etc/passwd"), ("../../evil.json", "evil.json"), ("profiles/..\\..\\x.json", "profiles/x.json"), ("a/./b c.json", "a/b_c.json")],
+    [
+        ("/etc/passwd", "etc/passwd"),
+        ("../../evil.json", "evil.json"),
+        ("profiles/..\\..\\x.json", "profiles/x.json"),
+        ("a/./b c.json", "a/b_c.json"),
+    ],
 )
 def test_safe_member_names(name, expected):
     assert safe_member(name) == expected

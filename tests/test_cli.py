@@ -7,8 +7,8 @@ import json
 import polars as pl
 import pytest
 from click.testing import CliRunner
-
 from conftest import FIXTURE_RUNS, corpus_path, fixture_run
+
 from trace_doctor.cli import main, sample_run_path
 
 
@@ -63,7 +63,9 @@ def test_json_output_is_deterministic_and_follows_the_contract(tmp_path):
     assert not [r for r in doc["rules"] if r["status"] == "error"]
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURE_RUNS.glob("*") if p.is_dir()) if FIXTURE_RUNS.exists() else [])
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in FIXTURE_RUNS.glob("*") if p.is_dir()) if FIXTURE_RUNS.exists() else []
+)
 def test_every_fixture_run_analyses_without_rule_errors(name, tmp_path):
     run = fixture_run(name)
     result = invoke("analyze", str(run), "--format", "json", "--html", str(tmp_path / "r.html"))
@@ -91,23 +93,32 @@ def _console_script():
     return str(script) if script.exists() else shutil.which("trace-doctor")
 
 
-@pytest.mark.skipif(_console_script() is None, reason="the trace-doctor console script is not installed in this environment")
+@pytest.mark.skipif(
+    _console_script() is None, reason="the trace-doctor console script is not installed in this environment"
+)
 def test_console_script_flushes_everything_before_its_fast_exit(tmp_path):
     """The installed command exits with os._exit: output piped to a file must still be complete, codes kept."""
     import subprocess
 
     script = _console_script()
-    done = subprocess.run([script, "analyze", str(fixture_run("demo")), "--no-html", "--format", "json", "--fail-on", "warning"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [script, "analyze", str(fixture_run("demo")), "--no-html", "--format", "json", "--fail-on", "warning"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1  # the demo run has warnings: the gate trips
     document = json.loads(done.stdout)  # complete: parses to the end
     assert document["findings"]
     missing = subprocess.run([script, "analyze", str(tmp_path / "nope")], capture_output=True, text=True)
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
-    assert subprocess.run([script, "--version"], capture_output=True, text=True).stdout.startswith("trace-doctor, version")
+    assert subprocess.run([script, "--version"], capture_output=True, text=True).stdout.startswith(
+        "trace-doctor, version"
+    )
 
 
-@pytest.mark.skipif(_console_script() is None, reason="the trace-doctor console script is not installed in this environment")
+@pytest.mark.skipif(
+    _console_script() is None, reason="the trace-doctor console script is not installed in this environment"
+)
 def test_ingest_progress_goes_to_a_terminal_and_never_to_pipes_or_ci(tmp_path):
     """Progress lines are for people watching a terminal; a pipe or a CI log gets none of them."""
     import os

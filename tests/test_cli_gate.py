@@ -6,10 +6,10 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from click.testing import CliRunner
-
 from ci_fixtures import step_times, write_sl_run
+from click.testing import CliRunner
 from conftest import fixture_run
+
 from trace_doctor.cli import main
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-
 from ci_fixtures import step_times, write_sl_run
 from conftest import fixture_run
+
 from trace_doctor.api import analyze, load_run
 from trace_doctor.rules.checks.new_finding import new_fingerprints
 from trace_doctor.rules.checks.step_time_regression import OTHER, phase_breakdown
@@ -70,8 +70,22 @@ def test_three_step_candidate_is_inconclusive(tmp_path, baseline_dir):
 
 
 def test_breakdown_puts_non_additive_remainder_in_other():
-    base = pl.DataFrame({"total_s": [1.0, 2.0, 3.0], "phase:get_batch": [0.1, 1.5, 0.2], "phase:step": [0.8, 0.4, 2.5], "untimed_s": [0.1, 0.1, 0.3]})
-    cand = pl.DataFrame({"total_s": [2.0, 2.5, 4.0], "phase:get_batch": [1.0, 0.1, 0.2], "phase:step": [0.9, 2.3, 3.7], "untimed_s": [0.1, 0.1, 0.1]})
+    base = pl.DataFrame(
+        {
+            "total_s": [1.0, 2.0, 3.0],
+            "phase:get_batch": [0.1, 1.5, 0.2],
+            "phase:step": [0.8, 0.4, 2.5],
+            "untimed_s": [0.1, 0.1, 0.3],
+        }
+    )
+    cand = pl.DataFrame(
+        {
+            "total_s": [2.0, 2.5, 4.0],
+            "phase:get_batch": [1.0, 0.1, 0.2],
+            "phase:step": [0.9, 2.3, 3.7],
+            "untimed_s": [0.1, 0.1, 0.1],
+        }
+    )
     parts = phase_breakdown(base, cand)
     names = [p["phase"] for p in parts]
     assert names == ["get_batch", "waits", "untimed", OTHER]
@@ -83,8 +97,17 @@ def test_new_fingerprints_ignore_step_numbers_and_seconds():
     from trace_doctor.model import Finding
 
     def finding(fp, seconds):
-        return Finding(rule=fp.split(":")[0], code="TD101", severity="warning", title="t", message="m", fix="f",
-                       steps=[int(seconds)], seconds_lost=seconds, fingerprint=fp)
+        return Finding(
+            rule=fp.split(":")[0],
+            code="TD101",
+            severity="warning",
+            title="t",
+            message="m",
+            fix="f",
+            steps=[int(seconds)],
+            seconds_lost=seconds,
+            fingerprint=fp,
+        )
 
     baseline = [finding("pipelining-gap:sequential-fb-optim", 3.0)]
     candidate = [finding("pipelining-gap:sequential-fb-optim", 9.0), finding("gil-stall:main", 1.0)]

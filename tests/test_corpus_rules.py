@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import CORPUS_MISSING, corpus_metrics_files, corpus_path
 from rule_helpers import by_rule, findings, load_dir
+
 from trace_doctor.rules.engine import run_rules
 
 
@@ -13,7 +13,9 @@ def _analyze(relative: str):
     return findings(load_dir(corpus_path(relative)))
 
 
-@pytest.mark.parametrize("path", corpus_metrics_files() or [pytest.param(None, marks=pytest.mark.skip(reason=CORPUS_MISSING))])
+@pytest.mark.parametrize(
+    "path", corpus_metrics_files() or [pytest.param(None, marks=pytest.mark.skip(reason=CORPUS_MISSING))]
+)
 def test_no_rule_errors_on_any_corpus_metrics_file(path):
     try:
         from trace_doctor.api import analyze, load_run
@@ -48,22 +50,28 @@ def test_bzz_exp4_kl_far_above_band():
     assert drift.evidence["median"] == pytest.approx(0.036, abs=0.003)
 
 
-@pytest.mark.parametrize("relative", [
-    "bzz-tinker-cookbook/data/context_distillation/logs/exp2_on_policy",
-    "tinker-rl-lab/experiments/results/arithmetic_metrics.jsonl",
-    "joanvelja-tinker-cookbook/reports/data/gptoss-20b-v2-metrics.jsonl",
-])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "bzz-tinker-cookbook/data/context_distillation/logs/exp2_on_policy",
+        "tinker-rl-lab/experiments/results/arithmetic_metrics.jsonl",
+        "joanvelja-tinker-cookbook/reports/data/gptoss-20b-v2-metrics.jsonl",
+    ],
+)
 def test_healthy_kl_runs_do_not_raise_kl_findings(relative):
     found, _, _ = _analyze(relative)
     assert not {"kl-drift", "renderer-kl-step0"} & {f.rule for f in found}
 
 
-@pytest.mark.parametrize("relative", [
-    "tinker-rl-lab/experiments/results/arithmetic_metrics.jsonl",
-    "joanvelja-tinker-cookbook/reports/data/gptoss-20b-v2-metrics.jsonl",
-    "sushantmehta-tinker-cookbook/logs",
-    "sushantmehta-tinker-cookbook/logs_v2",
-])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "tinker-rl-lab/experiments/results/arithmetic_metrics.jsonl",
+        "joanvelja-tinker-cookbook/reports/data/gptoss-20b-v2-metrics.jsonl",
+        "sushantmehta-tinker-cookbook/logs",
+        "sushantmehta-tinker-cookbook/logs_v2",
+    ],
+)
 def test_untimed_sampling_is_not_a_pipelining_gap(relative):
     found, outcomes, _ = _analyze(relative)
     assert "pipelining-gap" not in {f.rule for f in found}

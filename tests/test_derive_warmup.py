@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from rule_helpers import run_from_rows
+
 from trace_doctor.derive.cycles import estimate_clock_cycle, periodic_fit
 from trace_doctor.derive.step_times import step_times
 from trace_doctor.derive.warmup import split_warmup

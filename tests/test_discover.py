@@ -6,6 +6,7 @@ import gzip
 import json
 
 from conftest import corpus_path
+
 from trace_doctor.discover import classify, discover
 
 

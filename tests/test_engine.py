@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
 from rule_helpers import run_from_rows
+
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import REGISTRY, NotApplicable, Rule, RuleDocs
-from trace_doctor.rules.engine import run_one, run_rules
 from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.engine import run_one, run_rules
 from trace_doctor.rules.policy import PolicyError
 from trace_doctor.settings import load_settings
 
@@ -20,7 +20,9 @@ def _rule(check):
 
 
 def _rl_run(kl=0.05):
-    return run_from_rows([{"step": i, "progress/batch": i, "optim/kl_sample_train_v2": kl, "time/total": 10.0} for i in range(10)])
+    return run_from_rows(
+        [{"step": i, "progress/batch": i, "optim/kl_sample_train_v2": kl, "time/total": 10.0} for i in range(10)]
+    )
 
 
 def test_exception_in_a_rule_becomes_an_error_outcome():
@@ -49,13 +51,13 @@ def test_select_and_ignore_by_slug_or_code():
 
 
 def test_config_override_changes_a_threshold(tmp_path):
-    (tmp_path / "trace-doctor.toml").write_text('[rules.renderer-kl-step0]\nmax_kl_v2 = 0.1\n')
+    (tmp_path / "trace-doctor.toml").write_text("[rules.renderer-kl-step0]\nmax_kl_v2 = 0.1\n")
     settings = load_settings(str(tmp_path / "trace-doctor.toml"))
     found, _, _ = run_rules(_rl_run(), select=["renderer-kl-step0"], overrides=settings.rules)
     assert found == []
     found, _, _ = run_rules(_rl_run(), select=["renderer-kl-step0"])
     assert [f.rule for f in found] == ["renderer-kl-step0"]
-    (tmp_path / "bad.toml").write_text('[rules.kl-drift]\nmax_kll = 1\n')
+    (tmp_path / "bad.toml").write_text("[rules.kl-drift]\nmax_kll = 1\n")
     with pytest.raises(PolicyError):
         load_settings(str(tmp_path / "bad.toml"))
 

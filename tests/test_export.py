@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from ci_fixtures import hand_analysis
 from click.testing import CliRunner
+from conftest import fixture_run
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
-from ci_fixtures import hand_analysis
-from conftest import fixture_run
 from trace_doctor.report.export import FINDINGS_TRACK, write_chrome_json, write_perfetto
 
 
@@ -33,7 +33,11 @@ def test_perfetto_tracks_slices_findings_and_flows(tmp_path):
     groups = {d.uuid for d in descriptors.values() if d.HasField("process")}
     assert {names[g] for g in groups} == {"MainThread (segment 0)", "asyncio_0 (segment 0)"}
     coroutines = {names[d.uuid]: names[d.parent_uuid] for d in descriptors.values() if d.parent_uuid in groups}
-    assert coroutines == {"main": "MainThread (segment 0)", "sample_task_0": "MainThread (segment 0)", "sync:asyncio_0": "asyncio_0 (segment 0)"}
+    assert coroutines == {
+        "main": "MainThread (segment 0)",
+        "sample_task_0": "MainThread (segment 0)",
+        "sync:asyncio_0": "asyncio_0 (segment 0)",
+    }
 
     begins = [e for e in events if e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
     ends = [e for e in events if e.track_event.type == TrackEvent.TYPE_SLICE_END]
@@ -41,13 +45,18 @@ def test_perfetto_tracks_slices_findings_and_flows(tmp_path):
     per_track_end = Counter(names[e.track_event.track_uuid] for e in ends)
     assert per_track_begin == per_track_end
     assert per_track_begin["main"] == 6 and per_track_begin["sync:asyncio_0"] == 1
-    assert sum(1 for e in begins if names[e.track_event.track_uuid] not in (FINDINGS_TRACK, f"{FINDINGS_TRACK} (2)")) == len(result.run.spans)
+    assert sum(
+        1 for e in begins if names[e.track_event.track_uuid] not in (FINDINGS_TRACK, f"{FINDINGS_TRACK} (2)")
+    ) == len(result.run.spans)
 
     # The findings track: pipelining-gap has two overlapping ranges -> a second lane below it.
     root = next(u for u, n in names.items() if n == FINDINGS_TRACK)
     lanes = {u for u, d in descriptors.items() if u == root or d.parent_uuid == root}
     finding_slices = [e.track_event for e in begins if e.track_event.track_uuid in lanes]
-    assert Counter(s.name for s in finding_slices) == {"pipelining-gap": 2, "warmup-slowness": 1}  # decoded-error: step 1 has no spans
+    assert Counter(s.name for s in finding_slices) == {
+        "pipelining-gap": 2,
+        "warmup-slowness": 1,
+    }  # decoded-error: step 1 has no spans
     notes = {a.name: a for a in finding_slices[0].debug_annotations}
     assert {"message", "severity", "code"} <= set(notes)
     gap = next(s for s in finding_slices if s.name == "pipelining-gap")
@@ -86,7 +95,10 @@ def test_chrome_json_is_a_loadable_event_array(tmp_path):
     assert {"main", "sample_task_0", "sync:asyncio_0", FINDINGS_TRACK} <= thread_names
     instants = [e for e in events if e["ph"] == "i"]
     assert {e["s"] for e in instants} == {"g"}
-    assert Counter(e["name"] for e in instants) == {"pipelining-gap": 2, "warmup-slowness": 1}  # decoded-error: step 1 has no spans
+    assert Counter(e["name"] for e in instants) == {
+        "pipelining-gap": 2,
+        "warmup-slowness": 1,
+    }  # decoded-error: step 1 has no spans
     flows = [e for e in events if e["ph"] in ("s", "f")]
     assert sorted(e["ph"] for e in flows) == ["f", "s"]
 
@@ -96,12 +108,18 @@ def test_export_command_on_a_fixture_run(tmp_path):
 
     run = fixture_run("sl_sequential_await")
     pftrace, chrome = tmp_path / "t.pftrace", tmp_path / "t.json"
-    out = CliRunner().invoke(main, ["export", str(run), "--perfetto", str(pftrace), "--chrome-json", str(chrome)], catch_exceptions=False)
+    out = CliRunner().invoke(
+        main, ["export", str(run), "--perfetto", str(pftrace), "--chrome-json", str(chrome)], catch_exceptions=False
+    )
     assert out.exit_code == 0, out.output
     descriptors, events = read_trace(pftrace)
     names = {uuid: track_name(d) for uuid, d in descriptors.items()}
     assert FINDINGS_TRACK in names.values()
-    finding_names = {e.track_event.name for e in events if names.get(e.track_event.track_uuid, "").startswith(FINDINGS_TRACK) and e.track_event.name}
+    finding_names = {
+        e.track_event.name
+        for e in events
+        if names.get(e.track_event.track_uuid, "").startswith(FINDINGS_TRACK) and e.track_event.name
+    }
     assert "pipelining-gap" in finding_names
     assert len([e for e in json.loads(chrome.read_text()) if e["ph"] == "X"]) > 100
 

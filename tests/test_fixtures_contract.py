@@ -91,9 +91,7 @@ def writer_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
         reason="tinker-cookbook is not installed (make test installs it with --no-deps tinker-cookbook==0.6.1)",
     )
     out = tmp_path_factory.mktemp("writer")
-    proc = subprocess.run(
-        [sys.executable, "-c", _WRITER_SCRIPT, str(out)], capture_output=True, text=True, timeout=60
-    )
+    proc = subprocess.run([sys.executable, "-c", _WRITER_SCRIPT, str(out)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     (out / "timing_metrics.jsonl").write_text(proc.stdout)
     return out
@@ -202,5 +200,3 @@ def test_sample_run_matches_demo() -> None:
             continue
         assert (sample / f.name).read_bytes() == f.read_bytes(), f.name
     assert sum(f.stat().st_size for f in sample.rglob("*") if f.is_file()) < 1_500_000
-
-

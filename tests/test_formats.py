@@ -8,9 +8,9 @@ import xml.etree.ElementTree as ET
 
 import jsonschema
 import pytest
-
 from ci_fixtures import hand_analysis
 from conftest import fixture_run
+
 from trace_doctor.model import Finding
 from trace_doctor.report.junit import render_junit
 from trace_doctor.report.markdown import MAX_BYTES, render_markdown
@@ -50,7 +50,9 @@ SARIF_SUBSET_SCHEMA = {
                                                 "help": {"$ref": "#/definitions/message"},
                                                 "defaultConfiguration": {
                                                     "type": "object",
-                                                    "properties": {"level": {"enum": ["none", "note", "warning", "error"]}},
+                                                    "properties": {
+                                                        "level": {"enum": ["none", "note", "warning", "error"]}
+                                                    },
                                                 },
                                             },
                                         },
@@ -79,7 +81,9 @@ SARIF_SUBSET_SCHEMA = {
                                                 "properties": {
                                                     "artifactLocation": {
                                                         "type": "object",
-                                                        "properties": {"uri": {"type": "string", "format": "uri-reference"}},
+                                                        "properties": {
+                                                            "uri": {"type": "string", "format": "uri-reference"}
+                                                        },
                                                     },
                                                     "region": {
                                                         "type": "object",
@@ -99,8 +103,11 @@ SARIF_SUBSET_SCHEMA = {
         },
     },
     "definitions": {
-        "message": {"type": "object", "anyOf": [{"required": ["text"]}, {"required": ["id"]}],
-                    "properties": {"text": {"type": "string"}, "markdown": {"type": "string"}}}
+        "message": {
+            "type": "object",
+            "anyOf": [{"required": ["text"]}, {"required": ["id"]}],
+            "properties": {"text": {"type": "string"}, "markdown": {"type": "string"}},
+        }
     },
 }
 
@@ -127,7 +134,12 @@ def test_sarif_fingerprints_are_stable_across_runs_and_numbers():
     first, second = hand_analysis(), hand_analysis()
     for finding in second.findings:
         finding.seconds_lost, finding.steps = 99.0, [7, 8]
-    prints = lambda r: sorted(x["partialFingerprints"]["traceDoctorFingerprint/v1"] for x in build_sarif(r)["runs"][0]["results"])  # noqa: E731
+
+    def prints(result):
+        return sorted(
+            x["partialFingerprints"]["traceDoctorFingerprint/v1"] for x in build_sarif(result)["runs"][0]["results"]
+        )
+
     assert prints(first) == prints(second)
     assert len(set(prints(first))) == 3
 
@@ -138,7 +150,9 @@ def test_sarif_of_real_fixture_validates():
     result = analyze(load_run(fixture_run("sl_gil_stall")))
     sarif = json.loads(render_sarif(result))
     jsonschema.validate(sarif, SARIF_SUBSET_SCHEMA)
-    lines = [r["locations"][0]["physicalLocation"].get("region", {}).get("startLine") for r in sarif["runs"][0]["results"]]
+    lines = [
+        r["locations"][0]["physicalLocation"].get("region", {}).get("startLine") for r in sarif["runs"][0]["results"]
+    ]
     assert any(line and line > 1 for line in lines)  # at least one finding points into a log file
 
 
@@ -154,7 +168,12 @@ def test_junit_one_case_per_rule_with_gate_semantics():
     assert "Slow first step" in cases["warmup-slowness"].find("system-out").text
     assert cases["gil-stall"].find("skipped").get("message") == "no dumps, no GIL-monitor lines"
     assert cases["kl-drift"].find("error") is not None
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("6", "2", "1", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "6",
+        "2",
+        "1",
+        "1",
+    )
 
 
 def test_junit_gate_never_has_no_failures_and_control_chars_are_safe():

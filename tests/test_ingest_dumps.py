@@ -74,7 +74,13 @@ def test_task_dump_rows(tmp_path: Path) -> None:
     assert warnings == [] and info.records == 4
     assert tasks["task_name"].to_list() == ["Task-1", "Task-2", "Task-3", "periodic-task-dump-holder"]
     row = tasks.row(1, named=True)
-    assert (row["label"], row["state"], row["task_count"], row["interval_s"], row["line"]) == ("holder", "pending", 4, 1.0, 4)
+    assert (row["label"], row["state"], row["task_count"], row["interval_s"], row["line"]) == (
+        "holder",
+        "pending",
+        4,
+        1.0,
+        4,
+    )
     assert str(row["timestamp"]) == "2026-03-05 12:00:01"
     assert "_run_fwd_bwd" in row["coroutine"]
 
@@ -106,11 +112,20 @@ def test_asyncio_ps_table(tmp_path: Path) -> None:
     tasks, _, info, warnings = _parse(tmp_path, PS, "ps.txt")
     assert warnings == [] and info.records == 2
     first, second = tasks.iter_rows(named=True)
-    assert (first["label"], first["task_name"], first["coroutine"], first["awaiter_id"]) == ("ps", "Task-1", "main", "0x0")
+    assert (first["label"], first["task_name"], first["coroutine"], first["awaiter_id"]) == (
+        "ps",
+        "Task-1",
+        "main",
+        "0x0",
+    )
     assert first["awaiter_name"] is None
     # an overlong coroutine stack pushes the later columns right; they are still read
     assert second["coroutine"] == "TrainingClient._run_fwd_bwd.<locals>._run_async -> _APIFuture._result_async -> sleep"
-    assert (second["awaiter_chain"], second["awaiter_name"], second["awaiter_id"]) == ("main", "Task-1", "0x7f3a2c1b4e80")
+    assert (second["awaiter_chain"], second["awaiter_name"], second["awaiter_id"]) == (
+        "main",
+        "Task-1",
+        "0x7f3a2c1b4e80",
+    )
     assert second["task_id"] == "0x7f3a2c1b5040" and second["thread_id"] == 12345
 
 

@@ -64,7 +64,10 @@ def test_cookbook_log_events(tmp_path: Path) -> None:
     assert warnings == [] and dict(events.schema) == LOG_EVENTS_SCHEMA
     kinds = events["kind"].to_list()
     assert kinds.count("restart") == 1  # `Logging to:` right after the invocation is the same start
-    assert _fields(events, "took") == [{"name": "get_batch", "phase": "start", "seconds": None}, {"name": "get_batch", "phase": "end", "seconds": 12.34}]
+    assert _fields(events, "took") == [
+        {"name": "get_batch", "phase": "start", "seconds": None},
+        {"name": "get_batch", "phase": "end", "seconds": 12.34},
+    ]
     heartbeat = _fields(events, "heartbeat")[0]
     assert heartbeat["secs"] == 130.5 and heartbeat["session_id"] == "3a07bc0d-512d-5b0d-9c07-c13d5e0307ef"
     assert _fields(events, "gil-monitor") == [{"actual_s": 3.47, "expected_s": 2.0, "jitter_s": 1.47}]
@@ -114,7 +117,9 @@ def test_requirements_and_code_diff_versions(tmp_path: Path) -> None:
     wandb = tmp_path / "wandb" / "run-1" / "files"
     wandb.mkdir(parents=True)
     (wandb / "requirements.txt").write_text("pydantic==2.13.0b2\ntinker==0.38.0\ntorch==2.10.0+cu128\n")
-    (tmp_path / "code.diff").write_text("### repo: /home/u/tinker-cookbook @ 9dfcc3a2cf44432d621a01005073dc6d76a1e87a\nmodules: tinker_cookbook\n(no local changes)\n")
+    (tmp_path / "code.diff").write_text(
+        "### repo: /home/u/tinker-cookbook @ 9dfcc3a2cf44432d621a01005073dc6d76a1e87a\nmodules: tinker_cookbook\n(no local changes)\n"
+    )
     events, inputs = parse_log_files([wandb / "requirements.txt", tmp_path / "code.diff"], [])
     versions = {(f["package"], f["version"]) for f in _fields(events, "version")}
     assert {("pydantic", "2.13.0b2"), ("tinker", "0.38.0"), ("torch", "2.10.0+cu128")} <= versions
@@ -128,7 +133,11 @@ def test_dump_blocks_are_left_to_the_dump_parser(tmp_path: Path) -> None:
         "  'Task-1': pending  <coroutine object InternalClientHolder._session_heartbeat at 0x1>\n"
         "===== 2026-03-05 12:00:01 end [holder] =====\n"
     )
-    events, _ = _events(tmp_path, dump + "[GIL monitor] slept 2.60s instead of 2.0s (jitter: 0.60s) — likely GIL contention\n", "stdout.txt")
+    events, _ = _events(
+        tmp_path,
+        dump + "[GIL monitor] slept 2.60s instead of 2.0s (jitter: 0.60s) — likely GIL contention\n",
+        "stdout.txt",
+    )
     assert events["kind"].to_list() == ["gil-monitor"]
 
 
@@ -150,7 +159,9 @@ def test_sushantmehta_prompt_too_long_errors() -> None:
     assert {json.loads(f)["error_id"] for f in errors["fields"]} == {"prompt-too-long"}
     took = _fields(events, "took")
     assert {"name": "run_evals", "phase": "end", "seconds": 333.03} in took
-    assert sum(1 for f in took if f["phase"] == "end") == sum(1 for line in path.read_text().splitlines() if " took " in line and "[INFO]" in line)
+    assert sum(1 for f in took if f["phase"] == "end") == sum(
+        1 for line in path.read_text().splitlines() if " took " in line and "[INFO]" in line
+    )
     assert inputs[0].records == _line_count(path) == 22276
     assert warnings == []
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import CORPUS_MISSING, corpus_metrics_files, corpus_path
+
 from trace_doctor.ingest.metrics import parse_metrics_file, parse_metrics_files
 from trace_doctor.model import IngestWarning
 
@@ -102,7 +102,9 @@ def test_empty_and_blank_files(tmp_path):
 CORPUS_FILES = corpus_metrics_files() or [pytest.param(None, marks=pytest.mark.skip(reason=CORPUS_MISSING))]
 
 
-@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: "corpus-absent" if p is None else p.parent.name[-40:] + "/" + p.name)
+@pytest.mark.parametrize(
+    "path", CORPUS_FILES, ids=lambda p: "corpus-absent" if p is None else p.parent.name[-40:] + "/" + p.name
+)
 def test_every_corpus_metrics_file_ingests_without_loss(path):
     nonblank = sum(1 for line in path.read_bytes().split(b"\n") if line.strip())
     frame, warnings = parse(path)

@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-
 from conftest import CORPUS, CORPUS_MISSING, FIXTURE_RUNS
+
 from trace_doctor.cli import main
 
 

@@ -18,9 +18,17 @@ DEMO_DATA = CORPUS / "pyinstrument" / "html_renderer" / "demo-data"
 
 
 def _frame(function: str, time: float, children: list | None = None, **extra) -> dict:
-    return {"function": function, "file_path_short": "x.py", "file_path": extra.pop("file_path", "/app/x.py"), "line_no": 1,
-            "time": time, "await_time": extra.pop("await_time", 0.0), "is_application_code": extra.pop("app", True),
-            "children": children or [], **extra}
+    return {
+        "function": function,
+        "file_path_short": "x.py",
+        "file_path": extra.pop("file_path", "/app/x.py"),
+        "line_no": 1,
+        "time": time,
+        "await_time": extra.pop("await_time", 0.0),
+        "is_application_code": extra.pop("app", True),
+        "children": children or [],
+        **extra,
+    }
 
 
 def _write(path: Path, doc: dict) -> Path:
@@ -29,11 +37,31 @@ def _write(path: Path, doc: dict) -> Path:
 
 
 def test_json_renderer_5x_self_and_await_attribution(tmp_path: Path) -> None:
-    root = _frame("main", 1.0, [
-        _frame("work", 0.6, [_frame("[self]", 0.2, file_path=""), _frame("dumps", 0.3, app=False, class_name="Encoder")], await_time=0.0),
-        _frame("sleep", 0.4, [_frame("[await]", 0.4, file_path="")], await_time=0.4, app=False),
-    ], await_time=0.4)
-    path = _write(tmp_path / "p.json", {"start_time": 1.0, "duration": 1.0, "sample_count": 100, "target_description": "Profile at t.py:3", "cpu_time": 0.6, "root_frame": root})
+    root = _frame(
+        "main",
+        1.0,
+        [
+            _frame(
+                "work",
+                0.6,
+                [_frame("[self]", 0.2, file_path=""), _frame("dumps", 0.3, app=False, class_name="Encoder")],
+                await_time=0.0,
+            ),
+            _frame("sleep", 0.4, [_frame("[await]", 0.4, file_path="")], await_time=0.4, app=False),
+        ],
+        await_time=0.4,
+    )
+    path = _write(
+        tmp_path / "p.json",
+        {
+            "start_time": 1.0,
+            "duration": 1.0,
+            "sample_count": 100,
+            "target_description": "Profile at t.py:3",
+            "cpu_time": 0.6,
+            "root_frame": root,
+        },
+    )
     warnings: list = []
     frames, profiles, inputs = parse_profile_files([path], warnings)
     assert warnings == [] and inputs[0].records == 6
@@ -51,7 +79,17 @@ def test_json_renderer_5x_self_and_await_attribution(tmp_path: Path) -> None:
 
 def test_json_renderer_4x_program_key_null_cpu_and_await_file_path(tmp_path: Path) -> None:
     root = _frame("main", 0.5, [_frame("[await]", 0.5, file_path="<await>")])
-    path = _write(tmp_path / "old.json", {"start_time": 1.0, "duration": 0.5, "sample_count": 5, "program": "train.py", "cpu_time": None, "root_frame": root})
+    path = _write(
+        tmp_path / "old.json",
+        {
+            "start_time": 1.0,
+            "duration": 0.5,
+            "sample_count": 5,
+            "program": "train.py",
+            "cpu_time": None,
+            "root_frame": root,
+        },
+    )
     frames, profiles, _ = parse_profile_files([path], [])
     row = profiles.row(0, named=True)
     assert row["target_description"] == "train.py" and row["cpu_time_s"] is None
@@ -60,8 +98,30 @@ def test_json_renderer_4x_program_key_null_cpu_and_await_file_path(tmp_path: Pat
 
 
 def test_cli_profile_is_not_async(tmp_path: Path) -> None:
-    root = _frame("<module>", 1.0, [_frame("select", 0.9, [_frame("poll", 0.9, file_path="<built-in>", app=False)], app=False, class_name="EpollSelector")])
-    path = _write(tmp_path / "cli.json", {"start_time": 1.0, "duration": 1.0, "sample_count": 10, "target_description": "Program: train.py", "cpu_time": 0.1, "root_frame": root})
+    root = _frame(
+        "<module>",
+        1.0,
+        [
+            _frame(
+                "select",
+                0.9,
+                [_frame("poll", 0.9, file_path="<built-in>", app=False)],
+                app=False,
+                class_name="EpollSelector",
+            )
+        ],
+    )
+    path = _write(
+        tmp_path / "cli.json",
+        {
+            "start_time": 1.0,
+            "duration": 1.0,
+            "sample_count": 10,
+            "target_description": "Program: train.py",
+            "cpu_time": 0.1,
+            "root_frame": root,
+        },
+    )
     _, profiles, _ = parse_profile_files([path], [])
     assert profiles["async_mode"].to_list() == ["disabled"]
 
@@ -109,8 +169,15 @@ def test_pyisession_merges_stacks_and_uses_sys_prefixes(tmp_path: Path) -> None:
     marker = "MainThread\x00<thread>\x00140000"
     main = "main\x00/app/train.py\x0010"
     lib = "model_dump\x00/venv/lib/python3.11/site-packages/pydantic/main.py\x00400\x01cBaseModel\x01l463"
-    doc = {"start_time": 1.0, "duration": 3.0, "sample_count": 3, "target_description": "Program: train.py", "cpu_time": 3.0,
-           "sys_prefixes": ["/venv"], "frame_records": [[[marker, main, lib], 1.0], [[marker, main, lib], 1.5], [[marker, main], 0.5], ["garbage"]]}
+    doc = {
+        "start_time": 1.0,
+        "duration": 3.0,
+        "sample_count": 3,
+        "target_description": "Program: train.py",
+        "cpu_time": 3.0,
+        "sys_prefixes": ["/venv"],
+        "frame_records": [[[marker, main, lib], 1.0], [[marker, main, lib], 1.5], [[marker, main], 0.5], ["garbage"]],
+    }
     warnings: list = []
     frames, _, inputs = parse_profile_files([_write(tmp_path / "s.pyisession", doc)], warnings)
     assert frames.select("depth", "function", "time_s", "self_time_s", "class_name", "is_application_code").rows() == [
@@ -157,7 +224,12 @@ def test_fixture_profiles() -> None:
 
 def _deep_json(depth: int) -> str:
     head = '{"function": "recurse", "file_path": "/app/r.py", "line_no": 1, "time": 1.0, "await_time": 0.0, "is_application_code": true, "children": ['
-    return '{"start_time": 1.0, "duration": 1.0, "sample_count": 1, "target_description": "Program: r.py", "cpu_time": 1.0, "root_frame": ' + head * depth + "]}" * depth + "}"
+    return (
+        '{"start_time": 1.0, "duration": 1.0, "sample_count": 1, "target_description": "Program: r.py", "cpu_time": 1.0, "root_frame": '
+        + head * depth
+        + "]}" * depth
+        + "}"
+    )
 
 
 def test_fifty_thousand_deep_tree_does_not_hit_the_recursion_limit(tmp_path: Path) -> None:
@@ -173,14 +245,26 @@ def test_fifty_thousand_deep_tree_does_not_hit_the_recursion_limit(tmp_path: Pat
 
 def test_deep_pyisession(tmp_path: Path) -> None:
     stack = [f"f{i}\x00/app/r.py\x00{i}" for i in range(50_000)]
-    path = _write(tmp_path / "deep.pyisession", {"start_time": 1.0, "duration": 1.0, "sample_count": 1, "frame_records": [[stack, 1.0]]})
+    path = _write(
+        tmp_path / "deep.pyisession",
+        {"start_time": 1.0, "duration": 1.0, "sample_count": 1, "frame_records": [[stack, 1.0]]},
+    )
     frames, _, inputs = parse_profile_files([path], [])
     assert inputs[0].records == 50_000 and frames["depth"].max() == 49_999
 
 
 def test_damaged_profiles_warn_and_keep_the_rest(tmp_path: Path) -> None:
-    good = _write(tmp_path / "good.json", {"start_time": 1.0, "duration": 1.0, "sample_count": 1, "target_description": "Program: a", "cpu_time": 1.0,
-                                             "root_frame": _frame("main", 1.0, [_frame("ok", 0.5), {"function": 3}, "junk"])})
+    good = _write(
+        tmp_path / "good.json",
+        {
+            "start_time": 1.0,
+            "duration": 1.0,
+            "sample_count": 1,
+            "target_description": "Program: a",
+            "cpu_time": 1.0,
+            "root_frame": _frame("main", 1.0, [_frame("ok", 0.5), {"function": 3}, "junk"]),
+        },
+    )
     truncated = tmp_path / "cut.json"
     truncated.write_text(good.read_text()[:60])
     garbage = tmp_path / "garbage.json"
@@ -191,12 +275,21 @@ def test_damaged_profiles_warn_and_keep_the_rest(tmp_path: Path) -> None:
     assert frames["function"].to_list() == ["main", "ok"]
     by_path = {Path(i.path).name: i for i in inputs}
     assert (by_path["good.json"].records, by_path["good.json"].skipped) == (2, 2)
-    assert by_path["cut.json"].skipped == 1 and by_path["garbage.json"].skipped == 1 and by_path["other.json"].skipped == 1
+    assert (
+        by_path["cut.json"].skipped == 1 and by_path["garbage.json"].skipped == 1 and by_path["other.json"].skipped == 1
+    )
     assert {Path(w.path).name for w in warnings} == {"good.json", "cut.json", "garbage.json", "other.json"}
 
 
 def test_several_profiles_in_one_file_get_indexed_names(tmp_path: Path) -> None:
-    doc = {"start_time": 1.0, "duration": 1.0, "sample_count": 1, "target_description": "Program: a", "cpu_time": 1.0, "root_frame": _frame("main", 1.0)}
+    doc = {
+        "start_time": 1.0,
+        "duration": 1.0,
+        "sample_count": 1,
+        "target_description": "Program: a",
+        "cpu_time": 1.0,
+        "root_frame": _frame("main", 1.0),
+    }
     path = tmp_path / "two.json"
     path.write_text(json.dumps(doc) + "\n" + json.dumps(doc) + "\n")
     frames, profiles, _ = parse_profile_files([path], [])

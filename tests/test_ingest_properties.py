@@ -68,6 +68,6 @@ def test_mutated_metrics_never_crash_and_keep_untouched_lines(tmp_path, ops):
     assert frame.height == info.records
     kept_lines = set(frame["line"].to_list())
     assert {i + 1 for i in untouched} <= kept_lines
-    kept_steps = dict(zip(frame["line"].to_list(), frame["step"].to_list()))
+    kept_steps = dict(zip(frame["line"].to_list(), frame["step"].to_list(), strict=False))
     for i in untouched:
         assert kept_steps[i + 1] == i

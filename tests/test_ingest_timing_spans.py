@@ -15,7 +15,9 @@ FIXTURE_FILES = sorted((ROOT / "fixtures" / "runs").glob("*/timing_spans.jsonl")
 
 
 def line(step, spans):
-    return json.dumps({"step": step, "spans": [{"name": n, "duration": d, "wall_start": s, "wall_end": s + d} for n, d, s in spans]})
+    return json.dumps(
+        {"step": step, "spans": [{"name": n, "duration": d, "wall_start": s, "wall_end": s + d} for n, d, s in spans]}
+    )
 
 
 def parse(path: Path):
@@ -26,7 +28,12 @@ def parse(path: Path):
 
 def test_rows_per_span_with_wall_times_in_completion_order(tmp_path):
     path = tmp_path / "timing_spans.jsonl"
-    path.write_text(line(0, [("sample_async", 0.5, 0.1), ("policy_sample", 0.7, 0.0)]) + "\n" + line(1, [("train_step", 2.0, 0.0)]) + "\n")
+    path.write_text(
+        line(0, [("sample_async", 0.5, 0.1), ("policy_sample", 0.7, 0.0)])
+        + "\n"
+        + line(1, [("train_step", 2.0, 0.0)])
+        + "\n"
+    )
     table, info, warnings = parse(path)
     assert warnings == [] and (info.records, info.skipped) == (2, 0)
     assert table.select("step", "name", "duration_s", "wall_start_s", "wall_end_s", "index").rows() == [
@@ -76,7 +83,9 @@ def test_fixture_files_keep_every_span(path):
 
 
 def _rl_lines(steps: int, spans_per_step: int = 40) -> list[str]:
-    return [line(step, [(f"sample_{i}", 0.5 + i / 100, i / 10) for i in range(spans_per_step)]) for step in range(steps)]
+    return [
+        line(step, [(f"sample_{i}", 0.5 + i / 100, i / 10) for i in range(spans_per_step)]) for step in range(steps)
+    ]
 
 
 def _parse_counting_decoded(tmp_path, lines, monkeypatch):
@@ -87,7 +96,9 @@ def _parse_counting_decoded(tmp_path, lines, monkeypatch):
     path.write_text("\n".join(lines) + "\n")
     decoded = []
     real = timing_spans.decode_line
-    monkeypatch.setattr(timing_spans, "decode_line", lambda raw, number, *a, **k: decoded.append(number) or real(raw, number, *a, **k))
+    monkeypatch.setattr(
+        timing_spans, "decode_line", lambda raw, number, *a, **k: decoded.append(number) or real(raw, number, *a, **k)
+    )
     return (*parse(path), decoded)
 
 

@@ -70,17 +70,20 @@ def reference_pairs(path: Path) -> set[tuple]:
 
 
 def test_pairs_nested_spans_per_track_with_depth_and_step(tmp_path):
-    path = write(tmp_path, [
-        ev("main", "B", 100.0),
-        meta("thread_name", "main", 481227),
-        meta("process_name", "MainThread Thread", 0),
-        ev("train_step", "B", 110.0),
-        ev("forward_backward", "B", 111.0),
-        ev("forward_backward", "E", 115.0),
-        ev("optim_step", "B", 115.0),
-        ev("optim_step", "E", 118.0),
-        ev("train_step", "E", 120.0, step=7),
-    ])
+    path = write(
+        tmp_path,
+        [
+            ev("main", "B", 100.0),
+            meta("thread_name", "main", 481227),
+            meta("process_name", "MainThread Thread", 0),
+            ev("train_step", "B", 110.0),
+            ev("forward_backward", "B", 111.0),
+            ev("forward_backward", "E", 115.0),
+            ev("optim_step", "B", 115.0),
+            ev("optim_step", "E", 118.0),
+            ev("train_step", "E", 120.0, step=7),
+        ],
+    )
     spans, info, warnings = parse(path)
     rows = {r["name"]: r for r in spans.to_dicts()}
     assert warnings == []
@@ -99,12 +102,15 @@ def test_pairs_nested_spans_per_track_with_depth_and_step(tmp_path):
 
 def test_tracks_colliding_on_tid_are_paired_separately(tmp_path):
     # Two tasks whose names hash to the same tid: their spans interleave on one (pid, tid).
-    path = write(tmp_path, [
-        ev("sample_async", "B", 10.0, track="Task-1", tid=42),
-        ev("sample_async", "B", 11.0, track="Task-2", tid=42),
-        ev("sample_async", "E", 20.0, track="Task-1", tid=42),
-        ev("sample_async", "E", 30.0, track="Task-2", tid=42),
-    ])
+    path = write(
+        tmp_path,
+        [
+            ev("sample_async", "B", 10.0, track="Task-1", tid=42),
+            ev("sample_async", "B", 11.0, track="Task-2", tid=42),
+            ev("sample_async", "E", 20.0, track="Task-1", tid=42),
+            ev("sample_async", "E", 30.0, track="Task-2", tid=42),
+        ],
+    )
     spans, _, warnings = parse(path)
     got = {(r["track"], r["start_us"], r["end_us"], r["depth"]) for r in spans.to_dicts()}
     assert got == {("Task-1", 10.0, 20.0, 0), ("Task-2", 11.0, 30.0, 0)}
@@ -122,26 +128,34 @@ def test_a_track_id_hash_collision_falls_back_to_exact_keys(tmp_path, monkeypatc
         return pl.col("tid").hash(seed=seed) if broken else real(key, seed)
 
     lines = [
-        ev("a", "B", 10.0, track="Task-1", tid=42), ev("b", "B", 11.0, track="Task-2", tid=42),
-        ev("a", "E", 20.0, track="Task-1", tid=42), ev("b", "E", 30.0, track="Task-2", tid=42),
-        ev("c", "B", 31.0, track="Task-3", tid=43), ev("c", "E", 32.0, track="Task-3", tid=43),
+        ev("a", "B", 10.0, track="Task-1", tid=42),
+        ev("b", "B", 11.0, track="Task-2", tid=42),
+        ev("a", "E", 20.0, track="Task-1", tid=42),
+        ev("b", "E", 30.0, track="Task-2", tid=42),
+        ev("c", "B", 31.0, track="Task-3", tid=43),
+        ev("c", "E", 32.0, track="Task-3", tid=43),
     ]
     expected, _, _ = parse(write(tmp_path, lines))
     monkeypatch.setattr(te, "_key_hash", colliding)
     spans, _, warnings = parse(write(tmp_path, lines))
     assert warnings == [] and spans.equals(expected)
     assert set(spans.select("name", "track", "start_us", "end_us").rows()) == {
-        ("a", "Task-1", 10.0, 20.0), ("b", "Task-2", 11.0, 30.0), ("c", "Task-3", 31.0, 32.0)
+        ("a", "Task-1", 10.0, 20.0),
+        ("b", "Task-2", 11.0, 30.0),
+        ("c", "Task-3", 31.0, 32.0),
     }
 
 
 def test_unmatched_end_is_a_warning_and_unclosed_begin_is_kept(tmp_path):
-    path = write(tmp_path, [
-        ev("stray", "E", 5.0, track="t"),
-        ev("a", "B", 10.0, track="t"),
-        ev("b", "B", 12.0, track="t"),
-        ev("b", "E", 13.0, track="t"),
-    ])
+    path = write(
+        tmp_path,
+        [
+            ev("stray", "E", 5.0, track="t"),
+            ev("a", "B", 10.0, track="t"),
+            ev("b", "B", 12.0, track="t"),
+            ev("b", "E", 13.0, track="t"),
+        ],
+    )
     spans, info, warnings = parse(path)
     assert [w.line for w in warnings] == [1] and "unmatched E" in warnings[0].problem
     rows = {r["name"]: r for r in spans.to_dicts()}
@@ -164,8 +178,11 @@ def test_garbage_in_the_middle_costs_only_those_lines(tmp_path, monkeypatch):
     lines = []
     for i in range(2000):
         lines += [ev("s", "B", float(i), track=f"Task-{i}", tid=i), ev("s", "E", i + 0.5, track=f"Task-{i}", tid=i)]
-    bad_at = {101: "garbage \x00 not json", 2500: '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": "12.5"}',
-              3001: '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": NaN, "args": {}}'}
+    bad_at = {
+        101: "garbage \x00 not json",
+        2500: '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": "12.5"}',
+        3001: '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": NaN, "args": {}}',
+    }
     for index, text in sorted(bad_at.items()):
         lines.insert(index - 1, text)
     path = write(tmp_path, lines)
@@ -182,14 +199,17 @@ def test_garbage_in_the_middle_costs_only_those_lines(tmp_path, monkeypatch):
 
 
 def test_wrong_types_and_missing_fields_are_reported(tmp_path):
-    path = write(tmp_path, [
-        '{"name": "a", "ph": "B", "pid": 0, "tid": 1, "ts": "oops", "args": {"track": "t", "thread": "T"}}',
-        '{"name": "a", "ph": "B", "pid": 0, "tid": 1, "args": {"track": "t", "thread": "T"}}',
-        '{"name": "a", "pid": 0, "tid": 1, "ts": 1.0}',
-        "[1, 2]",
-        ev("ok", "B", 1.0, track="t"),
-        ev("ok", "E", 2.0, track="t"),
-    ])
+    path = write(
+        tmp_path,
+        [
+            '{"name": "a", "ph": "B", "pid": 0, "tid": 1, "ts": "oops", "args": {"track": "t", "thread": "T"}}',
+            '{"name": "a", "ph": "B", "pid": 0, "tid": 1, "args": {"track": "t", "thread": "T"}}',
+            '{"name": "a", "pid": 0, "tid": 1, "ts": 1.0}',
+            "[1, 2]",
+            ev("ok", "B", 1.0, track="t"),
+            ev("ok", "E", 2.0, track="t"),
+        ],
+    )
     spans, info, warnings = parse(path)
     assert spans.get_column("name").to_list() == ["ok"]
     assert sorted(w.line for w in warnings) == [1, 2, 3, 4]
@@ -197,11 +217,21 @@ def test_wrong_types_and_missing_fields_are_reported(tmp_path):
 
 
 def test_resumed_run_appends_a_second_segment(tmp_path):
-    first = [ev("main", "B", 1000.0, tid=5), meta("thread_name", "main", 5), meta("process_name", "MainThread Thread", 0),
-             ev("train_step", "B", 1001.0, tid=5), ev("train_step", "E", 1002.0, tid=5, step=0)]
+    first = [
+        ev("main", "B", 1000.0, tid=5),
+        meta("thread_name", "main", 5),
+        meta("process_name", "MainThread Thread", 0),
+        ev("train_step", "B", 1001.0, tid=5),
+        ev("train_step", "E", 1002.0, tid=5, step=0),
+    ]
     # The new process: tids re-hashed, clock restarted below the old one.
-    second = [ev("main", "B", 50.0, tid=9), meta("thread_name", "main", 9), meta("process_name", "MainThread Thread", 0),
-              ev("train_step", "B", 51.0, tid=9), ev("train_step", "E", 53.0, tid=9, step=1)]
+    second = [
+        ev("main", "B", 50.0, tid=9),
+        meta("thread_name", "main", 9),
+        meta("process_name", "MainThread Thread", 0),
+        ev("train_step", "B", 51.0, tid=9),
+        ev("train_step", "E", 53.0, tid=9, step=1),
+    ]
     spans, _, warnings = parse(write(tmp_path, first + second))
     by_segment = spans.group_by("segment").agg(pl.col("name"), pl.col("step").max()).sort("segment").to_dicts()
     assert [r["segment"] for r in by_segment] == [0, 1]
@@ -212,7 +242,13 @@ def test_resumed_run_appends_a_second_segment(tmp_path):
 
 
 def test_converted_json_array_gives_the_same_spans_as_the_jsonl(tmp_path):
-    lines = [ev("main", "B", 1.0), meta("thread_name", "main", 481227), ev("x", "B", 2.0), ev("x", "E", 3.0, step=1), ev("main", "E", 4.0)]
+    lines = [
+        ev("main", "B", 1.0),
+        meta("thread_name", "main", 481227),
+        ev("x", "B", 2.0),
+        ev("x", "E", 3.0, step=1),
+        ev("main", "E", 4.0),
+    ]
     jsonl = write(tmp_path, lines)
     array = tmp_path / "trace.json"
     array.write_text(json.dumps([json.loads(line) for line in lines]))
@@ -246,13 +282,16 @@ def test_gzipped_trace_object_with_complete_events(tmp_path):
 
 
 @pytest.mark.skipif(not CORPUS.exists(), reason="../shared/corpus is absent: real Chrome traces not available")
-@pytest.mark.parametrize("relative", [
-    "HolisticTraceAnalysis/tests/data/timeline_analysis/sampled_rank-0.json.gz",
-    "HolisticTraceAnalysis/tests/data/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
-    "HolisticTraceAnalysis/tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-    "HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
-    "viztracer/example/json/async_simple.json",
-])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "HolisticTraceAnalysis/tests/data/timeline_analysis/sampled_rank-0.json.gz",
+        "HolisticTraceAnalysis/tests/data/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+        "HolisticTraceAnalysis/tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        "HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+        "viztracer/example/json/async_simple.json",
+    ],
+)
 def test_real_chrome_traces_keep_every_complete_event(relative):
     path = CORPUS / relative
     raw = path.read_bytes()
@@ -270,8 +309,11 @@ def test_real_chrome_traces_keep_every_complete_event(relative):
     child = spans.filter(pl.col("depth") > 0).head(50)
     for row in child.to_dicts():
         parents = spans.filter(
-            (pl.col("track") == row["track"]) & (pl.col("pid").eq_missing(row["pid"])) & (pl.col("depth") == row["depth"] - 1)
-            & (pl.col("start_us") <= row["start_us"]) & (pl.col("end_us") >= row["end_us"])
+            (pl.col("track") == row["track"])
+            & (pl.col("pid").eq_missing(row["pid"]))
+            & (pl.col("depth") == row["depth"] - 1)
+            & (pl.col("start_us") <= row["start_us"])
+            & (pl.col("end_us") >= row["end_us"])
         )
         assert parents.height >= 1, row
 
@@ -298,7 +340,10 @@ def test_fixture_traces_pair_exactly_like_a_plain_stack(path):
     spans, info, warnings = parse(path)
     assert spans.height == begins
     assert info.records == len(decoded) and info.records + info.skipped == len(lines)
-    got = {(r["track"], r["name"], r["start_us"], r["end_us"], r["depth"]) for r in spans.filter(pl.col("closed")).to_dicts()}
+    got = {
+        (r["track"], r["name"], r["start_us"], r["end_us"], r["depth"])
+        for r in spans.filter(pl.col("closed")).to_dicts()
+    }
     assert got == reference_pairs(path)
     if path.parent.name == "sl_resumed":
         assert spans.get_column("segment").n_unique() == 2
@@ -373,14 +418,30 @@ def test_layout_fast_path_agrees_with_json_decoding(tmp_path):
     assert json.loads(by_name["evaluator"]["args"]) == {"evaluator_name": "ev", "step": 5}
 
 
-
 def test_layout_branches_that_do_not_fit_the_phase_are_read_generally(tmp_path):
     """Metadata with span args, or a span with metadata args, match the line pattern's other branch: the general reader takes them."""
-    odd_meta = json.dumps({"name": "thread_name", "ph": "M", "pid": 0, "tid": 7, "ts": 0, "args": {"track": "t", "thread": "h"}, "cat": "async"})
+    odd_meta = json.dumps(
+        {
+            "name": "thread_name",
+            "ph": "M",
+            "pid": 0,
+            "tid": 7,
+            "ts": 0,
+            "args": {"track": "t", "thread": "h"},
+            "cat": "async",
+        }
+    )
     named_span = [
-        json.dumps({"name": "odd", "ph": ph, "pid": 0, "tid": 11, "ts": ts, "args": {"name": "x"}}) for ph, ts in (("B", 5.0), ("E", 6.0))
+        json.dumps({"name": "odd", "ph": ph, "pid": 0, "tid": 11, "ts": ts, "args": {"name": "x"}})
+        for ph, ts in (("B", 5.0), ("E", 6.0))
     ]
-    lines = [meta("thread_name", "Task-11", 11), odd_meta, ev("work", "B", 1.0, track="Task-1", tid=7), *named_span, ev("work", "E", 9.0, track="Task-1", tid=7)]
+    lines = [
+        meta("thread_name", "Task-11", 11),
+        odd_meta,
+        ev("work", "B", 1.0, track="Task-1", tid=7),
+        *named_span,
+        ev("work", "E", 9.0, track="Task-1", tid=7),
+    ]
     fast, _, fast_warnings = parse(write(tmp_path, lines))
     slow, _, slow_warnings = parse(write(tmp_path, ["[" + ",\n".join(lines) + "]"], name="trace.json"))
     assert fast_warnings == slow_warnings == []
@@ -389,6 +450,7 @@ def test_layout_branches_that_do_not_fit_the_phase_are_read_generally(tmp_path):
     # No args.track: the track comes from the thread_name metadata, and `name` stays an attribute.
     assert odd["track"] == "Task-11" and json.loads(odd["args"]) == {"name": "x"}
     assert fast.filter(pl.col("name") == "work").get_column("dur_us").to_list() == [8.0]
+
 
 def test_integral_float_pid_beyond_64_bits_is_a_label_not_a_crash(tmp_path):
     """A pid the decoder gives as 1e20 (a float) is kept as a text label, like a huge integer."""
@@ -413,14 +475,21 @@ def test_layout_shaped_lines_that_are_not_json_cost_only_themselves(tmp_path, ba
         ev("main", "E", 130.0),
     ]
     if backslash_elsewhere:
-        lines += [ev('esc\\aped', "B", 140.0, track="Task-1", tid=7), ev('esc\\aped', "E", 141.0, track="Task-1", tid=7)]
+        lines += [
+            ev("esc\\aped", "B", 140.0, track="Task-1", tid=7),
+            ev("esc\\aped", "E", 141.0, track="Task-1", tid=7),
+        ]
     # A raw NUL inside a string: the line reader cuts lines at NUL, so it must not hide the line's rest.
-    lines.append('{"name": "nul", "ph": "B", "pid": 0, "tid": 481227, "ts": 150.0, "args": {"track": "main\x00", "thread": "MainThread"}, "cat": "async"}')
+    lines.append(
+        '{"name": "nul", "ph": "B", "pid": 0, "tid": 481227, "ts": 150.0, "args": {"track": "main\x00", "thread": "MainThread"}, "cat": "async"}'
+    )
     spans, info, warnings = parse(write(tmp_path, lines))
     assert [w.line for w in warnings] == [3, 4, 5, len(lines)]
     assert all("not valid JSON" in w.problem for w in warnings)
     assert info.skipped == 4
-    assert sorted(spans.get_column("name").to_list()) == sorted(["main", "train_step"] + (["esc\\aped"] if backslash_elsewhere else []))
+    assert sorted(spans.get_column("name").to_list()) == sorted(
+        ["main", "train_step"] + (["esc\\aped"] if backslash_elsewhere else [])
+    )
 
 
 def test_a_begin_event_carrying_a_step_is_read_without_loss(tmp_path):
@@ -444,8 +513,12 @@ def test_unmatched_end_events_are_reported_in_file_order(tmp_path):
 
 def test_an_event_without_a_phase_beside_metadata_is_reported_not_dropped(tmp_path):
     """Metadata rows are set apart while reading; a row with no phase must not vanish with them."""
-    lines = [meta("thread_name", "Task-1", 7), ev("s", "B", 1.0, track="Task-1", tid=7),
-             json.dumps({"step": 0, "note": "no phase here"}), ev("s", "E", 2.0, track="Task-1", tid=7)]
+    lines = [
+        meta("thread_name", "Task-1", 7),
+        ev("s", "B", 1.0, track="Task-1", tid=7),
+        json.dumps({"step": 0, "note": "no phase here"}),
+        ev("s", "E", 2.0, track="Task-1", tid=7),
+    ]
     spans, info, warnings = parse(write(tmp_path, lines))
     assert [(w.line, w.problem) for w in warnings] == [(3, "event without a string `ph` (phase)")]
     assert (info.records, info.skipped) == (3, 1) and spans.height == 1

@@ -12,14 +12,23 @@ from trace_doctor.knowledge.versions import KNOWN_BAD_VERSIONS, bad_combinations
     ("text", "error_id"),
     [
         # the real corpus line (sushantmehta logs.log) must decode as prompt-too-long, not as a generic 400
-        ("Request failed with non-retryable error: BadRequestError: Error code: 400 - {'detail': \"Prompt length plus max_tokens exceeds the model's context window: 20847 prompt tokens + 16384 max_tokens > 32768.\"}", "prompt-too-long"),
-        ("tinker.BadRequestError: Error code: 400 - {'detail': 'The version of the Tinker SDK you are using is no longer supported. Please update to the latest version.'}", "sdk-unsupported"),
+        (
+            "Request failed with non-retryable error: BadRequestError: Error code: 400 - {'detail': \"Prompt length plus max_tokens exceeds the model's context window: 20847 prompt tokens + 16384 max_tokens > 32768.\"}",
+            "prompt-too-long",
+        ),
+        (
+            "tinker.BadRequestError: Error code: 400 - {'detail': 'The version of the Tinker SDK you are using is no longer supported. Please update to the latest version.'}",
+            "sdk-unsupported",
+        ),
         ("ValueError: max() iterable argument is empty", "empty-datum"),
         ("tinker.APIConnectionError: No progress made in 7200.0s. Requests appear to be stuck.", "stuck-requests"),
         ("ModuleNotFoundError: No module named 'pkg_resources'", "pkg-resources-missing"),
         ("ValueError: This ProcessPoolExecutor uses the 'fork' start method", "fork-process-pool"),
         ("tinker.RateLimitError: Error code: 429 - too many requests", "rate-limited"),
-        ("tinker.BadRequestError: Error code: 400 - {'detail': 'lora_config.rank must be a power of 2'}", "bad-lora-rank"),
+        (
+            "tinker.BadRequestError: Error code: 400 - {'detail': 'lora_config.rank must be a power of 2'}",
+            "bad-lora-rank",
+        ),
         ("tinker.APIConnectionError: Connection error.", "connection-error"),
     ],
 )
@@ -42,7 +51,9 @@ def test_error_ids_are_unique_and_resolvable() -> None:
 
 
 def test_sdk_heartbeat_message_fields() -> None:
-    matched = match_sdk_message("Session heartbeat failed for 130.2 seconds for session 3a07bc0d-512d. Last exception: ReadTimeout('timed out').")
+    matched = match_sdk_message(
+        "Session heartbeat failed for 130.2 seconds for session 3a07bc0d-512d. Last exception: ReadTimeout('timed out')."
+    )
     assert matched is not None
     template, fields = matched
     assert template.kind == "heartbeat"
@@ -50,9 +61,15 @@ def test_sdk_heartbeat_message_fields() -> None:
 
 
 def test_sdk_paused_message_old_and_new_wording() -> None:
-    new = match_sdk_message("Training for model-1:train:0 is paused. Reason: concurrent training clients rate limit hit.")
-    old = match_sdk_message("Training is paused for model-1:train:0. Reason: Tinker backend is running short on capacity, please wait")
-    assert new is not None and new[0].kind == "paused" and new[1]["reason"] == "concurrent training clients rate limit hit"
+    new = match_sdk_message(
+        "Training for model-1:train:0 is paused. Reason: concurrent training clients rate limit hit."
+    )
+    old = match_sdk_message(
+        "Training is paused for model-1:train:0. Reason: Tinker backend is running short on capacity, please wait"
+    )
+    assert (
+        new is not None and new[0].kind == "paused" and new[1]["reason"] == "concurrent training clients rate limit hit"
+    )
     assert old is not None and old[0].id == "training-paused"
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import FIXTURE_RUNS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURE_RUNS
 from trace_doctor.api import NothingToAnalyze, analyze, load_run
 from trace_doctor.cli import main
 from trace_doctor.ingest.dumps import dump_block_lines
@@ -32,7 +32,8 @@ from trace_doctor.report.json_doc import render_json
 
 FIXTURES = ("demo", "sl_gil_stall", "rl_kl_step0")
 pytestmark = pytest.mark.skipif(
-    not all((FIXTURE_RUNS / name).is_dir() for name in FIXTURES), reason="fixture runs have not been generated (make fixtures)"
+    not all((FIXTURE_RUNS / name).is_dir() for name in FIXTURES),
+    reason="fixture runs have not been generated (make fixtures)",
 )
 
 JSONL_INPUTS = ("metrics.jsonl", "checkpoints.jsonl", "timing_spans.jsonl", "trace_events.jsonl")
@@ -48,15 +49,39 @@ EXTRAS = {
 # Files whose every line the log parser reads (dump blocks inside them aside).
 LOG_ONLY = ("logs.log", "stdout.txt", "code.diff")
 BOM = b"\xef\xbb\xbf"
-HYPOTHESIS = settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+HYPOTHESIS = settings(
+    max_examples=70,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 # Raw JSON texts that replace a value: wrong types, non-finite and huge numbers, negative
 # durations, a lone surrogate, nesting deeper than orjson (1024) and Python's json (~1000) accept.
 WEIRD_VALUES = (
-    b'"not a number"', b'{"nested": {"x": 1}}', b'[1, "two", null]', b"null", b"true", b"false", b'""',
-    b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400", b"1" + b"0" * 30, b"-" + b"1" + b"0" * 30,
-    b"1" + b"0" * 400, b"-5.5", b"-1", b"0", b"1.5", b'"\\ud800"', b'"caf\\u00e9 \\u0000 <script>"',
-    b"[" * 300 + b"]" * 300, b"[" * 3000 + b"]" * 3000, b'{"a": ' * 1200 + b"1" + b"}" * 1200,
+    b'"not a number"',
+    b'{"nested": {"x": 1}}',
+    b'[1, "two", null]',
+    b"null",
+    b"true",
+    b"false",
+    b'""',
+    b"NaN",
+    b"Infinity",
+    b"-Infinity",
+    b"1e400",
+    b"-1e400",
+    b"1" + b"0" * 30,
+    b"-" + b"1" + b"0" * 30,
+    b"1" + b"0" * 400,
+    b"-5.5",
+    b"-1",
+    b"0",
+    b"1.5",
+    b'"\\ud800"',
+    b'"caf\\u00e9 \\u0000 <script>"',
+    b"[" * 300 + b"]" * 300,
+    b"[" * 3000 + b"]" * 3000,
+    b'{"a": ' * 1200 + b"1" + b"}" * 1200,
 )
 
 # Lines that look like the start of something: dump headers with impossible dates and numbers,
@@ -154,7 +179,13 @@ def _replace_at_path(value, draw, raw_replacement: bytes) -> bytes | None:
     marker = "\u2063weird\u2063"
     holder = value
     for _ in range(draw(st.integers(0, 4))):
-        children = list(holder.items()) if isinstance(holder, dict) else list(enumerate(holder)) if isinstance(holder, list) else []
+        children = (
+            list(holder.items())
+            if isinstance(holder, dict)
+            else list(enumerate(holder))
+            if isinstance(holder, list)
+            else []
+        )
         children = [(k, v) for k, v in children if isinstance(v, (dict, list)) and v]
         if not children:
             break
@@ -176,8 +207,22 @@ def damage(data: bytes, draw, *, document: bool = False) -> Damaged:
     if terminated:
         original.pop()
     result = Damaged(original, list(original), list(range(len(original))), terminated)
-    kinds = ["drop", "duplicate", "swap", "garbage", "tricky", "splice", "truncate_line", "retype", "huge", "empty",
-             "truncate_file", "crlf", "bom", "unterminated"]
+    kinds = [
+        "drop",
+        "duplicate",
+        "swap",
+        "garbage",
+        "tricky",
+        "splice",
+        "truncate_line",
+        "retype",
+        "huge",
+        "empty",
+        "truncate_file",
+        "crlf",
+        "bom",
+        "unterminated",
+    ]
     for _ in range(draw(st.integers(1, 4))):
         op = draw(st.sampled_from(kinds))
         result.ops.append(op)
@@ -213,7 +258,11 @@ def damage(data: bytes, draw, *, document: bool = False) -> Damaged:
             _retype(result, at, draw, document)
         elif op == "huge":
             step = draw(st.integers(0, 40))
-            line = json.dumps({"step": step, "note": "x" * 2_000_000}).encode() if draw(st.booleans()) else b"y" * 2_000_000
+            line = (
+                json.dumps({"step": step, "note": "x" * 2_000_000}).encode()
+                if draw(st.booleans())
+                else b"y" * 2_000_000
+            )
             result.lines.insert(at, line)
             result.origin.insert(at, None)
         elif op == "empty":
@@ -304,7 +353,11 @@ def check_accounting(run, run_dir: Path, damaged: dict[str, Damaged]) -> None:
         data = path.read_bytes()
         if name == "trace_events.jsonl" and data.lstrip().startswith(b"["):
             continue  # read as one JSON document: see test_trace_events_jsonl_with_a_garbage_first_line_keeps_its_events
-        assert info.records + info.skipped == nonblank_lines(data), (name, info, damaged.get(name) and damaged[name].ops)
+        assert info.records + info.skipped == nonblank_lines(data), (
+            name,
+            info,
+            damaged.get(name) and damaged[name].ops,
+        )
     for name in LOG_ONLY:
         path = run_dir / name
         if not path.exists() or name not in by_path:
@@ -322,10 +375,12 @@ def check_accounting(run, run_dir: Path, damaged: dict[str, Damaged]) -> None:
         assert steps.height == info.records
         rows = dict(zip(steps["line"].to_list(), steps["step"].to_list(), strict=True))
         data = metrics.read_bytes()
-        expected = damaged["metrics.jsonl"].untouched(data) if "metrics.jsonl" in damaged else {
-            i + 1: i for i, raw in enumerate(data.split(b"\n")) if raw.strip()
-        }
-        original = (damaged["metrics.jsonl"].original if "metrics.jsonl" in damaged else data.split(b"\n"))
+        expected = (
+            damaged["metrics.jsonl"].untouched(data)
+            if "metrics.jsonl" in damaged
+            else {i + 1: i for i, raw in enumerate(data.split(b"\n")) if raw.strip()}
+        )
+        original = damaged["metrics.jsonl"].original if "metrics.jsonl" in damaged else data.split(b"\n")
         for number, source in expected.items():
             assert number in rows, f"untouched metrics line {number} is not a row"
             assert rows[number] == json.loads(original[source])["step"]
@@ -399,7 +454,9 @@ def test_damaged_config_and_profile_never_crash(tmp_path, data):
 @given(data=st.data())
 def test_cli_on_several_damaged_files_exits_cleanly_and_deterministically(tmp_path, data):
     run_dir = copy_run(data.draw(st.sampled_from(FIXTURES)), tmp_path)
-    names = data.draw(st.lists(st.sampled_from(JSONL_INPUTS + TEXT_INPUTS + DOCUMENT_INPUTS), min_size=1, max_size=4, unique=True))
+    names = data.draw(
+        st.lists(st.sampled_from(JSONL_INPUTS + TEXT_INPUTS + DOCUMENT_INPUTS), min_size=1, max_size=4, unique=True)
+    )
     damage_files(run_dir, names, data.draw)
     runner = CliRunner()
     args = ["analyze", str(run_dir), "--no-html", "--format", "json", "--config", str(_empty_config(tmp_path))]
@@ -517,7 +574,16 @@ def test_a_file_deleted_after_discovery_costs_only_that_file(tmp_path, monkeypat
     assert run.steps.height == 30 and run.spans.height > 0
 
 
-@pytest.mark.parametrize("config", [b"[1, 2, 3]", b'{"model_name": "Qwen/Qwen3-8B", "lora_rank": ', b"", b'"just a string"', b"\xef\xbb\xbf{\"lora_rank\": 32}"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        b"[1, 2, 3]",
+        b'{"model_name": "Qwen/Qwen3-8B", "lora_rank": ',
+        b"",
+        b'"just a string"',
+        b'\xef\xbb\xbf{"lora_rank": 32}',
+    ],
+)
 def test_config_that_is_not_an_object_is_a_warning_and_the_run_is_analysed(tmp_path, config):
     run_dir = copy_run("sl_gil_stall", tmp_path)
     (run_dir / "config.json").write_bytes(config)
@@ -534,7 +600,9 @@ def test_config_that_is_not_an_object_is_a_warning_and_the_run_is_analysed(tmp_p
 
 def test_config_with_numbers_beyond_64_bits_renders(tmp_path):
     run_dir = copy_run("sl_gil_stall", tmp_path)
-    (run_dir / "config.json").write_text('{"lora_rank": 1e30, "submit_ahead": 18446744073709551615, "temperature": NaN, "model_name": "m"}')
+    (run_dir / "config.json").write_text(
+        '{"lora_rank": 1e30, "submit_ahead": 18446744073709551615, "temperature": NaN, "model_name": "m"}'
+    )
     run, result, document = run_pipeline(run_dir)
     assert run.meta.lora_rank is None and run.meta.submit_ahead is None and run.meta.model_name == "m"
     assert strict_json(document)["run"]["meta"]["temperature"] is None
@@ -542,9 +610,17 @@ def test_config_with_numbers_beyond_64_bits_renders(tmp_path):
 
 def _pyisession(tmp_path: Path) -> bytes:
     session = {
-        "start_time": 1.0, "duration": 2.0, "sample_count": 3, "target_description": "Profile at x.py:1", "cpu_time": 1.5,
-        "sys_path": [], "sys_prefixes": ["/usr/lib/python3.11"],
-        "frame_records": [[["<module>\x00/app/main.py\x001", "work\x00/app/main.py\x0010"], 1.5], [["<module>\x00/app/main.py\x001"], 0.5]],
+        "start_time": 1.0,
+        "duration": 2.0,
+        "sample_count": 3,
+        "target_description": "Profile at x.py:1",
+        "cpu_time": 1.5,
+        "sys_path": [],
+        "sys_prefixes": ["/usr/lib/python3.11"],
+        "frame_records": [
+            [["<module>\x00/app/main.py\x001", "work\x00/app/main.py\x0010"], 1.5],
+            [["<module>\x00/app/main.py\x001"], 0.5],
+        ],
     }
     return json.dumps(session).encode()
 
@@ -600,7 +676,10 @@ def test_dump_headers_with_impossible_values_keep_their_blocks(tmp_path):
         "===== 2026-13-45 99:99:99 asyncio task dump [main] 1 task(s) @ interval=0.25s =====\n"
         "  'Task-\\x': pending  <coroutine object main at 0x7f>\n"
         "===== 2026-13-45 99:99:99 end [main] =====\n"
-        + "#" * 72 + "\n# 2026-11-22 04:49:41 stacks: main only\n" + "#" * 72 + "\n\n"
+        + "#" * 72
+        + "\n# 2026-11-22 04:49:41 stacks: main only\n"
+        + "#" * 72
+        + "\n\n"
         "--- [main] ident=99999999999999999999999 ---\n"
         '  File "/app/loop.py", line 99999999999999999999999, in run\n'
         "    await step()\n"
@@ -619,7 +698,11 @@ def test_dump_headers_with_impossible_values_keep_their_blocks(tmp_path):
 
 def test_log_lines_with_numbers_that_do_not_parse_are_read_not_fatal(tmp_path):
     log = tmp_path / "logs.log"
-    lines = [line.decode() for line in TRICKY_LINES if b"GIL" in line or b"Batch" in line or b"Payload" in line or b"UserWarning" in line]
+    lines = [
+        line.decode()
+        for line in TRICKY_LINES
+        if b"GIL" in line or b"Batch" in line or b"Payload" in line or b"UserWarning" in line
+    ]
     lines.append("[GIL monitor] slept 1.81s instead of 0.5s (jitter: 1.31s) — likely GIL contention")
     log.write_text("\n".join(lines) + "\n")
     write_metrics(tmp_path / "metrics.jsonl", 3)
@@ -636,7 +719,9 @@ def test_log_lines_with_numbers_that_do_not_parse_are_read_not_fatal(tmp_path):
 
 def test_log_of_100k_identical_warnings_collapses_to_one_event(tmp_path):
     log = tmp_path / "logs.log"
-    line = "tinker_cookbook.renderers:88 [WARNING] Renderer qwen3 is not recommended for model meta-llama/Llama-3.1-8B\n"
+    line = (
+        "tinker_cookbook.renderers:88 [WARNING] Renderer qwen3 is not recommended for model meta-llama/Llama-3.1-8B\n"
+    )
     log.write_text(line * 100_000)
     write_metrics(tmp_path / "metrics.jsonl", 3)
     run = load_run(tmp_path)
@@ -649,12 +734,16 @@ def test_log_of_100k_identical_warnings_collapses_to_one_event(tmp_path):
 
 def test_log_with_invalid_utf8_keeps_every_line(tmp_path):
     log = tmp_path / "logs.log"
-    log.write_bytes(b"root:1 [INFO] start\n\xff\xfe\x00 binary\n[GIL monitor] slept 1.81s instead of 0.5s (jitter: 1.31s)\r\n")
+    log.write_bytes(
+        b"root:1 [INFO] start\n\xff\xfe\x00 binary\n[GIL monitor] slept 1.81s instead of 0.5s (jitter: 1.31s)\r\n"
+    )
     write_metrics(tmp_path / "metrics.jsonl", 3)
     run, result, document = run_pipeline(tmp_path)
     [info] = [i for i in run.inputs if i.kind == "log"]
     assert info.records == 3
-    assert [(w.line, w.problem.split(" (")[0]) for w in run.warnings if w.path == str(log)] == [(2, "bytes that are not UTF-8")]
+    assert [(w.line, w.problem.split(" (")[0]) for w in run.warnings if w.path == str(log)] == [
+        (2, "bytes that are not UTF-8")
+    ]
     assert run.log_events["kind"].to_list() == ["gil-monitor"]
 
 
@@ -713,8 +802,8 @@ def test_trace_event_with_deeply_nested_args_is_kept(tmp_path):
     write_metrics(tmp_path / "metrics.jsonl", 3)
     deep = "[" * 300 + "]" * 300
     (tmp_path / "trace_events.jsonl").write_text(
-        '{"name": "b", "ph": "B", "pid": 0, "tid": 1, "ts": 10.0, "args": %s}\n'
-        '{"name": "b", "ph": "E", "pid": 0, "tid": 1, "ts": 20.0}\n' % deep
+        f'{{"name": "b", "ph": "B", "pid": 0, "tid": 1, "ts": 10.0, "args": {deep}}}\n'
+        '{"name": "b", "ph": "E", "pid": 0, "tid": 1, "ts": 20.0}\n'
     )
     run = load_run(tmp_path)
     assert run.spans.height == 1
@@ -738,11 +827,13 @@ def test_twenty_megabyte_metrics_file_ingests_every_row(tmp_path):
     assert run.steps.height == rows and run.warnings == []
     assert run.steps["step"].to_list()[-1] == rows - 1
     # Python-side peak: the decoded rows are transient; far below 20x the file size.
-    assert peak < 20 * metrics.stat().st_size, f"peak {peak / 1e6:.0f} MB for a {metrics.stat().st_size / 1e6:.0f} MB file"
+    assert peak < 20 * metrics.stat().st_size, (
+        f"peak {peak / 1e6:.0f} MB for a {metrics.stat().st_size / 1e6:.0f} MB file"
+    )
 
 
 def test_metrics_whose_timer_is_text_in_every_row_are_analysed(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text("".join('{"step": %d, "time/total": "1.5s"}\n' % i for i in range(3)))
+    (tmp_path / "metrics.jsonl").write_text("".join(f'{{"step": {i}, "time/total": "1.5s"}}\n' for i in range(3)))
     run = load_run(tmp_path)
     assert run.steps["time/total"].to_list() == ["1.5s"] * 3
     analyze(run)

@@ -11,22 +11,34 @@ from trace_doctor.report.html import write_html
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
-    pytest.skip("Chromium is not installed at /usr/bin/chromium (apt-get install chromium); browser tests skipped", allow_module_level=True)
-
-from playwright.sync_api import Page, sync_playwright  # noqa: E402
+    pytest.skip(
+        "Chromium is not installed at /usr/bin/chromium (apt-get install chromium); browser tests skipped",
+        allow_module_level=True,
+    )
 
 from conftest import CORPUS, FIXTURE_RUNS  # noqa: E402
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_report_html import XSS, build_analysis  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 CORPUS_RUNS = (
     "tinker-rl-lab/experiments/results/arithmetic_metrics.jsonl",
     "sushantmehta-tinker-cookbook/logs_v2p7",
     "bzz-tinker-cookbook/data/context_distillation/logs/exp1_off_policy",
 )
-FIXTURES = sorted(p.name for p in FIXTURE_RUNS.glob("*") if (p / "metrics.jsonl").exists()) if FIXTURE_RUNS.exists() else []
+FIXTURES = (
+    sorted(p.name for p in FIXTURE_RUNS.glob("*") if (p / "metrics.jsonl").exists()) if FIXTURE_RUNS.exists() else []
+)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +83,10 @@ def assert_healthy_page(opened: Opened, result: Analysis) -> None:
     page = opened.page
     assert opened.errors == []
     assert opened.requests == [opened.url], opened.requests
-    plots = page.eval_on_selector_all(".plot", "els => els.map(e => [e.id, !!e.querySelector('.main-svg'), e.querySelectorAll('path, rect, canvas').length])")
+    plots = page.eval_on_selector_all(
+        ".plot",
+        "els => els.map(e => [e.id, !!e.querySelector('.main-svg'), e.querySelectorAll('path, rect, canvas').length])",
+    )
     assert plots, "no chart on the page"
     for chart_id, drawn, marks in plots:
         assert drawn and marks > 0, f"{chart_id} did not render"
@@ -185,7 +200,9 @@ def test_log_scale_toggle_switches_the_step_time_axis(browser, tmp_path):
     assert page.evaluate(axis_type) == "log"
     page.locator(".view-toggle[data-chart='chart-step-time'] button", has_text="Linear").click()
     assert page.evaluate(axis_type) == "linear"
-    assert page.locator(".view-toggle[data-chart='chart-step-time'] button[aria-pressed='true']").inner_text() == "Linear"
+    assert (
+        page.locator(".view-toggle[data-chart='chart-step-time'] button[aria-pressed='true']").inner_text() == "Linear"
+    )
     page.locator(".view-toggle[data-chart='chart-phases'] button", has_text="Full range").click()
     top = page.evaluate("document.getElementById('chart-phases').layout.yaxis.range[1]")
     assert top > 36_000  # the clipped step is back in view

@@ -109,17 +109,31 @@ def build_analysis(
         RuleOutcome("kl-drift", "passed", "KL stayed below 0.01 after step 0"),
     ]
     run = RunTables(
-        meta=RunMeta(path=f"/runs/{hostile or 'demo'}", trainer="sl", model_name=hostile or "Qwen/Qwen3-8B", renderer_name="qwen3"),
+        meta=RunMeta(
+            path=f"/runs/{hostile or 'demo'}",
+            trainer="sl",
+            model_name=hostile or "Qwen/Qwen3-8B",
+            renderer_name="qwen3",
+        ),
         steps=metrics,
         spans=spans,
         frames=_frames(hostile),
         task_snapshots=_dumps(hostile),
         log_events=_logs(hostile),
-        inputs=[InputFile("metrics", "metrics.jsonl", steps, 1), InputFile("trace", "trace_events.jsonl", len(spans) * 2, 0)],
+        inputs=[
+            InputFile("metrics", "metrics.jsonl", steps, 1),
+            InputFile("trace", "trace_events.jsonl", len(spans) * 2, 0),
+        ],
         warnings=[IngestWarning("metrics.jsonl", 14, f"not JSON: {hostile or 'truncated line'}")],
     )
     summary = {"wall_time_s": sum(step_total), "step_time_p50_s": 6.2, "steady_step_time_s": 6.2, "warmup_steps": 1}
-    return Analysis(run=run, findings=findings, outcomes=outcomes, summary=summary, derived={"step_times": step_times, "warmup_steps": 1})
+    return Analysis(
+        run=run,
+        findings=findings,
+        outcomes=outcomes,
+        summary=summary,
+        derived={"step_times": step_times, "warmup_steps": 1},
+    )
 
 
 def _spans(step_total: list[float], rollouts: int, name: str) -> pl.DataFrame:
@@ -129,12 +143,30 @@ def _spans(step_total: list[float], rollouts: int, name: str) -> pl.DataFrame:
         start, end = t, t + total * 1e6
         rows.append(("train_step", 0, 1, "MainThread", "main", start, end, 0, step))
         rows.append(("get_batch", 0, 1, "MainThread", "main", start, start + total * 0.3e6, 1, step))
-        rows.append(("forward_backward_async", 0, 1, "MainThread", "main", start + total * 0.3e6, start + total * 0.32e6, 1, step))
-        rows.append(("optim_step_async", 0, 1, "MainThread", "main", start + total * 0.6e6, start + total * 0.61e6, 1, step))
+        rows.append(
+            (
+                "forward_backward_async",
+                0,
+                1,
+                "MainThread",
+                "main",
+                start + total * 0.3e6,
+                start + total * 0.32e6,
+                1,
+                step,
+            )
+        )
+        rows.append(
+            ("optim_step_async", 0, 1, "MainThread", "main", start + total * 0.6e6, start + total * 0.61e6, 1, step)
+        )
         for r in range(rollouts):
-            rows.append((name, 0, 100 + r, "MainThread", f"sample_task_{r}", start + 1e5 * r, start + total * 0.25e6, 0, step))
+            rows.append(
+                (name, 0, 100 + r, "MainThread", f"sample_task_{r}", start + 1e5 * r, start + total * 0.25e6, 0, step)
+            )
         t = end + 2e5
-    frame = pl.DataFrame(rows, schema=["name", "pid", "tid", "thread", "track", "start_us", "end_us", "depth", "step"], orient="row")
+    frame = pl.DataFrame(
+        rows, schema=["name", "pid", "tid", "thread", "track", "start_us", "end_us", "depth", "step"], orient="row"
+    )
     return frame.with_columns(
         (pl.col("end_us") - pl.col("start_us")).alias("dur_us"),
         pl.col("depth").cast(pl.Int32),
@@ -151,9 +183,27 @@ def _frames(hostile: str | None) -> pl.DataFrame:
         (3, 2, 2, hostile or "model_dump", "pydantic/main.py", 400, 4.0, 3.9, False, False),
         (4, 2, 2, "[await]", "", None, 5.7, 5.7, False, True),
     ]
-    frame = pl.DataFrame(rows, schema=["frame_id", "parent_id", "depth", "function", "file_path", "line_no", "time_s", "self_time_s", "is_application_code", "synthetic"], orient="row")
+    frame = pl.DataFrame(
+        rows,
+        schema=[
+            "frame_id",
+            "parent_id",
+            "depth",
+            "function",
+            "file_path",
+            "line_no",
+            "time_s",
+            "self_time_s",
+            "is_application_code",
+            "synthetic",
+        ],
+        orient="row",
+    )
     return frame.with_columns(
-        pl.lit("profile.json").alias("profile"), pl.lit(None, pl.String).alias("class_name"), pl.lit(0.0).alias("await_time_s"), pl.col("depth").cast(pl.Int32)
+        pl.lit("profile.json").alias("profile"),
+        pl.lit(None, pl.String).alias("class_name"),
+        pl.lit(0.0).alias("await_time_s"),
+        pl.col("depth").cast(pl.Int32),
     ).select(list(FRAMES_SCHEMA))
 
 
@@ -164,15 +214,56 @@ def _dumps(hostile: str | None) -> pl.DataFrame:
         for label in ("main", "holder"):
             if label == "holder" and 15 <= second < 27:
                 continue  # the holder went silent
-            rows.append(("dump.txt", index, base + timedelta(seconds=second), label, index, 1, 1.0, hostile or "Task-1", "pending", "<coroutine object _result_async>"))
+            rows.append(
+                (
+                    "dump.txt",
+                    index,
+                    base + timedelta(seconds=second),
+                    label,
+                    index,
+                    1,
+                    1.0,
+                    hostile or "Task-1",
+                    "pending",
+                    "<coroutine object _result_async>",
+                )
+            )
             index += 1
-    frame = pl.DataFrame(rows, schema=["source", "line", "timestamp", "label", "snapshot", "task_count", "interval_s", "task_name", "state", "coroutine"], orient="row")
+    frame = pl.DataFrame(
+        rows,
+        schema=[
+            "source",
+            "line",
+            "timestamp",
+            "label",
+            "snapshot",
+            "task_count",
+            "interval_s",
+            "task_name",
+            "state",
+            "coroutine",
+        ],
+        orient="row",
+    )
     return frame.with_columns(pl.col("timestamp").cast(pl.Datetime("us"))).select(list(TASK_SNAPSHOTS_SCHEMA))
 
 
 def _logs(hostile: str | None) -> pl.DataFrame:
-    rows = [("logs.log", 120, None, "tinker.lib.retry_handler", "ERROR", "error", f"Request failed with non-retryable error: {hostile or 'BadRequestError'}", "{}")]
-    return pl.DataFrame(rows, schema=list(LOG_EVENTS_SCHEMA), orient="row").with_columns(pl.col("timestamp").cast(pl.Datetime("us")))
+    rows = [
+        (
+            "logs.log",
+            120,
+            None,
+            "tinker.lib.retry_handler",
+            "ERROR",
+            "error",
+            f"Request failed with non-retryable error: {hostile or 'BadRequestError'}",
+            "{}",
+        )
+    ]
+    return pl.DataFrame(rows, schema=list(LOG_EVENTS_SCHEMA), orient="row").with_columns(
+        pl.col("timestamp").cast(pl.Datetime("us"))
+    )
 
 
 def embedded_document(html: str) -> dict:
@@ -245,7 +336,9 @@ def _large_analysis(steps: int, spans_per_step: int) -> Analysis:
     start = origin + step_col.cast(pl.Float64) * 7e6 + index.cast(pl.Float64) * (6e6 / spans_per_step)
     spans = pl.DataFrame(
         {
-            "name": pl.Series(["policy_sample", "env_step", "compute_group_rewards", "train_step"] * (steps * spans_per_step // 4 + 1))[: steps * spans_per_step],
+            "name": pl.Series(
+                ["policy_sample", "env_step", "compute_group_rewards", "train_step"] * (steps * spans_per_step // 4 + 1)
+            )[: steps * spans_per_step],
             "pid": pl.Series([0] * (steps * spans_per_step), dtype=pl.Int64),
             "tid": (index % 64).cast(pl.Int64),
             "thread": pl.Series(["MainThread"] * (steps * spans_per_step)),
@@ -261,7 +354,9 @@ def _large_analysis(steps: int, spans_per_step: int) -> Analysis:
         }
     )
     small.run.spans = spans
-    small.run.warnings = [IngestWarning("trace_events.jsonl", i, "unmatched E event with no open B on this track") for i in range(60_000)]
+    small.run.warnings = [
+        IngestWarning("trace_events.jsonl", i, "unmatched E event with no open B on this track") for i in range(60_000)
+    ]
     return small
 
 
@@ -298,7 +393,9 @@ def embedded_figure(html: str, chart_id: str) -> dict:
 def _with_outlier(result: Analysis, step: int, seconds: float) -> Analysis:
     times = result.derived["step_times"]
     scale = pl.when(pl.col("step") == step).then(seconds / pl.col("total_s")).otherwise(1.0)
-    result.derived["step_times"] = times.with_columns([(pl.col(c) * scale).alias(c) for c in times.columns if c != "step"])
+    result.derived["step_times"] = times.with_columns(
+        [(pl.col(c) * scale).alias(c) for c in times.columns if c != "step"]
+    )
     return result
 
 
@@ -325,11 +422,32 @@ def test_phase_palette_has_no_severity_colours_and_no_two_names_share_one():
     from trace_doctor.report.figures import SEVERITY_COLOUR, assign_phase_colours
 
     names = [
-        "submit_batch", "get_batch", "finish_batch", "step", "forward_backward", "optim_step", "save_checkpoint",
-        "save_checkpoint_async", "save_state", "save_weights_for_sampler", "sample", "sampling", "assemble",
-        "assemble_training_data", "train", "train_step", "compute_kl_sample_train", "run_evals", "policy_sample",
-        "env_step", "compute_group_rewards", "create_sampling_client", "do_train_step_and_get_sampling_client",
-        "tokenize", "custom_phase", "another_phase",
+        "submit_batch",
+        "get_batch",
+        "finish_batch",
+        "step",
+        "forward_backward",
+        "optim_step",
+        "save_checkpoint",
+        "save_checkpoint_async",
+        "save_state",
+        "save_weights_for_sampler",
+        "sample",
+        "sampling",
+        "assemble",
+        "assemble_training_data",
+        "train",
+        "train_step",
+        "compute_kl_sample_train",
+        "run_evals",
+        "policy_sample",
+        "env_step",
+        "compute_group_rewards",
+        "create_sampling_client",
+        "do_train_step_and_get_sampling_client",
+        "tokenize",
+        "custom_phase",
+        "another_phase",
     ]
     colours = assign_phase_colours(names)
     assert len(set(colours.values())) == len(names)

@@ -27,11 +27,20 @@ def dumps(schedule: list[tuple[float, str]], interval: float = 1.0) -> pl.DataFr
     """Task-dump rows for (seconds after T0, label) in print order, one task per dump."""
     rows = []
     for index, (offset, label) in enumerate(schedule):
-        rows.append({
-            "source": "stdout.txt", "line": 10 * index + 1, "timestamp": T0 + timedelta(seconds=int(offset)),
-            "label": label, "snapshot": index, "task_count": 1, "interval_s": interval,
-            "task_name": "Task-1", "state": "pending", "coroutine": "<coroutine object x>",
-        })
+        rows.append(
+            {
+                "source": "stdout.txt",
+                "line": 10 * index + 1,
+                "timestamp": T0 + timedelta(seconds=int(offset)),
+                "label": label,
+                "snapshot": index,
+                "task_count": 1,
+                "interval_s": interval,
+                "task_name": "Task-1",
+                "state": "pending",
+                "coroutine": "<coroutine object x>",
+            }
+        )
     return pl.DataFrame(rows, schema=TASK_SNAPSHOTS_SCHEMA)
 
 
@@ -39,11 +48,29 @@ def steady(labels: tuple[str, ...], start: int, end: int) -> list[tuple[float, s
     return [(t, label) for t in range(start, end) for label in labels]
 
 
-def span(name: str, start_s: float, dur_s: float, track: str = "main", tid: int = 1, thread: str = "MainThread", depth: int = 1) -> dict:
+def span(
+    name: str,
+    start_s: float,
+    dur_s: float,
+    track: str = "main",
+    tid: int = 1,
+    thread: str = "MainThread",
+    depth: int = 1,
+) -> dict:
     return {
-        "name": name, "pid": 0, "tid": tid, "thread": thread, "track": track,
-        "start_us": start_s * 1e6, "end_us": (start_s + dur_s) * 1e6, "dur_us": dur_s * 1e6,
-        "depth": depth, "step": int(start_s), "segment": 0, "closed": True, "args": "{}",
+        "name": name,
+        "pid": 0,
+        "tid": tid,
+        "thread": thread,
+        "track": track,
+        "start_us": start_s * 1e6,
+        "end_us": (start_s + dur_s) * 1e6,
+        "dur_us": dur_s * 1e6,
+        "depth": depth,
+        "step": int(start_s),
+        "segment": 0,
+        "closed": True,
+        "args": "{}",
     }
 
 
@@ -55,8 +82,11 @@ def traced_run(spans: list[dict]) -> RunTables:
 
 # --- dump cadence ---------------------------------------------------------------------------
 
+
 def test_holder_silence_while_main_keeps_dumping_is_found_with_its_lines():
-    schedule = steady(("holder", "main"), 0, 5) + [(t, "main") for t in range(5, 12)] + steady(("holder", "main"), 12, 15)
+    schedule = (
+        steady(("holder", "main"), 0, 5) + [(t, "main") for t in range(5, 12)] + steady(("holder", "main"), 12, 15)
+    )
     found = silences(dumps(schedule), min_intervals=2.5)
     assert [s.label for s in found] == ["holder"]
     gap = found[0]
@@ -84,6 +114,7 @@ def test_regular_dumps_have_no_silence_and_cadence_gaps_equal_the_interval():
 
 # --- gil-stall on hand-made inputs ----------------------------------------------------------
 
+
 def test_not_applicable_names_what_it_would_need():
     findings, result = outcome(RunTables())
     assert findings == [] and result.status == "not_applicable"
@@ -92,18 +123,30 @@ def test_not_applicable_names_what_it_would_need():
 
 def test_heartbeat_alone_is_not_enough_and_the_reason_says_so():
     run = RunTables()
-    run.log_events = pl.DataFrame([{
-        "source": "logs.log", "line": 7, "timestamp": None, "logger": "tinker.lib.internal_client_holder",
-        "level": "WARNING", "kind": "heartbeat",
-        "message": "Session heartbeat failed for 130.2 seconds for session abc-1. Last exception: x.", "fields": "{}",
-    }], schema=LOG_EVENTS_SCHEMA)
+    run.log_events = pl.DataFrame(
+        [
+            {
+                "source": "logs.log",
+                "line": 7,
+                "timestamp": None,
+                "logger": "tinker.lib.internal_client_holder",
+                "level": "WARNING",
+                "kind": "heartbeat",
+                "message": "Session heartbeat failed for 130.2 seconds for session abc-1. Last exception: x.",
+                "fields": "{}",
+            }
+        ],
+        schema=LOG_EVENTS_SCHEMA,
+    )
     _, result = outcome(run)
     assert result.status == "not_applicable" and "heartbeat-stall" in result.reason
 
 
 def test_holder_silence_alone_fires_with_medium_confidence():
     run = RunTables()
-    run.task_snapshots = dumps(steady(("holder", "main"), 0, 5) + [(t, "main") for t in range(5, 12)] + steady(("holder", "main"), 12, 14))
+    run.task_snapshots = dumps(
+        steady(("holder", "main"), 0, 5) + [(t, "main") for t in range(5, 12)] + steady(("holder", "main"), 12, 14)
+    )
     findings, result = outcome(run)
     assert result.status == "fired"
     (finding,) = findings
@@ -115,7 +158,9 @@ def test_holder_silence_alone_fires_with_medium_confidence():
 
 def test_main_silence_alone_reads_as_main_blocked_in_sync_code():
     run = RunTables()
-    run.task_snapshots = dumps(steady(("holder", "main"), 0, 5) + [(t, "holder") for t in range(5, 12)] + steady(("holder", "main"), 12, 14))
+    run.task_snapshots = dumps(
+        steady(("holder", "main"), 0, 5) + [(t, "holder") for t in range(5, 12)] + steady(("holder", "main"), 12, 14)
+    )
     (finding,), _ = outcome(run)
     assert finding.title == "Main thread blocked in sync code"
     assert finding.fingerprint == "gil-stall:main-blocked"

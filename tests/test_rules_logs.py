@@ -31,8 +31,19 @@ def events(*rows: tuple) -> RunTables:
     run = RunTables()
     run.inputs.append(InputFile("log", "logs.log", records=len(rows)))
     run.log_events = pl.DataFrame(
-        [{"source": "logs.log", "line": line, "timestamp": None, "logger": "tinker", "level": level,
-          "kind": kind, "message": message, "fields": json.dumps(fields)} for line, level, kind, message, fields in rows],
+        [
+            {
+                "source": "logs.log",
+                "line": line,
+                "timestamp": None,
+                "logger": "tinker",
+                "level": level,
+                "kind": kind,
+                "message": message,
+                "fields": json.dumps(fields),
+            }
+            for line, level, kind, message, fields in rows
+        ],
         schema=LOG_EVENTS_SCHEMA,
     )
     return run
@@ -42,6 +53,7 @@ HB = "Session heartbeat failed for {s} seconds for session {id}. Last exception:
 
 
 # --- heartbeat-stall ------------------------------------------------------------------------
+
 
 def test_repeated_warnings_of_one_outage_count_once():
     run = events(
@@ -61,7 +73,13 @@ def test_repeated_warnings_of_one_outage_count_once():
 
 def test_stuck_requests_and_pauses_are_separate_findings():
     run = events(
-        (5, "WARNING", "paused", "Training for model-1 is paused. Reason: concurrent training clients rate limit hit.", {}),
+        (
+            5,
+            "WARNING",
+            "paused",
+            "Training for model-1 is paused. Reason: concurrent training clients rate limit hit.",
+            {},
+        ),
         (9, None, "error", "No progress made in 7200.0s. Requests appear to be stuck.", {}),
     )
     findings, _ = outcome(run, "heartbeat-stall")
@@ -87,11 +105,30 @@ def test_heartbeat_fixture_lines_are_cited():
 
 # --- decoded-error --------------------------------------------------------------------------
 
+
 def test_known_errors_one_finding_each_with_severity_and_fix():
     run = events(
-        (3, "ERROR", "error", "Request failed with non-retryable error: BadRequestError: Prompt length plus max_tokens exceeds the model's context window: 30000 + 4096 > 32768", {"error_id": "prompt-too-long"}),
-        (8, "ERROR", "error", "Request failed with non-retryable error: BadRequestError: Prompt length plus max_tokens exceeds the model's context window: 31000 + 4096 > 32768", {"error_id": "prompt-too-long"}),
-        (12, "WARNING", "sdk-warning", "Synchronous method 'TrainingClient.forward_backward()' called from async context.", {}),
+        (
+            3,
+            "ERROR",
+            "error",
+            "Request failed with non-retryable error: BadRequestError: Prompt length plus max_tokens exceeds the model's context window: 30000 + 4096 > 32768",
+            {"error_id": "prompt-too-long"},
+        ),
+        (
+            8,
+            "ERROR",
+            "error",
+            "Request failed with non-retryable error: BadRequestError: Prompt length plus max_tokens exceeds the model's context window: 31000 + 4096 > 32768",
+            {"error_id": "prompt-too-long"},
+        ),
+        (
+            12,
+            "WARNING",
+            "sdk-warning",
+            "Synchronous method 'TrainingClient.forward_backward()' called from async context.",
+            {},
+        ),
     )
     findings, _ = outcome(run, "decoded-error")
     assert [f.fingerprint for f in findings] == ["decoded-error:prompt-too-long", "decoded-error:sync-from-async"]
@@ -132,18 +169,28 @@ def test_astowolfo_asyncio_errors_are_grouped_not_guessed():
     groups = {g["signature"]: g for g in unknown.evidence["errors"]}
     assert groups["Task exception was never retrieved"]["count"] == 7
     assert groups["unhandled exception during asyncio.run() shutdown"]["count"] == 5
-    assert any("TypeError: 'Score' object is not subscriptable" == e for e in groups["Task exception was never retrieved"]["exceptions"])
+    assert any(
+        "TypeError: 'Score' object is not subscriptable" == e
+        for e in groups["Task exception was never retrieved"]["exceptions"]
+    )
 
 
 # --- known-bad-dependency -------------------------------------------------------------------
 
+
 def versions(*pairs: tuple[str, str]) -> RunTables:
-    return events(*[(i + 1, None, "version", f"{p}: {v}", {"package": p, "version": v, "evidence": "version line"})
-                    for i, (p, v) in enumerate(pairs)])
+    return events(
+        *[
+            (i + 1, None, "version", f"{p}: {v}", {"package": p, "version": v, "evidence": "version line"})
+            for i, (p, v) in enumerate(pairs)
+        ]
+    )
 
 
 def test_pydantic_beta_and_compromised_litellm_fire_with_their_lines():
-    findings, _ = outcome(versions(("pydantic", "2.13.0b2"), ("litellm", "1.82.7"), ("numpy", "2.1.0")), "known-bad-dependency")
+    findings, _ = outcome(
+        versions(("pydantic", "2.13.0b2"), ("litellm", "1.82.7"), ("numpy", "2.1.0")), "known-bad-dependency"
+    )
     prints = {f.fingerprint: f for f in findings}
     assert prints["known-bad-dependency:pydantic-2.13-beta"].severity == "error"
     assert prints["known-bad-dependency:litellm-compromised"].evidence["line"]["line"] == 2
@@ -151,7 +198,11 @@ def test_pydantic_beta_and_compromised_litellm_fire_with_their_lines():
 
 
 def test_transformers_ranges():
-    for version, record in (("5.3.0", "transformers-5.3.0"), ("5.5.2", "transformers-kimi-regression"), ("4.57.6", "transformers-pre-5-vl")):
+    for version, record in (
+        ("5.3.0", "transformers-5.3.0"),
+        ("5.5.2", "transformers-kimi-regression"),
+        ("4.57.6", "transformers-pre-5-vl"),
+    ):
         findings, _ = outcome(versions(("transformers", version)), "known-bad-dependency")
         assert f"known-bad-dependency:{record}" in [f.fingerprint for f in findings], version
     _, result = outcome(versions(("transformers", "5.5.4")), "known-bad-dependency")
@@ -159,7 +210,9 @@ def test_transformers_ranges():
 
 
 def test_combination_hazard_from_versions_and_from_metrics():
-    findings, _ = outcome(versions(("tinker-cookbook", "0.5.2"), ("tinker", "0.38.0"), ("python", "3.11")), "known-bad-dependency")
+    findings, _ = outcome(
+        versions(("tinker-cookbook", "0.5.2"), ("tinker", "0.38.0"), ("python", "3.11")), "known-bad-dependency"
+    )
     assert "known-bad-dependency:cookbook-0.5-tinker-0.38-py311" in [f.fingerprint for f in findings]
 
     run = RunTables()

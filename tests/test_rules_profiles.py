@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "fixtures" / "profiles"
 RUNS = ROOT / "fixtures" / "runs"
 DEMO_DATA = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pyinstrument" / "html_renderer" / "demo-data"
-needs_corpus = pytest.mark.skipif(not DEMO_DATA.exists(), reason="../shared/corpus is absent (real pyinstrument sessions)")
-needs_profiles = pytest.mark.skipif(not (PROFILES / "profile_cli.json").exists(), reason="fixtures/profiles not generated")
+needs_corpus = pytest.mark.skipif(
+    not DEMO_DATA.exists(), reason="../shared/corpus is absent (real pyinstrument sessions)"
+)
+needs_profiles = pytest.mark.skipif(
+    not (PROFILES / "profile_cli.json").exists(), reason="fixtures/profiles not generated"
+)
 SITE = "/venv/lib/python3.11/site-packages"
 STDLIB = "/usr/lib/python3.11"
 
@@ -36,18 +40,40 @@ def profile_run(tree: list[tuple], *, wall: float, cpu: float | None = None, asy
     for fid, parent, function, file_path, line, time_s, app in tree:
         depth[fid] = 0 if parent is None else depth[parent] + 1
         synthetic = function.startswith("[")
-        rows.append({
-            "profile": "p.json", "frame_id": fid, "parent_id": parent, "depth": depth[fid], "function": function,
-            "file_path": file_path, "line_no": line, "class_name": None, "time_s": time_s,
-            "self_time_s": None, "await_time_s": time_s if function == "[await]" else 0.0,
-            "is_application_code": app, "synthetic": synthetic,
-        })
+        rows.append(
+            {
+                "profile": "p.json",
+                "frame_id": fid,
+                "parent_id": parent,
+                "depth": depth[fid],
+                "function": function,
+                "file_path": file_path,
+                "line_no": line,
+                "class_name": None,
+                "time_s": time_s,
+                "self_time_s": None,
+                "await_time_s": time_s if function == "[await]" else 0.0,
+                "is_application_code": app,
+                "synthetic": synthetic,
+            }
+        )
     run = RunTables()
     run.frames = pl.DataFrame(rows, schema=FRAMES_SCHEMA)
-    run.profiles = pl.DataFrame([{
-        "profile": "p.json", "format": "json", "async_mode": async_mode, "target_description": "Program: train.py",
-        "start_time": 0.0, "duration_s": wall, "cpu_time_s": cpu, "sample_count": 1000,
-    }], schema=PROFILES_SCHEMA)
+    run.profiles = pl.DataFrame(
+        [
+            {
+                "profile": "p.json",
+                "format": "json",
+                "async_mode": async_mode,
+                "target_description": "Program: train.py",
+                "start_time": 0.0,
+                "duration_s": wall,
+                "cpu_time_s": cpu,
+                "sample_count": 1000,
+            }
+        ],
+        schema=PROFILES_SCHEMA,
+    )
     return run
 
 
@@ -107,7 +133,9 @@ def test_cpu_bound_counts_tokenizers_but_not_waiting():
     # 1.5 s of CPU in 10 s (the rest is epoll and serialization) is below the 25% default.
     _, result = outcome(run, "cpu-bound-main-thread")
     assert result.status == "passed" and "15% CPU" in result.reason
-    findings, _, _ = run_rules(run, select=["cpu-bound-main-thread"], overrides={"cpu-bound-main-thread": {"min_share": 0.1}})
+    findings, _, _ = run_rules(
+        run, select=["cpu-bound-main-thread"], overrides={"cpu-bound-main-thread": {"min_share": 0.1}}
+    )
     (finding,) = findings
     assert finding.evidence["by_library"] == {"tokenizers": pytest.approx(1.4), "application code": pytest.approx(0.1)}
     assert finding.evidence["waiting_s"]["event_loop_poll"] == pytest.approx(6.0)
@@ -131,11 +159,21 @@ def stacks(blocks: list[dict[str, list[tuple[str, str, int, str]]]]) -> pl.DataF
     for snapshot, threads in enumerate(blocks):
         for label, frames in threads.items():
             for index, (file_path, function, line_no, code) in enumerate(frames):
-                rows.append({
-                    "source": "stacks.txt", "line": 100 * snapshot + 10 * index, "timestamp": datetime(2026, 3, 5, 12, 0, snapshot),
-                    "snapshot": snapshot, "label": label, "thread_ident": 1 if label == "main" else 2,
-                    "frame_index": index, "file_path": file_path, "line_no": line_no, "function": function, "code": code,
-                })
+                rows.append(
+                    {
+                        "source": "stacks.txt",
+                        "line": 100 * snapshot + 10 * index,
+                        "timestamp": datetime(2026, 3, 5, 12, 0, snapshot),
+                        "snapshot": snapshot,
+                        "label": label,
+                        "thread_ident": 1 if label == "main" else 2,
+                        "frame_index": index,
+                        "file_path": file_path,
+                        "line_no": line_no,
+                        "function": function,
+                        "code": code,
+                    }
+                )
     return pl.DataFrame(rows, schema=STACK_SNAPSHOTS_SCHEMA)
 
 
@@ -145,11 +183,16 @@ HOLDER_SERIALIZING = [
     (f"{SITE}/pydantic/main.py", "model_dump", 420, "return self.__pydantic_serializer__.to_python("),
 ]
 HOLDER_IDLE = [(f"{STDLIB}/selectors.py", "select", 468, "fd_event_list = self._selector.poll(timeout, max_ev)")]
-MAIN_NUMPY = [("train.py", "reward", 30, "scores = np.linalg.svd(big)"), (f"{SITE}/numpy/linalg/linalg.py", "svd", 1650, "u, s, vh = gufunc(a)")]
+MAIN_NUMPY = [
+    ("train.py", "reward", 30, "scores = np.linalg.svd(big)"),
+    (f"{SITE}/numpy/linalg/linalg.py", "svd", 1650, "u, s, vh = gufunc(a)"),
+]
 
 
 def test_stack_states_read_innermost_frames():
-    table = stacks([{"holder": HOLDER_SERIALIZING, "main": MAIN_NUMPY}, {"holder": HOLDER_IDLE, "main": MAIN_NUMPY[:1]}])
+    table = stacks(
+        [{"holder": HOLDER_SERIALIZING, "main": MAIN_NUMPY}, {"holder": HOLDER_IDLE, "main": MAIN_NUMPY[:1]}]
+    )
     states = {(s.snapshot, s.label): (s.state, s.detail) for s in stack_states(table)}
     assert states[(0, "holder")] == ("serialization", "model_dump")
     assert states[(0, "main")] == ("cpu", "numpy")
@@ -159,7 +202,9 @@ def test_stack_states_read_innermost_frames():
 
 def test_stack_serialization_on_holder_and_cpu_on_main():
     run = RunTables()
-    run.stack_snapshots = stacks([{"holder": HOLDER_SERIALIZING, "main": MAIN_NUMPY}] * 2 + [{"holder": HOLDER_IDLE, "main": MAIN_NUMPY}])
+    run.stack_snapshots = stacks(
+        [{"holder": HOLDER_SERIALIZING, "main": MAIN_NUMPY}] * 2 + [{"holder": HOLDER_IDLE, "main": MAIN_NUMPY}]
+    )
     (ser,), _ = outcome(run, "serialization-stall")
     assert "holder" in ser.message and ser.evidence["count"] == 2
     (cpu,), _ = outcome(run, "cpu-bound-main-thread")
@@ -168,12 +213,31 @@ def test_stack_serialization_on_holder_and_cpu_on_main():
 
 def test_serialization_test_fail_line_is_an_error():
     run = RunTables()
-    run.log_events = pl.DataFrame([
-        {"source": "out.txt", "line": 4, "timestamp": None, "logger": None, "level": None, "kind": "serialization-test",
-         "message": "model_dump() took 147.231s", "fields": json.dumps({"model_dump_s": 147.231})},
-        {"source": "out.txt", "line": 5, "timestamp": None, "logger": None, "level": None, "kind": "serialization-test",
-         "message": "FAIL: model_dump() is very slow", "fields": json.dumps({"verdict": "FAIL"})},
-    ], schema=LOG_EVENTS_SCHEMA)
+    run.log_events = pl.DataFrame(
+        [
+            {
+                "source": "out.txt",
+                "line": 4,
+                "timestamp": None,
+                "logger": None,
+                "level": None,
+                "kind": "serialization-test",
+                "message": "model_dump() took 147.231s",
+                "fields": json.dumps({"model_dump_s": 147.231}),
+            },
+            {
+                "source": "out.txt",
+                "line": 5,
+                "timestamp": None,
+                "logger": None,
+                "level": None,
+                "kind": "serialization-test",
+                "message": "FAIL: model_dump() is very slow",
+                "fields": json.dumps({"verdict": "FAIL"}),
+            },
+        ],
+        schema=LOG_EVENTS_SCHEMA,
+    )
     (finding,), _ = outcome(run, "serialization-stall")
     assert finding.severity == "error" and finding.seconds_lost == pytest.approx(147.231)
     assert [line["line"] for line in finding.evidence["lines"]] == [5, 4]
@@ -186,6 +250,7 @@ def test_profile_rules_abstain_without_profiles():
 
 
 # --- real profiles -------------------------------------------------------------------------
+
 
 @needs_profiles
 def test_cli_profile_lacks_async_mode_and_the_async_one_does_not():

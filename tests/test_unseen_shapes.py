@@ -19,14 +19,25 @@ from trace_doctor.api import analyze, load_run
 from trace_doctor.model import Analysis
 from trace_doctor.report.json_doc import build_document
 
-TIMING_RULES = ("pipelining-gap", "get-batch-bottleneck", "warmup-slowness", "steady-slowness", "inconsistent-step-times")
+TIMING_RULES = (
+    "pipelining-gap",
+    "get-batch-bottleneck",
+    "warmup-slowness",
+    "steady-slowness",
+    "inconsistent-step-times",
+)
 
 
 # ---------------------------------------------------------------------------------------------
 # Writing runs
 
 
-def write_run(directory: Path, rows: list[dict[str, Any]] | None = None, config: dict[str, Any] | None = None, trace: list[dict[str, Any]] | None = None) -> Path:
+def write_run(
+    directory: Path,
+    rows: list[dict[str, Any]] | None = None,
+    config: dict[str, Any] | None = None,
+    trace: list[dict[str, Any]] | None = None,
+) -> Path:
     """A cookbook log dir: metrics.jsonl as json.dumps writes it (bare NaN), config.json with indent=2."""
     directory.mkdir(parents=True, exist_ok=True)
     if rows is not None:
@@ -105,11 +116,24 @@ def warnings_fired(result: Analysis) -> set[str]:
 # 1. DPO (preference/train_dpo.py)
 
 DPO_CONFIG = {
-    "log_path": "/home/user/runs/dpo", "model_name": "meta-llama/Llama-3.2-1B", "renderer_name": "llama3",
+    "log_path": "/home/user/runs/dpo",
+    "model_name": "meta-llama/Llama-3.2-1B",
+    "renderer_name": "llama3",
     "dataset_builder": {"common_config": {"batch_size": 256, "max_length": 8192, "renderer_name": "llama3"}},
-    "learning_rate": 1e-05, "lr_schedule": "linear", "num_epochs": 1, "dpo_beta": 0.1, "lora_rank": 32,
-    "num_replicas": 1, "reference_model_name": None, "evaluator_builders": [], "infrequent_evaluator_builders": [],
-    "save_every": 20, "eval_every": 10, "infrequent_eval_every": 0, "enable_trace": False, "wandb_project": None,
+    "learning_rate": 1e-05,
+    "lr_schedule": "linear",
+    "num_epochs": 1,
+    "dpo_beta": 0.1,
+    "lora_rank": 32,
+    "num_replicas": 1,
+    "reference_model_name": None,
+    "evaluator_builders": [],
+    "infrequent_evaluator_builders": [],
+    "save_every": 20,
+    "eval_every": 10,
+    "infrequent_eval_every": 0,
+    "enable_trace": False,
+    "wandb_project": None,
 }
 
 
@@ -123,13 +147,26 @@ def dpo_rows(n: int = 50, get_batch_share: float | None = None, seed: int = 1) -
         save = noisy(rng, 3.0) if step and step % 20 == 0 else None
         rest = ref + train + (evals or 0) + (save or 0) + 0.05
         # get_batch share of the whole step: g = s·(rest + g) ⇒ g = s·rest/(1 − s)
-        get_batch = noisy(rng, get_batch_share * rest / (1 - get_batch_share), 0.03) if get_batch_share else noisy(rng, 0.44)
+        get_batch = (
+            noisy(rng, get_batch_share * rest / (1 - get_batch_share), 0.03) if get_batch_share else noisy(rng, 0.44)
+        )
         total = rest + get_batch
         loss = 0.693 - 0.2 * step / n + rng.gauss(0, 0.005)
-        row: dict[str, Any] = {"step": step, "epoch": 0, "num_pairs": 254, "num_tokens": 106677 + rng.randint(-5000, 5000),
-                               "learning_rate": 1e-05 * (1 - step / n), "progress": step / n, "dpo_loss": loss,
-                               "accuracy": 0.5 + 0.3 * step / n, "margin": 0.006 + 0.5 * step / n,
-                               "chosen_reward": 0.01, "rejected_reward": -0.01, "loss:sum": -0.57, "clock_cycle:unique": 738784 + step}
+        row: dict[str, Any] = {
+            "step": step,
+            "epoch": 0,
+            "num_pairs": 254,
+            "num_tokens": 106677 + rng.randint(-5000, 5000),
+            "learning_rate": 1e-05 * (1 - step / n),
+            "progress": step / n,
+            "dpo_loss": loss,
+            "accuracy": 0.5 + 0.3 * step / n,
+            "margin": 0.006 + 0.5 * step / n,
+            "chosen_reward": 0.01,
+            "rejected_reward": -0.01,
+            "loss:sum": -0.57,
+            "clock_cycle:unique": 738784 + step,
+        }
         if evals is not None:
             row["test/nll"] = 1.80 - 0.1 * step / n
             row["time/run_evaluator"] = evals - 0.002
@@ -183,10 +220,21 @@ def test_dpo_slow_reference_scoring_is_not_excess_clock_cycles(tmp_path):
 # 2. On-policy distillation
 
 DISTILL_CONFIG = {
-    "log_path": "/home/user/runs/distill", "model_name": "Qwen/Qwen3-8B-Base", "renderer_name": "qwen3",
-    "dataset_configs": [{"dataset_builder": {"batch_size": 64, "group_size": 4}, "teacher_config": {"base_model": "Qwen/Qwen3-32B"}}],
-    "learning_rate": 1e-4, "max_tokens": 4096, "kl_penalty_coef": 1.0, "kl_discount_factor": 0.0,
-    "lora_rank": 128, "eval_every": 10, "save_every": 20, "enable_trace": False, "loss_fn": "importance_sampling",
+    "log_path": "/home/user/runs/distill",
+    "model_name": "Qwen/Qwen3-8B-Base",
+    "renderer_name": "qwen3",
+    "dataset_configs": [
+        {"dataset_builder": {"batch_size": 64, "group_size": 4}, "teacher_config": {"base_model": "Qwen/Qwen3-32B"}}
+    ],
+    "learning_rate": 1e-4,
+    "max_tokens": 4096,
+    "kl_penalty_coef": 1.0,
+    "kl_discount_factor": 0.0,
+    "lora_rank": 128,
+    "eval_every": 10,
+    "save_every": 20,
+    "enable_trace": False,
+    "loss_fn": "importance_sampling",
 }
 
 
@@ -194,17 +242,31 @@ def distill_rows(teacher_kl0: float, n: int = 40, seed: int = 2) -> list[dict[st
     rng = random.Random(seed)
     rows = []
     for step in range(n):
-        tkl = max(0.004, teacher_kl0 * (0.6 + 0.4 * math.exp(-step / 6)) if teacher_kl0 > 0.1 else teacher_kl0 * math.exp(-step / 15)) + abs(rng.gauss(0, 0.001))
+        tkl = max(
+            0.004,
+            teacher_kl0 * (0.6 + 0.4 * math.exp(-step / 6))
+            if teacher_kl0 > 0.1
+            else teacher_kl0 * math.exp(-step / 15),
+        ) + abs(rng.gauss(0, 0.001))
         sample = noisy(rng, 48.0)
         train = noisy(rng, 11.0)
         evals = noisy(rng, 30.0) if step % 10 == 0 else None
         kl_pen = noisy(rng, 4.0)
         total = sample + train + kl_pen + (evals or 0) + noisy(rng, 1.5)
-        row = {"step": step, "progress/batch": step, "optim/lr": 1e-4, "progress/done_frac": (step + 1) / n,
-               "env/all/ac_tokens_per_turn": 900 + rng.gauss(0, 30), "env/all/total_episodes": 256,
-               "env/all/reward/total": -tkl, "optim/kl_sample_train_v1": rng.gauss(0.0005, 0.0003),
-               "optim/kl_sample_train_v2": abs(rng.gauss(0.0006, 0.0002)), "optim/entropy": 0.45,
-               "teacher_kl": tkl, "teacher_kl/dataset_0": tkl}
+        row = {
+            "step": step,
+            "progress/batch": step,
+            "optim/lr": 1e-4,
+            "progress/done_frac": (step + 1) / n,
+            "env/all/ac_tokens_per_turn": 900 + rng.gauss(0, 30),
+            "env/all/total_episodes": 256,
+            "env/all/reward/total": -tkl,
+            "optim/kl_sample_train_v1": rng.gauss(0.0005, 0.0003),
+            "optim/kl_sample_train_v2": abs(rng.gauss(0.0006, 0.0002)),
+            "optim/entropy": 0.45,
+            "teacher_kl": tkl,
+            "teacher_kl/dataset_0": tkl,
+        }
         if evals is not None:
             row["test/env/all/reward/total"] = -tkl
             row["time/run_evals"] = evals
@@ -244,18 +306,32 @@ def test_distillation_gap_closed_by_training_is_not_a_renderer_mismatch(tmp_path
 # ---------------------------------------------------------------------------------------------
 # 3. Off-policy distillation: no timing at all
 
+
 def test_off_policy_distillation_has_no_timing_and_nothing_fires(tmp_path):
     rng = random.Random(3)
     rows = []
     for i in range(30):
         # {"step": i, **metrics} where metrics repeats "step": one key in the file.
-        row = {"step": i, "progress/done_frac": (i + 1) / 30, "optim/lr": 2e-4, "batch_size": 128,
-               "train/loss:sum": 5200.0 * (1 - i / 60) + rng.gauss(0, 20), "train/clock_cycle:unique": 9000 + i}
+        row = {
+            "step": i,
+            "progress/done_frac": (i + 1) / 30,
+            "optim/lr": 2e-4,
+            "batch_size": 128,
+            "train/loss:sum": 5200.0 * (1 - i / 60) + rng.gauss(0, 20),
+            "train/clock_cycle:unique": 9000 + i,
+        }
         if i % 10 == 0:
             row["test/nll"] = 1.1 - 0.01 * i
         rows.append(row)
-    config = {"log_path": "/runs/offp", "model_name": "Qwen/Qwen3-4B", "renderer_name": "qwen3", "n_teacher_targets": 4,
-              "teacher_concurrency": 64, "batch_size": 128, "learning_rate": 2e-4}
+    config = {
+        "log_path": "/runs/offp",
+        "model_name": "Qwen/Qwen3-4B",
+        "renderer_name": "qwen3",
+        "n_teacher_targets": 4,
+        "teacher_concurrency": 64,
+        "batch_size": 128,
+        "learning_rate": 2e-4,
+    }
     result, doc = run_analysis(write_run(tmp_path, rows, config))
     assert_sane(result, doc)
     assert result.findings == []
@@ -270,11 +346,23 @@ def test_off_policy_distillation_has_no_timing_and_nothing_fires(tmp_path):
 # 4. 0.6.1 async RL
 
 ASYNC_CONFIG = {
-    "log_path": "/runs/async", "model_name": "Qwen/Qwen3-8B", "renderer_name": "qwen3", "learning_rate": 4e-5,
-    "dataset_builder": {"batch_size": 64, "group_size": 8}, "max_tokens": 2048, "temperature": 1.0,
-    "kl_penalty_coef": 0.0, "loss_fn": "importance_sampling", "num_substeps": 1, "eval_every": 10, "save_every": 20,
-    "async_config": {"max_steps_off_policy": 4, "groups_per_batch": 64}, "stream_minibatch_config": None,
-    "enable_trace": False, "session_name": None, "num_epochs": 1,
+    "log_path": "/runs/async",
+    "model_name": "Qwen/Qwen3-8B",
+    "renderer_name": "qwen3",
+    "learning_rate": 4e-5,
+    "dataset_builder": {"batch_size": 64, "group_size": 8},
+    "max_tokens": 2048,
+    "temperature": 1.0,
+    "kl_penalty_coef": 0.0,
+    "loss_fn": "importance_sampling",
+    "num_substeps": 1,
+    "eval_every": 10,
+    "save_every": 20,
+    "async_config": {"max_steps_off_policy": 4, "groups_per_batch": 64},
+    "stream_minibatch_config": None,
+    "enable_trace": False,
+    "session_name": None,
+    "num_epochs": 1,
 }
 
 
@@ -296,22 +384,52 @@ def async_rows(n: int = 60, late_drift: bool = False, seed: int = 4) -> list[dic
         cost = 0.12 + rng.gauss(0, 0.005)
         cum_cost += cost
         elapsed += noisy(rng, 38.0)
-        row = {"step": step, "training_client/step": step, "optim/lr": 4e-5, "progress/done_frac": (step + 1) / n,
-               "sampling_client/step_min": max(0, step - 3), "sampling_client/step_max": step, "sampling_client/step_mean": max(0.0, step - staleness),
-               "async/staleness_mean": max(0.0, staleness), "async/staleness_max": max(0.0, staleness) + 1,
-               "env/all/reward/total": 0.3 + 0.4 * step / n, "env/all/by_group/frac_mixed": 0.7,
-               "optim/kl_sample_train_v1": kl * 0.9, "optim/kl_sample_train_v2": kl, "optim/entropy": 0.5,
-               "tokens/sampled": 950000, "tokens/prefill_cached": 300000, "tokens/prefill_uncached": 120000, "tokens/trained": 1070000,
-               "tokens/cumulative/sampled": 950000 * (step + 1), "cost/step_usd": cost, "cost/cumulative_usd": cum_cost,
-               "time/forward_backward": fb, "time/optim_step": noisy(rng, 0.002), "time/train_step": train_step,
-               "time/save_checkpoint": save, "time/do_train_step_and_get_sampling_client": do_train,
-               "time/sampling_time_mean": noisy(rng, 31.0), "time/sampling_time_max": noisy(rng, 44.0), "time/total": total}
+        row = {
+            "step": step,
+            "training_client/step": step,
+            "optim/lr": 4e-5,
+            "progress/done_frac": (step + 1) / n,
+            "sampling_client/step_min": max(0, step - 3),
+            "sampling_client/step_max": step,
+            "sampling_client/step_mean": max(0.0, step - staleness),
+            "async/staleness_mean": max(0.0, staleness),
+            "async/staleness_max": max(0.0, staleness) + 1,
+            "env/all/reward/total": 0.3 + 0.4 * step / n,
+            "env/all/by_group/frac_mixed": 0.7,
+            "optim/kl_sample_train_v1": kl * 0.9,
+            "optim/kl_sample_train_v2": kl,
+            "optim/entropy": 0.5,
+            "tokens/sampled": 950000,
+            "tokens/prefill_cached": 300000,
+            "tokens/prefill_uncached": 120000,
+            "tokens/trained": 1070000,
+            "tokens/cumulative/sampled": 950000 * (step + 1),
+            "cost/step_usd": cost,
+            "cost/cumulative_usd": cum_cost,
+            "time/forward_backward": fb,
+            "time/optim_step": noisy(rng, 0.002),
+            "time/train_step": train_step,
+            "time/save_checkpoint": save,
+            "time/do_train_step_and_get_sampling_client": do_train,
+            "time/sampling_time_mean": noisy(rng, 31.0),
+            "time/sampling_time_max": noisy(rng, 44.0),
+            "time/total": total,
+        }
         rows.append(row)
         if step % 10 == 0:
-            pending_evals.append({"step": step, "eval/snapshot/training_step": step, "eval/snapshot/elapsed_seconds": elapsed,
-                                  "eval/snapshot/cumulative_cost_usd": cum_cost, "eval/completed_elapsed_seconds": elapsed + 70,
-                                  "test/env/all/reward/total": 0.3 + 0.4 * step / n, "eval/by_step/test/env/all/reward/total": 0.3 + 0.4 * step / n,
-                                  "eval/timing/time/run_single_evaluation": noisy(rng, 65.0), "eval/timing/time/total": noisy(rng, 70.0)})
+            pending_evals.append(
+                {
+                    "step": step,
+                    "eval/snapshot/training_step": step,
+                    "eval/snapshot/elapsed_seconds": elapsed,
+                    "eval/snapshot/cumulative_cost_usd": cum_cost,
+                    "eval/completed_elapsed_seconds": elapsed + 70,
+                    "test/env/all/reward/total": 0.3 + 0.4 * step / n,
+                    "eval/by_step/test/env/all/reward/total": 0.3 + 0.4 * step / n,
+                    "eval/timing/time/run_single_evaluation": noisy(rng, 65.0),
+                    "eval/timing/time/total": noisy(rng, 70.0),
+                }
+            )
         # Evals finish two training steps later and are logged out of order.
         while pending_evals and pending_evals[0]["step"] <= step - 2:
             rows.append(pending_evals.pop(0))
@@ -343,15 +461,27 @@ def test_async_rl_late_kl_drift_names_staleness(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # 5. Stream RL
 
-STREAM_CONFIG = {**ASYNC_CONFIG, "log_path": "/runs/stream", "async_config": None, "stream_minibatch_config": {"groups_per_batch": 64, "num_minibatches": 4}}
+STREAM_CONFIG = {
+    **ASYNC_CONFIG,
+    "log_path": "/runs/stream",
+    "async_config": None,
+    "stream_minibatch_config": {"groups_per_batch": 64, "num_minibatches": 4},
+}
 
 
 def stream_rows(n: int = 40, spikes: tuple[int, ...] = (), seed: int = 5) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     rows = []
     for step in range(n):
-        row: dict[str, Any] = {"step": step, "progress/batch": step, "optim/lr": 4e-5, "progress/done_frac": (step + 1) / n,
-                               "env/all/reward/total": 0.4, "optim/kl_sample_train_v1": 0.001, "optim/kl_sample_train_v2": abs(rng.gauss(0.0015, 0.0003))}
+        row: dict[str, Any] = {
+            "step": step,
+            "progress/batch": step,
+            "optim/lr": 4e-5,
+            "progress/done_frac": (step + 1) / n,
+            "env/all/reward/total": 0.4,
+            "optim/kl_sample_train_v1": 0.001,
+            "optim/kl_sample_train_v2": abs(rng.gauss(0.0015, 0.0003)),
+        }
         minibatch_total = 0.0
         for m in range(4):
             enq, con = noisy(rng, 0.01), noisy(rng, 4.5)
@@ -385,7 +515,11 @@ def test_stream_rl_healthy_is_quiet(tmp_path):
 def test_stream_rl_untimed_stalls_are_inconsistent_step_times(tmp_path):
     result, doc = run_analysis(write_run(tmp_path, stream_rows(spikes=(13, 22, 27, 34)), STREAM_CONFIG))
     assert_sane(result, doc)
-    spikes = [f for f in fired(result).get("inconsistent-step-times", []) if f.fingerprint == "inconsistent-step-times:unexplained"]
+    spikes = [
+        f
+        for f in fired(result).get("inconsistent-step-times", [])
+        if f.fingerprint == "inconsistent-step-times:unexplained"
+    ]
     assert spikes and set(spikes[0].steps) == {13, 22, 27, 34}
     assert "warmup-slowness" not in fired(result)
 
@@ -394,15 +528,39 @@ def test_stream_rl_untimed_stalls_are_inconsistent_step_times(tmp_path):
 # 6. SFT eras
 
 SFT_CONFIG = {
-    "log_path": "/runs/sft", "model_name": "Qwen/Qwen3-8B", "recipe_name": "chat_sl", "load_checkpoint_path": None,
-    "renderer_name": "qwen3", "dataset_builder": {"common_config": {"model_name_for_tokenizer": "Qwen/Qwen3-8B", "renderer_name": "qwen3", "max_length": 16384, "batch_size": 128}},
-    "learning_rate": 2e-4, "lr_schedule": "linear", "num_epochs": 1, "lora_rank": 32, "evaluator_builders": [],
-    "infrequent_evaluator_builders": [], "save_every": 20, "eval_every": 0, "infrequent_eval_every": 0,
-    "enable_trace": False, "span_chart_every": 0, "max_steps": None, "submit_ahead": 1, "session_name": None,
+    "log_path": "/runs/sft",
+    "model_name": "Qwen/Qwen3-8B",
+    "recipe_name": "chat_sl",
+    "load_checkpoint_path": None,
+    "renderer_name": "qwen3",
+    "dataset_builder": {
+        "common_config": {
+            "model_name_for_tokenizer": "Qwen/Qwen3-8B",
+            "renderer_name": "qwen3",
+            "max_length": 16384,
+            "batch_size": 128,
+        }
+    },
+    "learning_rate": 2e-4,
+    "lr_schedule": "linear",
+    "num_epochs": 1,
+    "lora_rank": 32,
+    "evaluator_builders": [],
+    "infrequent_evaluator_builders": [],
+    "save_every": 20,
+    "eval_every": 0,
+    "infrequent_eval_every": 0,
+    "enable_trace": False,
+    "span_chart_every": 0,
+    "max_steps": None,
+    "submit_ahead": 1,
+    "session_name": None,
 }
 
 
-def sft_061_rows(n: int = 60, sequential: bool = False, slow_from: int | None = None, seed: int = 6) -> list[dict[str, Any]]:
+def sft_061_rows(
+    n: int = 60, sequential: bool = False, slow_from: int | None = None, seed: int = 6
+) -> list[dict[str, Any]]:
     """0.6.1 SFT: no time/total. Pipelined, finish_batch waits only for what is left of the step."""
     rng = random.Random(seed)
     rows = []
@@ -413,12 +571,25 @@ def sft_061_rows(n: int = 60, sequential: bool = False, slow_from: int | None = 
         # Pipelined: the next submission overlapped this wait, so only the rest of it is waited.
         wait = service if sequential else max(service - submit, 0.05)
         finish = wait + noisy(rng, 0.01)
-        row = {"step": step, "epoch": 0, "progress": (step + 1) / n, "learning_rate": 2e-4 * (1 - step / n),
-               "num_sequences": 128, "num_tokens": 301245 + rng.randint(-9000, 9000), "num_loss_tokens": 121873.0,
-               "train_mean_nll": 0.73 - 0.1 * step / n + rng.gauss(0, 0.01), "train_mean_bpb": 0.6,
-               "tokens/trained": 301245, "tokens/cumulative/trained": 301245 * (step + 1),
-               "time/get_batch": get_batch, "time/forward_backward": noisy(rng, 0.003), "time/optim_step": noisy(rng, 0.001),
-               "time/submit_batch": submit, "time/step": wait, "time/finish_batch": finish}
+        row = {
+            "step": step,
+            "epoch": 0,
+            "progress": (step + 1) / n,
+            "learning_rate": 2e-4 * (1 - step / n),
+            "num_sequences": 128,
+            "num_tokens": 301245 + rng.randint(-9000, 9000),
+            "num_loss_tokens": 121873.0,
+            "train_mean_nll": 0.73 - 0.1 * step / n + rng.gauss(0, 0.01),
+            "train_mean_bpb": 0.6,
+            "tokens/trained": 301245,
+            "tokens/cumulative/trained": 301245 * (step + 1),
+            "time/get_batch": get_batch,
+            "time/forward_backward": noisy(rng, 0.003),
+            "time/optim_step": noisy(rng, 0.001),
+            "time/submit_batch": submit,
+            "time/step": wait,
+            "time/finish_batch": finish,
+        }
         if step and step % 20 == 0:
             row["time/save_checkpoint"] = noisy(rng, 4.0)
             row["time/finish_batch"] += row["time/save_checkpoint"]
@@ -457,8 +628,17 @@ def legacy_sft_rows(n: int = 60, seed: int = 7) -> list[dict[str, Any]]:
         evals = noisy(rng, 25.0) if step % 20 == 0 else None
         save = noisy(rng, 4.0) if step and step % 25 == 0 else None
         total = get_batch + (evals or 0) + prev_wait + wait + (save or 0) + 0.02
-        row = {"step": step, "epoch": 0, "progress": (step + 1) / n, "learning_rate": 2e-4, "num_sequences": 128,
-               "num_tokens": 300000, "num_loss_tokens": 120000.0, "train_mean_nll": 0.7 - 0.1 * step / n, "time/get_batch": get_batch}
+        row = {
+            "step": step,
+            "epoch": 0,
+            "progress": (step + 1) / n,
+            "learning_rate": 2e-4,
+            "num_sequences": 128,
+            "num_tokens": 300000,
+            "num_loss_tokens": 120000.0,
+            "train_mean_nll": 0.7 - 0.1 * step / n,
+            "time/get_batch": get_batch,
+        }
         if evals is not None:
             row["test/nll"] = 0.8
             row["time/evals"] = evals
@@ -482,12 +662,32 @@ def test_legacy_pipelined_sft_overlapping_totals(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # 7. Minimal recipes
 
+
 def test_recipe_sl_loop_time_total_underscore(tmp_path):
     rng = random.Random(8)
-    rows = [{"step": i, "num_sequences": 128, "num_tokens": 290000, "learning_rate": 1e-4, "train_mean_nll": 0.9 - 0.002 * i,
-             "train_mean_bpb": 0.7, "progress": (i + 1) / 40, "time_total": noisy(rng, 6.2) + (20.0 if i == 0 else 0.0)} for i in range(40)]
-    config = {"log_path": "/runs/sl_loop", "model_name": "meta-llama/Llama-3.1-8B", "batch_size": 128, "learning_rate": 1e-4,
-              "max_length": 32768, "train_on_what": "all_assistant_messages", "lora_rank": 32, "save_every": 20}
+    rows = [
+        {
+            "step": i,
+            "num_sequences": 128,
+            "num_tokens": 290000,
+            "learning_rate": 1e-4,
+            "train_mean_nll": 0.9 - 0.002 * i,
+            "train_mean_bpb": 0.7,
+            "progress": (i + 1) / 40,
+            "time_total": noisy(rng, 6.2) + (20.0 if i == 0 else 0.0),
+        }
+        for i in range(40)
+    ]
+    config = {
+        "log_path": "/runs/sl_loop",
+        "model_name": "meta-llama/Llama-3.1-8B",
+        "batch_size": 128,
+        "learning_rate": 1e-4,
+        "max_length": 32768,
+        "train_on_what": "all_assistant_messages",
+        "lora_rank": 32,
+        "save_every": 20,
+    }
     result, doc = run_analysis(write_run(tmp_path, rows, config))
     assert_sane(result, doc)
     assert result.summary["steady_step_time_s"] == pytest.approx(6.2, rel=0.1)
@@ -497,10 +697,27 @@ def test_recipe_sl_loop_time_total_underscore(tmp_path):
 
 def test_recipe_rl_loop_reward_total(tmp_path):
     rng = random.Random(9)
-    rows = [{"step": i, "progress/batch": i, "optim/lr": 4e-5, "progress/done_frac": (i + 1) / 30, "reward/total": 0.2 + 0.01 * i,
-             "time/total": noisy(rng, 75.0)} for i in range(30)]
-    config = {"log_path": "/runs/rl_loop", "model_name": "meta-llama/Llama-3.1-8B", "batch_size": 128, "group_size": 16,
-              "learning_rate": 4e-5, "lora_rank": 32, "max_tokens": 256, "save_every": 20}
+    rows = [
+        {
+            "step": i,
+            "progress/batch": i,
+            "optim/lr": 4e-5,
+            "progress/done_frac": (i + 1) / 30,
+            "reward/total": 0.2 + 0.01 * i,
+            "time/total": noisy(rng, 75.0),
+        }
+        for i in range(30)
+    ]
+    config = {
+        "log_path": "/runs/rl_loop",
+        "model_name": "meta-llama/Llama-3.1-8B",
+        "batch_size": 128,
+        "group_size": 16,
+        "learning_rate": 4e-5,
+        "lora_rank": 32,
+        "max_tokens": 256,
+        "save_every": 20,
+    }
     result, doc = run_analysis(write_run(tmp_path, rows, config))
     assert_sane(result, doc)
     assert result.run.meta.trainer == "rl"
@@ -511,14 +728,27 @@ def test_recipe_rl_loop_reward_total(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # 8. Temperature confound at step 0
 
+
 def test_temperature_explains_step0_kl(tmp_path):
     rng = random.Random(10)
     rows = []
     for i in range(30):
         kl = 0.05 * (1 + rng.gauss(0, 0.05))
-        rows.append({"step": i, "progress/batch": i, "optim/lr": 4e-5, "progress/done_frac": (i + 1) / 30,
-                     "env/all/reward/total": 0.5, "optim/kl_sample_train_v1": kl, "optim/kl_sample_train_v2": kl * 1.1,
-                     "optim/entropy": 0.4, "time/sampling": noisy(rng, 50.0), "time/train_step": noisy(rng, 12.0), "time/total": noisy(rng, 70.0)})
+        rows.append(
+            {
+                "step": i,
+                "progress/batch": i,
+                "optim/lr": 4e-5,
+                "progress/done_frac": (i + 1) / 30,
+                "env/all/reward/total": 0.5,
+                "optim/kl_sample_train_v1": kl,
+                "optim/kl_sample_train_v2": kl * 1.1,
+                "optim/entropy": 0.4,
+                "time/sampling": noisy(rng, 50.0),
+                "time/train_step": noisy(rng, 12.0),
+                "time/total": noisy(rng, 70.0),
+            }
+        )
     config = {**ASYNC_CONFIG, "async_config": None, "temperature": 0.7}
     result, doc = run_analysis(write_run(tmp_path, rows, config))
     assert_sane(result, doc)
@@ -531,11 +761,14 @@ def test_temperature_explains_step0_kl(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # 9. Mid-run regime change
 
+
 def test_mid_run_regime_change_is_one_clear_statement(tmp_path):
     result, doc = run_analysis(write_run(tmp_path, sft_061_rows(n=2000, slow_from=1000, seed=11), SFT_CONFIG))
     assert_sane(result, doc)
     rules = fired(result)
-    regime = [f for f in rules.get("inconsistent-step-times", []) if f.fingerprint == "inconsistent-step-times:regime-change"]
+    regime = [
+        f for f in rules.get("inconsistent-step-times", []) if f.fingerprint == "inconsistent-step-times:regime-change"
+    ]
     assert len(regime) == 1, [f.fingerprint for f in result.findings]
     change = regime[0]
     assert change.evidence["change_step"] == pytest.approx(1000, abs=2)
@@ -548,7 +781,9 @@ def test_mid_run_regime_change_is_one_clear_statement(tmp_path):
     # Step 0 (14 s dataset load) is a warm-up against the fast level that follows it.
     assert [f.steps for f in rules["warmup-slowness"]] == [[0]]
     assert "steady-slowness" not in rules
-    assert not [f for f in rules.get("inconsistent-step-times", []) if f.fingerprint == "inconsistent-step-times:unexplained"]
+    assert not [
+        f for f in rules.get("inconsistent-step-times", []) if f.fingerprint == "inconsistent-step-times:unexplained"
+    ]
 
 
 def test_long_steady_run_has_no_regimes(tmp_path):
@@ -573,6 +808,7 @@ def test_real_rl_run_that_speeds_up_mid_run():
 # ---------------------------------------------------------------------------------------------
 # 10. Degenerate runs
 
+
 @pytest.mark.parametrize("n", [1, 2])
 def test_one_or_two_steps(tmp_path, n):
     rows = dpo_rows(n=n)
@@ -580,12 +816,24 @@ def test_one_or_two_steps(tmp_path, n):
     assert_sane(result, doc)
     assert result.findings == []
     outcomes = status(result)
-    assert {outcomes[s].status for s in ("warmup-slowness", "steady-slowness", "inconsistent-step-times")} <= {"not_applicable", "passed"}
+    assert {outcomes[s].status for s in ("warmup-slowness", "steady-slowness", "inconsistent-step-times")} <= {
+        "not_applicable",
+        "passed",
+    }
 
 
 def test_all_nan_time_total(tmp_path):
-    rows = [{"step": i, "progress/batch": i, "optim/lr": 4e-5, "env/all/reward/total": 0.3, "optim/kl_sample_train_v2": float("nan"),
-             "time/total": float("nan")} for i in range(20)]
+    rows = [
+        {
+            "step": i,
+            "progress/batch": i,
+            "optim/lr": 4e-5,
+            "env/all/reward/total": 0.3,
+            "optim/kl_sample_train_v2": float("nan"),
+            "time/total": float("nan"),
+        }
+        for i in range(20)
+    ]
     result, doc = run_analysis(write_run(tmp_path, rows))
     assert_sane(result, doc)
     assert result.findings == []
@@ -604,6 +852,7 @@ def test_metrics_with_only_eval_rows(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # 11. Trace only, 0.6.1 writer
 
+
 class TraceWriter:
     """Events as the 0.6.1 TraceCollector writes them (fake pid 0, hashed tids, private SDK tracks)."""
 
@@ -615,13 +864,27 @@ class TraceWriter:
     def _meta(self, tid: int, track: str) -> None:
         if tid not in self.named:
             self.named.add(tid)
-            self.events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "ts": 0, "args": {"name": track}})
+            self.events.append(
+                {"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "ts": 0, "args": {"name": track}}
+            )
 
     def span(self, name: str, track: str, tid: int, start_s: float, end_s: float, **attrs: Any) -> None:
         base = {"track": track, "thread": "MainThread"}
-        self.events.append({"name": name, "ph": "B", "pid": 0, "tid": tid, "ts": start_s * 1e6, "args": base, "cat": "async"})
+        self.events.append(
+            {"name": name, "ph": "B", "pid": 0, "tid": tid, "ts": start_s * 1e6, "args": base, "cat": "async"}
+        )
         self._meta(tid, track)
-        self.events.append({"name": name, "ph": "E", "pid": 0, "tid": tid, "ts": end_s * 1e6, "args": {**base, **attrs}, "cat": "async"})
+        self.events.append(
+            {
+                "name": name,
+                "ph": "E",
+                "pid": 0,
+                "tid": tid,
+                "ts": end_s * 1e6,
+                "args": {**base, **attrs},
+                "cat": "async",
+            }
+        )
 
     def sdk_call(self, task: str, method: str, start_s: float, end_s: float) -> None:
         """A completion-timed SDK call on its own private track `<task>:<method>:<tid>`."""
@@ -630,13 +893,17 @@ class TraceWriter:
         self.span(method, f"{task}:{method}:{tid}", tid, start_s, end_s)
 
 
-def rl_trace(n: int = 12, sequential: bool = True, seed: int = 12, private_submits: bool = False) -> list[dict[str, Any]]:
+def rl_trace(
+    n: int = 12, sequential: bool = True, seed: int = 12, private_submits: bool = False
+) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     w = TraceWriter()
     main_tid = 481227
     t = 473726.0  # perf_counter seconds since boot
     start = t
-    w.events.append({"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "ts": 0, "args": {"name": "MainThread Thread"}})
+    w.events.append(
+        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "ts": 0, "args": {"name": "MainThread Thread"}}
+    )
     for step in range(n):
         sampling_start = t
         for g in range(8):

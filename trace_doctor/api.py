@@ -1,9 +1,9 @@
 """The Python API the CLI is built on: load_run(paths) -> RunTables; analyze(run) -> Analysis.
 
-    >>> from trace_doctor import load_run, analyze
-    >>> run = load_run("path/to/log_path")          # doctest: +SKIP
-    >>> result = analyze(run)                        # doctest: +SKIP
-    >>> [f.rule for f in result.findings]            # doctest: +SKIP
+>>> from trace_doctor import load_run, analyze
+>>> run = load_run("path/to/log_path")          # doctest: +SKIP
+>>> result = analyze(run)                        # doctest: +SKIP
+>>> [f.rule for f in result.findings]            # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
         raise NothingToAnalyze(f"path does not exist: {', '.join(found.missing)}")
     if found.count == 0:
         examples = "; ".join(f"{Path(p.path).name}: {p.reason}" for p in found.passed_over[:3])
-        looked = f" ({len(found.passed_over)} file(s) looked at, none recognised: {examples})" if found.passed_over else ""
+        looked = (
+            f" ({len(found.passed_over)} file(s) looked at, none recognised: {examples})" if found.passed_over else ""
+        )
         raise NothingToAnalyze(f"no trace-doctor input found in {', '.join(map(str, flat))}{looked}")
 
     run = RunTables()
@@ -61,7 +63,9 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
     trace_read = threading.Event()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-ingest") as pool:
         trace_warnings: list[IngestWarning] = []
-        trace_future = pool.submit(parse_trace_files, files["trace"], trace_warnings, progress=progress, on_read=trace_read.set)
+        trace_future = pool.submit(
+            parse_trace_files, files["trace"], trace_warnings, progress=progress, on_read=trace_read.set
+        )
         meta = RunMeta()
         for path in files["config"]:
             meta, info = parse_config(path, warnings)

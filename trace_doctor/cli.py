@@ -147,14 +147,34 @@ def _analyze_options(func):
     options = [
         click.option("--html", "html", metavar="FILE", help=f"Write the HTML report here (default: {DEFAULT_HTML})."),
         click.option("--no-html", is_flag=True, help="Do not write the HTML report."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True, help="What goes to stdout (or --output)."),
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(FORMATS),
+            default="text",
+            show_default=True,
+            help="What goes to stdout (or --output).",
+        ),
         click.option("--output", "-o", metavar="FILE", help="Write the --format output to FILE instead of stdout."),
-        click.option("--fail-on", type=click.Choice(FAIL_ON_LEVELS), default=None, help="Exit 1 when a finding at or above this severity is reported (default never)."),
-        click.option("--fail-on-inconclusive", is_flag=True, help="With --baseline: also exit 1 when the comparison is inconclusive."),
+        click.option(
+            "--fail-on",
+            type=click.Choice(FAIL_ON_LEVELS),
+            default=None,
+            help="Exit 1 when a finding at or above this severity is reported (default never).",
+        ),
+        click.option(
+            "--fail-on-inconclusive",
+            is_flag=True,
+            help="With --baseline: also exit 1 when the comparison is inconclusive.",
+        ),
         click.option("--baseline", metavar="PATH", help="Compare against a baseline run (regression rules)."),
         click.option("--select", multiple=True, metavar="SLUG,...", help="Run only these rules."),
         click.option("--ignore", multiple=True, metavar="SLUG,...", help="Skip these rules."),
-        click.option("--config", metavar="FILE", help="Configuration file (default: nearest trace-doctor.toml or pyproject.toml)."),
+        click.option(
+            "--config",
+            metavar="FILE",
+            help="Configuration file (default: nearest trace-doctor.toml or pyproject.toml).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)

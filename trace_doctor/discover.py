@@ -173,7 +173,9 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovered:
         for candidate in candidates:
             if not candidate.is_file():
                 # Reading a FIFO would block; a dangling link is a file that went away.
-                reason = "broken symbolic link" if not candidate.exists() else "not a regular file (FIFO, socket or device)"
+                reason = (
+                    "broken symbolic link" if not candidate.exists() else "not a regular file (FIFO, socket or device)"
+                )
                 result.passed_over.append(PassedOver(str(candidate), reason))
                 continue
             kind, reason = classify(candidate)

@@ -33,7 +33,9 @@ def _rounded(value: Any) -> float | None:
 
 def summarize(ctx: RuleContext) -> dict[str, Any]:
     times = ctx.step_times
-    totals = times["total_s"].drop_nulls().drop_nans() if "total_s" in times.columns else pl.Series([], dtype=pl.Float64)
+    totals = (
+        times["total_s"].drop_nulls().drop_nans() if "total_s" in times.columns else pl.Series([], dtype=pl.Float64)
+    )
     wall = _finite(totals.sum()) if len(totals) else None
     # The trace is a wall clock; summed step totals are not when timers overlap (legacy pipelined
     # SFT's time/total spans two iterations) or leave time out (async RL excludes data waits).
@@ -41,7 +43,11 @@ def summarize(ctx: RuleContext) -> dict[str, Any]:
     if traced is not None:
         wall = traced
     split = ctx.warmup
-    steady = split.steady["total_s"].drop_nulls().drop_nans() if split is not None and "total_s" in split.steady.columns else pl.Series([], dtype=pl.Float64)
+    steady = (
+        split.steady["total_s"].drop_nulls().drop_nans()
+        if split is not None and "total_s" in split.steady.columns
+        else pl.Series([], dtype=pl.Float64)
+    )
     return {
         "wall_time_s": _rounded(wall),
         "step_time_p50_s": _rounded(totals.median()) if len(totals) else None,

@@ -40,7 +40,13 @@ class ClockCycle:
     resultant: float | None = None
 
     def to_dict(self) -> dict:
-        return {"seconds": self.seconds, "method": self.method, "confidence": self.confidence, "samples": self.samples, "resultant": self.resultant}
+        return {
+            "seconds": self.seconds,
+            "method": self.method,
+            "confidence": self.confidence,
+            "samples": self.samples,
+            "resultant": self.resultant,
+        }
 
 
 def resultant_length(waits: np.ndarray, period: float) -> float:
@@ -68,7 +74,9 @@ def periodic_fit(waits: np.ndarray) -> tuple[float, float] | None:
     # the full one at 8k waits), then decide exactly, longest first, on all waits for each
     # candidate the screen cannot rule out by a wide (>5 sigma) margin: the same answer as
     # evaluating every candidate on every wait, without 400 passes over 100k+ waits.
-    screen = waits[np.linspace(0, len(waits) - 1, screen_waits).astype(np.int64)] if len(waits) > screen_waits else waits
+    screen = (
+        waits[np.linspace(0, len(waits) - 1, screen_waits).astype(np.int64)] if len(waits) > screen_waits else waits
+    )
     for period in np.geomspace(CANDIDATE_MIN_S, upper, 400)[::-1]:
         if screen is not waits:
             r, angle = phase_stats(screen, period)
@@ -108,12 +116,17 @@ def estimate_clock_cycle(run: RunTables, override_s: float | None = None) -> Clo
     """The clock cycle: the override, else a periodic fit of trace waits, else of metric waits."""
     if override_s is not None and float(override_s) > 0:
         return ClockCycle(float(override_s), "policy override clock_cycle_s", "high")
-    for waits, source in ((_trace_waits(run.spans), "trace result-wait spans"), (_metric_waits(run), "metrics time/step waits")):
+    for waits, source in (
+        (_trace_waits(run.spans), "trace result-wait spans"),
+        (_metric_waits(run), "metrics time/step waits"),
+    ):
         fit = periodic_fit(waits)
         if fit is None:
             continue
         period, r = fit
-        confidence = "high" if r >= 0.9 and len(waits) >= 20 and source.startswith("trace") else "medium" if r >= 0.9 else "low"
+        confidence = (
+            "high" if r >= 0.9 and len(waits) >= 20 and source.startswith("trace") else "medium" if r >= 0.9 else "low"
+        )
         method = f"waits cluster at multiples ({source})"
         if not spans_several_multiples(waits, period):
             # Waits that all take about the same time fit any divisor of it as well: the

@@ -49,8 +49,12 @@ class Silence:
 def dump_times(task_snapshots: pl.DataFrame) -> pl.DataFrame:
     """One row per dump block: source, label, snapshot, line, timestamp, interval_s; in file order."""
     schema = {
-        "source": pl.String, "label": pl.String, "snapshot": pl.Int64, "line": pl.Int64,
-        "timestamp": pl.Datetime("us"), "interval_s": pl.Float64,
+        "source": pl.String,
+        "label": pl.String,
+        "snapshot": pl.Int64,
+        "line": pl.Int64,
+        "timestamp": pl.Datetime("us"),
+        "interval_s": pl.Float64,
     }
     if task_snapshots.is_empty():
         return pl.DataFrame(schema=schema)
@@ -75,9 +79,7 @@ def cadence(task_snapshots: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def silences(
-    task_snapshots: pl.DataFrame, *, min_intervals: float, min_seconds: float = 0.0
-) -> list[Silence]:
+def silences(task_snapshots: pl.DataFrame, *, min_intervals: float, min_seconds: float = 0.0) -> list[Silence]:
     """Silences of at least `min_intervals` dump intervals (and `min_seconds`) while another label dumped."""
     times = dump_times(task_snapshots)
     found: list[Silence] = []
@@ -97,7 +99,7 @@ def _label_silences(
     interval = _interval(rows, label)
     intervals = {lab: _interval(rows, lab) for lab in {r["label"] for r in rows}}
     found = []
-    bounds = list(zip(own, own[1:] + [None]))
+    bounds = list(zip(own, own[1:] + [None], strict=False))
     for a, b in bounds:
         between = rows[a + 1 : b] if b is not None else rows[a + 1 :]
         others = [r for r in between if r["label"] != label]
@@ -117,17 +119,22 @@ def _label_silences(
         if lower >= min_intervals * interval and lower >= min_seconds:
             found.append(
                 Silence(
-                    source, label, interval, start, rows[b]["timestamp"] if b is not None else None,
-                    rows[a]["line"], rows[b]["line"] if b is not None else None,
-                    max(clock_gap, lower), lower, counts,
+                    source,
+                    label,
+                    interval,
+                    start,
+                    rows[b]["timestamp"] if b is not None else None,
+                    rows[a]["line"],
+                    rows[b]["line"] if b is not None else None,
+                    max(clock_gap, lower),
+                    lower,
+                    counts,
                 )
             )
     return found
 
 
-def process_silences(
-    task_snapshots: pl.DataFrame, *, min_intervals: float, min_seconds: float = 0.0
-) -> list[Silence]:
+def process_silences(task_snapshots: pl.DataFrame, *, min_intervals: float, min_seconds: float = 0.0) -> list[Silence]:
     """Gaps where no label dumped at all: every event loop stopped at once (label `*`).
 
     Python threads only all stop together when one thread holds the GIL in C code (or the whole
@@ -141,14 +148,22 @@ def process_silences(
         if len(labels) < 2:
             continue
         interval = max(_interval(rows, lab) for lab in labels)
-        for before, after in zip(rows, rows[1:]):
+        for before, after in zip(rows, rows[1:], strict=False):
             clock_gap = _seconds(before["timestamp"], after["timestamp"])
             lower = max(clock_gap - TIMESTAMP_RESOLUTION_S, 0.0)
             if lower >= min_intervals * interval and lower >= min_seconds and lower > 0:
                 found.append(
                     Silence(
-                        source, "*", interval, before["timestamp"], after["timestamp"],
-                        before["line"], after["line"], clock_gap, lower, {},
+                        source,
+                        "*",
+                        interval,
+                        before["timestamp"],
+                        after["timestamp"],
+                        before["line"],
+                        after["line"],
+                        clock_gap,
+                        lower,
+                        {},
                     )
                 )
     return found
@@ -160,7 +175,7 @@ def _interval(rows: list[dict], label: str) -> float:
     if printed:
         return float(printed[len(printed) // 2])
     stamps = [r["timestamp"] for r in rows if r["label"] == label and r["timestamp"] is not None]
-    gaps = sorted(_seconds(a, b) for a, b in zip(stamps, stamps[1:]))
+    gaps = sorted(_seconds(a, b) for a, b in zip(stamps, stamps[1:], strict=False))
     positive = [g for g in gaps if g > 0]
     return float(positive[len(positive) // 2]) if positive else 1.0
 

@@ -17,9 +17,7 @@ import polars as pl
 GIL_MONITOR = re.compile(
     r"\[GIL monitor\] slept (?P<actual>[\d.]+)s instead of (?P<expected>[\d.]+)s \(jitter: (?P<jitter>[\d.]+)s\)"
 )
-HEARTBEAT = re.compile(
-    r"Session heartbeat failed for (?P<seconds>[\d.]+) seconds(?: for session (?P<session>[\w-]+))?"
-)
+HEARTBEAT = re.compile(r"Session heartbeat failed for (?P<seconds>[\d.]+) seconds(?: for session (?P<session>[\w-]+))?")
 PAUSED = re.compile(
     r"(?P<what>Training for \S+ is paused|Training is paused for \S+|Model creation for \S+ is paused"
     r"|Sampling is paused for sampler \S+|The job is paused due to billing status"
@@ -101,8 +99,12 @@ def heartbeat_lines(log_events: pl.DataFrame) -> list[LogLine]:
         if not match:
             continue
         found.append(
-            LogLine(row["source"], row.get("line"), message,
-                    {"seconds": float(match["seconds"]), "session": match["session"]})
+            LogLine(
+                row["source"],
+                row.get("line"),
+                message,
+                {"seconds": float(match["seconds"]), "session": match["session"]},
+            )
         )
     return found
 
@@ -118,9 +120,12 @@ def paused_lines(log_events: pl.DataFrame) -> list[LogLine]:
         seconds = _number(match["seconds"])
         reason = (match["reason"] or "").strip() or None
         found.append(
-            LogLine(row["source"], row.get("line"), message,
-                    {"what": match["what"], "seconds": seconds, "reason": reason,
-                     "billing": "billing" in match["what"]})
+            LogLine(
+                row["source"],
+                row.get("line"),
+                message,
+                {"what": match["what"], "seconds": seconds, "reason": reason, "billing": "billing" in match["what"]},
+            )
         )
     return found
 

@@ -22,9 +22,29 @@ IDLE_POLL_CALLS = frozenset({"poll", "select", "control", "epoll_wait", "kevent"
 # Built-in calls that block on I/O, sleep or a lock: time in them is waiting, not CPU.
 BLOCKING_CALLS = frozenset(
     {
-        "read", "readinto", "readline", "recv", "recv_into", "recvfrom", "recvfrom_into", "send",
-        "sendall", "sendto", "write", "flush", "connect", "connect_ex", "accept", "do_handshake",
-        "getaddrinfo", "gethostbyname", "sleep", "acquire", "wait", "join", "_wait_for_tstate_lock",
+        "read",
+        "readinto",
+        "readline",
+        "recv",
+        "recv_into",
+        "recvfrom",
+        "recvfrom_into",
+        "send",
+        "sendall",
+        "sendto",
+        "write",
+        "flush",
+        "connect",
+        "connect_ex",
+        "accept",
+        "do_handshake",
+        "getaddrinfo",
+        "gethostbyname",
+        "sleep",
+        "acquire",
+        "wait",
+        "join",
+        "_wait_for_tstate_lock",
     }
 )
 SERIALIZATION_FUNCTIONS = frozenset(
@@ -50,7 +70,14 @@ CPU_LIBRARIES: dict[str, str] = {
 }
 APPLICATION = "application code"
 # Built-in methods named by their C type: their library is known even though their file is not.
-BUILTIN_OWNERS = {"Pattern": "re", "Match": "re", "SRE_Pattern": "re", "ndarray": "numpy", "Tensor": "torch", "TensorBase": "torch"}
+BUILTIN_OWNERS = {
+    "Pattern": "re",
+    "Match": "re",
+    "SRE_Pattern": "re",
+    "ndarray": "numpy",
+    "Tensor": "torch",
+    "TensorBase": "torch",
+}
 
 _SITE_PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python3(?:\.\d+)?[/\\]([^/\\]+)")
@@ -276,9 +303,18 @@ def _combine(frames: list[HotFrame]) -> list[HotFrame]:
     for frame in frames:
         key = (frame.function, frame.file_path, frame.line_no, frame.called_from)
         seen = totals.get(key)
-        totals[key] = frame if seen is None else HotFrame(
-            seen.profile, seen.function, seen.file_path, seen.line_no, seen.seconds + frame.seconds,
-            seen.category, seen.called_from,
+        totals[key] = (
+            frame
+            if seen is None
+            else HotFrame(
+                seen.profile,
+                seen.function,
+                seen.file_path,
+                seen.line_no,
+                seen.seconds + frame.seconds,
+                seen.category,
+                seen.called_from,
+            )
         )
     return list(totals.values())
 
@@ -302,7 +338,9 @@ def top_categories(values: dict[str, float], n: int = 5) -> list[tuple[str, floa
 
 
 # A source line that calls into a CPU library from application code (the C call has no frame).
-_CPU_CALL_IN_CODE = re.compile(r"\b(np|numpy|torch|re|regex|tokenizer\w*|json|orjson)(\.\w+)+\(|\.(encode|batch_encode\w*|apply_chat_template)\(")
+_CPU_CALL_IN_CODE = re.compile(
+    r"\b(np|numpy|torch|re|regex|tokenizer\w*|json|orjson)(\.\w+)+\(|\.(encode|batch_encode\w*|apply_chat_template)\("
+)
 
 
 @dataclass(frozen=True)
@@ -340,9 +378,7 @@ def stack_states(stack_snapshots: pl.DataFrame) -> list[StackState]:
         return []
     ordered = stack_snapshots.sort("source", "snapshot", "label", "frame_index")
     states = []
-    for (source, snapshot, label), group in ordered.group_by(
-        ["source", "snapshot", "label"], maintain_order=True
-    ):
+    for (source, snapshot, label), group in ordered.group_by(["source", "snapshot", "label"], maintain_order=True):
         frames = [f for f in group.to_dicts() if f.get("function")]
         if not frames:
             continue
@@ -362,8 +398,16 @@ def _classify_stack(source: str, snapshot: int, label: str, frames: list[dict]) 
 
     def state(kind: str, detail: str, frame: dict) -> StackState:
         return StackState(
-            source, snapshot, label, frames[0].get("timestamp"), block_line, kind, detail,
-            frame["function"], frame.get("file_path") or "", frame.get("line_no"),
+            source,
+            snapshot,
+            label,
+            frames[0].get("timestamp"),
+            block_line,
+            kind,
+            detail,
+            frame["function"],
+            frame.get("file_path") or "",
+            frame.get("line_no"),
         )
 
     for frame in reversed(frames):

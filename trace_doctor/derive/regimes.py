@@ -32,7 +32,7 @@ class Regime:
 
 def _pieces(x: np.ndarray, cps: list[int]) -> list[list[int]]:
     bounds = [0, *cps, len(x)]
-    return [list(range(a, b)) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [list(range(a, b)) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
 def _level(x: np.ndarray, piece: list[int]) -> float:
@@ -52,13 +52,13 @@ def _merge(x: np.ndarray, pieces: list[list[int]], min_steps: int, min_log_ratio
             right = abs(_level(x, pieces[i]) - _level(x, pieces[i + 1])) if i + 1 < len(pieces) else math.inf
             j = i - 1 if left <= right else i + 1
             a, b = sorted((i, j))
-            pieces[a:b + 1] = [pieces[a] + pieces[b]]
+            pieces[a : b + 1] = [pieces[a] + pieces[b]]
             changed = True
             continue
         gaps = [abs(_level(x, pieces[i]) - _level(x, pieces[i + 1])) for i in range(len(pieces) - 1)]
         i = int(np.argmin(gaps))
         if gaps[i] < min_log_ratio:
-            pieces[i:i + 2] = [pieces[i] + pieces[i + 1]]
+            pieces[i : i + 2] = [pieces[i] + pieces[i + 1]]
             changed = True
     return pieces
 
@@ -67,7 +67,9 @@ def steady_regimes(steady: pl.DataFrame, *, min_steps: int, min_ratio: float) ->
     """Regimes of the steady steps, per segment in step order (one per segment when none changed)."""
     if steady.is_empty() or "total_s" not in steady.columns:
         return []
-    timed = steady.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0)).with_columns(work_seconds(steady).alias("_work"))
+    timed = steady.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0)).with_columns(
+        work_seconds(steady).alias("_work")
+    )
     regimes: list[Regime] = []
     for segment in sorted(timed["segment"].unique().to_list()):
         part = timed.filter(pl.col("segment") == segment).sort("step")
@@ -81,7 +83,15 @@ def steady_regimes(steady: pl.DataFrame, *, min_steps: int, min_ratio: float) ->
             pieces = _merge(x, _pieces(x, change_points(x, penalty)), min_steps, math.log(min_ratio))
         for piece in pieces:
             piece = sorted(piece)
-            regimes.append(Regime(int(segment), int(steps[piece[0]]), int(steps[piece[-1]]), len(piece), float(np.median(totals[piece]))))
+            regimes.append(
+                Regime(
+                    int(segment),
+                    int(steps[piece[0]]),
+                    int(steps[piece[-1]]),
+                    len(piece),
+                    float(np.median(totals[piece])),
+                )
+            )
     return regimes
 
 

@@ -20,12 +20,22 @@ import polars as pl
 from trace_doctor.derive.timekeys import PARENTS, phase_sources
 from trace_doctor.model import RunTables
 
-WHOLE_STEP_COLUMNS = (("time/total", "time/total"), ("time_total", "time_total"), ("time/training_loop/total", "time/training_loop/total"))
+WHOLE_STEP_COLUMNS = (
+    ("time/total", "time/total"),
+    ("time_total", "time_total"),
+    ("time/training_loop/total", "time/training_loop/total"),
+)
 
 # Rows with these SFT timers and no whole-step timer get a total rebuilt from phases.
 RECONSTRUCTABLE_MARKERS = ("time/submit_batch", "time/finish_batch", "time/step")
 
-BASE_SCHEMA = {"step": pl.Int64, "segment": pl.Int32, "total_s": pl.Float64, "total_source": pl.String, "untimed_s": pl.Float64}
+BASE_SCHEMA = {
+    "step": pl.Int64,
+    "segment": pl.Int32,
+    "total_s": pl.Float64,
+    "total_source": pl.String,
+    "untimed_s": pl.Float64,
+}
 
 
 def live_training_rows(steps: pl.DataFrame) -> pl.DataFrame:
@@ -69,7 +79,9 @@ def step_times(run: RunTables) -> pl.DataFrame:
     nested_flags: dict[str, pl.Expr] = {}
     for name in sources:
         parents = [p for p in PARENTS.get(name, ()) if p in seconds and p != name]
-        nested_flags[name] = pl.any_horizontal([seconds[p].is_not_null() for p in parents]) if parents else pl.lit(False)
+        nested_flags[name] = (
+            pl.any_horizontal([seconds[p].is_not_null() for p in parents]) if parents else pl.lit(False)
+        )
 
     parts = rows.select(
         pl.col("step").cast(pl.Int64),
@@ -79,9 +91,7 @@ def step_times(run: RunTables) -> pl.DataFrame:
     )
     top_level = [n for n in sources if not parts[f"_n:{n}"].all()]
     nested = [n for n in sources if parts[f"_n:{n}"].any()]
-    phase_cols = {
-        f"phase:{n}": pl.when(~pl.col(f"_n:{n}")).then(pl.col(f"_s:{n}")).otherwise(None) for n in top_level
-    }
+    phase_cols = {f"phase:{n}": pl.when(~pl.col(f"_n:{n}")).then(pl.col(f"_s:{n}")).otherwise(None) for n in top_level}
     inner_cols = {f"inner:{n}": pl.when(pl.col(f"_n:{n}")).then(pl.col(f"_s:{n}")).otherwise(None) for n in nested}
     parts = parts.with_columns(**phase_cols, **inner_cols)
 
@@ -91,7 +101,9 @@ def step_times(run: RunTables) -> pl.DataFrame:
     whole = [(_numeric(rows, col), label) for col, label in WHOLE_STEP_COLUMNS if col in rows.columns]
     markers = [m for m in RECONSTRUCTABLE_MARKERS if m in rows.columns and rows.schema[m].is_numeric()]
     if markers:
-        parts = parts.with_columns(rows.select(pl.any_horizontal([pl.col(m).is_not_null() for m in markers]).alias("_rebuild")).to_series())
+        parts = parts.with_columns(
+            rows.select(pl.any_horizontal([pl.col(m).is_not_null() for m in markers]).alias("_rebuild")).to_series()
+        )
     else:
         parts = parts.with_columns(pl.lit(False).alias("_rebuild"))
     rebuildable = pl.col("_rebuild")
@@ -114,7 +126,9 @@ def step_times(run: RunTables) -> pl.DataFrame:
     )
     parts = parts.with_columns(untimed.cast(pl.Float64).alias("untimed_s"))
 
-    out = parts.select("step", "segment", "total_s", "total_source", "untimed_s", *sorted(phase_cols), *sorted(inner_cols))
+    out = parts.select(
+        "step", "segment", "total_s", "total_source", "untimed_s", *sorted(phase_cols), *sorted(inner_cols)
+    )
     return out.with_columns(pl.col("total_s").cast(pl.Float64), pl.col("untimed_s").cast(pl.Float64))
 
 

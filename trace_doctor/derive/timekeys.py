@@ -48,7 +48,12 @@ PARENTS: dict[str, tuple[str, ...]] = {
     "run_evaluator": ("evals", "infrequent_evals", "submit_batch"),
     "step": ("finish_batch",),
     "save_checkpoint_async": ("save_checkpoint", "save_checkpoint_and_get_sampling_client", "finish_batch"),
-    "save_checkpoint": ("save_checkpoint_and_get_sampling_client", "finish_batch", "compute_full_batch_metrics_and_get_sampling_client", *_DO_TRAIN),
+    "save_checkpoint": (
+        "save_checkpoint_and_get_sampling_client",
+        "finish_batch",
+        "compute_full_batch_metrics_and_get_sampling_client",
+        *_DO_TRAIN,
+    ),
     # SDK calls (submit-only or round trip) sit inside the trainer's training phase.
     "forward_backward": ("train_step", "train", "submit_batch", *_DO_TRAIN),
     "forward_backward_async": ("train_step", "train", "submit_batch", *_DO_TRAIN),
@@ -59,7 +64,11 @@ PARENTS: dict[str, tuple[str, ...]] = {
     "optim_step": ("train_step", "train", "submit_batch", *_DO_TRAIN),
     "optim_step_async": ("train_step", "train", "submit_batch", *_DO_TRAIN),
     "save_weights_and_get_sampling_client": ("save_checkpoint", "save_checkpoint_and_get_sampling_client", *_DO_TRAIN),
-    "save_weights_and_get_sampling_client_async": ("save_checkpoint", "save_checkpoint_and_get_sampling_client", *_DO_TRAIN),
+    "save_weights_and_get_sampling_client_async": (
+        "save_checkpoint",
+        "save_checkpoint_and_get_sampling_client",
+        *_DO_TRAIN,
+    ),
     # 0.6.1 SDK `sample` calls inside the sampling phase; legacy `time/sample` is a top-level phase.
     "sample": ("sampling", "score_sequences"),
     # RL (HEAD): do_train_step ⊃ prepare_minibatch ⊃ incorporate_kl_penalty ⊃ compute_kl_penalty,
@@ -79,7 +88,15 @@ PARENTS: dict[str, tuple[str, ...]] = {
 }
 
 # Phases that are evaluation or checkpoint work, which recur periodically by design.
-PERIODIC_PHASES = ("run_evals", "evals", "infrequent_evals", "run_evaluator", "run_evaluations_parallel", "save_checkpoint", "save_checkpoint_async")
+PERIODIC_PHASES = (
+    "run_evals",
+    "evals",
+    "infrequent_evals",
+    "run_evaluator",
+    "run_evaluations_parallel",
+    "save_checkpoint",
+    "save_checkpoint_async",
+)
 
 # Phases during which the client waits for the service's results (SFT/DPO `step`).
 RESULT_WAIT_PHASES = ("step", "finish_batch")
@@ -100,7 +117,7 @@ def parse_time_key(key: str) -> TimeKey | None:
         return TimeKey(key, "total", None)
     if not key.startswith("time/"):
         return None
-    name = key[len("time/"):]
+    name = key[len("time/") :]
     aggregate = None
     head, sep, tail = name.rpartition(":")
     if sep and tail in AGGREGATE_SUFFIXES:

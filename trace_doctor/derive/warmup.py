@@ -120,8 +120,8 @@ def warmup_length(x: np.ndarray, cps: list[int], max_share: float) -> int:
             break
         # Compared with the steps that follow it, not the whole rest: a run that slows down
         # later (a mid-run regime change) must not hide its warm-up.
-        rest = float(np.median(x[end:end + following_window(n, max_share)]))
-        if all(float(np.mean(x[bounds[i]:bounds[i + 1]])) > rest for i in range(j)):
+        rest = float(np.median(x[end : end + following_window(n, max_share)]))
+        if all(float(np.mean(x[bounds[i] : bounds[i + 1]])) > rest for i in range(j)):
             best = end
     return best
 
@@ -131,7 +131,9 @@ def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float | None = N
     share = DEFAULTS["warmup-slowness"]["max_warmup_share"] if max_warmup_share is None else max_warmup_share
     if step_times.is_empty() or "total_s" not in step_times.columns:
         return WarmupSplit(0, None, step_times, step_times.clear(), "no step times", 0.0)
-    timed = step_times.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0)).with_columns(work_seconds(step_times).alias("_work"))
+    timed = step_times.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0)).with_columns(
+        work_seconds(step_times).alias("_work")
+    )
     if timed.height < MIN_POINTS:
         return WarmupSplit(0, None, step_times, step_times.clear(), f"too few timed steps ({timed.height})", 0.0)
 
@@ -150,10 +152,17 @@ def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float | None = N
         cps = change_points(x, penalty)
         length = warmup_length(x, cps, share)
         warm_keys += [(segment, s) for s in steps[:length]]
-        splits.append(SegmentSplit(segment, length, steps[length] if length < len(steps) else None, [steps[c] for c in cps]))
+        splits.append(
+            SegmentSplit(segment, length, steps[length] if length < len(steps) else None, [steps[c] for c in cps])
+        )
 
-    warm = pl.DataFrame({"segment": [k[0] for k in warm_keys], "step": [k[1] for k in warm_keys]}, schema={"segment": pl.Int32, "step": pl.Int64})
-    is_warm = step_times.join(warm.with_columns(pl.lit(True).alias("_warm")), on=["segment", "step"], how="left")["_warm"].fill_null(False)
+    warm = pl.DataFrame(
+        {"segment": [k[0] for k in warm_keys], "step": [k[1] for k in warm_keys]},
+        schema={"segment": pl.Int32, "step": pl.Int64},
+    )
+    is_warm = step_times.join(warm.with_columns(pl.lit(True).alias("_warm")), on=["segment", "step"], how="left")[
+        "_warm"
+    ].fill_null(False)
     # Untimed rows before a segment's boundary count as warm-up too: they cannot be steady evidence.
     first = splits[0] if splits else None
     return WarmupSplit(

@@ -108,7 +108,13 @@ def store(path: Path, table: str, frame: pl.DataFrame, info: InputFile, warnings
     meta = {
         "key": key,
         "path": str(path.resolve()),
-        "input": {"kind": info.kind, "path": info.path, "records": info.records, "skipped": info.skipped, "note": info.note},
+        "input": {
+            "kind": info.kind,
+            "path": info.path,
+            "records": info.records,
+            "skipped": info.skipped,
+            "note": info.note,
+        },
         "warnings": [w.to_dict() for w in warnings],
     }
     try:

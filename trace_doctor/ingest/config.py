@@ -49,14 +49,29 @@ def trainer_from_config(cfg: dict[str, Any]) -> tuple[str, str | None]:
         return "distillation", "off_policy"
     if "dataset_configs" in keys or any("teacher" in k for k in keys):
         return "distillation", "on_policy"
-    rl_markers = {"async_config", "stream_minibatch_config", "kl_penalty_coef", "loss_fn", "remove_constant_reward_groups", "num_substeps", "max_tokens"}
+    rl_markers = {
+        "async_config",
+        "stream_minibatch_config",
+        "kl_penalty_coef",
+        "loss_fn",
+        "remove_constant_reward_groups",
+        "num_substeps",
+        "max_tokens",
+    }
     if keys & rl_markers:
         if cfg.get("async_config"):
             return "rl", "async"
         if cfg.get("stream_minibatch_config"):
             return "rl", "stream"
         return "rl", "sync"
-    sl_markers = {"infrequent_eval_every", "save_every_tokens", "lr_schedule", "submit_ahead", "infrequent_evaluator_builders", "num_epochs"}
+    sl_markers = {
+        "infrequent_eval_every",
+        "save_every_tokens",
+        "lr_schedule",
+        "submit_ahead",
+        "infrequent_evaluator_builders",
+        "num_epochs",
+    }
     if keys & sl_markers:
         return "sl", None
     return "unknown", None
@@ -96,7 +111,13 @@ def parse_config(path: Path, warnings: list[IngestWarning]) -> tuple[RunMeta, In
     info.records = 1
     cfg, flattened = cap_depth(cfg, MAX_CONFIG_DEPTH)
     if flattened:
-        warnings.append(IngestWarning(str(path), None, f"{flattened} value(s) nested deeper than {MAX_CONFIG_DEPTH} levels are kept as JSON text"))
+        warnings.append(
+            IngestWarning(
+                str(path),
+                None,
+                f"{flattened} value(s) nested deeper than {MAX_CONFIG_DEPTH} levels are kept as JSON text",
+            )
+        )
     meta.config = cfg
     meta.trainer, meta.trainer_mode = trainer_from_config(cfg)
     model = _find_key(cfg, "model_name") or _find_key(cfg, "base_model")

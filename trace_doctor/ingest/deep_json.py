@@ -16,7 +16,14 @@ _TOKEN = re.compile(
     r"|(?P<number>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|(?P<literal>true|false|null|NaN|-?Infinity))",
     re.S,
 )
-_LITERALS: dict[str, Any] = {"true": True, "false": False, "null": None, "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+_LITERALS: dict[str, Any] = {
+    "true": True,
+    "false": False,
+    "null": None,
+    "NaN": float("nan"),
+    "Infinity": float("inf"),
+    "-Infinity": float("-inf"),
+}
 
 # Parser states: what the next token may be.
 _VALUE = "value"  # any value (document start, after ':' or after ',' in an array)
@@ -53,7 +60,11 @@ def loads_deep(text: str) -> Any:
         if kind == "punct" and token in "]}":
             allowed = _NEXT if stack else None
             closing_empty = (token == "]" and state == _VALUE_OR_CLOSE) or (token == "}" and state == _KEY_OR_CLOSE)
-            if not stack or (state != allowed and not closing_empty) or isinstance(stack[-1][0], dict) != (token == "}"):
+            if (
+                not stack
+                or (state != allowed and not closing_empty)
+                or isinstance(stack[-1][0], dict) != (token == "}")
+            ):
                 raise DeepJSONError(f"unexpected {token!r} at offset {at}")
             value = stack.pop()[0]
         elif kind == "punct" and token == ",":
@@ -117,7 +128,9 @@ def dumps_deep(value: Any, *, sort_keys: bool = False) -> str:
                 if i:
                     pending.append((True, ", "))
         else:
-            parts.append(json.dumps(item) if isinstance(item, (str, int, float, bool)) or item is None else json.dumps(str(item)))
+            parts.append(
+                json.dumps(item) if isinstance(item, (str, int, float, bool)) or item is None else json.dumps(str(item))
+            )
     return "".join(parts)
 
 

@@ -21,7 +21,9 @@ from trace_doctor.ingest.textfile import int64, read_text_lines, strip_ansi
 from trace_doctor.model import STACK_SNAPSHOTS_SCHEMA, TASK_SNAPSHOTS_SCHEMA, IngestWarning, InputFile
 
 TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-TASK_HEADER = re.compile(rf"^===== ({TS}) asyncio task dump \[([\w.-]+)\] (\d+) task\(s\) @ interval=(\d+(?:\.\d*)?|\.\d+)s =====\s*$")
+TASK_HEADER = re.compile(
+    rf"^===== ({TS}) asyncio task dump \[([\w.-]+)\] (\d+) task\(s\) @ interval=(\d+(?:\.\d*)?|\.\d+)s =====\s*$"
+)
 TASK_FOOTER = re.compile(rf"^===== ({TS}) end \[([\w.-]+)\] =====\s*$")
 _TASK_NAME = r"""^  (?P<name>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"): (?P<state>pending|cancelled|done(?: exc=.*?)?)  """
 # A coroutine repr starts with '<'; that anchors where an exception message with double spaces ends.
@@ -35,7 +37,9 @@ FRAME_LINE = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+), in (?P<fun
 CARETS = re.compile(r"^\s+[\^~]+\s*$")
 REPEATED = re.compile(r"^  \[Previous line repeated \d+ more times?\]\s*$")
 NO_THREADS = "(no threads registered yet)"
-PS_HEADER = re.compile(r"^tid\s+task id\s+task name\s+coroutine (?:stack|chain)\s+(?:awaiter chain\s+)?awaiter name\s+awaiter id\s*$")
+PS_HEADER = re.compile(
+    r"^tid\s+task id\s+task name\s+coroutine (?:stack|chain)\s+(?:awaiter chain\s+)?awaiter name\s+awaiter id\s*$"
+)
 PS_RULE = re.compile(r"^-{20,}\s*$")
 PS_ROW_START = re.compile(r"^(?P<tid>\d+)\s+(?P<task_id>0x[0-9a-fA-F]+)")
 PS_ROW_END = re.compile(r"\s(?P<awaiter_id>0x[0-9a-fA-F]+|\S+)\s*$")
@@ -134,9 +138,13 @@ class _Scanner:
         if block is None:
             return
         if block.kind == "task" and not complete:
-            self.warn(block.start, f"task dump [{block.label}] has no end line (cut off); its {block.tasks} task(s) are kept")
+            self.warn(
+                block.start, f"task dump [{block.label}] has no end line (cut off); its {block.tasks} task(s) are kept"
+            )
         if block.kind == "task" and complete and block.announced is not None and block.tasks != block.announced:
-            self.warn(block.start, f"task dump [{block.label}] announced {block.announced} task(s), {block.tasks} were read")
+            self.warn(
+                block.start, f"task dump [{block.label}] announced {block.announced} task(s), {block.tasks} were read"
+            )
         self.out.blocks.append((block.start, end))
         self.block = None
 
@@ -147,15 +155,25 @@ class _Scanner:
         if (match := TASK_HEADER.match(text)) is not None:
             stamp = self.stamp(match.group(1), number)
             self.last_date = match.group(1)[:10] if stamp else self.last_date
-            self.open("task", number, label=match.group(2), timestamp=stamp,
-                      announced=self.number(match.group(3), number, "task count"), interval=float(match.group(4)))
+            self.open(
+                "task",
+                number,
+                label=match.group(2),
+                timestamp=stamp,
+                announced=self.number(match.group(3), number, "task count"),
+                interval=float(match.group(4)),
+            )
             return True
         if BANNER.match(text) and index + 1 < len(lines) and (title := STACK_TITLE.match(strip_ansi(lines[index + 1]))):
             stamp = self.stamp(title.group(1), number + 1)
             self.last_date = title.group(1)[:10] if stamp else self.last_date
             self.open("stack", number, timestamp=stamp)
             return True
-        if (match := SIMPLE_HEADER.match(text)) is not None and index + 1 < len(lines) and FRAME_LINE.match(lines[index + 1]):
+        if (
+            (match := SIMPLE_HEADER.match(text)) is not None
+            and index + 1 < len(lines)
+            and FRAME_LINE.match(lines[index + 1])
+        ):
             tod = match.group(1)
             stamp = self.stamp(f"{self.last_date} {tod}", number) if self.last_date else None
             block = self.open("simple", number, label=match.group(2), timestamp=stamp, time_of_day=tod)
@@ -185,11 +203,20 @@ class _Scanner:
             self.warn(number, f"unreadable line inside task dump [{block.label}]: {text[:120]!r}")
             return
         block.tasks += 1
-        self.out.tasks.append({
-            "source": self.source, "line": number, "timestamp": block.timestamp, "label": block.label,
-            "snapshot": block.snapshot, "task_count": block.announced, "interval_s": block.interval,
-            "task_name": _unquote(match.group("name")), "state": match.group("state"), "coroutine": match.group("coro"),
-        })
+        self.out.tasks.append(
+            {
+                "source": self.source,
+                "line": number,
+                "timestamp": block.timestamp,
+                "label": block.label,
+                "snapshot": block.snapshot,
+                "task_count": block.announced,
+                "interval_s": block.interval,
+                "task_name": _unquote(match.group("name")),
+                "state": match.group("state"),
+                "coroutine": match.group("coro"),
+            }
+        )
 
     def stack_line(self, text: str, number: int) -> bool:
         """Consume a line of a stack block; False when the line is not part of it (block ends)."""
@@ -231,13 +258,19 @@ class _Scanner:
         block = self.block
         assert block is not None
         row = {
-            "source": self.source, "line": number, "timestamp": block.timestamp, "snapshot": block.snapshot,
-            "label": block.label, "thread_ident": block.thread_ident,
+            "source": self.source,
+            "line": number,
+            "timestamp": block.timestamp,
+            "snapshot": block.snapshot,
+            "label": block.label,
+            "thread_ident": block.thread_ident,
             "frame_index": None if no_frame else block.frame_index,
             "file_path": frame.group("file") if frame else None,
             "line_no": self.number(frame.group("line"), number, "frame line number") if frame else None,
             "function": frame.group("func").strip() if frame else None,
-            "code": None, "time_of_day": block.time_of_day, "no_frame": no_frame,
+            "code": None,
+            "time_of_day": block.time_of_day,
+            "no_frame": no_frame,
         }
         self.out.frames.append(row)
         block.last_frame = None if no_frame else row
@@ -265,12 +298,25 @@ class _Scanner:
         name_start = start.end() + max(0, PS_TASK_ID_WIDTH - len(start.group("task_id"))) + 1
         name, stack, chain, awaiter = _split_ps_middle(text[name_start : end.start() + 1], block.ps_has_chain)
         block.tasks += 1
-        self.out.tasks.append({
-            "source": self.source, "line": number, "timestamp": None, "label": "ps", "snapshot": block.snapshot,
-            "task_count": None, "interval_s": None, "task_name": name, "state": "pending", "coroutine": stack,
-            "thread_id": self.number(start.group("tid"), number, "thread id"), "task_id": start.group("task_id"), "awaiter_chain": chain or None,
-            "awaiter_name": awaiter or None, "awaiter_id": end.group("awaiter_id"),
-        })
+        self.out.tasks.append(
+            {
+                "source": self.source,
+                "line": number,
+                "timestamp": None,
+                "label": "ps",
+                "snapshot": block.snapshot,
+                "task_count": None,
+                "interval_s": None,
+                "task_name": name,
+                "state": "pending",
+                "coroutine": stack,
+                "thread_id": self.number(start.group("tid"), number, "thread id"),
+                "task_id": start.group("task_id"),
+                "awaiter_chain": chain or None,
+                "awaiter_name": awaiter or None,
+                "awaiter_id": end.group("awaiter_id"),
+            }
+        )
         return True
 
     def scan(self, lines: list[str]) -> DumpScan:
@@ -287,7 +333,13 @@ class _Scanner:
                     self.task_line(text, number)
                     continue
             elif block is not None and block.kind in ("stack", "simple"):
-                starts_new = text.startswith(OPENERS) and (BANNER.match(text) and block.kind == "simple" or TASK_HEADER.match(text) or SIMPLE_HEADER.match(text) or PS_HEADER.match(text))
+                starts_new = text.startswith(OPENERS) and (
+                    BANNER.match(text)
+                    and block.kind == "simple"
+                    or TASK_HEADER.match(text)
+                    or SIMPLE_HEADER.match(text)
+                    or PS_HEADER.match(text)
+                )
                 if not starts_new and (block.kind != "stack" or not _is_new_stack_banner(text, lines, index)):
                     if self.stack_line(text, number):
                         continue
@@ -369,7 +421,9 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.Dat
     return pl.DataFrame({name: [row.get(name) for row in rows] for name in schema}, schema=schema)
 
 
-def parse_dump_files(paths: Iterable[Path], warnings: list[IngestWarning]) -> tuple[pl.DataFrame, pl.DataFrame, list[InputFile]]:
+def parse_dump_files(
+    paths: Iterable[Path], warnings: list[IngestWarning]
+) -> tuple[pl.DataFrame, pl.DataFrame, list[InputFile]]:
     """Task snapshots and stack snapshots from every dump file, in file and line order."""
     tasks: list[dict[str, Any]] = []
     frames: list[dict[str, Any]] = []

@@ -80,7 +80,9 @@ def _scalar(value: Any) -> Any:
         except OverflowError:
             return float("inf") if value > 0 else float("-inf")
     if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode("utf-8") if any("\ud800" <= c <= "\udfff" for c in value) else value
+        return (
+            value.encode("utf-8", "replace").decode("utf-8") if any("\ud800" <= c <= "\udfff" for c in value) else value
+        )
     return value
 
 
@@ -135,13 +137,21 @@ def iter_json_lines(
         lines.pop()
     last = len(lines)
     for index, raw in enumerate(lines, start=1):
-        parsed = decode_line(raw, index, path, warnings, truncated=index == last and not terminated, expect_object=expect_object)
+        parsed = decode_line(
+            raw, index, path, warnings, truncated=index == last and not terminated, expect_object=expect_object
+        )
         if parsed is not None:
             yield parsed
 
 
 def decode_line(
-    raw: bytes, index: int, path: str, warnings: list[IngestWarning], *, truncated: bool = False, expect_object: bool = True
+    raw: bytes,
+    index: int,
+    path: str,
+    warnings: list[IngestWarning],
+    *,
+    truncated: bool = False,
+    expect_object: bool = True,
 ) -> ParsedLine | None:
     """One line of a JSONL file (1-based `index`) decoded, or None: blank, or reported as a warning.
 
@@ -152,7 +162,9 @@ def decode_line(
     if not raw.strip():
         return None
     if len(raw) > MAX_LINE_BYTES:
-        warnings.append(IngestWarning(path, index, f"line of {len(raw):,} bytes exceeds the {MAX_LINE_BYTES:,}-byte limit; skipped"))
+        warnings.append(
+            IngestWarning(path, index, f"line of {len(raw):,} bytes exceeds the {MAX_LINE_BYTES:,}-byte limit; skipped")
+        )
         return None
     try:
         value = decode_json(raw)

@@ -15,13 +15,20 @@ from trace_doctor.knowledge.errors import decode_error, match_sdk_message
 
 # A decimal number as Python prints a float; `[\d.]+` would also take `1..2`, which float() refuses.
 NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-GIL_MONITOR = re.compile(rf"\[GIL monitor\] slept (?P<actual>{NUMBER})s instead of (?P<expected>{NUMBER})s \(jitter: (?P<jitter>-?{NUMBER})s\)")
+GIL_MONITOR = re.compile(
+    rf"\[GIL monitor\] slept (?P<actual>{NUMBER})s instead of (?P<expected>{NUMBER})s \(jitter: (?P<jitter>-?{NUMBER})s\)"
+)
 TOOK = re.compile(r"^(?P<name>[\w./:-]+) took (?P<seconds>\d+(?:\.\d+)?) seconds\b")
 STARTING = re.compile(r"^Starting (?P<name>[\w./:-]+)\s*$")
 MODEL_DUMP = re.compile(r"model_dump\(\) took (?P<seconds>\d+(?:\.\d+)?)s")
 SERIALIZATION_VERDICT = re.compile(r"^(?P<verdict>PASS|WARNING|FAIL): (?P<detail>.*)$")
-PAYLOAD = re.compile(r"^Payload: batch_size=(?P<batch_size>\d+), seq_len=(?P<seq_len>\d+), total_tokens=(?P<total_tokens>\d[\d,]*)")
-VERSION_LINE = re.compile(r"^\s*(?P<package>Python|pydantic|pydantic_core|tinker|tinker_cookbook|tinker-cookbook|torch|numpy|transformers|tokenizers|litellm)\s*(?::|==| version)\s*v?(?P<version>\d[\w.+!-]*)\s*$", re.IGNORECASE)
+PAYLOAD = re.compile(
+    r"^Payload: batch_size=(?P<batch_size>\d+), seq_len=(?P<seq_len>\d+), total_tokens=(?P<total_tokens>\d[\d,]*)"
+)
+VERSION_LINE = re.compile(
+    r"^\s*(?P<package>Python|pydantic|pydantic_core|tinker|tinker_cookbook|tinker-cookbook|torch|numpy|transformers|tokenizers|litellm)\s*(?::|==| version)\s*v?(?P<version>\d[\w.+!-]*)\s*$",
+    re.IGNORECASE,
+)
 YOUR_VERSION = re.compile(r"Your (?P<package>[\w-]+) version \((?P<version>\d[\w.+!-]*)\)")
 FREEZE_LINE = re.compile(r"^(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\d[\w.+!-]*)\s*$")
 SITE_PACKAGES = re.compile(r"/lib/python(?P<version>3\.\d+)/site-packages/")
@@ -33,18 +40,44 @@ TELEMETRY_SESSION = re.compile(r"Exception logged for session ID: (?P<session_id
 TINKER_URI = re.compile(r"tinker://(?P<run_id>[\w-]+(?::train:\d+)?)")
 COMMAND_LINE = re.compile(r"^Command line invocation: (?P<argv>.*)$")
 LOGGING_TO = re.compile(r"^Logging to: (?P<log_dir>.*)$")
-RENDERER_NOT_RECOMMENDED = re.compile(r"Renderer (?P<renderer>'[^']*'|\S+) is not recommended for model (?P<model>'[^']*'|\S+)")
-RENDERER_MISMATCH = re.compile(r"Renderer mismatch for checkpoint (?P<checkpoint>\S+?):? checkpoint=(?P<checkpoint_renderer>\S+?),? current=(?P<current_renderer>\S+)")
+RENDERER_NOT_RECOMMENDED = re.compile(
+    r"Renderer (?P<renderer>'[^']*'|\S+) is not recommended for model (?P<model>'[^']*'|\S+)"
+)
+RENDERER_MISMATCH = re.compile(
+    r"Renderer mismatch for checkpoint (?P<checkpoint>\S+?):? checkpoint=(?P<checkpoint_renderer>\S+?),? current=(?P<current_renderer>\S+)"
+)
 SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
 PY_WARNING = re.compile(r"^(?P<file>\S+):(?P<line>\d+): (?P<category>\w*Warning): (?P<message>.*)$")
-EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Failure)|[A-Za-z_][\w.]*\.[A-Z]\w*)(?:: (?P<message>.*))?$")
+EXCEPTION_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Failure)|[A-Za-z_][\w.]*\.[A-Z]\w*)(?:: (?P<message>.*))?$"
+)
 
 # Any of these substrings makes a line worth classifying; the rest are counted and passed over.
 NEEDLES = (
-    "GIL monitor", " took ", "Starting ", "model_dump()", "PASS: ", "WARNING: ", "FAIL: ", "Payload: ",
-    "heartbeat", "paused", "Retrying request", "non-retryable", "Synchronous method", "retrieve_futures",
-    "elemetry", "JWT refresh", "DEPRECATED:", "initialized for", "Exception logged for session",
-    "Command line invocation:", "Logging to:", "Renderer", "skipping batch", "Warning: ",
+    "GIL monitor",
+    " took ",
+    "Starting ",
+    "model_dump()",
+    "PASS: ",
+    "WARNING: ",
+    "FAIL: ",
+    "Payload: ",
+    "heartbeat",
+    "paused",
+    "Retrying request",
+    "non-retryable",
+    "Synchronous method",
+    "retrieve_futures",
+    "elemetry",
+    "JWT refresh",
+    "DEPRECATED:",
+    "initialized for",
+    "Exception logged for session",
+    "Command line invocation:",
+    "Logging to:",
+    "Renderer",
+    "skipping batch",
+    "Warning: ",
 )
 
 
@@ -69,17 +102,29 @@ def _number(text: str) -> float:
 def classify_message(message: str, level: str | None, logger: str | None) -> Classified | None:
     """The kind of one log message (a record's first line, or a bare stdout line)."""
     if (found := GIL_MONITOR.search(message)) is not None:
-        return Classified("gil-monitor", message, {"actual_s": _number(found["actual"]), "expected_s": _number(found["expected"]), "jitter_s": _number(found["jitter"])})
+        return Classified(
+            "gil-monitor",
+            message,
+            {
+                "actual_s": _number(found["actual"]),
+                "expected_s": _number(found["expected"]),
+                "jitter_s": _number(found["jitter"]),
+            },
+        )
     if (found := MODEL_DUMP.search(message)) is not None:
         return Classified("serialization-test", message, {"model_dump_s": _number(found["seconds"])})
     if logger is None and (found := SERIALIZATION_VERDICT.match(message)) is not None:
         return Classified("serialization-test", message, {"verdict": found["verdict"], "detail": found["detail"]})
     if logger is None and (found := PAYLOAD.match(message)) is not None:
-        return Classified("serialization-test", message, {k: int64(v.replace(",", "")) for k, v in found.groupdict().items()})
+        return Classified(
+            "serialization-test", message, {k: int64(v.replace(",", "")) for k, v in found.groupdict().items()}
+        )
     if level in ("ERROR", "CRITICAL"):
         return _error(message, level)
     if (found := TOOK.match(message)) is not None:
-        return Classified("took", message, {"name": found["name"], "seconds": _number(found["seconds"]), "phase": "end"})
+        return Classified(
+            "took", message, {"name": found["name"], "seconds": _number(found["seconds"]), "phase": "end"}
+        )
     if (found := STARTING.match(message)) is not None:
         return Classified("took", message, {"name": found["name"], "seconds": None, "phase": "start"})
     if (sdk := match_sdk_message(message)) is not None:
@@ -98,16 +143,30 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
     if (found := LOGGING_TO.match(message)) is not None and not found["log_dir"].startswith(("http://", "https://")):
         return Classified("restart", message, {"marker": "logging-to", "log_dir": found["log_dir"].strip()})
     if (found := RENDERER_NOT_RECOMMENDED.search(message)) is not None:
-        return Classified("renderer", message, {"renderer": found["renderer"].strip("'"), "model": found["model"].strip("'"), "problem": "not-recommended"})
+        return Classified(
+            "renderer",
+            message,
+            {
+                "renderer": found["renderer"].strip("'"),
+                "model": found["model"].strip("'"),
+                "problem": "not-recommended",
+            },
+        )
     if (found := RENDERER_MISMATCH.search(message)) is not None:
         return Classified("renderer", message, {**found.groupdict(), "problem": "mismatch"})
     if (found := SKIPPED_BATCH.search(message)) is not None:
         return Classified("skipped-batch", message, {"batch": int64(found["batch"])})
-    for pattern, key in ((SERVICE_SESSION, "session_id"), (TRAINING_MODEL, "model_id"), (TELEMETRY_SESSION, "session_id")):
+    for pattern, key in (
+        (SERVICE_SESSION, "session_id"),
+        (TRAINING_MODEL, "model_id"),
+        (TELEMETRY_SESSION, "session_id"),
+    ):
         if (found := pattern.search(message)) is not None:
             return Classified("session", message, {key: found[key]})
     if (found := PY_WARNING.match(message)) is not None:
-        return Classified("warning", message, {"category": found["category"], "file": found["file"], "line_no": int64(found["line"])})
+        return Classified(
+            "warning", message, {"category": found["category"], "file": found["file"], "line_no": int64(found["line"])}
+        )
     if level == "WARNING":
         return Classified("warning", message, {})
     return None

@@ -32,7 +32,9 @@ from trace_doctor.ingest.textfile import read_text_lines, strip_ansi
 from trace_doctor.knowledge.errors import decode_error
 from trace_doctor.model import LOG_EVENTS_SCHEMA, IngestWarning, InputFile
 
-RECORD = re.compile(r"^(?P<logger>[\w.<>-]+):(?P<lineno>\d+) \[(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (?P<msg>.*)$")
+RECORD = re.compile(
+    r"^(?P<logger>[\w.<>-]+):(?P<lineno>\d+) \[(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (?P<msg>.*)$"
+)
 TRACEBACK_START = "Traceback (most recent call last):"
 COLLAPSIBLE = frozenset({"warning", "renderer"})
 # A `Logging to:` line this close after `Command line invocation:` is the same process start.
@@ -56,7 +58,15 @@ class _FileState:
     last_restart: int | None = None
     last_model_dump: int | None = None  # line of the serialization test's `model_dump() took`
 
-    def emit(self, line: int, kind: str, message: str, fields: dict[str, Any], logger: str | None = None, level: str | None = None) -> dict[str, Any] | None:
+    def emit(
+        self,
+        line: int,
+        kind: str,
+        message: str,
+        fields: dict[str, Any],
+        logger: str | None = None,
+        level: str | None = None,
+    ) -> dict[str, Any] | None:
         if kind in COLLAPSIBLE:
             key = (kind, message)
             previous = self.collapsed.get(key)
@@ -65,11 +75,23 @@ class _FileState:
                 previous["_fields"]["last_line"] = line
                 return None
         if kind == "restart":
-            if fields.get("marker") == "logging-to" and self.last_restart is not None and line - self.last_restart <= RESTART_WINDOW_LINES:
+            if (
+                fields.get("marker") == "logging-to"
+                and self.last_restart is not None
+                and line - self.last_restart <= RESTART_WINDOW_LINES
+            ):
                 return None
             self.last_restart = line if fields.get("marker") == "command-line" else None
-        row = {"source": self.source, "line": line, "timestamp": None, "logger": logger, "level": level, "kind": kind,
-               "message": message[:2000], "_fields": dict(fields)}
+        row = {
+            "source": self.source,
+            "line": line,
+            "timestamp": None,
+            "logger": logger,
+            "level": level,
+            "kind": kind,
+            "message": message[:2000],
+            "_fields": dict(fields),
+        }
         if kind in COLLAPSIBLE:
             row["_fields"].update(repeats=1, last_line=line)
             self.collapsed[(kind, message)] = row
@@ -94,15 +116,28 @@ def _handle_ids(state: _FileState, line: int, text: str, logger: str | None, lev
 
 def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, exc_message: str | None) -> None:
     """Attach a traceback's final line to its record's event, or emit it as an error of its own."""
-    fields = {"exception_type": exc_type, "exception_message": exc_message, "exception_line": line, "traceback_line": state.traceback_line}
+    fields = {
+        "exception_type": exc_type,
+        "exception_message": exc_message,
+        "exception_line": line,
+        "traceback_line": state.traceback_line,
+    }
     known = decode_error(text)
     if known is not None:
         fields["error_id"] = known.id
     # Only a WARNING/ERROR record owns the traceback after it; after an INFO line it is stderr
     # output interleaved with the log, an error of its own.
-    event = state.record_event if state.in_record and state.record_event and state.record_event["level"] in ("WARNING", "ERROR", "CRITICAL") else None
+    event = (
+        state.record_event
+        if state.in_record and state.record_event and state.record_event["level"] in ("WARNING", "ERROR", "CRITICAL")
+        else None
+    )
     if event is not None:
-        if "error_id" in event["_fields"] and "error_id" in fields and event["_fields"]["error_id"] != fields["error_id"]:
+        if (
+            "error_id" in event["_fields"]
+            and "error_id" in fields
+            and event["_fields"]["error_id"] != fields["error_id"]
+        ):
             fields["exception_error_id"] = fields.pop("error_id")
         event["_fields"].update({k: v for k, v in fields.items() if v is not None})
     else:

@@ -40,7 +40,9 @@ def _column_name(key: str) -> str:
     return f"metric:{key}" if key in RESERVED and key != "step" else key
 
 
-def _column_kind(key: str, values: list[Any], text_rows: list[int], lines: list[int], source: str, warnings: list[IngestWarning]) -> str:
+def _column_kind(
+    key: str, values: list[Any], text_rows: list[int], lines: list[int], source: str, warnings: list[IngestWarning]
+) -> str:
     """`number` or `text` for one key's column; stray non-numbers in a numeric column become warnings.
 
     A key that is mostly text (a run name, a list per step) is a text column, numbers kept as
@@ -54,18 +56,24 @@ def _column_kind(key: str, values: list[Any], text_rows: list[int], lines: list[
     if numbers < len(text_rows):
         return "text"
     first = values[text_rows[0]]
-    warnings.append(IngestWarning(source, lines[text_rows[0]], f"`{key}` is a number elsewhere but not in {len(text_rows)} row(s) (first: {first[:60]!r}); those values are null in its column"))
+    warnings.append(
+        IngestWarning(
+            source,
+            lines[text_rows[0]],
+            f"`{key}` is a number elsewhere but not in {len(text_rows)} row(s) (first: {first[:60]!r}); those values are null in its column",
+        )
+    )
     for i in text_rows:
         values[i] = None
     return "number"
 
 
-def parse_metrics_files(
-    paths: list[Path], warnings: list[IngestWarning]
-) -> tuple[pl.DataFrame, list[InputFile]]:
+def parse_metrics_files(paths: list[Path], warnings: list[IngestWarning]) -> tuple[pl.DataFrame, list[InputFile]]:
     """Parse metrics.jsonl (and its `.pre_resume_N` backups) into one `steps` table."""
     current = [p for p in paths if not PRE_RESUME_RE.search(p.name)]
-    backups = sorted((p for p in paths if PRE_RESUME_RE.search(p.name)), key=lambda p: int(PRE_RESUME_RE.search(p.name).group(1)))
+    backups = sorted(
+        (p for p in paths if PRE_RESUME_RE.search(p.name)), key=lambda p: int(PRE_RESUME_RE.search(p.name).group(1))
+    )
     frames: list[pl.DataFrame] = []
     inputs: list[InputFile] = []
     for path in backups:
@@ -137,7 +145,13 @@ def build_steps_frame(
                 if step is None:
                     # json_text, not str(): str() of a value nested 1,000 deep raises RecursionError.
                     shown = row[key] if isinstance(row[key], str) else json_text(row[key])
-                    warnings.append(IngestWarning(source, lines[i], f"`{key}` is not a 64-bit integer ({shown[:40]!r}); row kept without a step"))
+                    warnings.append(
+                        IngestWarning(
+                            source,
+                            lines[i],
+                            f"`{key}` is not a 64-bit integer ({shown[:40]!r}); row kept without a step",
+                        )
+                    )
                 step_values[i] = step
                 step_keys[i] = key
                 break
@@ -189,5 +203,7 @@ def build_steps_frame(
         else:
             # A key with any non-numeric value becomes text so no value is lost; numbers keep
             # their decimal representation.
-            data[name] = pl.Series(name, [None if v is None else (v if isinstance(v, str) else repr(v)) for v in values], dtype=pl.String)
+            data[name] = pl.Series(
+                name, [None if v is None else (v if isinstance(v, str) else repr(v)) for v in values], dtype=pl.String
+            )
     return pl.DataFrame(data)

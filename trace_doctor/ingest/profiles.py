@@ -138,7 +138,9 @@ def _adapt_html_frame(raw: Any) -> _Frame:
     classes = [(v, k[1:]) for k, v in attributes.items() if k.startswith("c") and isinstance(v, (int, float))]
     # A frame can be sampled under several classes (inherited methods); the one seen longest names it.
     class_name = max(classes)[1] if classes else None
-    return _Frame(function, file_path, line_no, class_name, _number(raw.get("time"), "time"), None, None, _children(raw))
+    return _Frame(
+        function, file_path, line_no, class_name, _number(raw.get("time"), "time"), None, None, _children(raw)
+    )
 
 
 @dataclass
@@ -157,14 +159,16 @@ def _adapt_trie_node(node: Any) -> _Frame:
     class_name = max((t, c) for c, t in node.class_times.items())[1] if node.class_times else None
     # pyinstrument orders children by time, longest first; identifier breaks ties deterministically.
     children = sorted(node.children.items(), key=lambda item: (-item[1].time, item[0]))
-    return _Frame(node.function, node.file_path, node.line_no, class_name, node.time, None, None, [c for _, c in children])
+    return _Frame(
+        node.function, node.file_path, node.line_no, class_name, node.time, None, None, [c for _, c in children]
+    )
 
 
 def _merge_frame_records(records: Any, source: str, warnings: list[IngestWarning]) -> list[_TrieNode]:
     """Merge `[stack, seconds]` samples into a forest keyed by frame identity (attributes aside)."""
     roots: dict[str, _TrieNode] = {}
     bad = 0
-    for index, record in enumerate(records if isinstance(records, list) else []):
+    for record in records if isinstance(records, list) else []:
         if not (isinstance(record, list) and len(record) == 2 and isinstance(record[0], list)):
             bad += 1
             continue
@@ -206,18 +210,43 @@ def _profile_of(doc: Any, source: str, warnings: list[IngestWarning]) -> _Profil
         return None
     if "root_frame" in doc:
         root = doc["root_frame"]
-        return _Profile("json", _description(doc), _optional_number(doc.get("start_time")), _optional_number(doc.get("duration")),
-                        _optional_number(doc.get("cpu_time")), _line(doc.get("sample_count")), [root] if root is not None else [], _adapt_renderer_frame)
+        return _Profile(
+            "json",
+            _description(doc),
+            _optional_number(doc.get("start_time")),
+            _optional_number(doc.get("duration")),
+            _optional_number(doc.get("cpu_time")),
+            _line(doc.get("sample_count")),
+            [root] if root is not None else [],
+            _adapt_renderer_frame,
+        )
     if "frame_records" in doc:
         roots = _merge_frame_records(doc["frame_records"], source, warnings)
-        return _Profile("pyisession", _description(doc), _optional_number(doc.get("start_time")), _optional_number(doc.get("duration")),
-                        _optional_number(doc.get("cpu_time")), _line(doc.get("sample_count")), list(roots), _adapt_trie_node, _prefixes(doc.get("sys_prefixes")))
+        return _Profile(
+            "pyisession",
+            _description(doc),
+            _optional_number(doc.get("start_time")),
+            _optional_number(doc.get("duration")),
+            _optional_number(doc.get("cpu_time")),
+            _line(doc.get("sample_count")),
+            list(roots),
+            _adapt_trie_node,
+            _prefixes(doc.get("sys_prefixes")),
+        )
     if isinstance(doc.get("session"), dict) and "frame_tree" in doc:
         session = doc["session"]
         root = doc["frame_tree"]
-        return _Profile("html-session", _description(session), _optional_number(session.get("start_time")), _optional_number(session.get("duration")),
-                        _optional_number(session.get("cpu_time")), _line(session.get("sample_count")), [root] if root is not None else [], _adapt_html_frame,
-                        _prefixes(session.get("sys_prefixes")))
+        return _Profile(
+            "html-session",
+            _description(session),
+            _optional_number(session.get("start_time")),
+            _optional_number(session.get("duration")),
+            _optional_number(session.get("cpu_time")),
+            _line(session.get("sample_count")),
+            [root] if root is not None else [],
+            _adapt_html_frame,
+            _prefixes(session.get("sys_prefixes")),
+        )
     return None
 
 
@@ -237,7 +266,9 @@ def _is_application_code(file_path: str, parent_is_app: bool | None, sys_prefixe
     return not any(hint in file_path for hint in LIBRARY_PATH_HINTS)
 
 
-def _flatten(profile: _Profile, name: str, out: _Columns, source: str, warnings: list[IngestWarning]) -> tuple[int, int, bool]:
+def _flatten(
+    profile: _Profile, name: str, out: _Columns, source: str, warnings: list[IngestWarning]
+) -> tuple[int, int, bool]:
     """Append one profile's frames (pre-order) to `out`; return (kept, skipped, has_await_frames)."""
     first = len(out)
     data = out.data
@@ -367,7 +398,9 @@ def _read(path: Path, warnings: list[IngestWarning]) -> bytes | None:
     return data
 
 
-def parse_profile_files(paths: Iterable[Path], warnings: list[IngestWarning]) -> tuple[pl.DataFrame, pl.DataFrame, list[InputFile]]:
+def parse_profile_files(
+    paths: Iterable[Path], warnings: list[IngestWarning]
+) -> tuple[pl.DataFrame, pl.DataFrame, list[InputFile]]:
     """Flatten every profile in `paths` into frames and one profiles row per profile."""
     columns = _Columns()
     header_rows: list[dict[str, Any]] = []
@@ -388,7 +421,9 @@ def parse_profile_files(paths: Iterable[Path], warnings: list[IngestWarning]) ->
             documents = _decode_documents(data, source, warnings)
         except ValueError as exc:
             problem = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            warnings.append(IngestWarning(source, None, f"not a readable pyinstrument profile (truncated or not JSON): {problem}"))
+            warnings.append(
+                IngestWarning(source, None, f"not a readable pyinstrument profile (truncated or not JSON): {problem}")
+            )
             info.skipped = 1
             continue
         info.skipped += len(warnings) - before
@@ -399,23 +434,31 @@ def parse_profile_files(paths: Iterable[Path], warnings: list[IngestWarning]) ->
             profile = _profile_of(doc, source, warnings)
             if profile is None:
                 where = line if line is not None else (None if single else index + 1)
-                warnings.append(IngestWarning(source, where, "JSON is not a pyinstrument profile (no root_frame, frame_records or frame_tree)"))
+                warnings.append(
+                    IngestWarning(
+                        source, where, "JSON is not a pyinstrument profile (no root_frame, frame_records or frame_tree)"
+                    )
+                )
                 info.skipped += 1
                 continue
             name = source if single else f"{source}#{index}"
             kept, skipped, has_await = _flatten(profile, name, columns, source, warnings)
             info.records += kept
             info.skipped += skipped
-            header_rows.append({
-                "profile": name,
-                "format": profile.format,
-                "async_mode": async_mode_of(profile, has_await, kept),
-                "target_description": profile.target_description,
-                "start_time": profile.start_time,
-                "duration_s": profile.duration,
-                "cpu_time_s": profile.cpu_time,
-                "sample_count": profile.sample_count,
-            })
+            header_rows.append(
+                {
+                    "profile": name,
+                    "format": profile.format,
+                    "async_mode": async_mode_of(profile, has_await, kept),
+                    "target_description": profile.target_description,
+                    "start_time": profile.start_time,
+                    "duration_s": profile.duration,
+                    "cpu_time_s": profile.cpu_time,
+                    "sample_count": profile.sample_count,
+                }
+            )
     frames = pl.DataFrame(columns.data, schema=FRAMES_SCHEMA)
-    profiles_table = pl.DataFrame(header_rows, schema=PROFILES_SCHEMA) if header_rows else pl.DataFrame(schema=PROFILES_SCHEMA)
+    profiles_table = (
+        pl.DataFrame(header_rows, schema=PROFILES_SCHEMA) if header_rows else pl.DataFrame(schema=PROFILES_SCHEMA)
+    )
     return frames, profiles_table, inputs

@@ -22,7 +22,13 @@ def read_text_lines(path: Path, warnings: list[IngestWarning]) -> list[str] | No
     except UnicodeDecodeError as exc:
         text = data.decode("utf-8", errors="replace")
         line = data.count(b"\n", 0, exc.start) + 1
-        warnings.append(IngestWarning(str(path), line, "bytes that are not UTF-8 (binary garbage?) were replaced with U+FFFD; first at this line"))
+        warnings.append(
+            IngestWarning(
+                str(path),
+                line,
+                "bytes that are not UTF-8 (binary garbage?) were replaced with U+FFFD; first at this line",
+            )
+        )
     if text.startswith("\ufeff"):
         text = text[1:]  # a byte-order mark is an encoding marker, not text
     if "\x00" in text:

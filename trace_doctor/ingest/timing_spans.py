@@ -30,9 +30,7 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def parse_timing_spans_files(
-    paths: list[Path], warnings: list[IngestWarning]
-) -> tuple[pl.DataFrame, list[InputFile]]:
+def parse_timing_spans_files(paths: list[Path], warnings: list[IngestWarning]) -> tuple[pl.DataFrame, list[InputFile]]:
     """Parse every timing_spans file into one `step_spans` table."""
     frames: list[pl.DataFrame] = []
     inputs: list[InputFile] = []
@@ -48,7 +46,9 @@ def parse_timing_spans_files(
 
 LINE_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64,
-    "spans": pl.List(pl.Struct({"name": pl.String, "duration": pl.Float64, "wall_start": pl.Float64, "wall_end": pl.Float64})),
+    "spans": pl.List(
+        pl.Struct({"name": pl.String, "duration": pl.Float64, "wall_start": pl.Float64, "wall_end": pl.Float64})
+    ),
 }
 # The cookbook writes each line with `json.dumps` defaults, so its bytes follow one layout:
 #   {"step": N, "spans": [{"name": S, "duration": D, "wall_start": W, "wall_end": W}, ...]}
@@ -57,7 +57,17 @@ LINE_SCHEMA: dict[str, pl.DataType] = {
 _TEXT = r'[^"\\\x00-\x1f]*'
 _INT = r"-?(?:0|[1-9][0-9]*)"
 _NUMBER = _INT + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
-_SPAN = r'\{"name": "' + _TEXT + r'", "duration": ' + _NUMBER + r', "wall_start": ' + _NUMBER + r', "wall_end": ' + _NUMBER + r"\}"
+_SPAN = (
+    r'\{"name": "'
+    + _TEXT
+    + r'", "duration": '
+    + _NUMBER
+    + r', "wall_start": '
+    + _NUMBER
+    + r', "wall_end": '
+    + _NUMBER
+    + r"\}"
+)
 LINE_LAYOUT = r'^\{"step": ' + _INT + r', "spans": \[(?:' + _SPAN + r"(?:, " + _SPAN + r")*)?\]\}$"
 # Bytes per polars read: large enough that per-call overhead vanishes, small enough that only one
 # chunk's bytes and parse are held at a time and a bad line costs a few re-reads of one chunk.
@@ -109,13 +119,23 @@ def _read_typed(data: bytes, numbers: pl.Series) -> Typed | None:
     # Every span must be what the per-line decoder would keep as is: a name and a finite duration,
     # wall times finite or absent.
     wall_ok = [pl.col(c).is_null() | pl.col(c).is_finite() for c in ("wall_start", "wall_end")]
-    fits = spans.select(pl.all_horizontal(pl.col("name").is_not_null(), pl.col("duration").is_finite(), *wall_ok).fill_null(False).all())
+    fits = spans.select(
+        pl.all_horizontal(pl.col("name").is_not_null(), pl.col("duration").is_finite(), *wall_ok).fill_null(False).all()
+    )
     if not fits.item():
         return None
-    return Typed(lines.select("line", "step"), spans.select(
-        "step", "name", pl.col("duration").alias("duration_s"), pl.col("wall_start").alias("wall_start_s"),
-        pl.col("wall_end").alias("wall_end_s"), "line", "index",
-    ))
+    return Typed(
+        lines.select("line", "step"),
+        spans.select(
+            "step",
+            "name",
+            pl.col("duration").alias("duration_s"),
+            pl.col("wall_start").alias("wall_start_s"),
+            pl.col("wall_end").alias("wall_end_s"),
+            "line",
+            "index",
+        ),
+    )
 
 
 def _texts(lines: list[bytes]) -> pl.Series:
@@ -197,7 +217,9 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
         info.skipped = len(warnings) - before
         return pl.DataFrame(schema=SCHEMA), info
     steps_by_line = dict(pl.concat([p.steps for p in pieces]).iter_rows()) if pieces else {}
-    layout = pl.concat([p.spans for p in pieces]) if pieces else pl.DataFrame(schema={k: SCHEMA[k] for k in SPAN_COLUMNS})
+    layout = (
+        pl.concat([p.spans for p in pieces]) if pieces else pl.DataFrame(schema={k: SCHEMA[k] for k in SPAN_COLUMNS})
+    )
 
     columns: dict[str, list[Any]] = {name: [] for name in SPAN_COLUMNS}
     span_warnings = 0
@@ -209,14 +231,20 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
         step = as_int64(row.get("step"))
         spans = row.get("spans")
         if step is None or not isinstance(spans, list):
-            warnings.append(IngestWarning(source, parsed.line, "expected {\"step\": <int>, \"spans\": [...]}; line skipped"))
+            warnings.append(
+                IngestWarning(source, parsed.line, 'expected {"step": <int>, "spans": [...]}; line skipped')
+            )
             continue
         steps_by_line[parsed.line] = step
         for index, span in enumerate(spans):
             name = span.get("name") if isinstance(span, dict) else None
             duration = _finite(span.get("duration")) if isinstance(span, dict) else None
             if not isinstance(name, str) or duration is None:
-                warnings.append(IngestWarning(source, parsed.line, f"span {index} of step {step} has no name or finite duration; span skipped"))
+                warnings.append(
+                    IngestWarning(
+                        source, parsed.line, f"span {index} of step {step} has no name or finite duration; span skipped"
+                    )
+                )
                 span_warnings += 1
                 continue
             columns["step"].append(step)

@@ -61,10 +61,23 @@ READ_AHEAD_CHUNKS = 3
 
 SPAN_PHASES = ("B", "E", "X")
 PHASE_NAMES = {
-    "i": "instant", "I": "instant", "n": "async instant", "b": "async begin", "e": "async end",
-    "C": "counter", "s": "flow start", "t": "flow step", "f": "flow end", "P": "sample",
-    "O": "object snapshot", "N": "object created", "D": "object destroyed", "R": "mark",
-    "c": "clock sync", "(": "context begin", ")": "context end",
+    "i": "instant",
+    "I": "instant",
+    "n": "async instant",
+    "b": "async begin",
+    "e": "async end",
+    "C": "counter",
+    "s": "flow start",
+    "t": "flow step",
+    "f": "flow end",
+    "P": "sample",
+    "O": "object snapshot",
+    "N": "object created",
+    "D": "object destroyed",
+    "R": "mark",
+    "c": "clock sync",
+    "(": "context begin",
+    ")": "context end",
 }
 
 # The typed projection every event is read into (fast path and fallback alike). `args` stays JSON
@@ -140,7 +153,11 @@ def parse_trace_files(
 
 
 def parse_trace_file(
-    path: Path, warnings: list[IngestWarning], progress: Progress | None = None, *, on_read: Callable[[], None] | None = None
+    path: Path,
+    warnings: list[IngestWarning],
+    progress: Progress | None = None,
+    *,
+    on_read: Callable[[], None] | None = None,
 ) -> tuple[pl.DataFrame, InputFile]:
     """Parse one trace file, from the table cache when it is unchanged."""
     from trace_doctor.ingest import cache
@@ -276,8 +293,10 @@ def read_jsonl_events(
 
 def _drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]) -> pl.DataFrame:
     """Rows polars typed but that cannot be used: no phase, or a span event without a timestamp."""
-    incomplete = pl.col("ph").is_null() | (pl.col("ph").is_in(SPAN_PHASES) & pl.col("ts").is_null()) | (
-        (pl.col("ph") == "X") & (pl.col("dur").is_null() | (pl.col("dur") < 0))
+    incomplete = (
+        pl.col("ph").is_null()
+        | (pl.col("ph").is_in(SPAN_PHASES) & pl.col("ts").is_null())
+        | ((pl.col("ph") == "X") & (pl.col("dur").is_null() | (pl.col("dur") < 0)))
     )
     dropped = events.filter(incomplete)
     for ph, line, dur in dropped.select("ph", "line", "dur").iter_rows():
@@ -357,7 +376,9 @@ def _read_lines(
     if frame is not None and frame.height == len(lines):
         return [_with_lines(frame, numbers)]
     if len(lines) <= MIN_BISECT_LINES:
-        rows = [_decode_line(raw, number, source, bad, truncated_line) for raw, number in zip(lines, numbers)]
+        rows = [
+            _decode_line(raw, number, source, bad, truncated_line) for raw, number in zip(lines, numbers, strict=False)
+        ]
         return [_rows_frame([r for r in rows if r is not None])]
     half = len(lines) // 2
     return _read_lines(lines[:half], numbers[:half], source, bad, truncated_line) + _read_lines(
@@ -508,7 +529,9 @@ def build_spans(events: pl.DataFrame, source: str, warnings: list[IngestWarning]
     return _build_spans_from([events], meta, source, warnings)
 
 
-def _build_spans_from(holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
+def _build_spans_from(
+    holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, warnings: list[IngestWarning]
+) -> pl.DataFrame:
     """build_spans on the events taken out of `holder`, so the last reference can go early."""
     events = holder.pop()
     if events.height == 0:
@@ -529,7 +552,9 @@ def _build_spans_from(holder: list[pl.DataFrame], meta: pl.DataFrame, source: st
     spans = _name_from_metadata(spans, meta)
     # Sorted before steps are attributed, whose lookup by start time then needs no sort of its own.
     # One sort key fewer when the file holds one process (the usual case): a third of the sort.
-    keys = ["start_us", "line_begin"] if _constant(spans.get_column("segment")) else ["segment", "start_us", "line_begin"]
+    keys = (
+        ["start_us", "line_begin"] if _constant(spans.get_column("segment")) else ["segment", "start_us", "line_begin"]
+    )
     spans = spans[spans.select(pl.arg_sort_by(keys)).to_series()]
     spans = _attribute_steps(spans)
     return spans.with_columns(pl.lit(source).alias("source")).select(list(SPAN_COLUMNS))
@@ -540,11 +565,17 @@ def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: list[In
     known = events.get_column("ph").is_in([*SPAN_PHASES, "M"])
     if bool(known.all()):
         return events
-    ignored = events.filter(~known).group_by("ph").agg(pl.len().alias("n"), pl.col("line").min().alias("first")).sort("ph")
+    ignored = (
+        events.filter(~known).group_by("ph").agg(pl.len().alias("n"), pl.col("line").min().alias("first")).sort("ph")
+    )
     for ph, n, first in ignored.iter_rows():
         kind = PHASE_NAMES.get(ph, "unknown phase")
         warnings.append(
-            IngestWarning(source, None, f"{n} event(s) of phase {ph!r} ({kind}) ignored, first at line/event {first}: only B/E/X spans and M metadata are read")
+            IngestWarning(
+                source,
+                None,
+                f"{n} event(s) of phase {ph!r} ({kind}) ignored, first at line/event {first}: only B/E/X spans and M metadata are read",
+            )
         )
     return events.filter(known)
 
@@ -560,7 +591,11 @@ def _segments(event_lines: pl.Series, meta: pl.DataFrame) -> pl.Expr:
         if (pid, label) in named:
             # The new process's first event precedes its metadata lines.
             index = int(event_lines.search_sorted(line, side="left")) - 1
-            boundary = int(event_lines[index]) if index >= 0 and (not boundaries or event_lines[index] > boundaries[-1]) else line
+            boundary = (
+                int(event_lines[index])
+                if index >= 0 and (not boundaries or event_lines[index] > boundaries[-1])
+                else line
+            )
             boundaries.append(boundary)
             named = set()
         named.add((pid, label))
@@ -584,7 +619,10 @@ def _with_track_thread(events: pl.DataFrame) -> pl.DataFrame:
     unusual = pl.col("track").is_null() & pl.col("args").is_not_null()
     return events.with_columns(
         pl.when(unusual).then(pl.col("args").str.json_path_match("$.track")).otherwise(pl.col("track")).alias("track"),
-        pl.when(unusual).then(pl.col("args").str.json_path_match("$.thread")).otherwise(pl.col("thread")).alias("thread"),
+        pl.when(unusual)
+        .then(pl.col("args").str.json_path_match("$.thread"))
+        .otherwise(pl.col("thread"))
+        .alias("thread"),
     )
 
 
@@ -637,12 +675,14 @@ def _track_ids(events: pl.DataFrame) -> pl.Series:
 def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
     """Match the B/E events among `events` as a per-track stack, vectorised with whole-column (not per-group) scans."""
     phase = events.get_column("ph")
-    narrow = pl.DataFrame({
-        "_row": pl.int_range(0, events.height, eager=True, dtype=pl.UInt32),
-        "_track": _track_ids(events),
-        "line": events.get_column("line"),
-        "_delta": (phase == "B").cast(pl.Int64) * 2 - 1,
-    })
+    narrow = pl.DataFrame(
+        {
+            "_row": pl.int_range(0, events.height, eager=True, dtype=pl.UInt32),
+            "_track": _track_ids(events),
+            "line": events.get_column("line"),
+            "_delta": (phase == "B").cast(pl.Int64) * 2 - 1,
+        }
+    )
     paired_phase = phase.is_in(["B", "E"])
     if not bool(paired_phase.all()):  # the span builder passes only B/E rows: no copy then
         narrow = narrow.filter(paired_phase)
@@ -663,7 +703,9 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
         .with_columns(new_track.alias("_new"), pl.col("_delta").cum_sum().alias("_global"))
         .with_columns(
             pl.col("_new").cum_sum().cast(pl.Int64).alias("_gid"),
-            (pl.col("_global") - pl.when(pl.col("_new")).then(pl.col("_global") - pl.col("_delta")).forward_fill()).alias("_sum"),
+            (
+                pl.col("_global") - pl.when(pl.col("_new")).then(pl.col("_global") - pl.col("_delta")).forward_fill()
+            ).alias("_sum"),
         )
         # Per-track running minimum from one global cum_min: shifting each track down by more than
         # twice any sum keeps earlier tracks from ever being the minimum.
@@ -671,7 +713,10 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
         # Level reflected at zero: an E on an empty stack is dropped rather than popping below zero.
         .with_columns((pl.col("_sum") - pl.min_horizontal("_min", pl.lit(0))).alias("_level"))
         .select(
-            "_row", "_gid", "line", "_delta",
+            "_row",
+            "_gid",
+            "line",
+            "_delta",
             pl.when(pl.col("_new")).then(0).otherwise(pl.col("_level").shift(1)).alias("_before"),
         )
         .collect()
@@ -681,10 +726,16 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
     if unmatched.height:
         rows = events[unmatched.get_column("_row").sort()].select("name", "line", "track")  # in file order
         for name, line, track in rows.iter_rows():
-            warnings.append(IngestWarning(source, line, f"unmatched E event {name!r} on track {track!r}: no open B; not a span"))
-    stacked = narrow.filter(~(is_end & (pl.col("_before") == 0))).with_columns(
-        pl.when(is_end).then(pl.col("_before") - 1).otherwise(pl.col("_before")).cast(pl.Int32).alias("depth")
-    ).select("_row", "_gid", "depth", "line", "_delta")
+            warnings.append(
+                IngestWarning(source, line, f"unmatched E event {name!r} on track {track!r}: no open B; not a span")
+            )
+    stacked = (
+        narrow.filter(~(is_end & (pl.col("_before") == 0)))
+        .with_columns(
+            pl.when(is_end).then(pl.col("_before") - 1).otherwise(pl.col("_before")).cast(pl.Int32).alias("depth")
+        )
+        .select("_row", "_gid", "depth", "line", "_delta")
+    )
     # At one (track, depth) pushes and pops alternate, so each B pairs with the next row if it is an E.
     # Rows are in (track, line) order, so a stable sort on one (track, depth) key yields (track, depth, line).
     levels = int(stacked.get_column("depth").max() or 0) + 1
@@ -698,11 +749,32 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
     closed = pairs.get_column("closed")
     # Gather only the columns each side contributes: these are copies of ~half the events.
     begin = events.select(
-        "name", "pid", "pid_label", "tid", "tid_label", "track", "thread", "segment", "cat", "ts", "line", "args", "_plain", "_step"
+        "name",
+        "pid",
+        "pid_label",
+        "tid",
+        "tid_label",
+        "track",
+        "thread",
+        "segment",
+        "cat",
+        "ts",
+        "line",
+        "args",
+        "_plain",
+        "_step",
     )[pairs.get_column("_row")]
     end = events.select("ts", "line", "args", "_plain", "_step")[pairs.get_column("_end_row").fill_null(0)]
     result = begin.select(
-        "name", "pid", "pid_label", "tid", "tid_label", "track", "thread", "segment", "cat",
+        "name",
+        "pid",
+        "pid_label",
+        "tid",
+        "tid_label",
+        "track",
+        "thread",
+        "segment",
+        "cat",
         pl.col("ts").alias("start_us"),
     ).with_columns(
         pl.when(closed).then(end.get_column("ts")).alias("end_us"),
@@ -721,10 +793,23 @@ def _pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarn
 
 
 _PAIRED_SCHEMA: dict[str, pl.DataType] = {
-    "name": pl.String, "pid": pl.Int64, "pid_label": pl.String, "tid": pl.Int64, "tid_label": pl.String,
-    "track": pl.String, "thread": pl.String, "segment": pl.Int32, "cat": pl.String,
-    "start_us": pl.Float64, "end_us": pl.Float64, "depth": pl.Int32, "closed": pl.Boolean,
-    "line_begin": pl.Int64, "line_end": pl.Int64, "args": pl.String, "step": pl.Int64,
+    "name": pl.String,
+    "pid": pl.Int64,
+    "pid_label": pl.String,
+    "tid": pl.Int64,
+    "tid_label": pl.String,
+    "track": pl.String,
+    "thread": pl.String,
+    "segment": pl.Int32,
+    "cat": pl.String,
+    "start_us": pl.Float64,
+    "end_us": pl.Float64,
+    "depth": pl.Int32,
+    "closed": pl.Boolean,
+    "line_begin": pl.Int64,
+    "line_end": pl.Int64,
+    "args": pl.String,
+    "step": pl.Int64,
 }
 
 
@@ -772,7 +857,10 @@ def _merge_args(pairs: pl.DataFrame) -> pl.DataFrame:
     )
     rich = pairs.with_row_index("_row").filter(~plain)
     args = pairs.select(
-        pl.when(pl.col("_end_step").is_not_null()).then(_step_args(pl.col("_end_step"))).otherwise(pl.lit("{}")).alias("args")
+        pl.when(pl.col("_end_step").is_not_null())
+        .then(_step_args(pl.col("_end_step")))
+        .otherwise(pl.lit("{}"))
+        .alias("args")
     ).get_column("args")
     steps = pairs.get_column("_end_step").alias("step")
     if rich.height:
@@ -796,25 +884,42 @@ def _complete_spans(events: pl.DataFrame) -> pl.DataFrame:
     if events.height == 0:
         return pl.DataFrame(schema=_PAIRED_SCHEMA)
     spans = events.with_columns(
-        pl.col("ts").alias("start_us"), (pl.col("ts") + pl.col("dur")).alias("end_us"), pl.lit(True).alias("closed"),
-        pl.col("line").alias("line_begin"), pl.col("line").alias("line_end"),
+        pl.col("ts").alias("start_us"),
+        (pl.col("ts") + pl.col("dur")).alias("end_us"),
+        pl.lit(True).alias("closed"),
+        pl.col("line").alias("line_begin"),
+        pl.col("line").alias("line_end"),
     ).with_row_index("_span")
     # Order at one instant: ends before begins (siblings touch), longer begins first (parents
     # enclose children), and a zero-length span's end after its own begin.
-    begins = spans.select("_span", *KEY, pl.col("start_us").alias("_t"), pl.lit(1).alias("_order"), (-pl.col("dur")).alias("_tie"), pl.lit(1).alias("_delta"))
+    begins = spans.select(
+        "_span",
+        *KEY,
+        pl.col("start_us").alias("_t"),
+        pl.lit(1).alias("_order"),
+        (-pl.col("dur")).alias("_tie"),
+        pl.lit(1).alias("_delta"),
+    )
     ends = spans.select(
-        "_span", *KEY, pl.col("end_us").alias("_t"),
-        pl.when(pl.col("dur") > 0).then(0).otherwise(2).alias("_order"), pl.lit(0.0).alias("_tie"), pl.lit(-1).alias("_delta"),
+        "_span",
+        *KEY,
+        pl.col("end_us").alias("_t"),
+        pl.when(pl.col("dur") > 0).then(0).otherwise(2).alias("_order"),
+        pl.lit(0.0).alias("_tie"),
+        pl.lit(-1).alias("_delta"),
     )
     points = pl.concat([begins, ends]).sort([*KEY, "_t", "_order", "_tie", "_span"], nulls_last=False)
     points = points.with_columns(_group_starts(KEY).cum_sum().alias("_track_id"))
-    depths = points.with_columns(pl.col("_delta").cum_sum().over("_track_id").alias("_level")).filter(pl.col("_delta") == 1).select(
-        "_span", (pl.col("_level") - 1).clip(lower_bound=0).cast(pl.Int32).alias("depth")
+    depths = (
+        points.with_columns(pl.col("_delta").cum_sum().over("_track_id").alias("_level"))
+        .filter(pl.col("_delta") == 1)
+        .select("_span", (pl.col("_level") - 1).clip(lower_bound=0).cast(pl.Int32).alias("depth"))
     )
     spans = spans.join(depths, on="_span", how="left")
     args = [_json_text(_remaining_args([text])) for text in spans.get_column("args").to_list()]
     return spans.with_columns(
-        pl.Series("args", args, dtype=pl.String), pl.lit(None, pl.Int64).alias("step"),
+        pl.Series("args", args, dtype=pl.String),
+        pl.lit(None, pl.Int64).alias("step"),
     ).select(list(_PAIRED_SCHEMA))
 
 
@@ -837,7 +942,9 @@ def _name_from_metadata(spans: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame
         .unique(["segment", "pid", "pid_label"], keep="first", maintain_order=True)
         .select("segment", "pid", "pid_label", pl.col("_label").str.strip_suffix(" Thread").alias("_process_name"))
     )
-    spans = spans.join(thread_names, on=["segment", "pid", "pid_label", "tid", "tid_label"], how="left", nulls_equal=True)
+    spans = spans.join(
+        thread_names, on=["segment", "pid", "pid_label", "tid", "tid_label"], how="left", nulls_equal=True
+    )
     spans = spans.join(process_names, on=["segment", "pid", "pid_label"], how="left", nulls_equal=True)
     return spans.with_columns(
         pl.coalesce("track", "_thread_name", "tid_label", pl.col("tid").cast(pl.String)).alias("track"),
@@ -859,16 +966,23 @@ def _attribute_steps(spans: pl.DataFrame) -> pl.DataFrame:
         return spans
     cover, parent = _innermost_cover(stepped)
     containers = stepped.select(
-        "_container", pl.col("start_us").alias("_c_start"), pl.col("end_us").alias("_c_end"), pl.col("step").alias("_c_step")
+        "_container",
+        pl.col("start_us").alias("_c_start"),
+        pl.col("end_us").alias("_c_end"),
+        pl.col("step").alias("_c_step"),
     ).join(parent, on="_container", how="left")
     # Grouping by a column with one value (one process, one pid: the usual case) only costs time.
     by = [c for c in ("segment", "pid") if not _constant(spans.get_column(c))]
-    lookup = spans.with_row_index("_span").filter(pl.col("step").is_null()).select(
-        "_span", *by, "start_us", pl.coalesce("end_us", "start_us").alias("_end")
+    lookup = (
+        spans.with_row_index("_span")
+        .filter(pl.col("step").is_null())
+        .select("_span", *by, "start_us", pl.coalesce("end_us", "start_us").alias("_end"))
     )
     if not lookup.get_column("start_us").is_sorted():  # spans come sorted unless a run was resumed
         lookup = lookup.sort("start_us")
-    found = lookup.join_asof(cover, left_on="start_us", right_on="_t", by=by or None, strategy="backward", check_sortedness=False)
+    found = lookup.join_asof(
+        cover, left_on="start_us", right_on="_t", by=by or None, strategy="backward", check_sortedness=False
+    )
     found = found.select("_span", "start_us", "_end", "_container")
     resolved: list[pl.DataFrame] = []
     # Climb from the innermost cover at the span's start to the first container that also covers
@@ -884,13 +998,22 @@ def _attribute_steps(spans: pl.DataFrame) -> pl.DataFrame:
             break
     steps = pl.concat(resolved).filter(pl.col("_c_step").is_not_null())
     # Scattered into place rather than joined: a join would gather every (wide) span column again.
-    found_step = pl.Series("_c_step", [None], dtype=pl.Int64).extend_constant(None, spans.height - 1).scatter(
-        steps.get_column("_span"), steps.get_column("_c_step")
+    found_step = (
+        pl.Series("_c_step", [None], dtype=pl.Int64)
+        .extend_constant(None, spans.height - 1)
+        .scatter(steps.get_column("_span"), steps.get_column("_c_step"))
     )
-    return spans.with_columns(found_step).with_columns(
-        pl.coalesce("step", "_c_step").alias("step"),
-        pl.when(pl.col("step").is_null() & pl.col("_c_step").is_not_null()).then(pl.lit("containment")).otherwise(pl.col("step_source")).alias("step_source"),
-    ).drop("_c_step")
+    return (
+        spans.with_columns(found_step)
+        .with_columns(
+            pl.coalesce("step", "_c_step").alias("step"),
+            pl.when(pl.col("step").is_null() & pl.col("_c_step").is_not_null())
+            .then(pl.lit("containment"))
+            .otherwise(pl.col("step_source"))
+            .alias("step_source"),
+        )
+        .drop("_c_step")
+    )
 
 
 def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -898,9 +1021,7 @@ def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]
     cover_rows: list[tuple[int, int, float, int | None]] = []
     parents: list[tuple[int, int | None]] = []
     for (segment, pid), group in stepped.group_by(["segment", "pid"], maintain_order=True):
-        spans = sorted(
-            group.select("_container", "start_us", "end_us").iter_rows(), key=lambda r: (r[1], -r[2], r[0])
-        )
+        spans = sorted(group.select("_container", "start_us", "end_us").iter_rows(), key=lambda r: (r[1], -r[2], r[0]))
         points = sorted({t for _, s, e in spans for t in (s, e)})
         active: list[tuple[int, float, float]] = []
         pending = 0
@@ -915,7 +1036,9 @@ def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]
             inner = max(active, key=lambda a: (a[1], -a[2]))[0] if active else None
             cover_rows.append((segment, pid, t, inner))
     cover = pl.DataFrame(
-        cover_rows, schema={"segment": pl.Int32, "pid": pl.Int64, "_t": pl.Float64, "_container": pl.UInt32}, orient="row"
+        cover_rows,
+        schema={"segment": pl.Int32, "pid": pl.Int64, "_t": pl.Float64, "_container": pl.UInt32},
+        orient="row",
     ).sort("_t")
     parent = pl.DataFrame(parents, schema={"_container": pl.UInt32, "_parent": pl.UInt32}, orient="row")
     return cover, parent

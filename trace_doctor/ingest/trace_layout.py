@@ -31,10 +31,27 @@ _NUMBER = r"(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
 # made the engine fall back to a slower one: ~2x the time.) Whether the branch fits the phase
 # (track args for B/E, a name for M) is checked on the captures.
 EVENT_LINE = (
-    r'^\{"name": "' + _TEXT + r'", "ph": "([BEM])", "pid": ' + _INT + r', "tid": ' + _INT + r', "ts": ' + _NUMBER
+    r'^\{"name": "'
+    + _TEXT
+    + r'", "ph": "([BEM])", "pid": '
+    + _INT
+    + r', "tid": '
+    + _INT
+    + r', "ts": '
+    + _NUMBER
     + r', "args": \{"(?:'
-    + r'track": "' + _TEXT + r'", "thread": "' + _TEXT + r'"(?:, "step": ' + _INT + r')?\}, "cat": "' + _TEXT + r'"'
-    + r'|name": "' + _TEXT + r'"\}'
+    + r'track": "'
+    + _TEXT
+    + r'", "thread": "'
+    + _TEXT
+    + r'"(?:, "step": '
+    + _INT
+    + r')?\}, "cat": "'
+    + _TEXT
+    + r'"'
+    + r'|name": "'
+    + _TEXT
+    + r'"\}'
     + r")\}$"
 )
 EVENT_FIELDS = ["name", "ph", "pid", "tid", "ts", "track", "thread", "_step", "cat", "_label"]
@@ -52,7 +69,9 @@ LAYOUT_COLUMNS: dict[str, pl.DataType] = {
 def _typed(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Captures of EVENT_LINE as typed columns, with `_ok`: the line matched and every value fits its type."""
     typed = (
-        lines.select("line", pl.col("text").str.extract_groups(EVENT_LINE).struct.rename_fields(EVENT_FIELDS).alias("_m"))
+        lines.select(
+            "line", pl.col("text").str.extract_groups(EVENT_LINE).struct.rename_fields(EVENT_FIELDS).alias("_m")
+        )
         .unnest("_m")
         .with_columns(
             pl.col("pid", "tid", "_step").cast(pl.Int64, strict=False).name.suffix("_int"),
@@ -97,7 +116,10 @@ def read_layout(chunk: bytes, event_columns: dict[str, pl.DataType]) -> LayoutRe
         return None
     try:
         raw = pl.read_csv(
-            io.BytesIO(chunk), has_header=False, separator="\x00", quote_char=None,
+            io.BytesIO(chunk),
+            has_header=False,
+            separator="\x00",
+            quote_char=None,
             schema={"text": pl.String},
         )
     except Exception:  # noqa: BLE001 - any refusal means the general reader for this chunk

@@ -76,20 +76,98 @@ def _between(low: str, high: str) -> Callable[[Version], bool]:
 
 
 # Dependencies whose pre-releases sit on the training hot path (serialization, tokenization, SDK).
-CORE_PACKAGES = ("pydantic", "pydantic-core", "tinker", "tinker-cookbook", "transformers", "torch", "numpy", "tokenizers")
+CORE_PACKAGES = (
+    "pydantic",
+    "pydantic-core",
+    "tinker",
+    "tinker-cookbook",
+    "transformers",
+    "torch",
+    "numpy",
+    "tokenizers",
+)
 
 KNOWN_BAD_VERSIONS: tuple[KnownBadVersion, ...] = (
-    KnownBadVersion("pydantic-2.13-beta", "pydantic", ">=2.13.0b1,<2.13.0", _between("2.13.0b1", "2.13.0"), "pydantic 2.13 betas make model_dump() of large payloads take minutes: the SDK thread stalls while serializing", "pin pydantic<2.13 or use a stable release", "error"),
-    KnownBadVersion("transformers-5.3.0", "transformers", "==5.3.0", _in("==5.3.0"), "transformers 5.3.0 loads DeepSeek V2/V3 tokenizers with the wrong tokenizer_class (huggingface/transformers#44801)", "use transformers>=5.3.1"),
-    KnownBadVersion("transformers-kimi-regression", "transformers", "==5.4.*, >=5.5.0,<=5.5.3, ==5.6.*", lambda v: _in("==5.4.*")(v) or _in(">=5.5.0,<=5.5.3")(v) or _in("==5.6.*")(v), "the cookbook excludes these releases for a Kimi tokenizer regression (tinker-cookbook#783)", "use a transformers version the cookbook allows, e.g. 5.5.4"),
-    KnownBadVersion("transformers-pre-5-vl", "transformers", "<5.0", _in("<5.0"), "before 5.0 Qwen2VLImageProcessor miscounts image tokens (`Expected X tokens, got Y from image`) for vision-language models", "use transformers>=5.0 or install torchvision", "info"),
-    KnownBadVersion("litellm-compromised", "litellm", "==1.82.7, ==1.82.8", lambda v: _in("==1.82.7")(v) or _in("==1.82.8")(v), "litellm 1.82.7 and 1.82.8 were compromised releases", "uninstall them now; use 1.105.1 or another clean release", "error"),
-    KnownBadVersion("python-3.14", "python", ">=3.14", _in(">=3.14"), "Python 3.14 removed pkg_resources, which some tokenizer and dataset dependencies still import", "use Python 3.11-3.13 or update the package that imports pkg_resources"),
-    KnownBadVersion("python-too-old", "python", "<3.11", _in("<3.11"), "the cookbook requires Python 3.11 or newer", "use Python 3.11 or newer", "error"),
-    KnownBadVersion("tinker-too-old", "tinker", "<0.23", _in("<0.23"), "SDKs older than 0.23 predate what the cookbook needs; very old ones are rejected by the service (`no longer supported`)", "pip install --upgrade tinker"),
-    KnownBadVersion("torch-too-old", "torch", "<2.10", _in("<2.10"), "the cookbook requires torch>=2.10", "upgrade torch", "info"),
+    KnownBadVersion(
+        "pydantic-2.13-beta",
+        "pydantic",
+        ">=2.13.0b1,<2.13.0",
+        _between("2.13.0b1", "2.13.0"),
+        "pydantic 2.13 betas make model_dump() of large payloads take minutes: the SDK thread stalls while serializing",
+        "pin pydantic<2.13 or use a stable release",
+        "error",
+    ),
+    KnownBadVersion(
+        "transformers-5.3.0",
+        "transformers",
+        "==5.3.0",
+        _in("==5.3.0"),
+        "transformers 5.3.0 loads DeepSeek V2/V3 tokenizers with the wrong tokenizer_class (huggingface/transformers#44801)",
+        "use transformers>=5.3.1",
+    ),
+    KnownBadVersion(
+        "transformers-kimi-regression",
+        "transformers",
+        "==5.4.*, >=5.5.0,<=5.5.3, ==5.6.*",
+        lambda v: _in("==5.4.*")(v) or _in(">=5.5.0,<=5.5.3")(v) or _in("==5.6.*")(v),
+        "the cookbook excludes these releases for a Kimi tokenizer regression (tinker-cookbook#783)",
+        "use a transformers version the cookbook allows, e.g. 5.5.4",
+    ),
+    KnownBadVersion(
+        "transformers-pre-5-vl",
+        "transformers",
+        "<5.0",
+        _in("<5.0"),
+        "before 5.0 Qwen2VLImageProcessor miscounts image tokens (`Expected X tokens, got Y from image`) for vision-language models",
+        "use transformers>=5.0 or install torchvision",
+        "info",
+    ),
+    KnownBadVersion(
+        "litellm-compromised",
+        "litellm",
+        "==1.82.7, ==1.82.8",
+        lambda v: _in("==1.82.7")(v) or _in("==1.82.8")(v),
+        "litellm 1.82.7 and 1.82.8 were compromised releases",
+        "uninstall them now; use 1.105.1 or another clean release",
+        "error",
+    ),
+    KnownBadVersion(
+        "python-3.14",
+        "python",
+        ">=3.14",
+        _in(">=3.14"),
+        "Python 3.14 removed pkg_resources, which some tokenizer and dataset dependencies still import",
+        "use Python 3.11-3.13 or update the package that imports pkg_resources",
+    ),
+    KnownBadVersion(
+        "python-too-old",
+        "python",
+        "<3.11",
+        _in("<3.11"),
+        "the cookbook requires Python 3.11 or newer",
+        "use Python 3.11 or newer",
+        "error",
+    ),
+    KnownBadVersion(
+        "tinker-too-old",
+        "tinker",
+        "<0.23",
+        _in("<0.23"),
+        "SDKs older than 0.23 predate what the cookbook needs; very old ones are rejected by the service (`no longer supported`)",
+        "pip install --upgrade tinker",
+    ),
+    KnownBadVersion(
+        "torch-too-old", "torch", "<2.10", _in("<2.10"), "the cookbook requires torch>=2.10", "upgrade torch", "info"
+    ),
     *(
-        KnownBadVersion(f"{package}-pre-release", package, "any pre-release", lambda v: v.is_prerelease, f"a pre-release of {package}, a dependency on the training hot path, is untested by the cookbook", f"use a stable {package} release")
+        KnownBadVersion(
+            f"{package}-pre-release",
+            package,
+            "any pre-release",
+            lambda v: v.is_prerelease,
+            f"a pre-release of {package}, a dependency on the training hot path, is untested by the cookbook",
+            f"use a stable {package} release",
+        )
         for package in CORE_PACKAGES
     ),
 )

@@ -41,7 +41,10 @@ def safe_member(name: str) -> str:
 
 
 def _json_bytes(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str) + b"\n"
+    return (
+        orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
+        + b"\n"
+    )
 
 
 def session_ids(result: Analysis) -> list[str]:
@@ -116,14 +119,22 @@ def support_summary(result: Analysis) -> str:
     sessions, runs = session_ids(result), tinker_run_ids(result)
     lines.append(f"- Tinker session id(s): {', '.join(f'`{s}`' for s in sessions) or 'none found in logs or config'}")
     lines.append(f"- Training run id(s) (tinker:// checkpoints): {', '.join(f'`{r}`' for r in runs) or 'none found'}")
-    lines.append(f"- Model: {meta.model_name or 'unknown'}; renderer: {meta.renderer_name or 'unknown'}; "
-                 f"trainer: {meta.trainer}{' (' + meta.trainer_mode + ')' if meta.trainer_mode else ''}; "
-                 f"LoRA rank: {meta.lora_rank if meta.lora_rank is not None else 'unknown'}")
+    lines.append(
+        f"- Model: {meta.model_name or 'unknown'}; renderer: {meta.renderer_name or 'unknown'}; "
+        f"trainer: {meta.trainer}{' (' + meta.trainer_mode + ')' if meta.trainer_mode else ''}; "
+        f"LoRA rank: {meta.lora_rank if meta.lora_rank is not None else 'unknown'}"
+    )
     lines += ["", "## Step timing", ""]
-    for key, label in (("wall_time_s", "wall time"), ("step_time_p50_s", "median step"),
-                       ("steady_step_time_s", "steady (post-warm-up) median step"), ("warmup_steps", "warm-up steps")):
+    for key, label in (
+        ("wall_time_s", "wall time"),
+        ("step_time_p50_s", "median step"),
+        ("steady_step_time_s", "steady (post-warm-up) median step"),
+        ("warmup_steps", "warm-up steps"),
+    ):
         value = summary.get(key)
-        lines.append(f"- {label}: {value if value is not None else 'unknown'}{' s' if key.endswith('_s') and value is not None else ''}")
+        lines.append(
+            f"- {label}: {value if value is not None else 'unknown'}{' s' if key.endswith('_s') and value is not None else ''}"
+        )
     if result.baseline:
         lines.append(f"- against baseline: **{result.baseline.get('verdict')}** — {result.baseline.get('message')}")
     lines += ["", f"## Findings ({len(result.findings)})", ""]
@@ -133,11 +144,19 @@ def support_summary(result: Analysis) -> str:
     if not result.findings:
         lines.append("- none")
     lines += ["", "## Dependency versions found in the logs", ""]
-    lines += [f"- {v}" for v in dependency_versions(result)] or ["- none recorded (see FORMATS: runs record versions nowhere explicit)"]
-    lines += ["", "## Analyser", "",
-              f"- trace-doctor {__version__}",
-              f"- Python {platform.python_version()} ({sys.implementation.name}) on {platform.system()} {platform.machine()}",
-              "", "## Inputs read", ""]
+    lines += [f"- {v}" for v in dependency_versions(result)] or [
+        "- none recorded (see FORMATS: runs record versions nowhere explicit)"
+    ]
+    lines += [
+        "",
+        "## Analyser",
+        "",
+        f"- trace-doctor {__version__}",
+        f"- Python {platform.python_version()} ({sys.implementation.name}) on {platform.system()} {platform.machine()}",
+        "",
+        "## Inputs read",
+        "",
+    ]
     for info in result.run.inputs:
         lines.append(f"- {info.kind}: `{info.path}` ({info.records} records, {info.skipped} skipped)")
     lines += ["", "Secrets (API keys, tokens, passwords, bearer headers) were redacted before writing this bundle.", ""]
@@ -242,7 +261,9 @@ def bundle_members(result: Analysis) -> dict[str, bytes]:
     # Last line of defence: scrub every member once more. Generated code and JSON get only the
     # unmistakable token shapes, so the report's scripts and the JSON syntax are never rewritten.
     return {
-        safe_member(name): (redact_text if name.endswith(".md") else redact_tokens)(data.decode("utf-8", "replace")).encode("utf-8")
+        safe_member(name): (redact_text if name.endswith(".md") else redact_tokens)(
+            data.decode("utf-8", "replace")
+        ).encode("utf-8")
         for name, data in members.items()
     }
 
@@ -254,9 +275,12 @@ def write_bundle(result: Analysis, path: Path) -> list[dict[str, Any]]:
         {"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         for name, data in sorted(members.items())
     ]
-    members["MANIFEST.json"] = json.dumps(
-        {"tool": "trace-doctor", "version": __version__, "files": manifest}, indent=2, sort_keys=True
-    ).encode("utf-8") + b"\n"
+    members["MANIFEST.json"] = (
+        json.dumps(
+            {"tool": "trace-doctor", "version": __version__, "files": manifest}, indent=2, sort_keys=True
+        ).encode("utf-8")
+        + b"\n"
+    )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:

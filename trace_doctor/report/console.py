@@ -26,7 +26,9 @@ def _console(buffer: io.StringIO) -> Console:
 
 def _block(text: str, *, label: str = "", style: str = "") -> str:
     """Indented, wrapped paragraph (rich markup-escaped), with an optional styled label."""
-    wrapped = escape(textwrap.fill(text, width=WIDTH - INDENT, initial_indent=" " * INDENT, subsequent_indent=" " * INDENT))
+    wrapped = escape(
+        textwrap.fill(text, width=WIDTH - INDENT, initial_indent=" " * INDENT, subsequent_indent=" " * INDENT)
+    )
     if label and style:
         wrapped = wrapped.replace(label, f"[{style}]{label}[/]", 1)
     return wrapped
@@ -83,7 +85,9 @@ def render_text(result: Analysis, *, fail_on: str = "never") -> str:
         lost = f" · lost {format_seconds(finding.seconds_lost)}" if finding.seconds_lost else ""
         share = f" ({finding.fraction_of_wall:.0%} of wall)" if finding.fraction_of_wall else ""
         confidence = f" · confidence {finding.confidence}" if finding.confidence else ""
-        out.print(f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — {escape(finding.title)}{lost}{share}{confidence}")
+        out.print(
+            f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — {escape(finding.title)}{lost}{share}{confidence}"
+        )
         out.print(_block(finding.message))
         if finding.steps:
             shown = ", ".join(str(s) for s in finding.steps[:12])
@@ -93,7 +97,14 @@ def render_text(result: Analysis, *, fail_on: str = "never") -> str:
     quiet = [o for o in result.outcomes if o.status in ("not_applicable", "error")]
     if quiet:
         out.print()
-        table = Table(title="Rules that could not run", title_justify="left", show_header=True, header_style="bold", box=None, pad_edge=False)
+        table = Table(
+            title="Rules that could not run",
+            title_justify="left",
+            show_header=True,
+            header_style="bold",
+            box=None,
+            pad_edge=False,
+        )
         table.add_column("rule")
         table.add_column("status")
         table.add_column("why")

@@ -64,7 +64,10 @@ def _span_rows(spans: pl.DataFrame) -> list[dict[str, Any]]:
         if start is None:
             continue
         end = _finite(row.get("end_us"))
-        row["start_us"], row["end_us"] = start, max(start, end if end is not None else last.get(row.get("segment"), start))
+        row["start_us"], row["end_us"] = (
+            start,
+            max(start, end if end is not None else last.get(row.get("segment"), start)),
+        )
         kept.append(row)
     return kept
 
@@ -99,7 +102,7 @@ def _flows(rows: list[dict[str, Any]]) -> tuple[dict[int, list[int]], dict[int, 
     into: dict[int, list[int]] = {}
     flow_id = 0
     for key in sorted(queues, key=repr):
-        for enq, con in zip(queues[key][ENQUEUE], queues[key][CONSUME]):
+        for enq, con in zip(queues[key][ENQUEUE], queues[key][CONSUME], strict=False):
             flow_id += 1
             out.setdefault(enq, []).append(flow_id)
             into.setdefault(con, []).append(flow_id)
@@ -288,7 +291,7 @@ def perfetto_trace_bytes(result: Analysis) -> bytes:
         uuid = uuids[(track.group, track.name)]
         open_slices: list[Slice] = []
 
-        def end(item: Slice) -> None:
+        def end(item: Slice, uuid: int = uuid) -> None:
             packet = new_packet()
             packet.timestamp = _ns(item.end_us)
             packet.track_event.type = TrackEvent.TYPE_SLICE_END
@@ -324,7 +327,9 @@ def write_perfetto(result: Analysis, path: Path) -> Path:
     return path
 
 
-def chrome_events(result: Analysis, spans: pl.DataFrame | None = None, *, with_findings: bool = True) -> list[dict[str, Any]]:
+def chrome_events(
+    result: Analysis, spans: pl.DataFrame | None = None, *, with_findings: bool = True
+) -> list[dict[str, Any]]:
     """Chrome trace events: M names, X spans, s/f flows, and findings as global instant events."""
     events: list[dict[str, Any]] = []
     pids: dict[str, int] = {}
@@ -337,13 +342,42 @@ def chrome_events(result: Analysis, spans: pl.DataFrame | None = None, *, with_f
         tid = tids[(track.group, track.name)]
         for item in track.slices:
             spans_out.append(
-                {"name": item.name, "cat": "span", "ph": "X", "ts": item.start_us, "dur": item.end_us - item.start_us,
-                 "pid": pid, "tid": tid, "args": item.args}
+                {
+                    "name": item.name,
+                    "cat": "span",
+                    "ph": "X",
+                    "ts": item.start_us,
+                    "dur": item.end_us - item.start_us,
+                    "pid": pid,
+                    "tid": tid,
+                    "args": item.args,
+                }
             )
             for flow in item.flows_out:
-                spans_out.append({"name": "enqueue->consume", "cat": "flow", "ph": "s", "id": flow, "ts": item.start_us, "pid": pid, "tid": tid})
+                spans_out.append(
+                    {
+                        "name": "enqueue->consume",
+                        "cat": "flow",
+                        "ph": "s",
+                        "id": flow,
+                        "ts": item.start_us,
+                        "pid": pid,
+                        "tid": tid,
+                    }
+                )
             for flow in item.flows_in:
-                spans_out.append({"name": "enqueue->consume", "cat": "flow", "ph": "f", "bp": "e", "id": flow, "ts": item.start_us, "pid": pid, "tid": tid})
+                spans_out.append(
+                    {
+                        "name": "enqueue->consume",
+                        "cat": "flow",
+                        "ph": "f",
+                        "bp": "e",
+                        "id": flow,
+                        "ts": item.start_us,
+                        "pid": pid,
+                        "tid": tid,
+                    }
+                )
     for group, pid in pids.items():
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": group}})
     for (group, name), tid in tids.items():
@@ -355,7 +389,18 @@ def chrome_events(result: Analysis, spans: pl.DataFrame | None = None, *, with_f
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": 1, "args": {"name": FINDINGS_TRACK}})
         for track in finding_tracks(result):
             for item in track.slices:
-                events.append({"name": item.name, "cat": "finding", "ph": "i", "s": "g", "ts": item.start_us, "pid": pid, "tid": 1, "args": item.args})
+                events.append(
+                    {
+                        "name": item.name,
+                        "cat": "finding",
+                        "ph": "i",
+                        "s": "g",
+                        "ts": item.start_us,
+                        "pid": pid,
+                        "tid": 1,
+                        "args": item.args,
+                    }
+                )
     return events
 
 

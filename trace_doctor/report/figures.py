@@ -166,9 +166,28 @@ def step_time_figure(
     fig = go.Figure()
     many = len(steps) > 400
     if many:
-        fig.add_trace(go.Scattergl(x=steps, y=totals, mode="lines", line={"color": STEADY_COLOUR, "width": 1}, name="step time", hovertext=hover, hoverinfo="text"))
+        fig.add_trace(
+            go.Scattergl(
+                x=steps,
+                y=totals,
+                mode="lines",
+                line={"color": STEADY_COLOUR, "width": 1},
+                name="step time",
+                hovertext=hover,
+                hoverinfo="text",
+            )
+        )
     else:
-        fig.add_trace(go.Bar(x=steps, y=totals, marker={"color": colours, "line": {"width": 0}}, name="step time", hovertext=hover, hoverinfo="text"))
+        fig.add_trace(
+            go.Bar(
+                x=steps,
+                y=totals,
+                marker={"color": colours, "line": {"width": 0}},
+                name="step time",
+                hovertext=hover,
+                hoverinfo="text",
+            )
+        )
     if steady_median_s is not None and steps:
         # A trace rather than a shape: it sits right on linear and log axes alike, and its label
         # goes in the legend instead of over the bars.
@@ -194,17 +213,48 @@ def step_time_figure(
                 x=xs,
                 y=[lookup[s] for s in xs],
                 mode="markers",
-                marker={"color": SEVERITY_COLOUR[severity], "size": 10, "symbol": "diamond", "line": {"color": "#ffffff", "width": 1}},
+                marker={
+                    "color": SEVERITY_COLOUR[severity],
+                    "size": 10,
+                    "symbol": "diamond",
+                    "line": {"color": "#ffffff", "width": 1},
+                },
                 name=f"named by {'an' if severity in ('error', 'info') else 'a'} {severity}",
-                hovertext=[f"step {s}<br>{format_seconds(lookup[s])}<br>" + "<br>".join(plot_text(text) for _, text in marked[s]) for s in xs],
+                hovertext=[
+                    f"step {s}<br>{format_seconds(lookup[s])}<br>"
+                    + "<br>".join(plot_text(text) for _, text in marked[s])
+                    for s in xs
+                ],
                 hoverinfo="text",
             )
         )
     shapes, annotations = [], []
     if 0 < warmup_steps < len(steps):
         boundary = (steps[warmup_steps - 1] + steps[warmup_steps]) / 2
-        shapes.append({"type": "line", "x0": boundary, "x1": boundary, "yref": "paper", "y0": 0, "y1": 1, "line": {"color": "#57606a", "dash": "dash", "width": 1.5}})
-        annotations.append({"x": boundary, "yref": "paper", "y": 1, "text": "warm-up ends", "showarrow": False, "xanchor": "left", "yanchor": "top", "font": {"size": 11, "color": "#57606a"}, "xshift": 4})
+        shapes.append(
+            {
+                "type": "line",
+                "x0": boundary,
+                "x1": boundary,
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#57606a", "dash": "dash", "width": 1.5},
+            }
+        )
+        annotations.append(
+            {
+                "x": boundary,
+                "yref": "paper",
+                "y": 1,
+                "text": "warm-up ends",
+                "showarrow": False,
+                "xanchor": "left",
+                "yanchor": "top",
+                "font": {"size": 11, "color": "#57606a"},
+                "xshift": 4,
+            }
+        )
     ratio = spread_ratio(totals)
     log_first = ratio > LOG_SCALE_RATIO
     # One tick per decade on the log axis: plotly's default labels 2 and 5 between decades too.
@@ -213,7 +263,13 @@ def step_time_figure(
     fig.update_layout(
         _layout(300, shapes=shapes, annotations=annotations, showlegend=True, bargap=0.15),
         xaxis_title="step",
-        yaxis={"type": "log" if log_first else "linear", "title": {"text": "seconds (log scale)" if log_first else "seconds"}, "gridcolor": "#eef1f4", "zeroline": False, **({"dtick": 1} if log_first else {})},
+        yaxis={
+            "type": "log" if log_first else "linear",
+            "title": {"text": "seconds (log scale)" if log_first else "seconds"},
+            "gridcolor": "#eef1f4",
+            "zeroline": False,
+            **({"dtick": 1} if log_first else {}),
+        },
         meta={
             "views": [{"label": "Linear", "layout": linear}, {"label": "Log scale", "layout": log}],
             "active": 1 if log_first else 0,
@@ -247,13 +303,42 @@ def phase_figure(
         described = plot_text(hover_names.get(name, name)) if name != "untimed" else label
         hover = [f"step {s}<br>{described}: {format_seconds(v)}" for s, v in zip(steps, values, strict=True)]
         if many:
-            fig.add_trace(go.Scatter(x=steps, y=values, name=label, stackgroup="phases", mode="lines", line={"width": 0.5, "color": colour}, fillcolor=colour, hovertext=hover, hoverinfo="text"))
+            fig.add_trace(
+                go.Scatter(
+                    x=steps,
+                    y=values,
+                    name=label,
+                    stackgroup="phases",
+                    mode="lines",
+                    line={"width": 0.5, "color": colour},
+                    fillcolor=colour,
+                    hovertext=hover,
+                    hoverinfo="text",
+                )
+            )
         else:
-            fig.add_trace(go.Bar(x=steps, y=values, name=label, marker={"color": colour, "line": {"width": 0}}, hovertext=hover, hoverinfo="text"))
-    stacked = [sum(v or 0.0 for v in column) for column in zip(*(values for _, values in series), strict=True)] if series else []
+            fig.add_trace(
+                go.Bar(
+                    x=steps,
+                    y=values,
+                    name=label,
+                    marker={"color": colour, "line": {"width": 0}},
+                    hovertext=hover,
+                    hoverinfo="text",
+                )
+            )
+    stacked = (
+        [sum(v or 0.0 for v in column) for column in zip(*(values for _, values in series), strict=True)]
+        if series
+        else []
+    )
     # The colour key is HTML under the chart: plotly's legend turns long nested names into a
     # scrolling box that squeezes the plot.
-    fig.update_layout(_layout(320, barmode="stack", bargap=0.15, showlegend=False, margin={"l": 64, "r": 24, "t": 12, "b": 48}), xaxis_title="step", yaxis_title="seconds")
+    fig.update_layout(
+        _layout(320, barmode="stack", bargap=0.15, showlegend=False, margin={"l": 64, "r": 24, "t": 12, "b": 48}),
+        xaxis_title="step",
+        yaxis_title="seconds",
+    )
     if spread_ratio(stacked) > LOG_SCALE_RATIO:
         _clip_outliers(fig, steps, stacked)
     return fig
@@ -272,7 +357,12 @@ def _clip_outliers(fig: go.Figure, steps: list[int], stacked: list[float]) -> No
             y=[ceiling] * len(clipped),
             mode="markers",
             cliponaxis=False,
-            marker={"symbol": "triangle-up", "size": 10, "color": CLIPPED_COLOUR, "line": {"color": "#ffffff", "width": 1}},
+            marker={
+                "symbol": "triangle-up",
+                "size": 10,
+                "color": CLIPPED_COLOUR,
+                "line": {"color": "#ffffff", "width": 1},
+            },
             name="runs off the top",
             showlegend=False,
             hovertext=[f"step {s}: {format_seconds(v)} in all (off the chart)" for s, v in clipped],
@@ -282,11 +372,25 @@ def _clip_outliers(fig: go.Figure, steps: list[int], stacked: list[float]) -> No
     tallest_step, tallest = max(clipped, key=lambda c: (c[1], -c[0]))
     traces = len(fig.data)
     fig.update_layout(
-        yaxis={"range": [0, ceiling], "autorange": False, "title": {"text": "seconds"}, "gridcolor": "#eef1f4", "zeroline": False},
+        yaxis={
+            "range": [0, ceiling],
+            "autorange": False,
+            "title": {"text": "seconds"},
+            "gridcolor": "#eef1f4",
+            "zeroline": False,
+        },
         meta={
             "views": [
-                {"label": "Steady range", "layout": {"yaxis.range": [0, ceiling], "yaxis.autorange": False}, "visible": [True] * traces},
-                {"label": "Full range", "layout": {"yaxis.autorange": True}, "visible": [True] * (traces - 1) + [False]},
+                {
+                    "label": "Steady range",
+                    "layout": {"yaxis.range": [0, ceiling], "yaxis.autorange": False},
+                    "visible": [True] * traces,
+                },
+                {
+                    "label": "Full range",
+                    "layout": {"yaxis.autorange": True},
+                    "visible": [True] * (traces - 1) + [False],
+                },
             ],
             "active": 0,
             "why": f"{len(clipped)} step(s) run off the top (▲; tallest: step {tallest_step}, {format_seconds(tallest)}); “Full range” shows them.",
@@ -307,7 +411,10 @@ def kl_figure(steps: list[int], series: dict[str, list[float | None]], band: flo
                 mode="lines+markers" if len(steps) <= 200 else "lines",
                 line={"color": palette[i % len(palette)], "width": 1.6},
                 marker={"size": 4},
-                hovertext=[f"step {s}<br>{plot_text(name)} = {v:.3g}" if v is not None else f"step {s}" for s, v in zip(steps, values, strict=True)],
+                hovertext=[
+                    f"step {s}<br>{plot_text(name)} = {v:.3g}" if v is not None else f"step {s}"
+                    for s, v in zip(steps, values, strict=True)
+                ],
                 hoverinfo="text",
             )
         )
@@ -316,18 +423,50 @@ def kl_figure(steps: list[int], series: dict[str, list[float | None]], band: flo
     log_axis = positive and max(values) / min(values) > 100
     low = min(values) / 2 if log_axis else 0
     shapes = [
-        {"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": low, "y1": band, "fillcolor": HEALTHY_BAND_COLOUR, "line": {"width": 0}, "layer": "below"},
+        {
+            "type": "rect",
+            "xref": "paper",
+            "x0": 0,
+            "x1": 1,
+            "y0": low,
+            "y1": band,
+            "fillcolor": HEALTHY_BAND_COLOUR,
+            "line": {"width": 0},
+            "layer": "below",
+        },
         # The band's edge as a line too: next to a KL of 0.5 the band itself is a sliver.
-        {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": band, "y1": band, "line": {"color": HEALTHY_COLOUR, "dash": "dash", "width": 1}, "layer": "below"},
+        {
+            "type": "line",
+            "xref": "paper",
+            "x0": 0,
+            "x1": 1,
+            "y0": band,
+            "y1": band,
+            "line": {"color": HEALTHY_COLOUR, "dash": "dash", "width": 1},
+            "layer": "below",
+        },
     ]
     # Annotations, unlike shapes, sit in log10 units on a log axis.
     label_y = math.log10(band) if log_axis else band
-    annotations = [{"xref": "paper", "x": 0, "y": label_y, "text": f"healthy: KL &lt; {band:g}", "showarrow": False, "xanchor": "left", "yanchor": "bottom", "font": {"size": 11, "color": HEALTHY_COLOUR}}]
+    annotations = [
+        {
+            "xref": "paper",
+            "x": 0,
+            "y": label_y,
+            "text": f"healthy: KL &lt; {band:g}",
+            "showarrow": False,
+            "xanchor": "left",
+            "yanchor": "bottom",
+            "font": {"size": 11, "color": HEALTHY_COLOUR},
+        }
+    ]
     if log_axis:
         axis = {"type": "log", "range": [math.log10(low), math.log10(max(max(values), band) * 2)]}
     else:
         axis = {"rangemode": "tozero"}
-    fig.update_layout(_layout(280, shapes=shapes, annotations=annotations), xaxis_title="step", yaxis_title="KL (nats/token)")
+    fig.update_layout(
+        _layout(280, shapes=shapes, annotations=annotations), xaxis_title="step", yaxis_title="KL (nats/token)"
+    )
     fig.update_yaxes(**axis)
     return fig
 
@@ -388,7 +527,19 @@ def gantt_figure(
         for x0, x1 in overlay["ranges_s"]:
             xs += [x0, x1, x1, x0, x0, None]
             ys += [OVERLAY_STRIP_FROM, OVERLAY_STRIP_FROM, 1, 1, OVERLAY_STRIP_FROM, None]
-            shading.append({"type": "rect", "x0": x0, "x1": x1, "yref": "paper", "y0": 0, "y1": 1, "fillcolor": with_alpha(colour, 0.10), "line": {"width": 0}, "layer": "below"})
+            shading.append(
+                {
+                    "type": "rect",
+                    "x0": x0,
+                    "x1": x1,
+                    "yref": "paper",
+                    "y0": 0,
+                    "y1": 1,
+                    "fillcolor": with_alpha(colour, 0.10),
+                    "line": {"width": 0},
+                    "layer": "below",
+                }
+            )
         fig.add_trace(
             go.Scatter(
                 x=xs,
@@ -407,19 +558,49 @@ def gantt_figure(
             )
         )
     annotations = [
-        {"x": w["x0"], "yref": "paper", "y": 1, "yanchor": "bottom", "xanchor": "left", "text": w["label"], "showarrow": False, "font": {"size": 11, "color": "#57606a"}}
+        {
+            "x": w["x0"],
+            "yref": "paper",
+            "y": 1,
+            "yanchor": "bottom",
+            "xanchor": "left",
+            "text": w["label"],
+            "showarrow": False,
+            "font": {"size": 11, "color": "#57606a"},
+        }
         for w in windows
     ]
     shapes = shading + [
-        {"type": "line", "x0": w["x0"], "x1": w["x0"], "yref": "paper", "y0": 0, "y1": 1, "line": {"color": "#afb8c1", "width": 1, "dash": "dot"}}
+        {
+            "type": "line",
+            "x0": w["x0"],
+            "x1": w["x0"],
+            "yref": "paper",
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": "#afb8c1", "width": 1, "dash": "dot"},
+        }
         for w in windows
     ]
     height = max(260, 64 + 26 * len(rows))
     fig.update_layout(
-        _layout(height, barmode="overlay", annotations=annotations, shapes=shapes, showlegend=False, hovermode="closest"),
+        _layout(
+            height, barmode="overlay", annotations=annotations, shapes=shapes, showlegend=False, hovermode="closest"
+        ),
         margin={"l": 210, "r": 24, "t": 40, "b": 48},
-        xaxis={"title": "seconds since the trace began", "range": initial_range, "gridcolor": "#eef1f4", "zeroline": False},
-        yaxis={"type": "category", "categoryorder": "array", "categoryarray": list(reversed(rows)), "automargin": False, "tickfont": {"size": 11}},
+        xaxis={
+            "title": "seconds since the trace began",
+            "range": initial_range,
+            "gridcolor": "#eef1f4",
+            "zeroline": False,
+        },
+        yaxis={
+            "type": "category",
+            "categoryorder": "array",
+            "categoryarray": list(reversed(rows)),
+            "automargin": False,
+            "tickfont": {"size": 11},
+        },
         yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
     )
     return fig
@@ -445,7 +626,9 @@ def icicle_figure(frames: pl.DataFrame) -> go.Figure:
     times = frames["time_s"].fill_null(0.0).to_list()
     colours = ["#c9ced6" if s else ("#2f6fb3" if a else "#8fb8de") for a, s in zip(app, synthetic, strict=True)]
     hover = [
-        f"<b>{plot_text(fn)}</b><br>{plot_text(fp)}" + (f":{ln}" if ln is not None else "") + f"<br>total {format_seconds(t)} · self {format_seconds(st)}"
+        f"<b>{plot_text(fn)}</b><br>{plot_text(fp)}"
+        + (f":{ln}" if ln is not None else "")
+        + f"<br>total {format_seconds(t)} · self {format_seconds(st)}"
         for fn, fp, ln, t, st in zip(functions, files, lines, times, self_times, strict=True)
     ]
     fig = go.Figure(
@@ -489,6 +672,11 @@ def dump_cadence_figure(per_label: dict[str, tuple[list[Any], list[int]]]) -> go
     fig.update_layout(
         _layout(90 + 44 * len(labels), margin={"l": 80, "r": 24, "t": 12, "b": 48}),
         xaxis_title="time (local, from the dump headers)",
-        yaxis={"type": "category", "categoryorder": "array", "categoryarray": [plot_text(l) for l in reversed(labels)], "gridcolor": "#eef1f4"},
+        yaxis={
+            "type": "category",
+            "categoryorder": "array",
+            "categoryarray": [plot_text(label) for label in reversed(labels)],
+            "gridcolor": "#eef1f4",
+        },
     )
     return fig

@@ -21,9 +21,9 @@ from trace_doctor import __version__
 from trace_doctor.derive.timekeys import parent_of
 from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample, figures
-from trace_doctor.report.verdict import format_seconds, verdict
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
+from trace_doctor.report.verdict import format_seconds, verdict
 from trace_doctor.rules.policy import DEFAULTS
 
 SIZE_BUDGET_BYTES = 10 * 1024 * 1024
@@ -73,7 +73,13 @@ def _figure(chart_id: str, fig) -> Chart:
         {"label": v["label"], "layout": json.dumps(v["layout"]), "visible": json.dumps(v.get("visible"))}
         for v in offered.get("views", [])
     ]
-    return Chart(chart_id, script_json(fig.to_json(engine="json", validate=False)), buttons, offered.get("active", 0), offered.get("why", ""))
+    return Chart(
+        chart_id,
+        script_json(fig.to_json(engine="json", validate=False)),
+        buttons,
+        offered.get("active", 0),
+        offered.get("why", ""),
+    )
 
 
 # ---- whole-run series -------------------------------------------------------------------
@@ -107,7 +113,9 @@ def _direct_children(phases: dict[str, str], inners: dict[str, str]) -> dict[str
     return children
 
 
-def _phase_series(shown: pl.DataFrame, phases: dict[str, str], inners: dict[str, str]) -> tuple[dict[str, list[float | None]], dict[str, str], dict[str, str]]:
+def _phase_series(
+    shown: pl.DataFrame, phases: dict[str, str], inners: dict[str, str]
+) -> tuple[dict[str, list[float | None]], dict[str, str], dict[str, str]]:
     """Stacked series per phase, each parent split into its nested timers and "<parent> (rest)".
 
     Returns the series in stacking order, the phase whose colour each series takes, and what each
@@ -158,8 +166,12 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, colou
         return []
     phases = _phase_columns(times)
     inners = _phase_columns(times, "inner:") if phases else {}
-    value_columns = ["total_s", *phases.values(), *inners.values()] + (["untimed_s"] if "untimed_s" in times.columns else [])
-    shown = downsample.bin_steps(times.select("step", *value_columns), value_columns, budget.step_points, notes, "The whole-run charts")
+    value_columns = ["total_s", *phases.values(), *inners.values()] + (
+        ["untimed_s"] if "untimed_s" in times.columns else []
+    )
+    shown = downsample.bin_steps(
+        times.select("step", *value_columns), value_columns, budget.step_points, notes, "The whole-run charts"
+    )
     steps = shown["step"].to_list()
     totals = shown["total_s"].to_list()
     warmup = int(result.derived.get("warmup_steps", result.summary.get("warmup_steps") or 0) or 0)
@@ -171,7 +183,13 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, colou
     charts = [
         _figure(
             "chart-step-time",
-            figures.step_time_figure(steps, totals, warmup_steps=warmup, steady_median_s=result.summary.get("steady_step_time_s"), marked=marked),
+            figures.step_time_figure(
+                steps,
+                totals,
+                warmup_steps=warmup,
+                steady_median_s=result.summary.get("steady_step_time_s"),
+                marked=marked,
+            ),
         )
     ]
     if phases:
@@ -180,10 +198,16 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, colou
             # Overlapping timers can make the remainder negative; there is then no untimed time to draw.
             untimed = [None if u is None else max(u, 0.0) for u in shown["untimed_s"].to_list()]
         else:
-            parts = shown.select(pl.sum_horizontal([pl.col(c).fill_null(0) for c in phases.values()]).alias("timed"))["timed"].to_list()
+            parts = shown.select(pl.sum_horizontal([pl.col(c).fill_null(0) for c in phases.values()]).alias("timed"))[
+                "timed"
+            ].to_list()
             untimed = [None if t is None else max(t - p, 0.0) for t, p in zip(totals, parts, strict=True)]
-        series_colours = {label: colours.get(phase) or figures.phase_colour(phase) for label, phase in colour_of.items()}
-        chart = _figure("chart-phases", figures.phase_figure(steps, series, untimed, colours=series_colours, hover_names=described))
+        series_colours = {
+            label: colours.get(phase) or figures.phase_colour(phase) for label, phase in colour_of.items()
+        }
+        chart = _figure(
+            "chart-phases", figures.phase_figure(steps, series, untimed, colours=series_colours, hover_names=described)
+        )
         chart.legend = [{"name": label, "colour": series_colours[label]} for label in series]
         chart.legend.append({"name": "untimed (no timer covers it)", "colour": figures.UNTIMED_COLOUR})
         charts.append(chart)
@@ -197,7 +221,11 @@ def _colour_names(result: Analysis) -> list[str]:
     spans = result.run.spans
     span_names: list[str] = []
     if not spans.is_empty() and "name" in spans.columns:
-        busiest = spans.group_by("name").agg(pl.col("dur_us").sum()).sort(["dur_us", "name"], descending=[True, False], nulls_last=True)
+        busiest = (
+            spans.group_by("name")
+            .agg(pl.col("dur_us").sum())
+            .sort(["dur_us", "name"], descending=[True, False], nulls_last=True)
+        )
         span_names = [n for n in busiest["name"].to_list() if n is not None]
     return phase_names + span_names
 
@@ -208,7 +236,12 @@ def _kl_chart(result: Analysis) -> Chart | None:
     columns = [c for c in columns if live.schema[c].is_numeric() and live[c].drop_nulls().len() > 0]
     if not columns:
         return None
-    rows = live.select("step", *columns).filter(pl.any_horizontal([pl.col(c).is_not_null() for c in columns])).unique("step", keep="last").sort("step")
+    rows = (
+        live.select("step", *columns)
+        .filter(pl.any_horizontal([pl.col(c).is_not_null() for c in columns]))
+        .unique("step", keep="last")
+        .sort("step")
+    )
     band = float(DEFAULTS["kl-drift"]["max_kl"])
     series = {c: [None if v is None or not math.isfinite(v) else v for v in rows[c].to_list()] for c in columns}
     return _figure("chart-kl", figures.kl_figure(rows["step"].to_list(), series, band))
@@ -223,11 +256,14 @@ def _row_labels(spans: pl.DataFrame) -> tuple[list[str], list[str]]:
     pids = spans["pid"].to_list()
     tracks = spans["track"].to_list() if "track" in spans.columns else [None] * len(spans)
     labels = [
-        f"{figures.plot_text(t or f'pid {p}')} · {figures.plot_text(k or '?')}" for t, p, k in zip(threads, pids, tracks, strict=True)
+        f"{figures.plot_text(t or f'pid {p}')} · {figures.plot_text(k or '?')}"
+        for t, p, k in zip(threads, pids, tracks, strict=True)
     ]
     busy: dict[str, float] = {}
     first: dict[str, tuple[int, float]] = {}
-    for label, pid, start, dur in zip(labels, pids, spans["start_us"].to_list(), spans["dur_us"].to_list(), strict=True):
+    for label, pid, start, dur in zip(
+        labels, pids, spans["start_us"].to_list(), spans["dur_us"].to_list(), strict=True
+    ):
         busy[label] = busy.get(label, 0.0) + (dur or 0.0)
         first.setdefault(label, (pid if pid is not None else 0, start))
     if len(busy) > downsample.TRACK_ROWS_MAX:
@@ -257,7 +293,9 @@ def _finding_anchor_steps(finding: Finding, spans: pl.DataFrame) -> list[int]:
     return sorted(set(before + after))
 
 
-def _timeline(result: Analysis, budget: Budget, notes: Summarised, colours: dict[str, str]) -> tuple[Chart | None, dict[int, dict[str, Any]], dict[str, Any]]:
+def _timeline(
+    result: Analysis, budget: Budget, notes: Summarised, colours: dict[str, str]
+) -> tuple[Chart | None, dict[int, dict[str, Any]], dict[str, Any]]:
     """The Gantt chart, each finding's target x range on it, and the step buttons and colour key around it."""
     spans = result.run.spans
     none: dict[str, Any] = {"buttons": [], "legend": []}
@@ -280,7 +318,12 @@ def _timeline(result: Analysis, budget: Budget, notes: Summarised, colours: dict
         )
     rows, row_of = _row_labels(shown)
     window_rows = [
-        {"step": s, "x0": (a - origin) / 1e6, "x1": (b - origin) / 1e6, "label": f"step {s} · {' & '.join(choice.reasons.get(s, []))}"}
+        {
+            "step": s,
+            "x0": (a - origin) / 1e6,
+            "x1": (b - origin) / 1e6,
+            "label": f"step {s} · {' & '.join(choice.reasons.get(s, []))}",
+        }
         for s, a, b in windows.iter_rows()
     ]
     overlays, targets = [], {}
@@ -288,11 +331,21 @@ def _timeline(result: Analysis, budget: Budget, notes: Summarised, colours: dict
     for i, finding in enumerate(result.findings):
         ranges = sorted(r[:2] for r in finding.time_ranges_us if len(r) >= 2 and r[0] is not None and r[1] is not None)
         if len(ranges) > OVERLAY_RANGES_MAX:
-            notes.add(f"Finding {finding.code} shades its first {OVERLAY_RANGES_MAX} of {len(ranges):,} time ranges on the timeline.")
+            notes.add(
+                f"Finding {finding.code} shades its first {OVERLAY_RANGES_MAX} of {len(ranges):,} time ranges on the timeline."
+            )
             ranges = ranges[:OVERLAY_RANGES_MAX]
         ranges_s = [[(a - origin) / 1e6, (b - origin) / 1e6] for a, b in ranges]
         if ranges_s:
-            overlays.append({"code": finding.code, "rule": finding.rule, "title": finding.title, "severity": finding.severity, "ranges_s": ranges_s})
+            overlays.append(
+                {
+                    "code": finding.code,
+                    "rule": finding.rule,
+                    "title": finding.title,
+                    "severity": finding.severity,
+                    "ranges_s": ranges_s,
+                }
+            )
         anchored = [window_of[s] for s in anchors[i] if s in window_of][:2]
         if not finding.time_ranges_us:
             anchored = anchored[:1]
@@ -303,13 +356,30 @@ def _timeline(result: Analysis, budget: Budget, notes: Summarised, colours: dict
     if first_view is None and window_rows:
         typical = next((w for w in window_rows if "typical" in w["label"]), window_rows[0])
         first_view = _padded(typical["x0"], typical["x1"])
-    fig = figures.gantt_figure(shown, origin_us=origin, rows=rows, row_of=row_of, overlays=overlays, windows=window_rows, initial_range=first_view, colours=colours)
+    fig = figures.gantt_figure(
+        shown,
+        origin_us=origin,
+        rows=rows,
+        row_of=row_of,
+        overlays=overlays,
+        windows=window_rows,
+        initial_range=first_view,
+        colours=colours,
+    )
     step_buttons = [{"label": w["label"], "range": _padded(w["x0"], w["x1"])} for w in window_rows]
-    busiest = shown.group_by("name").agg(pl.col("dur_us").sum()).sort(["dur_us", "name"], descending=[True, False]).head(GANTT_LEGEND_NAMES)
+    busiest = (
+        shown.group_by("name")
+        .agg(pl.col("dur_us").sum())
+        .sort(["dur_us", "name"], descending=[True, False])
+        .head(GANTT_LEGEND_NAMES)
+    )
     legend = [{"name": n, "colour": colours.get(n) or figures.phase_colour(n)} for n in busiest["name"].to_list()]
     shaded = {o["rule"]: o for o in overlays}
     legend += [
-        {"name": f"{o['code']} {o['rule']} (shaded)", "colour": figures.with_alpha(figures.SEVERITY_COLOUR[o["severity"]], 0.35)}
+        {
+            "name": f"{o['code']} {o['rule']} (shaded)",
+            "colour": figures.with_alpha(figures.SEVERITY_COLOUR[o["severity"]], 0.35),
+        }
         for o in sorted(shaded.values(), key=lambda o: o["code"])
     ]
     targets_by_finding = {i: {"chart": "chart-gantt", "range": r} for i, r in targets.items()}
@@ -328,11 +398,20 @@ def _profiles(result: Analysis, budget: Budget, notes: Summarised) -> list[dict[
     frames = result.run.frames
     if frames.is_empty():
         return []
-    roots = frames.filter(pl.col("parent_id").is_null()).group_by("profile").agg(pl.col("time_s").sum().alias("total")).sort(["total", "profile"], descending=[True, False])
+    roots = (
+        frames.filter(pl.col("parent_id").is_null())
+        .group_by("profile")
+        .agg(pl.col("time_s").sum().alias("total"))
+        .sort(["total", "profile"], descending=[True, False])
+    )
     names = roots["profile"].to_list()
     if len(names) > downsample.PROFILES_MAX:
         notes.add(f"The report draws the {downsample.PROFILES_MAX} longest of {len(names)} profiles.")
-    info = {row["profile"]: row for row in result.run.profiles.iter_rows(named=True)} if not result.run.profiles.is_empty() else {}
+    info = (
+        {row["profile"]: row for row in result.run.profiles.iter_rows(named=True)}
+        if not result.run.profiles.is_empty()
+        else {}
+    )
     shown = []
     for index, name in enumerate(names[: downsample.PROFILES_MAX]):
         own = frames.filter(pl.col("profile") == name)
@@ -375,10 +454,20 @@ def _dump_cadence(result: Analysis, budget: Budget, notes: Summarised) -> tuple[
         own = dumps.filter(pl.col("label") == label)
         longest = own.sort(["gap_s", "timestamp"], descending=[True, False], nulls_last=True).head(1)
         if longest["gap_s"][0] is not None:
-            silences.append({"label": label, "gap_s": longest["gap_s"][0], "at": str(longest["timestamp"][0]), "dumps": len(own), "interval_s": own["interval_s"].drop_nulls().median()})
+            silences.append(
+                {
+                    "label": label,
+                    "gap_s": longest["gap_s"][0],
+                    "at": str(longest["timestamp"][0]),
+                    "dumps": len(own),
+                    "interval_s": own["interval_s"].drop_nulls().median(),
+                }
+            )
         seconds = own.group_by("timestamp").agg(pl.len().alias("dumps")).sort("timestamp")
         if len(seconds) > budget.dump_points:
-            notes.add(f"Task-dump cadence of [{label}] marks the first {budget.dump_points:,} of {len(seconds):,} seconds with dumps.")
+            notes.add(
+                f"Task-dump cadence of [{label}] marks the first {budget.dump_points:,} of {len(seconds):,} seconds with dumps."
+            )
             seconds = seconds.head(budget.dump_points)
         per_label[label] = ([str(t) for t in seconds["timestamp"].to_list()], seconds["dumps"].to_list())
     return _figure("chart-dumps", figures.dump_cadence_figure(per_label)), silences
@@ -394,7 +483,14 @@ def _last_dumps(result: Analysis) -> list[dict[str, Any]]:
         own = snaps.filter(pl.col("label") == label).sort("timestamp", "source", "snapshot", nulls_last=True)
         last = own.filter((pl.col("source") == own["source"][-1]) & (pl.col("snapshot") == own["snapshot"][-1]))
         tasks = last.filter(pl.col("task_name").is_not_null()).sort("task_name").head(LAST_DUMP_TASKS)
-        rows.append({"label": label, "at": str(last["timestamp"][0]), "count": len(last), "tasks": tasks.select("task_name", "state", "coroutine").to_dicts()})
+        rows.append(
+            {
+                "label": label,
+                "at": str(last["timestamp"][0]),
+                "count": len(last),
+                "tasks": tasks.select("task_name", "state", "coroutine").to_dicts(),
+            }
+        )
     return rows
 
 
@@ -404,7 +500,9 @@ def _log_rows(result: Analysis, budget: Budget, notes: Summarised) -> list[dict[
         return []
     wanted = events.filter(pl.col("kind").is_in(LOG_KINDS_SHOWN)).sort("source", "line")
     if len(wanted) > budget.log_rows:
-        notes.add(f"The log section lists {budget.log_rows} of {len(wanted):,} error, warning, heartbeat and GIL-monitor lines.")
+        notes.add(
+            f"The log section lists {budget.log_rows} of {len(wanted):,} error, warning, heartbeat and GIL-monitor lines."
+        )
     return wanted.head(budget.log_rows).select("source", "line", "kind", "level", "message").to_dicts()
 
 
@@ -458,8 +556,12 @@ def _document_json(result: Analysis, budget: Budget, notes: Summarised) -> str:
     warnings = document.get("ingest_warnings") or []
     if cap is not None and len(warnings) > cap:
         document["ingest_warnings"] = warnings[:cap]
-        document["embedded_note"] = f"ingest_warnings truncated to {cap} of {len(warnings)} to keep the report within 10 MB; --format json has them all"
-        notes.add(f"The embedded JSON holds {cap:,} of {len(warnings):,} ingest warnings (`--format json` has them all).")
+        document["embedded_note"] = (
+            f"ingest_warnings truncated to {cap} of {len(warnings)} to keep the report within 10 MB; --format json has them all"
+        )
+        notes.add(
+            f"The embedded JSON holds {cap:,} of {len(warnings):,} ingest warnings (`--format json` has them all)."
+        )
     return script_json(orjson.dumps(document).decode())
 
 
@@ -491,7 +593,9 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
     warnings = run.warnings[: budget.warning_rows]
     if len(run.warnings) > len(warnings):
         notes.add(f"The ingest-warnings table lists {len(warnings)} of {len(run.warnings):,}.")
-    outcomes = sorted(result.outcomes, key=lambda o: ({"error": 0, "fired": 1, "not_applicable": 2, "passed": 3}[o.status], o.rule))
+    outcomes = sorted(
+        result.outcomes, key=lambda o: ({"error": 0, "fired": 1, "not_applicable": 2, "passed": 3}[o.status], o.rule)
+    )
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
     passed = [o for o in outcomes if o.status == "passed"]
     not_applicable = [o for o in outcomes if o.status == "not_applicable"]

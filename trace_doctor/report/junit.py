@@ -40,10 +40,16 @@ def render_junit(result: Analysis, *, fail_on: str = "never") -> str:
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for outcome in sorted(result.outcomes, key=lambda o: (codes.get(o.rule) or _code(o.rule), o.rule)):
         counts["tests"] += 1
-        case = ET.SubElement(suite, "testcase", classname=f"trace-doctor.{_code(outcome.rule)}", name=outcome.rule, time="0")
+        case = ET.SubElement(
+            suite, "testcase", classname=f"trace-doctor.{_code(outcome.rule)}", name=outcome.rule, time="0"
+        )
         findings = by_rule.get(outcome.rule, [])
         gated = [f for f in findings if limit is not None and SEVERITY_RANK[f.severity] >= limit]
-        if outcome.rule == "step-time-regression" and result.baseline and result.baseline.get("verdict") == "regression":
+        if (
+            outcome.rule == "step-time-regression"
+            and result.baseline
+            and result.baseline.get("verdict") == "regression"
+        ):
             gated = gated or findings
         if outcome.status == "error":
             counts["errors"] += 1
@@ -55,7 +61,10 @@ def render_junit(result: Analysis, *, fail_on: str = "never") -> str:
             counts["failures"] += 1
             worst = gated[0]
             failure = ET.SubElement(
-                case, "failure", message=_text(f"{len(gated)} finding(s) at or above {fail_on}: {worst.title}"), type=worst.severity
+                case,
+                "failure",
+                message=_text(f"{len(gated)} finding(s) at or above {fail_on}: {worst.title}"),
+                type=worst.severity,
             )
             failure.text = _text("\n\n".join(_finding_text(f) for f in gated))
         elif findings:

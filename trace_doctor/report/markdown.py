@@ -48,13 +48,17 @@ def _summary(result: Analysis) -> list[str]:
     meta, summary = result.run.meta, result.summary or {}
     lines = ["| | |", "|---|---|"]
     lines.append(f"| run | `{cell(meta.path, 200)}` |")
-    lines.append(f"| trainer | {cell(meta.trainer)}{' (' + cell(meta.trainer_mode) + ')' if meta.trainer_mode else ''} |")
+    lines.append(
+        f"| trainer | {cell(meta.trainer)}{' (' + cell(meta.trainer_mode) + ')' if meta.trainer_mode else ''} |"
+    )
     if meta.model_name:
         lines.append(f"| model | {cell(meta.model_name)} |")
     lines.append(f"| wall time | {format_seconds(summary.get('wall_time_s'))} |")
     lines.append(f"| median step | {format_seconds(summary.get('step_time_p50_s'))} |")
     lines.append(f"| steady step | {format_seconds(summary.get('steady_step_time_s'))} |")
-    lines.append(f"| warm-up steps | {summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '–'} |")
+    lines.append(
+        f"| warm-up steps | {summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '–'} |"
+    )
     return lines
 
 
@@ -81,8 +85,13 @@ def _baseline(block: dict) -> list[str]:
         ]
     breakdown = block.get("breakdown") or []
     if breakdown:
-        lines += ["", "Change of the median step time by phase (the parts add up to the total):", "",
-                  "| phase | baseline | candidate | change |", "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "Change of the median step time by phase (the parts add up to the total):",
+            "",
+            "| phase | baseline | candidate | change |",
+            "|---|---:|---:|---:|",
+        ]
         for part in breakdown:
             lines.append(
                 f"| {cell(part.get('phase'))} | {format_seconds(part.get('baseline_s'))} | {format_seconds(part.get('candidate_s'))} "

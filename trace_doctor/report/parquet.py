@@ -17,7 +17,8 @@ def write_tables(run: RunTables, out: Path) -> dict[str, int]:
         frame.write_parquet(out / f"{name}.parquet")
         written[name] = frame.height
     inputs = pl.DataFrame(
-        [i.to_dict() for i in run.inputs], schema={"kind": pl.String, "path": pl.String, "records": pl.Int64, "skipped": pl.Int64}
+        [i.to_dict() for i in run.inputs],
+        schema={"kind": pl.String, "path": pl.String, "records": pl.Int64, "skipped": pl.Int64},
     )
     inputs.write_parquet(out / "inputs.parquet")
     written["inputs"] = inputs.height

@@ -19,8 +19,22 @@ REDACTED = "[REDACTED]"
 # Key names are split into words ("TINKER_API_KEY" -> tinker, api, key); a key is secret when one
 # of its words is one of these. Whole words, so `max_tokens`, `tokenizer` and `monkey` stay.
 SECRET_WORDS = frozenset(
-    {"key", "keys", "apikey", "token", "secret", "secrets", "password", "passwd", "pwd", "credential",
-     "credentials", "auth", "authorization", "cookie"}
+    {
+        "key",
+        "keys",
+        "apikey",
+        "token",
+        "secret",
+        "secrets",
+        "password",
+        "passwd",
+        "pwd",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "cookie",
+    }
 )
 
 NOT_SECRET_SUFFIXES = frozenset({"error", "exception", "warning", "count", "counts", "len", "length", "id"})
@@ -137,7 +151,11 @@ def redact_analysis(result: Analysis) -> Analysis:
     findings = []
     for finding in result.findings:
         clean = copy.deepcopy(finding)
-        clean.title, clean.message, clean.fix = (redact_text(clean.title), redact_text(clean.message), redact_text(clean.fix))
+        clean.title, clean.message, clean.fix = (
+            redact_text(clean.title),
+            redact_text(clean.message),
+            redact_text(clean.fix),
+        )
         clean.evidence = redact_value(clean.evidence)
         findings.append(clean)
     outcomes = [type(o)(o.rule, o.status, redact_text(o.reason)) for o in result.outcomes]

@@ -28,7 +28,11 @@ def _uri(path: str) -> str:
     """A relative POSIX path stays relative (GitHub resolves it in the repo); an absolute one is a file URI."""
     if PureWindowsPath(path).drive or path.startswith("/"):
         try:
-            return PurePosixPath(path.replace("\\", "/")).as_uri() if path.startswith("/") else PureWindowsPath(path).as_uri()
+            return (
+                PurePosixPath(path.replace("\\", "/")).as_uri()
+                if path.startswith("/")
+                else PureWindowsPath(path).as_uri()
+            )
         except ValueError:
             return path
     return path.replace("\\", "/").removeprefix("./")

@@ -14,7 +14,9 @@ from trace_doctor.rules.policy import thresholds_for
 
 
 class RuleContext:
-    def __init__(self, run: RunTables, *, overrides: dict[str, dict[str, Any]] | None = None, baseline: RunTables | None = None):
+    def __init__(
+        self, run: RunTables, *, overrides: dict[str, dict[str, Any]] | None = None, baseline: RunTables | None = None
+    ):
         self.run = run
         self.overrides = overrides or {}
         self.baseline = baseline

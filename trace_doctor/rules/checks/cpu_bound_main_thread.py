@@ -41,38 +41,48 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
             merged[_label(category)] = merged.get(_label(category), 0.0) + seconds
         top = top_categories(merged)
         hottest = item.hot_cpu_frames[0] if item.hot_cpu_frames else None
-        findings.append(Finding(
-            rule="", code="", severity="warning",
-            title="Main thread CPU-bound",
-            message=(
-                f"The profiled thread of {item.profile} spent {cpu_s:.2f} s of {item.wall_s:.2f} s "
-                f"({share:.0%}) running CPU code rather than waiting: "
-                + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in top)
-                + (f"; hottest frame {hottest.where()} ({hottest.seconds:.2f} s self)" if hottest else "")
-                + (". While it computes, the event loop is stalled and the SDK thread competes for the GIL"
-                   if item.runs_event_loop else
-                   ". No event loop runs in this profile; if this thread drives a training loop, that work "
-                   "delays every submission and holds the GIL the SDK thread needs")
-                + (" (serialization is reported separately by serialization-stall)." if item.serialization_s else ".")
-            ),
-            fix=FIX,
-            evidence={
-                "profile": item.profile,
-                "wall_s": round(item.wall_s, 6),
-                "cpu_s": round(cpu_s, 6),
-                "process_cpu_time_s": item.cpu_time_s,
-                "by_library": {name: round(seconds, 6) for name, seconds in top_categories(merged, 12)},
-                "waiting_s": {
-                    "event_loop_poll": round(item.idle_poll_s, 6),
-                    "blocking_io": round(item.blocking_io_s, 6),
-                    "await": round(item.await_s, 6),
+        findings.append(
+            Finding(
+                rule="",
+                code="",
+                severity="warning",
+                title="Main thread CPU-bound",
+                message=(
+                    f"The profiled thread of {item.profile} spent {cpu_s:.2f} s of {item.wall_s:.2f} s "
+                    f"({share:.0%}) running CPU code rather than waiting: "
+                    + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in top)
+                    + (f"; hottest frame {hottest.where()} ({hottest.seconds:.2f} s self)" if hottest else "")
+                    + (
+                        ". While it computes, the event loop is stalled and the SDK thread competes for the GIL"
+                        if item.runs_event_loop
+                        else ". No event loop runs in this profile; if this thread drives a training loop, that work "
+                        "delays every submission and holds the GIL the SDK thread needs"
+                    )
+                    + (
+                        " (serialization is reported separately by serialization-stall)."
+                        if item.serialization_s
+                        else "."
+                    )
+                ),
+                fix=FIX,
+                evidence={
+                    "profile": item.profile,
+                    "wall_s": round(item.wall_s, 6),
+                    "cpu_s": round(cpu_s, 6),
+                    "process_cpu_time_s": item.cpu_time_s,
+                    "by_library": {name: round(seconds, 6) for name, seconds in top_categories(merged, 12)},
+                    "waiting_s": {
+                        "event_loop_poll": round(item.idle_poll_s, 6),
+                        "blocking_io": round(item.blocking_io_s, 6),
+                        "await": round(item.await_s, 6),
+                    },
+                    "hot_frames": [f.to_dict() for f in item.hot_cpu_frames[:MAX_CITED]],
                 },
-                "hot_frames": [f.to_dict() for f in item.hot_cpu_frames[:MAX_CITED]],
-            },
-            seconds_lost=round(cpu_s, 6),
-            fraction_of_wall=round(share, 4),
-            fingerprint=f"cpu-bound-main-thread:profile:{item.profile}",
-        ))
+                seconds_lost=round(cpu_s, 6),
+                fraction_of_wall=round(share, 4),
+                fingerprint=f"cpu-bound-main-thread:profile:{item.profile}",
+            )
+        )
     return findings
 
 
@@ -84,7 +94,9 @@ def _stack_finding(ctx: RuleContext) -> Finding | None:
         return None
     libraries = sorted({s.detail for s in busy})
     return Finding(
-        rule="", code="", severity="warning",
+        rule="",
+        code="",
+        severity="warning",
         title="Main thread caught in CPU code",
         message=(
             f"{len(busy)} of {len(main)} stack-watchdog samples of [main] are in CPU code "
@@ -93,7 +105,9 @@ def _stack_finding(ctx: RuleContext) -> Finding | None:
         ),
         fix=FIX,
         evidence={
-            "samples": len(main), "cpu_samples": len(busy), "share": round(len(busy) / len(main), 4),
+            "samples": len(main),
+            "cpu_samples": len(busy),
+            "share": round(len(busy) / len(main), 4),
             "stacks": [s.to_dict() for s in busy[:MAX_CITED]],
         },
         fraction_of_wall=round(len(busy) / len(main), 4),
@@ -119,8 +133,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     ]
     return ctx.passed(
         f"main-thread CPU work below {float(ctx.thresholds['min_share']):.0%} of wall time or "
-        f"{float(ctx.thresholds['min_seconds']):g} s"
-        + (f" ({'; '.join(shares)})" if shares else "")
+        f"{float(ctx.thresholds['min_seconds']):g} s" + (f" ({'; '.join(shares)})" if shares else "")
     )
 
 

@@ -62,9 +62,7 @@ def _first_line(text: str | None) -> str:
 def _candidate_rows(log_events: pl.DataFrame) -> list[dict[str, Any]]:
     if log_events.is_empty():
         return []
-    rows = log_events.filter(
-        pl.col("kind").is_in(list(ERROR_KINDS)) | pl.col("level").is_in(list(ERROR_LEVELS))
-    )
+    rows = log_events.filter(pl.col("kind").is_in(list(ERROR_KINDS)) | pl.col("level").is_in(list(ERROR_LEVELS)))
     return rows.sort("source", "line", nulls_last=True).to_dicts()
 
 
@@ -101,10 +99,14 @@ def _signature(row: dict[str, Any], fields: dict[str, Any]) -> str:
 
 def _known_finding(known: KnownError, seen: Occurrences) -> Finding:
     files = seen.by_file()
-    where = ", ".join(f"{f['file']}:{f['first_line']}" + (f"–{f['last_line']}" if f["count"] > 1 else "") for f in files)
+    where = ", ".join(
+        f"{f['file']}:{f['first_line']}" + (f"–{f['last_line']}" if f["count"] > 1 else "") for f in files
+    )
     count = len(seen.lines)
     return Finding(
-        rule="", code="", severity=known.severity,
+        rule="",
+        code="",
+        severity=known.severity,
         title=f"Known error: {known.id.replace('-', ' ')}",
         message=(
             f"{count} occurrence(s) of a known error ({where}): {known.root_cause}. "
@@ -129,7 +131,9 @@ def _unknown_finding(groups: dict[str, Occurrences]) -> Finding:
     meanings = sorted({m for sig, _ in ordered for head, m in GENERIC_MEANINGS.items() if sig.startswith(head)})
     first = ordered[0][1].lines[0]
     return Finding(
-        rule="", code="", severity="info",
+        rule="",
+        code="",
+        severity="info",
         title="Errors the decoder does not know",
         message=(
             f"{total} error record(s) in {len(ordered)} distinct form(s) match no known Tinker error, "
@@ -143,8 +147,13 @@ def _unknown_finding(groups: dict[str, Occurrences]) -> Finding:
         ),
         evidence={
             "errors": [
-                {"signature": sig, "count": len(seen.lines), "files": seen.by_file(),
-                 "exceptions": seen.samples[:MAX_CITED], "lines": seen.lines[:3]}
+                {
+                    "signature": sig,
+                    "count": len(seen.lines),
+                    "files": seen.by_file(),
+                    "exceptions": seen.samples[:MAX_CITED],
+                    "lines": seen.lines[:3],
+                }
                 for sig, seen in ordered[:MAX_CITED]
             ],
             "distinct": len(ordered),

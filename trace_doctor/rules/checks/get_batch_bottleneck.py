@@ -25,33 +25,54 @@ def check(ctx) -> list[Finding]:
         warm_note = f"; warm-up steps {sorted(warm['step'].to_list())[:5]} spent {w_gb:.1f} s of {w_total:.1f} s in get_batch (warm-up, not a bottleneck)"
     if steady.height < t["min_steady_steps"]:
         if warm.is_empty():
-            raise NotApplicable(f"only {steady.height} step(s) with get_batch timing (need {t['min_steady_steps']} steady steps)")
+            raise NotApplicable(
+                f"only {steady.height} step(s) with get_batch timing (need {t['min_steady_steps']} steady steps)"
+            )
         return ctx.passed(f"only {steady.height} steady steps with get_batch timing{warm_note}")
     gb, total = float(steady["_gb"].sum()), float(steady["total_s"].sum())
     share = float((steady["_gb"] / steady["total_s"]).median())
     if share <= t["min_share"]:
         return ctx.passed(f"get_batch is {share:.1%} of a typical steady step ({gb:.1f} s of {total:.1f} s){warm_note}")
     median_gb = float(steady["_gb"].median())
-    return [Finding(
-        rule="", code="", severity="warning",
-        title="Data loading (get_batch) is a bottleneck",
-        message=f"get_batch takes {share:.0%} of a typical steady step (median share; {gb:.1f} s of {total:.1f} s over {steady.height} steps, median {median_gb:.2f} s per step){warm_note}.",
-        fix="Prepare batches ahead (tokenize/render the dataset once, cache it, or build the next batch in a background task while the current step's results are awaited); keep get_batch off the critical path.",
-        steps=sorted(int(s) for s in steady.sort("_gb", descending=True)["step"].head(20).to_list()),
-        evidence={"steady_steps": steady.height, "get_batch_s": round(gb, 6), "steady_total_s": round(total, 6), "share": round(share, 4), "median_get_batch_s": median_gb, "threshold": t["min_share"]},
-        seconds_lost=round(gb, 6), fraction_of_wall=round(share, 4),
-        fingerprint="get-batch-bottleneck:steady", confidence="high" if steady.height >= 10 else "medium",
-    )]
+    return [
+        Finding(
+            rule="",
+            code="",
+            severity="warning",
+            title="Data loading (get_batch) is a bottleneck",
+            message=f"get_batch takes {share:.0%} of a typical steady step (median share; {gb:.1f} s of {total:.1f} s over {steady.height} steps, median {median_gb:.2f} s per step){warm_note}.",
+            fix="Prepare batches ahead (tokenize/render the dataset once, cache it, or build the next batch in a background task while the current step's results are awaited); keep get_batch off the critical path.",
+            steps=sorted(int(s) for s in steady.sort("_gb", descending=True)["step"].head(20).to_list()),
+            evidence={
+                "steady_steps": steady.height,
+                "get_batch_s": round(gb, 6),
+                "steady_total_s": round(total, 6),
+                "share": round(share, 4),
+                "median_get_batch_s": median_gb,
+                "threshold": t["min_share"],
+            },
+            seconds_lost=round(gb, 6),
+            fraction_of_wall=round(share, 4),
+            fingerprint="get-batch-bottleneck:steady",
+            confidence="high" if steady.height >= 10 else "medium",
+        )
+    ]
 
 
-RULE = register(Rule(
-    slug="get-batch-bottleneck", code="TD102", title="get_batch takes a large share of step time", severity="warning",
-    needs="metrics.jsonl with time/get_batch and a step total (time/total, or SFT phases)",
-    docs=RuleDocs(
-        what="get_batch (data loading and rendering) above a share of steady-state step time; warm-up steps are excluded, so a slow first batch (dataset download/tokenisation) does not count.",
-        why="While the client builds a batch nothing new is submitted; the service idles and every step pays for it.",
-        evidence="Per-step time/get_batch against the step total over the steady steps (after the change-point warm-up boundary); its seconds are what it costs.",
-        fix="Pre-tokenise or cache the dataset, prefetch the next batch concurrently with the result wait, move heavy rendering out of the loop.",
-    ),
-    check=check, tags=("timing", "metrics"),
-))
+RULE = register(
+    Rule(
+        slug="get-batch-bottleneck",
+        code="TD102",
+        title="get_batch takes a large share of step time",
+        severity="warning",
+        needs="metrics.jsonl with time/get_batch and a step total (time/total, or SFT phases)",
+        docs=RuleDocs(
+            what="get_batch (data loading and rendering) above a share of steady-state step time; warm-up steps are excluded, so a slow first batch (dataset download/tokenisation) does not count.",
+            why="While the client builds a batch nothing new is submitted; the service idles and every step pays for it.",
+            evidence="Per-step time/get_batch against the step total over the steady steps (after the change-point warm-up boundary); its seconds are what it costs.",
+            fix="Pre-tokenise or cache the dataset, prefetch the next batch concurrently with the result wait, move heavy rendering out of the loop.",
+        ),
+        check=check,
+        tags=("timing", "metrics"),
+    )
+)

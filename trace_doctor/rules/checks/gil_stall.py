@@ -29,10 +29,20 @@ STRONG, STRONG_ISH, MEDIUM, WEAK = 2.0, 1.5, 1.0, 0.5
 # SDK calls that only hand a request to the SDK thread (FORMATS.md 1.4): milliseconds when healthy.
 SUBMIT_ONLY = frozenset(
     {
-        "forward_backward_async", "forward_backward", "forward_async", "forward",
-        "forward_backward_custom_async", "forward_backward_custom", "optim_step_async", "optim_step",
-        "save_state_async", "save_state", "save_weights_for_sampler_async", "save_weights_for_sampler",
-        "load_state_async", "load_state_with_optimizer_async",
+        "forward_backward_async",
+        "forward_backward",
+        "forward_async",
+        "forward",
+        "forward_backward_custom_async",
+        "forward_backward_custom",
+        "optim_step_async",
+        "optim_step",
+        "save_state_async",
+        "save_state",
+        "save_weights_for_sampler_async",
+        "save_weights_for_sampler",
+        "load_state_async",
+        "load_state_with_optimizer_async",
     }
 )
 # SDK calls timed over the full round trip: they stretch when the SDK thread cannot poll results.
@@ -71,10 +81,15 @@ def _monitor_signal(ctx: RuleContext) -> Signal | None:
         return None
     jitter = [ln.values["jitter_s"] for ln in lines]
     return Signal(
-        "gil-monitor", STRONG,
+        "gil-monitor",
+        STRONG,
         f"{len(lines)} GIL-monitor line(s) with jitter up to {max(jitter):.2f} s (total {sum(jitter):.1f} s)",
-        {"lines": [dict(ln.cite(), jitter_s=ln.values["jitter_s"]) for ln in lines[:MAX_CITED]],
-         "count": len(lines), "total_jitter_s": round(sum(jitter), 3), "max_jitter_s": max(jitter)},
+        {
+            "lines": [dict(ln.cite(), jitter_s=ln.values["jitter_s"]) for ln in lines[:MAX_CITED]],
+            "count": len(lines),
+            "total_jitter_s": round(sum(jitter), 3),
+            "max_jitter_s": max(jitter),
+        },
         seconds=sum(jitter),
     )
 
@@ -95,32 +110,41 @@ def _dump_signals(ctx: RuleContext) -> list[Signal]:
     signals = []
     if holder:
         total = sum(s.lower_bound_s for s in holder)
-        signals.append(Signal(
-            "holder-silent", STRONG,
-            f"the SDK loop's [holder] task dumps stopped {len(holder)} time(s) while [main] kept "
-            f"dumping (at least {total:.1f} s in all, longest {max(s.clock_gap_s for s in holder):.0f} s)",
-            {"silences": [s.to_dict() for s in holder[:MAX_CITED]], "count": len(holder)},
-            seconds=total,
-        ))
+        signals.append(
+            Signal(
+                "holder-silent",
+                STRONG,
+                f"the SDK loop's [holder] task dumps stopped {len(holder)} time(s) while [main] kept "
+                f"dumping (at least {total:.1f} s in all, longest {max(s.clock_gap_s for s in holder):.0f} s)",
+                {"silences": [s.to_dict() for s in holder[:MAX_CITED]], "count": len(holder)},
+                seconds=total,
+            )
+        )
     if together:
         total = sum(s.lower_bound_s for s in together)
-        signals.append(Signal(
-            "all-loops-silent", STRONG_ISH,
-            f"every event loop ([main] and [holder]) stopped dumping at once {len(together)} time(s) "
-            f"(at least {total:.1f} s in all): threads only all stop together when one holds the GIL "
-            "in C code (or the process was suspended)",
-            {"silences": [s.to_dict() for s in together[:MAX_CITED]], "count": len(together)},
-            seconds=total,
-        ))
+        signals.append(
+            Signal(
+                "all-loops-silent",
+                STRONG_ISH,
+                f"every event loop ([main] and [holder]) stopped dumping at once {len(together)} time(s) "
+                f"(at least {total:.1f} s in all): threads only all stop together when one holds the GIL "
+                "in C code (or the process was suspended)",
+                {"silences": [s.to_dict() for s in together[:MAX_CITED]], "count": len(together)},
+                seconds=total,
+            )
+        )
     if main:
         total = sum(s.lower_bound_s for s in main)
-        signals.append(Signal(
-            "main-silent", MEDIUM,
-            f"[main] task dumps stopped {len(main)} time(s) while [holder] kept dumping: the main "
-            f"thread was blocked in synchronous code (at least {total:.1f} s)",
-            {"silences": [s.to_dict() for s in main[:MAX_CITED]], "count": len(main)},
-            seconds=total,
-        ))
+        signals.append(
+            Signal(
+                "main-silent",
+                MEDIUM,
+                f"[main] task dumps stopped {len(main)} time(s) while [holder] kept dumping: the main "
+                f"thread was blocked in synchronous code (at least {total:.1f} s)",
+                {"silences": [s.to_dict() for s in main[:MAX_CITED]], "count": len(main)},
+                seconds=total,
+            )
+        )
     return signals
 
 
@@ -130,19 +154,25 @@ def _stack_signal(ctx: RuleContext) -> Signal | None:
     for state in states:
         by_block.setdefault((state.source, state.snapshot), {})[state.label] = state
     starving = [
-        block for block in by_block.values()
-        if block.get("main") is not None and block["main"].state in ("cpu", "serialization")
-        and block.get("holder") is not None and block["holder"].state == "idle-poll"
+        block
+        for block in by_block.values()
+        if block.get("main") is not None
+        and block["main"].state in ("cpu", "serialization")
+        and block.get("holder") is not None
+        and block["holder"].state == "idle-poll"
     ]
     if not starving:
         return None
     libraries = sorted({b["main"].detail for b in starving})
     return Signal(
-        "stack-watchdog", MEDIUM,
+        "stack-watchdog",
+        MEDIUM,
         f"{len(starving)} stack-watchdog block(s) show [main] in CPU code ({', '.join(libraries)}) while "
         "[holder] waits in selectors/poll for the GIL to process results",
-        {"blocks": [{"main": b["main"].to_dict(), "holder": b["holder"].to_dict()} for b in starving[:MAX_CITED]],
-         "count": len(starving)},
+        {
+            "blocks": [{"main": b["main"].to_dict(), "holder": b["holder"].to_dict()} for b in starving[:MAX_CITED]],
+            "count": len(starving),
+        },
     )
 
 
@@ -172,7 +202,8 @@ def _overlapping(row: dict, others: pl.DataFrame) -> list[dict]:
         return []
     hits = others.filter(
         (pl.col("segment").eq_missing(row["segment"]))
-        & (pl.col("start_us") < row["end_us"]) & (pl.col("end_us") > row["start_us"])
+        & (pl.col("start_us") < row["end_us"])
+        & (pl.col("end_us") > row["start_us"])
         & ~((pl.col("tid") == row["tid"]) & (pl.col("pid") == row["pid"]))
     )
     return hits.to_dicts()
@@ -180,8 +211,13 @@ def _overlapping(row: dict, others: pl.DataFrame) -> list[dict]:
 
 def _span_ref(row: dict) -> dict[str, Any]:
     return {
-        "name": row["name"], "track": row["track"], "thread": row["thread"], "step": row["step"],
-        "start_us": row["start_us"], "end_us": row["end_us"], "dur_s": round(row["dur_us"] / 1e6, 6),
+        "name": row["name"],
+        "track": row["track"],
+        "thread": row["thread"],
+        "step": row["step"],
+        "start_us": row["start_us"],
+        "end_us": row["end_us"],
+        "dur_s": round(row["dur_us"] / 1e6, 6),
     }
 
 
@@ -202,39 +238,65 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
             with_stretch = [(row, _overlapping(row, stretched)) for row in long_submits]
             corroborated = [row for row, hits in with_stretch if hits]
             excess = sum((row["dur_us"] - row["typical_us"]) / 1e6 for row in long_submits)
-            signals.append(Signal(
-                "trace-submit", STRONG if corroborated else MEDIUM,
-                f"{len(long_submits)} submit-only SDK span(s) ({', '.join(sorted({r['name'] for r in long_submits}))}) "
-                f"took over {min_s:g} s (longest {max(r['dur_us'] for r in long_submits) / 1e6:.2f} s); "
-                "handing a request to the SDK takes milliseconds unless the calling thread is blocked"
-                + (f", and {len(corroborated)} of them overlap stretched sample round trips" if corroborated else ""),
-                {"spans": [dict(_span_ref(r), typical_s=round(r["typical_us"] / 1e6, 6),
-                                overlapping_round_trips=[_span_ref(h) for h in hits[:3]])
-                           for r, hits in with_stretch[:MAX_CITED]],
-                 "count": len(long_submits)},
-                seconds=excess,
-                time_ranges_us=_merge([[r["start_us"], r["end_us"]] for r in long_submits]),
-                steps=sorted({r["step"] for r in long_submits if r["step"] is not None}),
-            ))
+            signals.append(
+                Signal(
+                    "trace-submit",
+                    STRONG if corroborated else MEDIUM,
+                    f"{len(long_submits)} submit-only SDK span(s) ({', '.join(sorted({r['name'] for r in long_submits}))}) "
+                    f"took over {min_s:g} s (longest {max(r['dur_us'] for r in long_submits) / 1e6:.2f} s); "
+                    "handing a request to the SDK takes milliseconds unless the calling thread is blocked"
+                    + (
+                        f", and {len(corroborated)} of them overlap stretched sample round trips"
+                        if corroborated
+                        else ""
+                    ),
+                    {
+                        "spans": [
+                            dict(
+                                _span_ref(r),
+                                typical_s=round(r["typical_us"] / 1e6, 6),
+                                overlapping_round_trips=[_span_ref(h) for h in hits[:3]],
+                            )
+                            for r, hits in with_stretch[:MAX_CITED]
+                        ],
+                        "count": len(long_submits),
+                    },
+                    seconds=excess,
+                    time_ranges_us=_merge([[r["start_us"], r["end_us"]] for r in long_submits]),
+                    steps=sorted({r["step"] for r in long_submits if r["step"] is not None}),
+                )
+            )
 
-    sync_main = closed.filter(
-        pl.col("track").str.starts_with("sync:") & (pl.col("thread") == "MainThread")
-        & (pl.col("dur_us") > min_s * 1e6)
-    ).sort("segment", "start_us").to_dicts()
+    sync_main = (
+        closed.filter(
+            pl.col("track").str.starts_with("sync:")
+            & (pl.col("thread") == "MainThread")
+            & (pl.col("dur_us") > min_s * 1e6)
+        )
+        .sort("segment", "start_us")
+        .to_dicts()
+    )
     corroborated_sync = [(row, hits) for row in sync_main if (hits := _overlapping(row, stretched))]
     if corroborated_sync:
         ranges = _merge([[r["start_us"], r["end_us"]] for r, _ in corroborated_sync])
-        signals.append(Signal(
-            "trace-sync", MEDIUM,
-            f"{len(corroborated_sync)} long synchronous span(s) on the main thread overlap sample round "
-            "trips stretched well beyond their median",
-            {"spans": [dict(_span_ref(r), overlapping_round_trips=[_span_ref(h) for h in hits[:3]])
-                       for r, hits in corroborated_sync[:MAX_CITED]],
-             "count": len(corroborated_sync)},
-            seconds=sum(b - a for a, b in ranges) / 1e6,
-            time_ranges_us=ranges,
-            steps=sorted({r["step"] for r, _ in corroborated_sync if r["step"] is not None}),
-        ))
+        signals.append(
+            Signal(
+                "trace-sync",
+                MEDIUM,
+                f"{len(corroborated_sync)} long synchronous span(s) on the main thread overlap sample round "
+                "trips stretched well beyond their median",
+                {
+                    "spans": [
+                        dict(_span_ref(r), overlapping_round_trips=[_span_ref(h) for h in hits[:3]])
+                        for r, hits in corroborated_sync[:MAX_CITED]
+                    ],
+                    "count": len(corroborated_sync),
+                },
+                seconds=sum(b - a for a, b in ranges) / 1e6,
+                time_ranges_us=ranges,
+                steps=sorted({r["step"] for r, _ in corroborated_sync if r["step"] is not None}),
+            )
+        )
     return signals
 
 
@@ -242,7 +304,9 @@ def _main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]
     """Intervals inside the main task's outer span where no child span is open, per segment."""
     main = spans.filter(
         ((pl.col("track") == "main") | (pl.col("track") == "sync:MainThread"))
-        & (pl.col("depth") >= 1) & pl.col("closed") & pl.col("end_us").is_not_null()
+        & (pl.col("depth") >= 1)
+        & pl.col("closed")
+        & pl.col("end_us").is_not_null()
     )
     # A gap opens where a span starts after every earlier span of its track has ended: the
     # running maximum of end times, per track in start order, is how far coverage reached.
@@ -268,11 +332,14 @@ def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
         return None
     total = sum(b - a for a, b in gaps) / 1e6
     return Signal(
-        "trace-gap", WEAK,
+        "trace-gap",
+        WEAK,
         f"the main task had no span open for {len(gaps)} interval(s) of over "
         f"{float(ctx.thresholds['min_blocked_submit_s']):g} s (longest {max(b - a for a, b in gaps) / 1e6:.2f} s)",
-        {"gaps": [{"start_us": a, "end_us": b, "dur_s": round((b - a) / 1e6, 6)} for a, b in gaps[:MAX_CITED]],
-         "count": len(gaps)},
+        {
+            "gaps": [{"start_us": a, "end_us": b, "dur_s": round((b - a) / 1e6, 6)} for a, b in gaps[:MAX_CITED]],
+            "count": len(gaps),
+        },
         seconds=total,
         time_ranges_us=gaps,
     )
@@ -283,7 +350,8 @@ def _heartbeat_signal(ctx: RuleContext) -> Signal | None:
     if not lines:
         return None
     return Signal(
-        "heartbeat", MEDIUM,
+        "heartbeat",
+        MEDIUM,
         f"{len(lines)} SDK heartbeat warning(s) (the heartbeat runs on the SDK thread; network trouble "
         "gives the same warning)",
         {"lines": [ln.cite() for ln in lines[:MAX_CITED]], "count": len(lines)},
@@ -309,7 +377,8 @@ def _step_time_signal(ctx: RuleContext) -> Signal | None:
     if cv <= float(policy["max_robust_cv"]):
         return None
     return Signal(
-        "step-times", WEAK,
+        "step-times",
+        WEAK,
         f"steady step times vary (robust CV {cv:.2f} over {len(times)} steps)",
         {"robust_cv": round(cv, 4), "steady_steps": len(times), "median_s": round(median, 6)},
     )
@@ -330,7 +399,9 @@ def check(ctx: RuleContext) -> list[Finding]:
         heartbeat = heartbeat_lines(ctx.run.log_events)
         hint = (
             f" ({len(heartbeat)} heartbeat warning(s) were found — see heartbeat-stall — but alone they "
-            "cannot tell GIL starvation from network trouble)" if heartbeat else ""
+            "cannot tell GIL starvation from network trouble)"
+            if heartbeat
+            else ""
         )
         raise NotApplicable(
             "no GIL-monitor output, task dumps, stack dumps or trace: run with the debug skill's GIL "
@@ -358,7 +429,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     main_blocked_only = {s.kind for s in direct} <= {"main-silent", "trace-sync"}
     return [
         Finding(
-            rule="", code="", severity="warning",
+            rule="",
+            code="",
+            severity="warning",
             title="Main thread blocked in sync code" if main_blocked_only else "GIL stall starving the SDK thread",
             message=(
                 f"{len(signals)} independent signal(s), confidence {level}: "
@@ -376,8 +449,13 @@ def check(ctx: RuleContext) -> list[Finding]:
             time_ranges_us=ranges,
             evidence={
                 "signals": [
-                    {"kind": s.kind, "strength": s.strength, "summary": s.summary,
-                     "seconds": round(s.seconds, 3) if s.seconds is not None else None, **s.evidence}
+                    {
+                        "kind": s.kind,
+                        "strength": s.strength,
+                        "summary": s.summary,
+                        "seconds": round(s.seconds, 3) if s.seconds is not None else None,
+                        **s.evidence,
+                    }
                     for s in signals
                 ],
                 "inputs": inputs,

@@ -30,8 +30,10 @@ def heartbeat_episodes(lines: list[LogLine]) -> list[list[LogLine]]:
 
 
 def has_log_input(ctx: RuleContext) -> bool:
-    return not ctx.run.log_events.is_empty() or ctx.run.has_input("log") or any(
-        i.kind in ("log", "dump") for i in ctx.run.inputs
+    return (
+        not ctx.run.log_events.is_empty()
+        or ctx.run.has_input("log")
+        or any(i.kind in ("log", "dump") for i in ctx.run.inputs)
     )
 
 
@@ -44,7 +46,9 @@ def _heartbeat_finding(lines: list[LogLine], min_warnings: int) -> Finding | Non
     sessions = sorted({line.values["session"] for line in lines if line.values.get("session")})
     first = lines[0]
     return Finding(
-        rule="", code="", severity="warning",
+        rule="",
+        code="",
+        severity="warning",
         title="SDK heartbeat failed",
         message=(
             f"{len(lines)} heartbeat warning(s) in {len(episodes)} outage(s), the longest "
@@ -61,9 +65,13 @@ def _heartbeat_finding(lines: list[LogLine], min_warnings: int) -> Finding | Non
         evidence={
             "warnings": len(lines),
             "outages": [
-                {"first_line": ep[0].line, "last_line": ep[-1].line, "file": ep[0].source,
-                 "max_seconds_without_heartbeat": max(line.values["seconds"] for line in ep),
-                 "session": ep[0].values.get("session")}
+                {
+                    "first_line": ep[0].line,
+                    "last_line": ep[-1].line,
+                    "file": ep[0].source,
+                    "max_seconds_without_heartbeat": max(line.values["seconds"] for line in ep),
+                    "session": ep[0].values.get("session"),
+                }
                 for ep in episodes
             ],
             "sessions": sessions,
@@ -83,7 +91,9 @@ def _paused_finding(lines: list[LogLine]) -> Finding | None:
     aborted = any("Aborting" in line.message for line in lines)
     what = "billing status" if billing and len(billing) == len(lines) else "the service queue"
     return Finding(
-        rule="", code="", severity="error" if aborted else "warning",
+        rule="",
+        code="",
+        severity="error" if aborted else "warning",
         title="Work paused by the service",
         message=(
             f"{len(lines)} pause warning(s) ({what}"
@@ -107,7 +117,9 @@ def _stuck_finding(lines: list[LogLine]) -> Finding | None:
         return None
     seconds = [line.values["seconds"] for line in lines]
     return Finding(
-        rule="", code="", severity="error",
+        rule="",
+        code="",
+        severity="error",
         title="Requests stuck: no progress",
         message=(
             f"The SDK's stuck-request detector fired {len(lines)} time(s) (`No progress made in "

@@ -21,7 +21,9 @@ def staleness_confound(rows: pl.DataFrame, above_steps: list[int]) -> dict | Non
     column = next((c for c in STALENESS_COLUMNS if c in rows.columns and rows.schema[c].is_numeric()), None)
     if column is None:
         return None
-    values = rows.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select("step", pl.col(column).alias("s"))
+    values = rows.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select(
+        "step", pl.col(column).alias("s")
+    )
     high = values.filter(pl.col("step").is_in(above_steps))["s"]
     low = values.filter(~pl.col("step").is_in(above_steps))["s"]
     if high.is_empty() or low.is_empty():
@@ -43,7 +45,9 @@ def check(ctx) -> list[Finding]:
     best = None
     for version in sorted(columns):
         column = columns[version]
-        values = later.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select("step", pl.col(column).abs().alias("kl"))
+        values = later.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select(
+            "step", pl.col(column).abs().alias("kl")
+        )
         if values.height < 3:
             continue
         above = values.filter(pl.col("kl") > t["max_kl"])
@@ -56,37 +60,65 @@ def check(ctx) -> list[Finding]:
     share, column, values, above = best
     median = float(values["kl"].median())
     if share < t["min_share_above"] or above.height < 3:
-        return ctx.passed(f"`{column}` above {t['max_kl']} on {above.height}/{values.height} later steps (median {median:.3g})")
+        return ctx.passed(
+            f"`{column}` above {t['max_kl']} on {above.height}/{values.height} later steps (median {median:.3g})"
+        )
     first = rows.filter((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step))[column]
     first_value = abs(float(first[0])) if first.len() and first[0] is not None else None
     if first_value is not None and first_value > t["max_kl"] and median < t["min_rise_over_step0"] * first_value:
-        return ctx.passed(f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median {median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift")
+        return ctx.passed(
+            f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median {median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift"
+        )
     steps = sorted(int(s) for s in above["step"].to_list())
-    note = f" Config temperature is {ctx.run.meta.temperature:g}, which inflates this KL by itself." if temperature_confound(ctx.run.meta) else ""
+    note = (
+        f" Config temperature is {ctx.run.meta.temperature:g}, which inflates this KL by itself."
+        if temperature_confound(ctx.run.meta)
+        else ""
+    )
     stale = staleness_confound(rows, steps)
     if stale:
         note += f" Samples were staler on those steps (`{stale['metric']}` median {stale['above_band_median']:.3g} vs {stale['in_band_median']:.3g} on in-band steps): off-policy staleness inflates this KL, so reduce max_steps_off_policy before blaming the learning rate."
     elif ctx.run.meta.trainer_mode in ("async", "stream"):
         note += f" This is a {ctx.run.meta.trainer_mode} run: sampling from older weights (staleness) inflates this KL."
-    return [Finding(
-        rule="", code="", severity="warning",
-        title="KL between sampler and trainer drifted above the stable band",
-        message=f"|`{column}`| is above {t['max_kl']} on {above.height} of {values.height} steps after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first at step {steps[0]} ({run_label(ctx.run.meta)}).{note}",
-        fix="Lower the learning rate or add a KL penalty (kl_penalty_coef); check off-policy staleness in async/stream runs, and MoE numerics; if it is high from step 0, see renderer-kl-step0.",
-        steps=steps[:MAX_LISTED_STEPS],
-        evidence={"metric": column, "median": median, "max": float(values["kl"].max()), "steps_above": above.height, "steps_measured": values.height, "share_above": round(share, 4), "band": t["max_kl"], "staleness": stale},
-        fingerprint=f"kl-drift:{column}", confidence="high" if share >= 0.5 else "medium",
-    )]
+    return [
+        Finding(
+            rule="",
+            code="",
+            severity="warning",
+            title="KL between sampler and trainer drifted above the stable band",
+            message=f"|`{column}`| is above {t['max_kl']} on {above.height} of {values.height} steps after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first at step {steps[0]} ({run_label(ctx.run.meta)}).{note}",
+            fix="Lower the learning rate or add a KL penalty (kl_penalty_coef); check off-policy staleness in async/stream runs, and MoE numerics; if it is high from step 0, see renderer-kl-step0.",
+            steps=steps[:MAX_LISTED_STEPS],
+            evidence={
+                "metric": column,
+                "median": median,
+                "max": float(values["kl"].max()),
+                "steps_above": above.height,
+                "steps_measured": values.height,
+                "share_above": round(share, 4),
+                "band": t["max_kl"],
+                "staleness": stale,
+            },
+            fingerprint=f"kl-drift:{column}",
+            confidence="high" if share >= 0.5 else "medium",
+        )
+    ]
 
 
-RULE = register(Rule(
-    slug="kl-drift", code="TD202", title="KL drifting above the stable range", severity="warning",
-    needs="metrics.jsonl with optim/kl_sample_train_v1/_v2",
-    docs=RuleDocs(
-        what="|KL| between sampler and trainer logprobs above the stable band (0.01) on a sustained share of the steps after the first.",
-        why="The cookbook calls training stable when KL < 0.01; a sustained excess means the policy moves faster than the sampler tracks (too high LR, staleness, numerics) and updates become unreliable.",
-        evidence="Per-step |optim/kl_sample_train_v1/_v2| after the first step: share above the band, median, max, the steps above it.",
-        fix="Lower the learning rate, add or raise the KL penalty, reduce off-policy staleness; check temperature and MoE numerics.",
-    ),
-    check=check, tags=("kl", "metrics"),
-))
+RULE = register(
+    Rule(
+        slug="kl-drift",
+        code="TD202",
+        title="KL drifting above the stable range",
+        severity="warning",
+        needs="metrics.jsonl with optim/kl_sample_train_v1/_v2",
+        docs=RuleDocs(
+            what="|KL| between sampler and trainer logprobs above the stable band (0.01) on a sustained share of the steps after the first.",
+            why="The cookbook calls training stable when KL < 0.01; a sustained excess means the policy moves faster than the sampler tracks (too high LR, staleness, numerics) and updates become unreliable.",
+            evidence="Per-step |optim/kl_sample_train_v1/_v2| after the first step: share above the band, median, max, the steps above it.",
+            fix="Lower the learning rate, add or raise the KL penalty, reduce off-policy staleness; check temperature and MoE numerics.",
+        ),
+        check=check,
+        tags=("kl", "metrics"),
+    )
+)

@@ -51,8 +51,14 @@ def seen_versions(log_events: pl.DataFrame) -> list[SeenVersion]:
             continue
         key = (package.lower(), version)
         if key not in first:
-            first[key] = SeenVersion(package.lower(), version, row["source"], row.get("line"),
-                                     str(fields.get("evidence") or "log line"), row.get("message") or "")
+            first[key] = SeenVersion(
+                package.lower(),
+                version,
+                row["source"],
+                row.get("line"),
+                str(fields.get("evidence") or "log line"),
+                row.get("message") or "",
+            )
     return sorted(first.values(), key=lambda v: (v.package, v.version))
 
 
@@ -81,7 +87,9 @@ def _span_trap_finding(ctx: RuleContext) -> tuple[Finding | None, bool]:
     if share > float(ctx.thresholds["trap_max_sample_share"]):
         return None, True
     return Finding(
-        rule="", code="", severity="warning",
+        rule="",
+        code="",
+        severity="warning",
         title="SDK spans recorded as near-zero (tinker 0.38 + Python 3.11 trap)",
         message=(
             f"`{sample_col}` has a median of {sample * 1000:.2f} ms while `{policy_col}`, which contains "
@@ -110,32 +118,46 @@ def check(ctx: RuleContext) -> list[Finding]:
     findings: list[Finding] = []
     for seen in versions:
         for record in bad_versions(seen.package, seen.version):
-            findings.append(Finding(
-                rule="", code="", severity=record.severity,
-                title=f"Known-bad {seen.package} {seen.version}",
-                message=(
-                    f"{seen.package} {seen.version} (from {seen.evidence}, {seen.source}:{seen.line}) "
-                    f"matches {record.specifier}: {record.why}."
-                ),
-                fix=record.fix,
-                evidence={"package": seen.package, "version": seen.version, "bad_versions": record.specifier,
-                          "record": record.id, "line": seen.cite()},
-                fingerprint=f"known-bad-dependency:{record.id}",
-            ))
+            findings.append(
+                Finding(
+                    rule="",
+                    code="",
+                    severity=record.severity,
+                    title=f"Known-bad {seen.package} {seen.version}",
+                    message=(
+                        f"{seen.package} {seen.version} (from {seen.evidence}, {seen.source}:{seen.line}) "
+                        f"matches {record.specifier}: {record.why}."
+                    ),
+                    fix=record.fix,
+                    evidence={
+                        "package": seen.package,
+                        "version": seen.version,
+                        "bad_versions": record.specifier,
+                        "record": record.id,
+                        "line": seen.cite(),
+                    },
+                    fingerprint=f"known-bad-dependency:{record.id}",
+                )
+            )
     latest = {seen.package: seen.version for seen in versions}
     for combo in bad_combinations(latest):
         cited = [seen.cite() for seen in versions if seen.package in combo.requirements]
-        findings.append(Finding(
-            rule="", code="", severity=combo.severity,
-            title="Known-bad combination of versions",
-            message=(
-                "Versions " + ", ".join(f"{p} {latest[p]}" for p in sorted(combo.requirements) if p in latest)
-                + f" together: {combo.why}."
-            ),
-            fix=combo.fix,
-            evidence={"combination": combo.id, "requirements": dict(combo.requirements), "lines": cited},
-            fingerprint=f"known-bad-dependency:{combo.id}",
-        ))
+        findings.append(
+            Finding(
+                rule="",
+                code="",
+                severity=combo.severity,
+                title="Known-bad combination of versions",
+                message=(
+                    "Versions "
+                    + ", ".join(f"{p} {latest[p]}" for p in sorted(combo.requirements) if p in latest)
+                    + f" together: {combo.why}."
+                ),
+                fix=combo.fix,
+                evidence={"combination": combo.id, "requirements": dict(combo.requirements), "lines": cited},
+                fingerprint=f"known-bad-dependency:{combo.id}",
+            )
+        )
     if trap is not None and not any(f.fingerprint and "py311" in f.fingerprint for f in findings):
         findings.append(trap)
     findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.fingerprint or ""))

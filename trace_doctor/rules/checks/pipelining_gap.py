@@ -54,31 +54,48 @@ def fb_optim_waits(spans: pl.DataFrame, min_wait_s: float) -> pl.DataFrame:
         & pl.col("name").is_in(list(OPTIM_NAMES))
     )
     gap = (pl.col("start_us") - pl.col("end_us").shift(1)) / 1e6
-    return calls.select(
-        follows_fb.fill_null(False).alias("_pair"),
-        pl.coalesce("step", pl.col("step").shift(1)).cast(pl.Int64).alias("step"),
-        pl.col("segment").cast(pl.Int32),
-        pl.col("end_us").shift(1).alias("fb_end_us"),
-        pl.col("start_us").alias("optim_start_us"),
-        gap.alias("gap_s"),
-        (gap > min_wait_s).alias("sequential"),
-    ).filter("_pair").drop("_pair")
+    return (
+        calls.select(
+            follows_fb.fill_null(False).alias("_pair"),
+            pl.coalesce("step", pl.col("step").shift(1)).cast(pl.Int64).alias("step"),
+            pl.col("segment").cast(pl.Int32),
+            pl.col("end_us").shift(1).alias("fb_end_us"),
+            pl.col("start_us").alias("optim_start_us"),
+            gap.alias("gap_s"),
+            (gap > min_wait_s).alias("sequential"),
+        )
+        .filter("_pair")
+        .drop("_pair")
+    )
 
 
 def step_transitions(spans: pl.DataFrame) -> pl.DataFrame:
     """SFT submit/finish pairs: was step k+1 submitted only after step k's results arrived?"""
     closed = _closed(spans).filter(pl.col("step").is_not_null())
-    submit = closed.filter(pl.col("name") == "submit_batch").group_by("segment", "step").agg(pl.col("start_us").min().alias("sub_start"), pl.col("dur_us").sum().alias("sub_dur"))
-    finish = closed.filter(pl.col("name") == "finish_batch").group_by("segment", "step").agg(pl.col("end_us").max().alias("fin_end"), pl.col("dur_us").sum().alias("fin_dur"))
+    submit = (
+        closed.filter(pl.col("name") == "submit_batch")
+        .group_by("segment", "step")
+        .agg(pl.col("start_us").min().alias("sub_start"), pl.col("dur_us").sum().alias("sub_dur"))
+    )
+    finish = (
+        closed.filter(pl.col("name") == "finish_batch")
+        .group_by("segment", "step")
+        .agg(pl.col("end_us").max().alias("fin_end"), pl.col("dur_us").sum().alias("fin_dur"))
+    )
     if submit.is_empty() or finish.is_empty():
-        return pl.DataFrame(schema={"segment": pl.Int32, "step": pl.Int64, "sequential": pl.Boolean, "lost_s": pl.Float64})
-    nxt = submit.with_columns((pl.col("step") - 1).alias("step")).rename({"sub_start": "next_start", "sub_dur": "next_dur"})
+        return pl.DataFrame(
+            schema={"segment": pl.Int32, "step": pl.Int64, "sequential": pl.Boolean, "lost_s": pl.Float64}
+        )
+    nxt = submit.with_columns((pl.col("step") - 1).alias("step")).rename(
+        {"sub_start": "next_start", "sub_dur": "next_dur"}
+    )
     pairs = finish.join(nxt, on=["segment", "step"], how="inner").sort(["segment", "step"])
     return pairs.with_columns(
         (pl.col("next_start") >= pl.col("fin_end")).alias("sequential"),
         # Pipelined, step k+1's client work would have overlapped step k's result wait.
         pl.min_horizontal(pl.col("next_dur"), pl.col("fin_dur")).truediv(1e6).alias("lost_s"),
-        pl.col("fin_end").alias("idle_from"), pl.col("next_start").alias("idle_to"),
+        pl.col("fin_end").alias("idle_from"),
+        pl.col("next_start").alias("idle_to"),
     )
 
 
@@ -95,9 +112,16 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
     if cycle is not None and trans.height:
         # A submission that lands after the results misses the cycle it could have shared: the
         # loss per transition is at least a cycle (bounded by the wait it could have overlapped).
-        trans = trans.with_columns(pl.min_horizontal(pl.col("fin_dur") / 1e6, pl.max_horizontal(pl.col("lost_s"), pl.lit(cycle.seconds))).alias("lost_s"))
+        trans = trans.with_columns(
+            pl.min_horizontal(
+                pl.col("fin_dur") / 1e6, pl.max_horizontal(pl.col("lost_s"), pl.lit(cycle.seconds))
+            ).alias("lost_s")
+        )
     closed = _closed(spans)
-    wall = float((closed.group_by("segment").agg((pl.col("end_us").max() - pl.col("start_us").min()).alias("w"))["w"].sum()) / 1e6)
+    wall = float(
+        (closed.group_by("segment").agg((pl.col("end_us").max() - pl.col("start_us").min()).alias("w"))["w"].sum())
+        / 1e6
+    )
     findings: list[Finding] = []
     if waits.height:
         seq = waits.filter(pl.col("sequential"))
@@ -105,37 +129,70 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
         lost = float(seq["gap_s"].sum())
         if share >= t["min_sequential_step_share"] and worth_reporting(lost, wall, t):
             cyc = f"; the clock cycle is ~{cycle.seconds:.3g} s ({cycle.method})" if cycle else ""
-            findings.append(Finding(
-                rule="", code="", severity="warning",
-                title="optim_step submitted only after the forward_backward result",
-                message=f"On {seq.height} of {waits.height} steps optim_step was submitted {float(seq['gap_s'].median()):.3g} s (median) after forward_backward, instead of back to back: the client awaited the fb result first and each step paid an extra round trip{cyc}. Pipelined, the run would take ~{max(wall - lost, 0):.1f} s instead of {wall:.1f} s.",
-                fix=FIX, steps=sorted(int(s) for s in seq["step"].drop_nulls().to_list()),
-                time_ranges_us=[[a, b] for a, b in seq.select("fb_end_us", "optim_start_us").iter_rows()],
-                evidence={"sequential_steps": seq.height, "steps_measured": waits.height, "median_gap_s": float(seq["gap_s"].median()), "min_wait_s": min_wait, "clock_cycle": cycle.to_dict() if cycle else None, "wall_s": wall, "pipelined_wall_s": max(wall - lost, 0.0)},
-                seconds_lost=round(lost, 6), fraction_of_wall=round(lost / wall, 4) if wall else None,
-                fingerprint="pipelining-gap:sequential-fb-optim", confidence="high",
-            ))
+            findings.append(
+                Finding(
+                    rule="",
+                    code="",
+                    severity="warning",
+                    title="optim_step submitted only after the forward_backward result",
+                    message=f"On {seq.height} of {waits.height} steps optim_step was submitted {float(seq['gap_s'].median()):.3g} s (median) after forward_backward, instead of back to back: the client awaited the fb result first and each step paid an extra round trip{cyc}. Pipelined, the run would take ~{max(wall - lost, 0):.1f} s instead of {wall:.1f} s.",
+                    fix=FIX,
+                    steps=sorted(int(s) for s in seq["step"].drop_nulls().to_list()),
+                    time_ranges_us=[[a, b] for a, b in seq.select("fb_end_us", "optim_start_us").iter_rows()],
+                    evidence={
+                        "sequential_steps": seq.height,
+                        "steps_measured": waits.height,
+                        "median_gap_s": float(seq["gap_s"].median()),
+                        "min_wait_s": min_wait,
+                        "clock_cycle": cycle.to_dict() if cycle else None,
+                        "wall_s": wall,
+                        "pipelined_wall_s": max(wall - lost, 0.0),
+                    },
+                    seconds_lost=round(lost, 6),
+                    fraction_of_wall=round(lost / wall, 4) if wall else None,
+                    fingerprint="pipelining-gap:sequential-fb-optim",
+                    confidence="high",
+                )
+            )
     if trans.height:
         seq = trans.filter(pl.col("sequential"))
         share = seq.height / trans.height
         lost = float(seq["lost_s"].sum())
         if share >= t["min_sequential_step_share"] and worth_reporting(lost, wall, t):
             idle = float(((seq["idle_to"] - seq["idle_from"]) / 1e6).sum())
-            findings.append(Finding(
-                rule="", code="", severity="warning",
-                title="Next step submitted only after the previous step's results",
-                message=f"On {seq.height} of {trans.height} step transitions the next batch was built and submitted only after the previous results arrived, so the service idled while the client worked. Pipelined (submit_ahead ≥ 1), ~{lost:.1f} s of client work would have overlapped the waits: ~{max(wall - lost, 0):.1f} s instead of {wall:.1f} s.",
-                fix=FIX, steps=sorted(int(s) for s in seq["step"].to_list()),
-                time_ranges_us=[[a, b] for a, b in seq.select("idle_from", "idle_to").iter_rows() if b > a],
-                evidence={"sequential_transitions": seq.height, "transitions": trans.height, "nothing_in_flight_s": round(idle, 6), "submit_ahead": ctx.run.meta.submit_ahead, "wall_s": wall, "pipelined_wall_s": max(wall - lost, 0.0)},
-                seconds_lost=round(lost, 6), fraction_of_wall=round(lost / wall, 4) if wall else None,
-                fingerprint="pipelining-gap:sequential-steps", confidence="high",
-            ))
+            findings.append(
+                Finding(
+                    rule="",
+                    code="",
+                    severity="warning",
+                    title="Next step submitted only after the previous step's results",
+                    message=f"On {seq.height} of {trans.height} step transitions the next batch was built and submitted only after the previous results arrived, so the service idled while the client worked. Pipelined (submit_ahead ≥ 1), ~{lost:.1f} s of client work would have overlapped the waits: ~{max(wall - lost, 0):.1f} s instead of {wall:.1f} s.",
+                    fix=FIX,
+                    steps=sorted(int(s) for s in seq["step"].to_list()),
+                    time_ranges_us=[[a, b] for a, b in seq.select("idle_from", "idle_to").iter_rows() if b > a],
+                    evidence={
+                        "sequential_transitions": seq.height,
+                        "transitions": trans.height,
+                        "nothing_in_flight_s": round(idle, 6),
+                        "submit_ahead": ctx.run.meta.submit_ahead,
+                        "wall_s": wall,
+                        "pipelined_wall_s": max(wall - lost, 0.0),
+                    },
+                    seconds_lost=round(lost, 6),
+                    fraction_of_wall=round(lost / wall, 4) if wall else None,
+                    fingerprint="pipelining-gap:sequential-steps",
+                    confidence="high",
+                )
+            )
     if findings:
         return findings
     if not waits.height and not trans.height:
-        raise NotApplicable("the trace has no forward_backward/optim_step or submit_batch/finish_batch spans to judge pipelining from")
-    return ctx.passed(f"fb→optim back to back on {int((~waits['sequential']).sum()) if waits.height else 0}/{waits.height} steps; next step submitted ahead on {int((~trans['sequential']).sum()) if trans.height else 0}/{trans.height} transitions")
+        raise NotApplicable(
+            "the trace has no forward_backward/optim_step or submit_batch/finish_batch spans to judge pipelining from"
+        )
+    return ctx.passed(
+        f"fb→optim back to back on {int((~waits['sequential']).sum()) if waits.height else 0}/{waits.height} steps; next step submitted ahead on {int((~trans['sequential']).sum()) if trans.height else 0}/{trans.height} transitions"
+    )
 
 
 def untimed_note(ctx) -> str:
@@ -168,22 +225,34 @@ def from_metrics(ctx) -> list[Finding]:
         client = phase_seconds(steady, "submit_batch")
         if client.null_count() == steady.height:
             client = phase_seconds(steady, "get_batch")
-        frame = pl.DataFrame({"segment": steady["segment"], "step": steady["step"], "wait": wait, "next_client": client.shift(-1)})
+        frame = pl.DataFrame(
+            {"segment": steady["segment"], "step": steady["step"], "wait": wait, "next_client": client.shift(-1)}
+        )
         frame = frame.filter(pl.col("wait").is_not_null() & pl.col("next_client").is_not_null())
         lost = float(frame.select(pl.min_horizontal("wait", "next_client")).to_series().sum()) if frame.height else 0.0
         wall = float(times["total_s"].drop_nulls().sum()) if "total_s" in times.columns else 0.0
-        return [Finding(
-            rule="", code="", severity="warning",
-            title="Pipelining disabled (submit_ahead = 0)",
-            message=f"config.json sets submit_ahead = 0, so each step is submitted only after the previous results arrived; overlapping the next step's client work with the result wait would save ~{lost:.1f} s{f' of {wall:.1f} s' if wall else ''} (no trace: estimated from time/step and the submission phases).",
-            fix=FIX, steps=[], evidence={"submit_ahead": 0, "steps_estimated": frame.height, "wall_s": wall or None},
-            seconds_lost=round(lost, 6) if frame.height else None, fraction_of_wall=round(lost / wall, 4) if wall and frame.height else None,
-            fingerprint="pipelining-gap:submit-ahead-0", confidence="medium",
-        )]
+        return [
+            Finding(
+                rule="",
+                code="",
+                severity="warning",
+                title="Pipelining disabled (submit_ahead = 0)",
+                message=f"config.json sets submit_ahead = 0, so each step is submitted only after the previous results arrived; overlapping the next step's client work with the result wait would save ~{lost:.1f} s{f' of {wall:.1f} s' if wall else ''} (no trace: estimated from time/step and the submission phases).",
+                fix=FIX,
+                steps=[],
+                evidence={"submit_ahead": 0, "steps_estimated": frame.height, "wall_s": wall or None},
+                seconds_lost=round(lost, 6) if frame.height else None,
+                fraction_of_wall=round(lost / wall, 4) if wall and frame.height else None,
+                fingerprint="pipelining-gap:submit-ahead-0",
+                confidence="medium",
+            )
+        ]
     has_timing = "total_s" in times.columns and times["total_s"].drop_nulls().len() > 0
     if not has_timing:
         raise NotApplicable("no trace_events.jsonl (enable_trace was off) and no per-step timings in metrics")
-    raise NotApplicable(f"no trace_events.jsonl (enable_trace was off): metrics cannot show whether calls were awaited one by one{note}")
+    raise NotApplicable(
+        f"no trace_events.jsonl (enable_trace was off): metrics cannot show whether calls were awaited one by one{note}"
+    )
 
 
 def check(ctx) -> list[Finding]:
@@ -193,14 +262,20 @@ def check(ctx) -> list[Finding]:
     return from_metrics(ctx)
 
 
-RULE = register(Rule(
-    slug="pipelining-gap", code="TD101", title="Calls awaited one by one instead of pipelined", severity="warning",
-    needs="trace_events.jsonl (enable_trace=True); without it only config submit_ahead = 0 is evidence",
-    docs=RuleDocs(
-        what="forward_backward and optim_step submissions separated by a wait for the fb result; a step's batch built and submitted only after the previous step's results arrived; time with nothing in flight.",
-        why="The service works in clock cycles: a request submitted after a result arrives misses the cycle it could have shared, and client work that could overlap the service's work adds to every step.",
-        evidence="Trace spans: fb end → optim start gap per step (submit-only SDK spans hand off in milliseconds), submit_batch(k+1) start vs finish_batch(k) end; the clock-cycle estimate; counterfactual pipelined wall time. Not time/total vs the sum of timed phases: sync RL leaves sampling untimed.",
-        fix=FIX,
-    ),
-    check=check, tags=("timing", "trace"),
-))
+RULE = register(
+    Rule(
+        slug="pipelining-gap",
+        code="TD101",
+        title="Calls awaited one by one instead of pipelined",
+        severity="warning",
+        needs="trace_events.jsonl (enable_trace=True); without it only config submit_ahead = 0 is evidence",
+        docs=RuleDocs(
+            what="forward_backward and optim_step submissions separated by a wait for the fb result; a step's batch built and submitted only after the previous step's results arrived; time with nothing in flight.",
+            why="The service works in clock cycles: a request submitted after a result arrives misses the cycle it could have shared, and client work that could overlap the service's work adds to every step.",
+            evidence="Trace spans: fb end → optim start gap per step (submit-only SDK spans hand off in milliseconds), submit_batch(k+1) start vs finish_batch(k) end; the clock-cycle estimate; counterfactual pipelined wall time. Not time/total vs the sum of timed phases: sync RL leaves sampling untimed.",
+            fix=FIX,
+        ),
+        check=check,
+        tags=("timing", "trace"),
+    )
+)

@@ -9,7 +9,7 @@ from trace_doctor.rules.context import RuleContext
 
 FIX = (
     "Profile with the Python API in async mode: `from pyinstrument import Profiler; "
-    "profiler = Profiler(async_mode=\"enabled\")`, start it inside the coroutine that runs the "
+    'profiler = Profiler(async_mode="enabled")`, start it inside the coroutine that runs the '
     "training loop, then `profiler.output_text()` / `Profiler.last_session.save(...)`. The pyinstrument "
     "CLI never uses async mode (`--async-mode` does not exist there; it fails with `no such option`)."
 )
@@ -27,27 +27,31 @@ def check(ctx: RuleContext) -> list[Finding]:
         if item.async_mode == "enabled" or item.await_frames > 0 or share < min_idle:
             continue
         top = item.idle_poll_frames[0]
-        findings.append(Finding(
-            rule="", code="", severity="info",
-            title="Profile cannot locate async waits",
-            message=(
-                f"{item.idle_poll_s:.2f} s of {item.wall_s:.2f} s ({share:.0%}) of profile {item.profile} "
-                f"is the event loop idling in {top.where()} and it has no "
-                "[await] frames: it was recorded without async mode, so it cannot say which coroutine "
-                "was waiting on which API call."
-            ),
-            fix=FIX,
-            evidence={
-                "profile": item.profile,
-                "async_mode": item.async_mode,
-                "wall_s": round(item.wall_s, 6),
-                "idle_poll_s": round(item.idle_poll_s, 6),
-                "share": round(share, 4),
-                "frames": [f.to_dict() for f in item.idle_poll_frames[:5]],
-            },
-            fraction_of_wall=round(share, 4),
-            fingerprint=f"profile-without-async-mode:{item.profile}",
-        ))
+        findings.append(
+            Finding(
+                rule="",
+                code="",
+                severity="info",
+                title="Profile cannot locate async waits",
+                message=(
+                    f"{item.idle_poll_s:.2f} s of {item.wall_s:.2f} s ({share:.0%}) of profile {item.profile} "
+                    f"is the event loop idling in {top.where()} and it has no "
+                    "[await] frames: it was recorded without async mode, so it cannot say which coroutine "
+                    "was waiting on which API call."
+                ),
+                fix=FIX,
+                evidence={
+                    "profile": item.profile,
+                    "async_mode": item.async_mode,
+                    "wall_s": round(item.wall_s, 6),
+                    "idle_poll_s": round(item.idle_poll_s, 6),
+                    "share": round(share, 4),
+                    "frames": [f.to_dict() for f in item.idle_poll_frames[:5]],
+                },
+                fraction_of_wall=round(share, 4),
+                fingerprint=f"profile-without-async-mode:{item.profile}",
+            )
+        )
     return findings or ctx.passed("; ".join(notes))
 
 

@@ -51,22 +51,44 @@ def sample_train_check(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tupl
         limit = t[f"max_kl_{version}"]
         if abs(value) <= limit:
             continue
-        evidence = {"metric": column, "step": step, "value": value, "band": limit, "renderer_name": meta.renderer_name, "model_name": meta.model_name, "temperature": meta.temperature}
+        evidence = {
+            "metric": column,
+            "step": step,
+            "value": value,
+            "band": limit,
+            "renderer_name": meta.renderer_name,
+            "model_name": meta.model_name,
+            "temperature": meta.temperature,
+        }
         if temperature_confound(meta):
-            return [Finding(
-                rule="", code="", severity="info",
-                title="KL at the first step inflated by sampling temperature",
-                message=f"`{column}` is {value:.4g} at step {step} (healthy < {limit}), but config temperature is {meta.temperature:g}: the sampler's logprobs are temperature-scaled and the trainer's are not, so this does not by itself point at {run_label(meta)}.",
-                fix="Judge the renderer at temperature 1 (or compare a short run at temperature 1); the KL from temperature is expected.",
-                steps=[step], evidence=evidence, fingerprint="renderer-kl-step0:temperature", confidence="medium",
-            )], ""
-        return [Finding(
-            rule="", code="", severity="warning",
-            title="Sampler and trainer disagree at the first step (renderer mismatch)",
-            message=f"`{column}` is {value:.4g} at step {step}, above the healthy band (< {limit}) while sampler and trainer still share weights: the trained tokens are not the sampled ones — check {run_label(meta)}.",
-            fix="Use the renderer recommended for the model (get_recommended_renderer_name), check the chat template round trip (multi-turn history re-rendering, stripped thinking, image tokens).",
-            steps=[step], evidence=evidence, fingerprint="renderer-kl-step0:sample-train", confidence="high" if version == "v2" else "medium",
-        )], ""
+            return [
+                Finding(
+                    rule="",
+                    code="",
+                    severity="info",
+                    title="KL at the first step inflated by sampling temperature",
+                    message=f"`{column}` is {value:.4g} at step {step} (healthy < {limit}), but config temperature is {meta.temperature:g}: the sampler's logprobs are temperature-scaled and the trainer's are not, so this does not by itself point at {run_label(meta)}.",
+                    fix="Judge the renderer at temperature 1 (or compare a short run at temperature 1); the KL from temperature is expected.",
+                    steps=[step],
+                    evidence=evidence,
+                    fingerprint="renderer-kl-step0:temperature",
+                    confidence="medium",
+                )
+            ], ""
+        return [
+            Finding(
+                rule="",
+                code="",
+                severity="warning",
+                title="Sampler and trainer disagree at the first step (renderer mismatch)",
+                message=f"`{column}` is {value:.4g} at step {step}, above the healthy band (< {limit}) while sampler and trainer still share weights: the trained tokens are not the sampled ones — check {run_label(meta)}.",
+                fix="Use the renderer recommended for the model (get_recommended_renderer_name), check the chat template round trip (multi-turn history re-rendering, stripped thinking, image tokens).",
+                steps=[step],
+                evidence=evidence,
+                fingerprint="renderer-kl-step0:sample-train",
+                confidence="high" if version == "v2" else "medium",
+            )
+        ], ""
     column = columns.get("v2", columns.get("v1"))
     first = rows.filter(pl.col(column).is_not_null() & pl.col(column).is_finite())
     if first.is_empty():
@@ -89,16 +111,30 @@ def teacher_check(ctx, rows: pl.DataFrame) -> tuple[list[Finding], str]:
         tail = present.tail(max(1, present.height // 4))
         late = float(tail["teacher_kl"].median())
         if late <= limit:
-            return [], f"teacher_kl starts at {value:.3g} (step {step}) but falls to {late:.3g} by step {int(tail['step'][-1])}: a student-teacher gap closed by training, not a renderer bias (which would persist)"
+            return (
+                [],
+                f"teacher_kl starts at {value:.3g} (step {step}) but falls to {late:.3g} by step {int(tail['step'][-1])}: a student-teacher gap closed by training, not a renderer bias (which would persist)",
+            )
     short = present.height < MIN_TEACHER_ROWS_FOR_TREND
-    caveat = f" Only {present.height} step(s) logged: too few to tell a persistent renderer bias from a student-teacher gap that training closes." if short else ""
-    return [Finding(
-        rule="", code="", severity="warning",
-        title="Student and teacher disagree at the first step (renderer mismatch)",
-        message=f"`teacher_kl` is {value:.4g} at step {step}, above {limit}: the teacher may be scoring text rendered for the student — check {run_label(ctx.run.meta)} against the teacher's renderer.{caveat}",
-        fix="Render the teacher's input with the teacher's own renderer (cookbook issue #796 measured +0.287 nats/token from this).",
-        steps=[step], evidence={"metric": "teacher_kl", "step": step, "value": value, "band": limit}, fingerprint="renderer-kl-step0:teacher", confidence="low" if short else "medium",
-    )], ""
+    caveat = (
+        f" Only {present.height} step(s) logged: too few to tell a persistent renderer bias from a student-teacher gap that training closes."
+        if short
+        else ""
+    )
+    return [
+        Finding(
+            rule="",
+            code="",
+            severity="warning",
+            title="Student and teacher disagree at the first step (renderer mismatch)",
+            message=f"`teacher_kl` is {value:.4g} at step {step}, above {limit}: the teacher may be scoring text rendered for the student — check {run_label(ctx.run.meta)} against the teacher's renderer.{caveat}",
+            fix="Render the teacher's input with the teacher's own renderer (cookbook issue #796 measured +0.287 nats/token from this).",
+            steps=[step],
+            evidence={"metric": "teacher_kl", "step": step, "value": value, "band": limit},
+            fingerprint="renderer-kl-step0:teacher",
+            confidence="low" if short else "medium",
+        )
+    ], ""
 
 
 def check(ctx) -> list[Finding]:
@@ -114,7 +150,10 @@ def check(ctx) -> list[Finding]:
         raise NotApplicable("no optim/kl_sample_train_v1/_v2 or teacher_kl in metrics: not an RL or distillation run")
     findings: list[Finding] = []
     reasons: list[str] = []
-    for applies, judge in ((bool(columns), lambda: sample_train_check(ctx, rows, columns)), (has_teacher, lambda: teacher_check(ctx, rows))):
+    for applies, judge in (
+        (bool(columns), lambda: sample_train_check(ctx, rows, columns)),
+        (has_teacher, lambda: teacher_check(ctx, rows)),
+    ):
         if applies:
             found, reason = judge()
             findings += found
@@ -124,14 +163,20 @@ def check(ctx) -> list[Finding]:
     return findings or ctx.passed("; ".join(reasons))
 
 
-RULE = register(Rule(
-    slug="renderer-kl-step0", code="TD201", title="KL already high at the first step", severity="warning",
-    needs="metrics.jsonl with optim/kl_sample_train_v1/_v2 (RL) or teacher_kl (distillation); config.json for renderer, model, temperature",
-    docs=RuleDocs(
-        what="Sampler-vs-trainer KL (`optim/kl_sample_train_v1/_v2`) above the healthy band (< 0.01) at the first training step, or a high `teacher_kl` at step 0 in distillation.",
-        why="At step 0 sampler and trainer use the same weights, so the KL should be numerical noise; a clear value means the trainer trains on tokens the sampler never produced (renderer / chat template mismatch) and the run optimises the wrong objective.",
-        evidence="The first training row's KL value (v2 preferred: always ≥ 0), the band, and config.json's renderer_name, model_name and temperature (temperature ≠ 1 inflates KL by itself and is reported as such).",
-        fix="Use the model's recommended renderer; verify the render→tokenize round trip; for distillation render the teacher's input with the teacher's renderer.",
-    ),
-    check=check, tags=("kl", "metrics"),
-))
+RULE = register(
+    Rule(
+        slug="renderer-kl-step0",
+        code="TD201",
+        title="KL already high at the first step",
+        severity="warning",
+        needs="metrics.jsonl with optim/kl_sample_train_v1/_v2 (RL) or teacher_kl (distillation); config.json for renderer, model, temperature",
+        docs=RuleDocs(
+            what="Sampler-vs-trainer KL (`optim/kl_sample_train_v1/_v2`) above the healthy band (< 0.01) at the first training step, or a high `teacher_kl` at step 0 in distillation.",
+            why="At step 0 sampler and trainer use the same weights, so the KL should be numerical noise; a clear value means the trainer trains on tokens the sampler never produced (renderer / chat template mismatch) and the run optimises the wrong objective.",
+            evidence="The first training row's KL value (v2 preferred: always ≥ 0), the band, and config.json's renderer_name, model_name and temperature (temperature ≠ 1 inflates KL by itself and is reported as such).",
+            fix="Use the model's recommended renderer; verify the render→tokenize round trip; for distillation render the teacher's input with the teacher's renderer.",
+        ),
+        check=check,
+        tags=("kl", "metrics"),
+    )
+)

@@ -27,26 +27,30 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
         if share < min_share:
             continue
         top = item.serialization_frames[0]
-        findings.append(Finding(
-            rule="", code="", severity="warning",
-            title="Profile time in payload serialization",
-            message=(
-                f"{item.serialization_s:.2f} s of {item.wall_s:.2f} s ({share:.0%}) of profile "
-                f"{item.profile} is spent serializing (hottest: {top.where()}, {top.seconds:.2f} s). While it runs the calling thread "
-                "holds the GIL and the SDK cannot submit or poll."
-            ),
-            fix=FIX,
-            evidence={
-                "profile": item.profile,
-                "wall_s": round(item.wall_s, 6),
-                "serialization_s": round(item.serialization_s, 6),
-                "share": round(share, 4),
-                "frames": [f.to_dict() for f in item.serialization_frames[:MAX_CITED]],
-            },
-            seconds_lost=round(item.serialization_s, 6),
-            fraction_of_wall=round(share, 4),
-            fingerprint=f"serialization-stall:profile:{item.profile}",
-        ))
+        findings.append(
+            Finding(
+                rule="",
+                code="",
+                severity="warning",
+                title="Profile time in payload serialization",
+                message=(
+                    f"{item.serialization_s:.2f} s of {item.wall_s:.2f} s ({share:.0%}) of profile "
+                    f"{item.profile} is spent serializing (hottest: {top.where()}, {top.seconds:.2f} s). While it runs the calling thread "
+                    "holds the GIL and the SDK cannot submit or poll."
+                ),
+                fix=FIX,
+                evidence={
+                    "profile": item.profile,
+                    "wall_s": round(item.wall_s, 6),
+                    "serialization_s": round(item.serialization_s, 6),
+                    "share": round(share, 4),
+                    "frames": [f.to_dict() for f in item.serialization_frames[:MAX_CITED]],
+                },
+                seconds_lost=round(item.serialization_s, 6),
+                fraction_of_wall=round(share, 4),
+                fingerprint=f"serialization-stall:profile:{item.profile}",
+            )
+        )
     return findings
 
 
@@ -57,7 +61,9 @@ def _stack_finding(ctx: RuleContext) -> Finding | None:
     labels = sorted({s.label for s in blocks})
     functions = sorted({s.detail for s in blocks})
     return Finding(
-        rule="", code="", severity="warning",
+        rule="",
+        code="",
+        severity="warning",
         title="Threads caught serializing in stack dumps",
         message=(
             f"{len(blocks)} stack-watchdog stack(s) of [{'], ['.join(labels)}] end in payload "
@@ -82,7 +88,9 @@ def _test_finding(ctx: RuleContext) -> Finding | None:
     cited = (failed + slow)[:MAX_CITED]
     verdict = "FAIL" if any(ln.values.get("verdict") == "FAIL" for ln in failed) or (worst or 0) >= 1.0 else "WARNING"
     return Finding(
-        rule="", code="", severity="error" if verdict == "FAIL" else "warning",
+        rule="",
+        code="",
+        severity="error" if verdict == "FAIL" else "warning",
         title="Serialization test is slow",
         message=(
             f"The debug skill's serialization test reports {verdict}"
@@ -112,7 +120,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     if findings:
         return findings
     shares = [
-        f"{b.profile}: {b.serialization_s / b.wall_s:.1%}" for b in breakdown(ctx.run.profiles, ctx.run.frames)
+        f"{b.profile}: {b.serialization_s / b.wall_s:.1%}"
+        for b in breakdown(ctx.run.profiles, ctx.run.frames)
         if b.wall_s > 0
     ]
     return ctx.passed(

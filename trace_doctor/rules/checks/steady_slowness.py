@@ -9,7 +9,16 @@ from trace_doctor.derive.timekeys import PERIODIC_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
-SUBMIT_ONLY = ("forward_backward", "forward_backward_async", "forward_backward_custom", "forward_backward_custom_async", "forward", "forward_async", "optim_step", "optim_step_async")
+SUBMIT_ONLY = (
+    "forward_backward",
+    "forward_backward_async",
+    "forward_backward_custom",
+    "forward_backward_custom_async",
+    "forward",
+    "forward_async",
+    "optim_step",
+    "optim_step_async",
+)
 # Trainers whose step is fb + optim only: for them a step should take about one or two cycles.
 TRAIN_ONLY_TRAINERS = ("sl", "dpo")
 
@@ -20,7 +29,11 @@ def client_share(steady: pl.DataFrame) -> float | None:
     Only trusted where the total is one iteration: SFT totals rebuilt from phases (a legacy
     pipelined SFT `time/total` spans two iterations and would double the client share).
     """
-    rows = steady.filter(pl.col("total_source") == "sum of top-level phases") if "total_source" in steady.columns else steady.clear()
+    rows = (
+        steady.filter(pl.col("total_source") == "sum of top-level phases")
+        if "total_source" in steady.columns
+        else steady.clear()
+    )
     if rows.height < 3:
         return None
     wait = phase_seconds(rows, "step").fill_null(0.0)
@@ -39,10 +52,16 @@ def slow_submissions(spans: pl.DataFrame) -> tuple[float, int] | None:
 
 
 def check(ctx) -> list[Finding]:
-    steady = ctx.warmup.steady.filter(pl.col("total_s").is_not_null()) if "total_s" in ctx.warmup.steady.columns else None
+    steady = (
+        ctx.warmup.steady.filter(pl.col("total_s").is_not_null()) if "total_s" in ctx.warmup.steady.columns else None
+    )
     if steady is None or steady.height < 3:
         timed = ctx.step_times["total_s"].drop_nulls().len() if "total_s" in ctx.step_times.columns else 0
-        raise NotApplicable("no per-step times (no time/total or phase timers in metrics)" if timed == 0 else f"only {timed} timed step(s), fewer than 3 steady steps to judge")
+        raise NotApplicable(
+            "no per-step times (no time/total or phase timers in metrics)"
+            if timed == 0
+            else f"only {timed} timed step(s), fewer than 3 steady steps to judge"
+        )
     t = ctx.thresholds
     median = float(steady["total_s"].median())
     reasons: list[str] = []
@@ -56,7 +75,9 @@ def check(ctx) -> list[Finding]:
         # A low-confidence cycle (e.g. every wait the same length) is an upper bound, and
         # "N cycles per step" from it would blame the steps for what the service took.
         if cycles >= t["max_cycles_per_step"] and cycle.confidence != "low":
-            reasons.append(f"each step spans {cycles:.1f} clock cycles of {cycle.seconds:.3g} s (a forward-backward + optimizer step needs one or two)")
+            reasons.append(
+                f"each step spans {cycles:.1f} clock cycles of {cycle.seconds:.3g} s (a forward-backward + optimizer step needs one or two)"
+            )
     share = client_share(steady) if trainer in TRAIN_ONLY_TRAINERS else None
     if share is not None:
         evidence["client_share"] = round(share, 4)
@@ -66,7 +87,9 @@ def check(ctx) -> list[Finding]:
     if submits is not None:
         evidence["submit_median_s"], evidence["submit_spans"] = round(submits[0], 6), submits[1]
         if submits[0] > t["max_submit_s"]:
-            reasons.append(f"submit-only SDK calls (forward_backward/optim_step) take {submits[0]:.2f} s median instead of milliseconds: the calling thread is blocked")
+            reasons.append(
+                f"submit-only SDK calls (forward_backward/optim_step) take {submits[0]:.2f} s median instead of milliseconds: the calling thread is blocked"
+            )
     if not reasons:
         return ctx.passed(f"steady median {median:.2f} s/step; no sign of excess (cycles, client share, submissions)")
     excess = None
@@ -75,27 +98,39 @@ def check(ctx) -> list[Finding]:
     elif share is not None and share > t["max_client_share"]:
         excess = share * float(steady["total_s"].sum())
     wall = float(ctx.step_times["total_s"].drop_nulls().sum()) or None
-    return [Finding(
-        rule="", code="", severity="warning",
-        title="Every steady step is slower than the work needs",
-        message=f"Steady steps take {median:.2f} s (median of {steady.height}): " + "; ".join(reasons) + ".",
-        fix="Pipeline submissions (submit the next step before awaiting results), move CPU work and serialization off the main thread, and keep payload building cheap.",
-        steps=[], evidence=evidence,
-        seconds_lost=round(max(excess, 0.0), 6) if excess is not None else None,
-        fraction_of_wall=round(max(excess, 0.0) / wall, 4) if excess is not None and wall else None,
-        fingerprint="steady-slowness:" + ("cycles" if "clock cycles" in reasons[0] else "client" if "client-side" in reasons[0] else "submit"),
-        confidence="medium",
-    )]
+    return [
+        Finding(
+            rule="",
+            code="",
+            severity="warning",
+            title="Every steady step is slower than the work needs",
+            message=f"Steady steps take {median:.2f} s (median of {steady.height}): " + "; ".join(reasons) + ".",
+            fix="Pipeline submissions (submit the next step before awaiting results), move CPU work and serialization off the main thread, and keep payload building cheap.",
+            steps=[],
+            evidence=evidence,
+            seconds_lost=round(max(excess, 0.0), 6) if excess is not None else None,
+            fraction_of_wall=round(max(excess, 0.0) / wall, 4) if excess is not None and wall else None,
+            fingerprint="steady-slowness:"
+            + ("cycles" if "clock cycles" in reasons[0] else "client" if "client-side" in reasons[0] else "submit"),
+            confidence="medium",
+        )
+    ]
 
 
-RULE = register(Rule(
-    slug="steady-slowness", code="TD104", title="Every step slow (no warm-up shape)", severity="warning",
-    needs="metrics.jsonl with per-step times; a trace or clock-cycle estimate sharpens it",
-    docs=RuleDocs(
-        what="Steady-state steps persistently slower than the work needs: several clock cycles per SL/DPO step, a large client-side share outside the result wait, or slow submit-only SDK calls.",
-        why="A persistent excess multiplies over every step; unlike warm-up it never pays for itself.",
-        evidence="Steady median step time vs the clock cycle, the client-side share (SFT totals rebuilt from phases), median duration of forward_backward/optim_step submit spans in the trace.",
-        fix="Pipeline submissions, free the main thread (serialization, CPU work), cache data preparation.",
-    ),
-    check=check, tags=("timing",),
-))
+RULE = register(
+    Rule(
+        slug="steady-slowness",
+        code="TD104",
+        title="Every step slow (no warm-up shape)",
+        severity="warning",
+        needs="metrics.jsonl with per-step times; a trace or clock-cycle estimate sharpens it",
+        docs=RuleDocs(
+            what="Steady-state steps persistently slower than the work needs: several clock cycles per SL/DPO step, a large client-side share outside the result wait, or slow submit-only SDK calls.",
+            why="A persistent excess multiplies over every step; unlike warm-up it never pays for itself.",
+            evidence="Steady median step time vs the clock cycle, the client-side share (SFT totals rebuilt from phases), median duration of forward_backward/optim_step submit spans in the trace.",
+            fix="Pipeline submissions, free the main thread (serialization, CPU work), cache data preparation.",
+        ),
+        check=check,
+        tags=("timing",),
+    )
+)

@@ -22,19 +22,38 @@ from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "get_batch": ("get_batch",),
     "submission": (
-        "submit_batch", "forward_backward", "forward_backward_async", "forward_backward_custom",
-        "forward_backward_custom_async", "forward", "forward_async", "optim_step", "optim_step_async",
-        "prepare_minibatch", "assemble_training_data",
+        "submit_batch",
+        "forward_backward",
+        "forward_backward_async",
+        "forward_backward_custom",
+        "forward_backward_custom_async",
+        "forward",
+        "forward_async",
+        "optim_step",
+        "optim_step_async",
+        "prepare_minibatch",
+        "assemble_training_data",
     ),
     "waits": (
-        "step", "finish_batch", "train_step", "train", "do_train_step_and_get_sampling_client",
-        "do_train_step_streaming_and_get_sampling_client", "compute_full_batch_metrics_and_get_sampling_client",
+        "step",
+        "finish_batch",
+        "train_step",
+        "train",
+        "do_train_step_and_get_sampling_client",
+        "do_train_step_streaming_and_get_sampling_client",
+        "compute_full_batch_metrics_and_get_sampling_client",
     ),
     "evals": ("evals", "infrequent_evals", "run_evaluator", "run_evals", "run_evaluations_parallel"),
     "checkpoints": (
-        "save_checkpoint", "save_checkpoint_async", "save_checkpoint_and_get_sampling_client",
-        "save_weights_and_get_sampling_client", "save_weights_and_get_sampling_client_async",
-        "save_weights_for_sampler", "save_weights_for_sampler_async", "save_state", "save_state_async",
+        "save_checkpoint",
+        "save_checkpoint_async",
+        "save_checkpoint_and_get_sampling_client",
+        "save_weights_and_get_sampling_client",
+        "save_weights_and_get_sampling_client_async",
+        "save_weights_for_sampler",
+        "save_weights_for_sampler_async",
+        "save_state",
+        "save_state_async",
     ),
 }
 GROUP_OF = {phase: group for group, phases in PHASE_GROUPS.items() for phase in phases}
@@ -180,7 +199,11 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: dict[str, Any]) -> dict[s
     from scipy.stats import mannwhitneyu
 
     test = mannwhitneyu(cand_x, base_x, alternative="greater", method="auto")
-    effect = (stats["median_candidate"] - stats["median_baseline"]) / stats["median_baseline"] if stats["median_baseline"] else None
+    effect = (
+        (stats["median_candidate"] - stats["median_baseline"]) / stats["median_baseline"]
+        if stats["median_baseline"]
+        else None
+    )
     stats.update(u=float(test.statistic), p=float(test.pvalue), effect=effect)
     significant = stats["p"] < thresholds["alpha"]
     large = effect is not None and effect >= thresholds["min_relative_effect"]
@@ -240,7 +263,11 @@ def check(ctx) -> list[Finding]:
                 "client-side work between timed sections."
             ),
             steps=[int(s) for s in steady["step"].to_list()] if "step" in steady.columns else [],
-            evidence={"statistics": stats, "breakdown": comparison["breakdown"], "structural": comparison["structural"]},
+            evidence={
+                "statistics": stats,
+                "breakdown": comparison["breakdown"],
+                "structural": comparison["structural"],
+            },
             seconds_lost=lost,
             fraction_of_wall=(lost / wall) if lost and wall else None,
             confidence="high" if stats["p"] < stats["alpha"] / 10 else "medium",

@@ -8,7 +8,6 @@ from trace_doctor.derive.warmup import following_window
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
-
 # A nested timer that carries this share of the slowest phase's excess is named instead of it:
 # `get_batch` says more than the `submit_batch` that wraps it.
 INNER_SHARE = 0.8
@@ -37,7 +36,11 @@ def _slowest(warm: pl.DataFrame, steady: pl.DataFrame, columns: list[str]) -> tu
 
 def check(ctx) -> list[Finding]:
     split = ctx.warmup
-    timed = pl.concat([split.steady, split.warmup], how="diagonal_relaxed") if "total_s" in split.steady.columns else split.steady.clear()
+    timed = (
+        pl.concat([split.steady, split.warmup], how="diagonal_relaxed")
+        if "total_s" in split.steady.columns
+        else split.steady.clear()
+    )
     if timed.is_empty() or timed["total_s"].drop_nulls().len() == 0:
         raise NotApplicable("no per-step times (no time/total or phase timers in metrics)")
     if not split.segments:
@@ -62,27 +65,54 @@ def check(ctx) -> list[Finding]:
         phase, excess = slowest_phase(warm, steady)
         steps = sorted(int(s) for s in warm["step"].to_list())
         where = f" (resumed segment {seg.segment})" if seg.segment else ""
-        findings.append(Finding(
-            rule="", code="", severity="info",
-            title="Slow warm-up, then steady",
-            message=f"The first {len(steps)} step(s){where} took {float(warm['total_s'].sum()):.1f} s, {ratio:.1f}x the steady median of {base:.2f} s: {cost:.1f} s above steady, mostly in `{phase}` ({excess:.1f} s).",
-            fix="Nothing to fix if it is one-off setup (dataset load, tokenizer download, first compilation); cache the dataset or tokenizer to shorten it.",
-            steps=steps, evidence={"segment": seg.segment, "warmup_steps": len(steps), "boundary_step": seg.boundary_step, "steady_median_s": base, "ratio": round(ratio, 3), "dominant_phase": phase, "dominant_phase_excess_s": round(excess, 6), "method": split.method, "penalty": split.penalty},
-            seconds_lost=round(cost, 6), fingerprint=f"warmup-slowness:{phase}", confidence="high",
-        ))
+        findings.append(
+            Finding(
+                rule="",
+                code="",
+                severity="info",
+                title="Slow warm-up, then steady",
+                message=f"The first {len(steps)} step(s){where} took {float(warm['total_s'].sum()):.1f} s, {ratio:.1f}x the steady median of {base:.2f} s: {cost:.1f} s above steady, mostly in `{phase}` ({excess:.1f} s).",
+                fix="Nothing to fix if it is one-off setup (dataset load, tokenizer download, first compilation); cache the dataset or tokenizer to shorten it.",
+                steps=steps,
+                evidence={
+                    "segment": seg.segment,
+                    "warmup_steps": len(steps),
+                    "boundary_step": seg.boundary_step,
+                    "steady_median_s": base,
+                    "ratio": round(ratio, 3),
+                    "dominant_phase": phase,
+                    "dominant_phase_excess_s": round(excess, 6),
+                    "method": split.method,
+                    "penalty": split.penalty,
+                },
+                seconds_lost=round(cost, 6),
+                fingerprint=f"warmup-slowness:{phase}",
+                confidence="high",
+            )
+        )
     if findings:
         return findings
-    return ctx.passed("no slow warm-up prefix found by change-point segmentation" if split.warmup_steps == 0 else f"warm-up of {split.warmup_steps} step(s) is less than {t['min_ratio']}x the steady median")
+    return ctx.passed(
+        "no slow warm-up prefix found by change-point segmentation"
+        if split.warmup_steps == 0
+        else f"warm-up of {split.warmup_steps} step(s) is less than {t['min_ratio']}x the steady median"
+    )
 
 
-RULE = register(Rule(
-    slug="warmup-slowness", code="TD103", title="First steps slow, then steady", severity="info",
-    needs="metrics.jsonl with per-step times",
-    docs=RuleDocs(
-        what="A prefix of slow steps followed by a steady regime, found by change-point segmentation of log step time (per resumed segment), not by skipping a fixed number of steps.",
-        why="Warm-up is usually one-off setup and benign; separating it keeps every steady-state statistic honest and tells you what the setup cost.",
-        evidence="The warm-up steps, their excess over the steady median, and the phase (or untimed time) that made them slow.",
-        fix="Usually nothing; cache datasets and tokenizers if the warm-up is long.",
-    ),
-    check=check, tags=("timing", "metrics"),
-))
+RULE = register(
+    Rule(
+        slug="warmup-slowness",
+        code="TD103",
+        title="First steps slow, then steady",
+        severity="info",
+        needs="metrics.jsonl with per-step times",
+        docs=RuleDocs(
+            what="A prefix of slow steps followed by a steady regime, found by change-point segmentation of log step time (per resumed segment), not by skipping a fixed number of steps.",
+            why="Warm-up is usually one-off setup and benign; separating it keeps every steady-state statistic honest and tells you what the setup cost.",
+            evidence="The warm-up steps, their excess over the steady median, and the phase (or untimed time) that made them slow.",
+            fix="Usually nothing; cache datasets and tokenizers if the warm-up is long.",
+        ),
+        check=check,
+        tags=("timing", "metrics"),
+    )
+)
