@@ -9,7 +9,6 @@ verdict by how many independent signals agree and how direct each one is.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +17,8 @@ import polars as pl
 from trace_doctor.derive.dump_cadence import process_silences, silences
 from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_lines
 from trace_doctor.derive.profile_stats import StackState, stack_states
+from trace_doctor.derive.robust import median, robust_cv
+from trace_doctor.knowledge.tinker import SAMPLING_CALLS, SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
@@ -26,27 +27,8 @@ from trace_doctor.rules.policy import thresholds_for
 # Direct readings of a starved or blocked thread weigh 2, readings with one innocent alternative
 # (e.g. a suspended process) 1.5, corroborating ones 1, circumstantial 0.5.
 STRONG, STRONG_ISH, MEDIUM, WEAK = 2.0, 1.5, 1.0, 0.5
-# SDK calls that only hand a request to the SDK thread (FORMATS.md 1.4): milliseconds when healthy.
-SUBMIT_ONLY = frozenset(
-    {
-        "forward_backward_async",
-        "forward_backward",
-        "forward_async",
-        "forward",
-        "forward_backward_custom_async",
-        "forward_backward_custom",
-        "optim_step_async",
-        "optim_step",
-        "save_state_async",
-        "save_state",
-        "save_weights_for_sampler_async",
-        "save_weights_for_sampler",
-        "load_state_async",
-        "load_state_with_optimizer_async",
-    }
-)
-# SDK calls timed over the full round trip: they stretch when the SDK thread cannot poll results.
-ROUND_TRIP = frozenset({"sample_async", "sample", "compute_logprobs_async", "compute_logprobs"})
+# Sample round trips stretch when the SDK thread cannot poll results.
+ROUND_TRIP = frozenset(SAMPLING_CALLS)
 MAX_CITED = 15
 
 
@@ -230,7 +212,7 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
     stretched = _stretched_round_trips(closed, float(ctx.thresholds["round_trip_stretch_ratio"]), min_s)
     signals = []
 
-    submits = closed.filter(pl.col("name").is_in(list(SUBMIT_ONLY)))
+    submits = closed.filter(pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)))
     if not submits.is_empty():
         submits = submits.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
         long_submits = submits.filter(pl.col("dur_us") > min_s * 1e6).sort("segment", "start_us").to_dicts()
@@ -371,16 +353,14 @@ def _step_time_signal(ctx: RuleContext) -> Signal | None:
     policy = thresholds_for("inconsistent-step-times", ctx.overrides)
     if len(times) < int(policy["min_steady_steps"]):
         return None
-    median = statistics.median(times)
-    mad = statistics.median(abs(t - median) for t in times)
-    cv = 1.4826 * mad / median if median > 0 else 0.0
+    steady_median, cv = median(times), robust_cv(times)
     if cv <= float(policy["max_robust_cv"]):
         return None
     return Signal(
         "step-times",
         WEAK,
         f"steady step times vary (robust CV {cv:.2f} over {len(times)} steps)",
-        {"robust_cv": round(cv, 4), "steady_steps": len(times), "median_s": round(median, 6)},
+        {"robust_cv": round(cv, 4), "steady_steps": len(times), "median_s": round(steady_median, 6)},
     )
 
 

@@ -13,12 +13,12 @@ from math import gcd
 import polars as pl
 
 from trace_doctor.derive.regimes import regime_levels, steady_regimes
+from trace_doctor.derive.robust import robust_cv
 from trace_doctor.derive.step_times import phase_seconds
-from trace_doctor.derive.timekeys import PERIODIC_PHASES
+from trace_doctor.knowledge.tinker import PERIODIC_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
-MAD_TO_SIGMA = 1.4826
 # A spike is explained by evals/checkpoints when they account for at least half its excess.
 EXPLAINED_SHARE = 0.5
 # A spike whose excess lies almost entirely outside every timed phase.
@@ -26,12 +26,6 @@ UNTIMED_SPIKE_SHARE = 0.9
 # Share of rows that must sit on one step residue to call a series periodic.
 CADENCE_SHARE = 0.75
 MAX_LISTED_STEPS = 50
-
-
-def robust_cv(values: pl.Series) -> float:
-    median = float(values.median())
-    mad = float((values - median).abs().median())
-    return MAD_TO_SIGMA * mad / median if median > 0 else 0.0
 
 
 def periodic_seconds(frame: pl.DataFrame) -> tuple[pl.Series, list[str]]:

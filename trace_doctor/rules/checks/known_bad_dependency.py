@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 import polars as pl
 
 from trace_doctor.derive.log_signals import fields_of
+from trace_doctor.derive.robust import median
 from trace_doctor.knowledge.versions import bad_combinations, bad_versions
 from trace_doctor.model import SEVERITY_RANK, Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -68,7 +68,7 @@ def _column(steps: pl.DataFrame, names: tuple[str, ...]) -> str | None:
 
 def _median(steps: pl.DataFrame, column: str) -> float | None:
     values = [v for v in steps[column].drop_nulls().to_list() if v == v]
-    return statistics.median(values) if values else None
+    return median(values)
 
 
 def _span_trap_finding(ctx: RuleContext) -> tuple[Finding | None, bool]:

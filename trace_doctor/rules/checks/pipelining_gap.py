@@ -13,11 +13,10 @@ from __future__ import annotations
 import polars as pl
 
 from trace_doctor.derive.step_times import phase_seconds
+from trace_doctor.knowledge.tinker import FORWARD_BACKWARD_CALLS, OPTIM_STEP_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
-FB_NAMES = ("forward_backward", "forward_backward_async", "forward_backward_custom", "forward_backward_custom_async")
-OPTIM_NAMES = ("optim_step", "optim_step_async")
 FIX = "Submit forward_backward and optim_step back to back and await both results afterwards; submit step k+1 before awaiting step k (SFT `submit_ahead >= 1`)."
 
 
@@ -43,15 +42,15 @@ def fb_optim_waits(spans: pl.DataFrame, min_wait_s: float) -> pl.DataFrame:
     key = ["segment", "pid", "_caller"]
     calls = (
         _closed(spans)
-        .filter(pl.col("name").is_in(list(FB_NAMES + OPTIM_NAMES)))
+        .filter(pl.col("name").is_in(list(FORWARD_BACKWARD_CALLS + OPTIM_STEP_CALLS)))
         .with_columns(caller_track(pl.col("track"), pl.col("tid")).alias("_caller"))
         .sort([*key, "start_us"])
     )
     # An optim call right after an fb call of the same caller (in submission order) is one pair.
     follows_fb = (
         pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(1)) for c in key)
-        & pl.col("name").shift(1).is_in(list(FB_NAMES))
-        & pl.col("name").is_in(list(OPTIM_NAMES))
+        & pl.col("name").shift(1).is_in(list(FORWARD_BACKWARD_CALLS))
+        & pl.col("name").is_in(list(OPTIM_STEP_CALLS))
     )
     gap = (pl.col("start_us") - pl.col("end_us").shift(1)) / 1e6
     return (

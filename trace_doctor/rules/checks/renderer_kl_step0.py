@@ -5,10 +5,10 @@ from __future__ import annotations
 import polars as pl
 
 from trace_doctor.derive.step_times import live_training_rows
+from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, KL_SAMPLE_TRAIN_SUFFIXES
 from trace_doctor.model import Finding, RunMeta
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
-KL_SUFFIXES = ("kl_sample_train_v2", "kl_sample_train_v1")
 # teacher_kl rows needed before its trend can clear a high first value.
 MIN_TEACHER_ROWS_FOR_TREND = 4
 
@@ -17,9 +17,9 @@ def kl_columns(frame: pl.DataFrame) -> dict[str, str]:
     """{"v1"/"v2": column} for the sampler-vs-trainer KL keys, matched by suffix (docs drop `optim/`)."""
     found: dict[str, str] = {}
     for column in sorted(frame.columns):
-        if not frame.schema[column].is_numeric() or column.startswith(("test/", "eval/")):
+        if not frame.schema[column].is_numeric() or column.startswith(EVAL_KEY_PREFIXES):
             continue
-        for suffix in KL_SUFFIXES:
+        for suffix in KL_SAMPLE_TRAIN_SUFFIXES:
             if column == suffix or column.endswith("/" + suffix):
                 found.setdefault(suffix[-2:], column)
     return found

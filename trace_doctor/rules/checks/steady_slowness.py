@@ -5,20 +5,10 @@ from __future__ import annotations
 import polars as pl
 
 from trace_doctor.derive.step_times import phase_seconds
-from trace_doctor.derive.timekeys import PERIODIC_PHASES
+from trace_doctor.knowledge.tinker import PERIODIC_PHASES, TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
-SUBMIT_ONLY = (
-    "forward_backward",
-    "forward_backward_async",
-    "forward_backward_custom",
-    "forward_backward_custom_async",
-    "forward",
-    "forward_async",
-    "optim_step",
-    "optim_step_async",
-)
 # Trainers whose step is fb + optim only: for them a step should take about one or two cycles.
 TRAIN_ONLY_TRAINERS = ("sl", "dpo")
 
@@ -45,7 +35,7 @@ def client_share(steady: pl.DataFrame) -> float | None:
 def slow_submissions(spans: pl.DataFrame) -> tuple[float, int] | None:
     if spans.is_empty():
         return None
-    subs = spans.filter(pl.col("name").is_in(list(SUBMIT_ONLY)) & pl.col("closed").fill_null(True))
+    subs = spans.filter(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("closed").fill_null(True))
     if subs.is_empty():
         return None
     return float((subs["dur_us"] / 1e6).median()), subs.height

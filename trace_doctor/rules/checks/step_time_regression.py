@@ -14,6 +14,14 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.derive.robust import median
+from trace_doctor.knowledge.tinker import (
+    CHECKPOINT_PHASES,
+    EVAL_PHASES,
+    SAVE_FOR_SAMPLING_CALLS,
+    SAVE_SUBMIT_CALLS,
+    TRAINING_SUBMIT_CALLS,
+)
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
@@ -23,14 +31,7 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "get_batch": ("get_batch",),
     "submission": (
         "submit_batch",
-        "forward_backward",
-        "forward_backward_async",
-        "forward_backward_custom",
-        "forward_backward_custom_async",
-        "forward",
-        "forward_async",
-        "optim_step",
-        "optim_step_async",
+        *TRAINING_SUBMIT_CALLS,
         "prepare_minibatch",
         "assemble_training_data",
     ),
@@ -43,17 +44,12 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
         "do_train_step_streaming_and_get_sampling_client",
         "compute_full_batch_metrics_and_get_sampling_client",
     ),
-    "evals": ("evals", "infrequent_evals", "run_evaluator", "run_evals", "run_evaluations_parallel"),
+    "evals": EVAL_PHASES,
     "checkpoints": (
-        "save_checkpoint",
-        "save_checkpoint_async",
+        *CHECKPOINT_PHASES,
         "save_checkpoint_and_get_sampling_client",
-        "save_weights_and_get_sampling_client",
-        "save_weights_and_get_sampling_client_async",
-        "save_weights_for_sampler",
-        "save_weights_for_sampler_async",
-        "save_state",
-        "save_state_async",
+        *SAVE_FOR_SAMPLING_CALLS,
+        *SAVE_SUBMIT_CALLS,
     ),
 }
 GROUP_OF = {phase: group for group, phases in PHASE_GROUPS.items() for phase in phases}
@@ -84,14 +80,6 @@ def _values(frame: pl.DataFrame, column: str) -> list[float]:
     if frame.is_empty() or column not in frame.columns:
         return []
     return [float(v) for v in frame[column].drop_nulls().to_list() if math.isfinite(float(v))]
-
-
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _grouped_phases(*frames: pl.DataFrame) -> dict[str, list[str]]:
@@ -125,11 +113,11 @@ def phase_breakdown(base: pl.DataFrame, cand: pl.DataFrame) -> list[dict[str, An
     Each part is the change of that part's per-step median; medians are not additive, so what is
     left over is reported as an explicit "other/interaction" part rather than spread around.
     """
-    total_change = (_median(_values(cand, "total_s")) or 0.0) - (_median(_values(base, "total_s")) or 0.0)
+    total_change = (median(_values(cand, "total_s")) or 0.0) - (median(_values(base, "total_s")) or 0.0)
     parts: list[dict[str, Any]] = []
     columns = list(_grouped_phases(base, cand).items()) + [(UNTIMED, ["untimed_s"])]
     for name, group in columns:
-        before, after = _median(_part_values(base, group)), _median(_part_values(cand, group))
+        before, after = median(_part_values(base, group)), median(_part_values(cand, group))
         if before is None and after is None:
             continue
         parts.append(
@@ -157,8 +145,8 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: dict[str, Any]) -> dict[s
         "clock_cycle_s": {"baseline": base_cycle, "candidate": cand_cycle},
         "clock_cycle_confidence": {"baseline": base_conf, "candidate": cand_conf},
         "cycles_per_step": {
-            "baseline": _median([v / base_cycle for v in base_s]) if base_cycle and base_s else None,
-            "candidate": _median([v / cand_cycle for v in cand_s]) if cand_cycle and cand_s else None,
+            "baseline": median([v / base_cycle for v in base_s]) if base_cycle and base_s else None,
+            "candidate": median([v / cand_cycle for v in cand_s]) if cand_cycle and cand_s else None,
         },
         "warmup_steps": {
             "baseline": int(base_ctx.warmup.warmup_steps) if base_ctx.warmup is not None else 0,
@@ -172,10 +160,10 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: dict[str, Any]) -> dict[s
         "unit": unit,
         "n_baseline": len(base_x),
         "n_candidate": len(cand_x),
-        "median_baseline": _median(base_x),
-        "median_candidate": _median(cand_x),
-        "median_baseline_s": _median(base_s),
-        "median_candidate_s": _median(cand_s),
+        "median_baseline": median(base_x),
+        "median_candidate": median(cand_x),
+        "median_baseline_s": median(base_s),
+        "median_candidate_s": median(cand_s),
         "u": None,
         "p": None,
         "effect": None,

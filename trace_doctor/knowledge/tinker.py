@@ -1,0 +1,97 @@
+"""The Tinker SDK's and the cookbook's vocabulary: call names, metric keys, phase names, id patterns.
+
+One spelling of each fact, imported wherever it is needed. Section numbers refer to
+/work/shared/FORMATS.md, which says which SDK or cookbook version writes what.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- SDK calls, as span names in trace_events.jsonl and `time/*` keys --------------------------
+# ≤0.5.x cookbooks instrument the `*_async` methods, 0.6.1 the plain names (FORMATS.md 1.4).
+
+# The forward-backward submissions of TrainingClient (FORMATS.md 1.4, patched method lists).
+FORWARD_BACKWARD_CALLS = (
+    "forward_backward",
+    "forward_backward_async",
+    "forward_backward_custom",
+    "forward_backward_custom_async",
+)
+# TrainingClient.forward: a forward pass without gradients, submit-only like forward_backward (1.4).
+FORWARD_CALLS = ("forward", "forward_async")
+# TrainingClient.optim_step: the optimizer step, submit-only (FORMATS.md 1.4).
+OPTIM_STEP_CALLS = ("optim_step", "optim_step_async")
+# The submit-only calls of a training step: they return a future in milliseconds (FORMATS.md 1.4).
+TRAINING_SUBMIT_CALLS = (*FORWARD_BACKWARD_CALLS, *FORWARD_CALLS, *OPTIM_STEP_CALLS)
+# Weight/state saves that only submit (FORMATS.md 1.4: ≤0.5.x `*_async` list, 0.6.1 plain names).
+SAVE_SUBMIT_CALLS = (
+    "save_state",
+    "save_state_async",
+    "save_weights_for_sampler",
+    "save_weights_for_sampler_async",
+    "save_weights_external",
+)
+# State loads that only submit; 0.6.1 no longer instruments them (FORMATS.md 1.4).
+LOAD_SUBMIT_CALLS = ("load_state_async", "load_state_with_optimizer_async")
+# Every submit-only SDK call: a long span means the calling thread was blocked (FORMATS.md 1.4).
+# `get_info`, which 0.6.1 also counts as "the rest", returns its answer rather than a future.
+SUBMIT_ONLY_CALLS = frozenset((*TRAINING_SUBMIT_CALLS, *SAVE_SUBMIT_CALLS, *LOAD_SUBMIT_CALLS))
+# Sampling calls, timed over the full round trip until the samples arrive (FORMATS.md 1.4).
+SAMPLING_CALLS = ("sample", "sample_async", "compute_logprobs", "compute_logprobs_async")
+# The save that returns a sampling client on the new weights (RL's per-step weight sync):
+# timed over the full round trip (FORMATS.md 1.4).
+SAVE_FOR_SAMPLING_CALLS = ("save_weights_and_get_sampling_client", "save_weights_and_get_sampling_client_async")
+# Creating a sampling client, timed over the full round trip (FORMATS.md 1.4).
+CREATE_SAMPLING_CLIENT_CALLS = ("create_sampling_client", "create_sampling_client_async")
+# Every SDK call timed over its full round trip (FORMATS.md 1.4).
+ROUND_TRIP_CALLS = frozenset((*SAMPLING_CALLS, *SAVE_FOR_SAMPLING_CALLS, *CREATE_SAMPLING_CLIENT_CALLS))
+
+# --- Cookbook phases (`time/<name>` keys and span names, FORMATS.md 1.4) -------------------------
+
+# Evaluation timers: SFT `evals`/`infrequent_evals`/`run_evaluator`, RL `run_evals`,
+# `run_evaluations_parallel` (FORMATS.md 1.3 and 1.4 span lists).
+EVAL_PHASES = ("run_evals", "evals", "infrequent_evals", "run_evaluator", "run_evaluations_parallel")
+# Checkpoint timers: periodic saves in every trainer (FORMATS.md 1.4 span lists).
+CHECKPOINT_PHASES = ("save_checkpoint", "save_checkpoint_async")
+# Evaluation and checkpoint phases, which recur periodically by design (FORMATS.md 1.4).
+PERIODIC_PHASES = (*EVAL_PHASES, *CHECKPOINT_PHASES)
+# Phases during which an SFT/DPO client waits for the service's results: `step` (awaiting the
+# forward-backward and optimizer results) inside `finish_batch` (FORMATS.md 1.4, SFT spans).
+RESULT_WAIT_PHASES = ("step", "finish_batch")
+
+# --- Metric keys (metrics.jsonl, FORMATS.md 1.3-1.5) -----------------------------------------------
+
+# Every timer key starts with this; the span name is everything after it (FORMATS.md 1.4).
+TIME_PREFIX = "time/"
+# Evaluation keys: `test/…` (evaluators) and 0.6.1 async `eval/…` rows (FORMATS.md 1.3).
+EVAL_KEY_PREFIXES = ("test/", "eval/")
+# RL progress counter, one per training batch (FORMATS.md 1.3 RL keys, recipes/rl_loop).
+RL_BATCH_KEY = "progress/batch"
+# Rollout statistics prefix of every RL trainer's row (FORMATS.md 1.3 RL keys).
+RL_ENV_PREFIX = "env/all/"
+# Sampler-vs-trainer KL, logged as `optim/kl_sample_train_v1|_v2`; docs drop the `optim/`
+# prefix, so match by suffix (FORMATS.md 1.3 KL keys, 1.5).
+KL_SAMPLE_TRAIN_V1 = "kl_sample_train_v1"
+KL_SAMPLE_TRAIN_V2 = "kl_sample_train_v2"
+KL_SAMPLE_TRAIN_SUFFIXES = (KL_SAMPLE_TRAIN_V1, KL_SAMPLE_TRAIN_V2)
+# Distillation's student-vs-teacher KL, also per dataset as `teacher_kl/dataset_<i>` (FORMATS.md 1.3).
+TEACHER_KL = "teacher_kl"
+
+# --- Ids (FORMATS.md 3.4, 3.5, 5.4) ----------------------------------------------------------------
+
+# A session id: a UUID in every real log (`ServiceClient initialized for session 1259b3ad-…`,
+# heartbeat and telemetry lines, FORMATS.md 3.5 and 5.4); a following "." or ":" is prose.
+SESSION_ID = r"[\w-]+"
+# A training-run id: the first segment of a tinker:// path (the SDK's ParsedCheckpointTinkerPath),
+# `<uuid>:train:<n>` in every real checkpoints.jsonl and logs.log (FORMATS.md 3.4); the SDK logs
+# the same id as the TrainingClient's model id (`TrainingClient initialized for model …`, 3.5).
+RUN_ID = r"[\w-]+(?::train:\d+)?"
+# A tinker:// checkpoint path and the run id in it (FORMATS.md 3.4).
+TINKER_URI = re.compile(rf"tinker://(?P<run_id>{RUN_ID})")
+# A session id named in free text (`session <id>`, `session ID: <id>`, `session_id=<id>`); at least
+# six characters, so `session is` names no id (FORMATS.md 3.5 and 5.4 lines, config values).
+SESSION_MENTION = re.compile(
+    rf"\bsession(?:[ _-]?id)?[\s:=]+['\"]?(?P<session_id>(?=[A-Za-z0-9][\w-]{{5}}){SESSION_ID})",
+    re.IGNORECASE,
+)
