@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
+from trace_doctor.decision import decide
 from trace_doctor.model import SPANS_SCHEMA, STEPS_SCHEMA, Analysis, Finding, InputFile, RuleOutcome, RunMeta, RunTables
 
 # Planted secrets: none of these bytes may appear in an escalation bundle.
@@ -88,16 +89,19 @@ def write_sl_run(
 
     log = [
         "root:120 [INFO] Command line invocation: python -m tinker_cookbook.recipes.sl_basic",
-        "tinker.lib.public_interfaces.service_client:88 [INFO] ServiceClient initialized for session sess-4f2a9c10-77aa",
+        "tinker.lib.public_interfaces.service_client:88 [INFO] ServiceClient initialized for session "
+        "sess-4f2a9c10-77aa",
         "tinker.lib.public_interfaces.service_client:97 [INFO] TrainingClient initialized for model model-31337",
-        f"tinker_cookbook.supervised.train:210 [INFO] Training for {len(totals)} batches x 1 epochs = {len(totals)} steps",
+        f"tinker_cookbook.supervised.train:210 [INFO] Training for {len(totals)} batches x 1 epochs = "
+        f"{len(totals)} steps",
     ]
     if secrets:
         log += [
             f"root:121 [INFO] env: TINKER_API_KEY={SECRETS['tinker']}",
             f"httpx:33 [WARNING] request headers: Authorization: Bearer {SECRETS['bearer']}",
             f"wandb.sdk:12 [INFO] WANDB_API_KEY={SECRETS['wandb']} HF_TOKEN={SECRETS['hf']}",
-            f"openai._base_client:44 [ERROR] Request failed with non-retryable error: AuthenticationError: bad key {SECRETS['openai']}",
+            "openai._base_client:44 [ERROR] Request failed with non-retryable error: AuthenticationError: "
+            f"bad key {SECRETS['openai']}",
         ]
     (root / "logs.log").write_text("\n".join(log) + "\n", encoding="utf-8")
     (root / "checkpoints.jsonl").write_text(
@@ -178,7 +182,7 @@ def trace_events(totals: list[float], *, sequential: bool) -> list[dict]:
     return events
 
 
-def hand_analysis(*, with_baseline: bool = False) -> Analysis:
+def hand_analysis(*, with_baseline: bool = False, fail_on: str = "never") -> Analysis:
     """An Analysis built directly from tables: spans on two threads, three findings, rule outcomes."""
     spans = pl.DataFrame(
         {
@@ -299,4 +303,5 @@ def hand_analysis(*, with_baseline: bool = False) -> Analysis:
             "new_fingerprints": ["decoded-error:context-window"],
         }
     summary = {"wall_time_s": 2.0, "step_time_p50_s": 0.5, "steady_step_time_s": 0.5, "warmup_steps": 1}
-    return Analysis(run=run, findings=findings, outcomes=outcomes, summary=summary, baseline=baseline)
+    result = Analysis(run=run, findings=findings, outcomes=outcomes, summary=summary, baseline=baseline)
+    return decide(result, fail_on=fail_on)

@@ -9,6 +9,7 @@ from typing import Any
 from trace_doctor.ingest.config import parse_config, trainer_from_metric_keys
 from trace_doctor.ingest.metrics import build_steps_frame, parse_metrics_files
 from trace_doctor.model import RunMeta, RunTables
+from trace_doctor.policy import Policy
 from trace_doctor.rules.engine import run_rules
 
 TIMING_AND_KL = [
@@ -50,7 +51,8 @@ def load_dir(path: Path) -> RunTables:
 
 
 def findings(run: RunTables, rules: list[str] | None = None, overrides: dict | None = None):
-    found, outcomes, ctx = run_rules(run, select=rules or TIMING_AND_KL, overrides=overrides)
+    policy = Policy.from_config(rules=overrides) if overrides else None
+    found, outcomes, ctx = run_rules(run, select=rules or TIMING_AND_KL, policy=policy)
     return found, {o.rule: o for o in outcomes}, ctx
 
 

@@ -9,6 +9,9 @@ from rule_helpers import run_from_rows
 from trace_doctor.derive.cycles import estimate_clock_cycle, periodic_fit
 from trace_doctor.derive.step_times import step_times
 from trace_doctor.derive.warmup import split_warmup
+from trace_doctor.policy import SharedPolicy
+
+SHARED = SharedPolicy()
 
 
 def _series(totals, segment_starts=()):
@@ -24,7 +27,7 @@ def _series(totals, segment_starts=()):
 def test_slow_prefix_is_warmup_and_steady_excludes_it():
     rng = np.random.default_rng(0)
     totals = [300.0, 40.0] + list(10 + rng.normal(0, 0.5, 40))
-    split = split_warmup(_series(totals))
+    split = split_warmup(_series(totals), max_warmup_share=SHARED.max_warmup_share)
     assert split.warmup_steps == 2
     assert split.boundary_step == 2
     assert split.steady.height == 40
@@ -34,13 +37,13 @@ def test_flat_series_with_a_mid_run_spike_has_no_warmup():
     rng = np.random.default_rng(1)
     totals = list(10 + rng.normal(0, 0.5, 30))
     totals[15] = 200.0
-    assert split_warmup(_series(totals)).warmup_steps == 0
+    assert split_warmup(_series(totals), max_warmup_share=SHARED.max_warmup_share).warmup_steps == 0
 
 
 def test_resumed_segment_gets_its_own_warmup():
     rng = np.random.default_rng(2)
     totals = [100.0] + list(10 + rng.normal(0, 0.3, 20)) + [90.0] + list(10 + rng.normal(0, 0.3, 20))
-    split = split_warmup(_series(totals, segment_starts=(21,)))
+    split = split_warmup(_series(totals, segment_starts=(21,)), max_warmup_share=SHARED.max_warmup_share)
     assert [s.warmup_steps for s in split.segments] == [1, 1]
 
 

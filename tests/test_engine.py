@@ -6,10 +6,10 @@ import pytest
 from rule_helpers import run_from_rows
 
 from trace_doctor.model import Finding
+from trace_doctor.policy import PolicyError
 from trace_doctor.rules.base import REGISTRY, NotApplicable, Rule, RuleDocs
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.engine import run_one, run_rules
-from trace_doctor.rules.policy import PolicyError
 from trace_doctor.settings import load_settings
 
 DOCS = RuleDocs("w", "y", "e", "f")
@@ -53,7 +53,7 @@ def test_select_and_ignore_by_slug_or_code():
 def test_config_override_changes_a_threshold(tmp_path):
     (tmp_path / "trace-doctor.toml").write_text("[rules.renderer-kl-step0]\nmax_kl_v2 = 0.1\n")
     settings = load_settings(str(tmp_path / "trace-doctor.toml"))
-    found, _, _ = run_rules(_rl_run(), select=["renderer-kl-step0"], overrides=settings.rules)
+    found, _, _ = run_rules(_rl_run(), select=["renderer-kl-step0"], policy=settings.policy)
     assert found == []
     found, _, _ = run_rules(_rl_run(), select=["renderer-kl-step0"])
     assert [f.rule for f in found] == ["renderer-kl-step0"]

@@ -11,6 +11,7 @@ import pytest
 from ci_fixtures import hand_analysis
 from conftest import fixture_run
 
+from trace_doctor.decision import decide
 from trace_doctor.model import Finding
 from trace_doctor.report.junit import render_junit
 from trace_doctor.report.markdown import MAX_BYTES, render_markdown
@@ -157,8 +158,8 @@ def test_sarif_of_real_fixture_validates():
 
 
 def test_junit_one_case_per_rule_with_gate_semantics():
-    result = hand_analysis()
-    root = ET.fromstring(render_junit(result, fail_on="warning"))
+    result = hand_analysis(fail_on="warning")
+    root = ET.fromstring(render_junit(result))
     suite = root.find("testsuite")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert set(cases) == {o.rule for o in result.outcomes}
@@ -179,13 +180,13 @@ def test_junit_one_case_per_rule_with_gate_semantics():
 def test_junit_gate_never_has_no_failures_and_control_chars_are_safe():
     result = hand_analysis()
     result.findings[0].message += " \x1b[31mred\x1b[0m \x00"
-    root = ET.fromstring(render_junit(result, fail_on="never"))
+    root = ET.fromstring(render_junit(result))
     assert root.get("failures") == "0"
 
 
 def test_markdown_gate_baseline_and_escaping():
-    text = render_markdown(hand_analysis(with_baseline=True), fail_on="error")
-    assert "**Gate: FAILED**" in text and "1 finding(s) at or above `error`" in text
+    text = render_markdown(hand_analysis(with_baseline=True, fail_on="error"))
+    assert "**Gate: FAILED**" in text and "1 finding(s) at or above error" in text
     assert "🔴 **regression**" in text
     assert "| waits | 0.30 s | 0.42 s | +0.120 s |" in text
     assert "<b>" not in text.replace("<b>TD", "")  # finding text is escaped, only our own tags remain
@@ -201,7 +202,7 @@ def test_markdown_stays_under_one_mebibyte_with_huge_inputs():
         clone.message = "x" * 5000
         clone.fingerprint = f"pipelining-gap:{i}"
         result.findings.append(clone)
-    text = render_markdown(result, fail_on="warning")
+    text = render_markdown(decide(result, fail_on="warning"))
     assert len(text.encode("utf-8")) < MAX_BYTES
     assert "… and 4940 more finding(s)" in text
 
@@ -210,8 +211,9 @@ def test_markdown_stays_under_one_mebibyte_with_huge_inputs():
 def test_every_renderer_handles_an_empty_analysis(fail_on):
     result = hand_analysis()
     result.findings, result.outcomes = [], []
-    assert "No problems found" in render_markdown(result, fail_on=fail_on)
-    assert ET.fromstring(render_junit(result, fail_on=fail_on)).get("tests") == "0"
+    decide(result, fail_on=fail_on)
+    assert "No problems found" in render_markdown(result)
+    assert ET.fromstring(render_junit(result)).get("tests") == "0"
     assert json.loads(render_sarif(result))["runs"][0]["results"] == []
 
 

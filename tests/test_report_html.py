@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from trace_doctor.decision import decide
 from trace_doctor.model import (
     FRAMES_SCHEMA,
     LOG_EVENTS_SCHEMA,
@@ -74,7 +75,8 @@ def build_analysis(
             code="TD101",
             severity="error",
             title="Calls awaited one by one",
-            message=f"forward_backward results are awaited before optim_step is submitted in 10 of 11 steps; {hostile or 'pipelined'} would save 41 s.",
+            message="forward_backward results are awaited before optim_step is submitted in 10 of 11 steps; "
+            f"{hostile or 'pipelined'} would save 41 s.",
             fix="Submit optim_step right after forward_backward and await both results together.",
             steps=[gap_step],
             time_ranges_us=idle,
@@ -127,12 +129,14 @@ def build_analysis(
         warnings=[IngestWarning("metrics.jsonl", 14, f"not JSON: {hostile or 'truncated line'}")],
     )
     summary = {"wall_time_s": sum(step_total), "step_time_p50_s": 6.2, "steady_step_time_s": 6.2, "warmup_steps": 1}
-    return Analysis(
-        run=run,
-        findings=findings,
-        outcomes=outcomes,
-        summary=summary,
-        derived={"step_times": step_times, "warmup_steps": 1},
+    return decide(
+        Analysis(
+            run=run,
+            findings=findings,
+            outcomes=outcomes,
+            summary=summary,
+            derived={"step_times": step_times, "warmup_steps": 1},
+        )
     )
 
 
@@ -504,7 +508,7 @@ def test_healthy_run_says_so_and_lists_what_was_checked():
         RuleOutcome("gil-stall", "passed", "no sign of a blocked thread in trace"),
         RuleOutcome("kl-drift", "not_applicable", "no optim/kl_sample_train_v1/_v2 in metrics: not an RL run"),
     ]
-    html = render_html(result)
+    html = render_html(decide(result))
     assert 'class="verdict sev-ok"' in html
     assert "✓ No problems found" in html
     assert "fb→optim back to back on 30/30 steps" in html
@@ -517,7 +521,7 @@ def test_silence_from_rules_that_could_not_run_is_not_called_healthy():
     result.outcomes = [RuleOutcome("warmup-slowness", "passed", "no slow warm-up prefix")] + [
         RuleOutcome(rule, "not_applicable", "missing input") for rule in ("gil-stall", "kl-drift", "pipelining-gap")
     ]
-    html = render_html(result)
+    html = render_html(decide(result))
     assert 'class="verdict sev-limited"' in html and 'class="verdict sev-ok"' not in html
     assert "only 1 of 4 rules had the input they need" in html
 

@@ -12,6 +12,7 @@ import pytest
 from trace_doctor.api import load_run
 from trace_doctor.derive.profile_stats import breakdown, stack_states
 from trace_doctor.model import FRAMES_SCHEMA, LOG_EVENTS_SCHEMA, PROFILES_SCHEMA, STACK_SNAPSHOTS_SCHEMA, RunTables
+from trace_doctor.policy import Policy
 from trace_doctor.rules.engine import run_rules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +135,9 @@ def test_cpu_bound_counts_tokenizers_but_not_waiting():
     _, result = outcome(run, "cpu-bound-main-thread")
     assert result.status == "passed" and "15% CPU" in result.reason
     findings, _, _ = run_rules(
-        run, select=["cpu-bound-main-thread"], overrides={"cpu-bound-main-thread": {"min_share": 0.1}}
+        run,
+        select=["cpu-bound-main-thread"],
+        policy=Policy.from_config(rules={"cpu-bound-main-thread": {"min_share": 0.1}}),
     )
     (finding,) = findings
     assert finding.evidence["by_library"] == {"tokenizers": pytest.approx(1.4), "application code": pytest.approx(0.1)}

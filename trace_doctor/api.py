@@ -1,9 +1,12 @@
-"""The Python API the CLI is built on: load_run(paths) -> RunTables; analyze(run) -> Analysis.
+"""The Python API the CLI is built on: load a run, analyse it, compare it with a baseline.
 
->>> from trace_doctor import load_run, analyze
->>> run = load_run("path/to/log_path")          # doctest: +SKIP
->>> result = analyze(run)                        # doctest: +SKIP
->>> [f.rule for f in result.findings]            # doctest: +SKIP
+>>> from trace_doctor import analyze, load_run, sample_run_path
+>>> run = load_run(sample_run_path())
+>>> result = analyze(run, fail_on="warning")
+>>> result.findings[0].rule
+'pipelining-gap'
+>>> result.gate.tripped, result.verdict.status
+(True, 'warning')
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,8 @@ from trace_doctor.ingest.profiles import parse_profile_files
 from trace_doctor.ingest.timing_spans import parse_timing_spans_files
 from trace_doctor.ingest.trace_events import parse_trace_files
 from trace_doctor.model import Analysis, IngestWarning, RunMeta, RunTables
+from trace_doctor.policy import Policy
+from trace_doctor.settings import Settings
 
 
 class NothingToAnalyze(Exception):
@@ -102,24 +108,112 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
     return run
 
 
+def _settings(
+    settings: Settings | None,
+    *,
+    select: list[str] | None,
+    ignore: list[str] | None,
+    policy: Policy | None,
+    overrides: dict[str, dict[str, Any]] | None,
+    fail_on: str | None,
+    fail_on_inconclusive: bool | None,
+) -> Settings:
+    """`settings` (defaults if None) with the keyword options applied over it, as the CLI applies flags."""
+    chosen = (settings or Settings()).with_options(
+        select=select, ignore=ignore, fail_on=fail_on, fail_on_inconclusive=fail_on_inconclusive
+    )
+    if policy is not None and overrides is not None:
+        raise ValueError("give policy= or overrides=, not both")
+    if overrides is not None:
+        policy = Policy.from_config(rules=overrides)
+    return replace(chosen, policy=policy) if policy is not None else chosen
+
+
 def analyze(
     run: RunTables,
     *,
+    settings: Settings | None = None,
     select: list[str] | None = None,
     ignore: list[str] | None = None,
+    policy: Policy | None = None,
     overrides: dict[str, dict[str, Any]] | None = None,
     baseline: RunTables | None = None,
+    fail_on: str | None = None,
+    fail_on_inconclusive: bool | None = None,
 ) -> Analysis:
-    """Run the rules over a loaded run (and compare with a baseline when given)."""
+    """Run the rules over a loaded run (and compare with a baseline when given); decide verdict and gate.
+
+    `settings` is what `load_settings()` read from a configuration file; the keyword options win over
+    it, as command-line options do. `overrides` is `{slug: {threshold: value}}`, checked like a file's.
+    """
     from trace_doctor.rules.engine import run_rules
     from trace_doctor.summary import summarize
 
-    findings, outcomes, ctx = run_rules(run, select=select, ignore=ignore, overrides=overrides)
+    chosen = _settings(
+        settings,
+        select=select,
+        ignore=ignore,
+        policy=policy,
+        overrides=overrides,
+        fail_on=fail_on,
+        fail_on_inconclusive=fail_on_inconclusive,
+    )
+    rule_select, rule_ignore = list(chosen.select) or None, list(chosen.ignore) or None
+    findings, outcomes, ctx = run_rules(run, select=rule_select, ignore=rule_ignore, policy=chosen.policy)
     summary = summarize(ctx)
     derived = {"step_times": ctx.step_times, "warmup_steps": summary.get("warmup_steps", 0)}
-    result = Analysis(run=run, findings=findings, outcomes=outcomes, summary=summary, derived=derived)
+    result = Analysis(
+        run=run, findings=findings, outcomes=outcomes, summary=summary, derived=derived, policy=chosen.policy
+    )
     if baseline is not None:
-        from trace_doctor.compare import compare
+        from trace_doctor.compare import compare_with_baseline
 
-        compare(result, baseline, select=select, ignore=ignore, overrides=overrides)
+        compare_with_baseline(result, baseline, select=rule_select, ignore=rule_ignore, policy=chosen.policy)
+    _decide(result, chosen)
     return result
+
+
+def compare(
+    run: RunTables,
+    baseline: RunTables,
+    *,
+    settings: Settings | None = None,
+    select: list[str] | None = None,
+    ignore: list[str] | None = None,
+    policy: Policy | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    fail_on: str | None = None,
+    fail_on_inconclusive: bool | None = None,
+) -> Analysis:
+    """Analyse `run` against `baseline`: every rule, plus the regression rules; `result.baseline` holds
+    the comparison (verdict "regression", "no regression" or "inconclusive").
+
+        >>> from trace_doctor import compare, load_run, sample_run_path
+        >>> result = compare(load_run(sample_run_path()), load_run(sample_run_path()))
+        >>> result.baseline["verdict"], result.gate.tripped
+        ('no regression', False)
+    """
+    return analyze(
+        run,
+        settings=settings,
+        select=select,
+        ignore=ignore,
+        policy=policy,
+        overrides=overrides,
+        baseline=baseline,
+        fail_on=fail_on,
+        fail_on_inconclusive=fail_on_inconclusive,
+    )
+
+
+def _decide(result: Analysis, settings: Settings) -> None:
+    from trace_doctor.decision import decide
+
+    decide(result, fail_on=settings.fail_on, fail_on_inconclusive=settings.fail_on_inconclusive)
+
+
+def sample_run_path() -> Path:
+    """The sample run shipped inside the package (what `trace-doctor demo` analyses)."""
+    from importlib.resources import files
+
+    return Path(str(files("trace_doctor") / "sample_run"))

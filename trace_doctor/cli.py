@@ -24,11 +24,12 @@ import click  # noqa: E402
 
 from trace_doctor import __version__  # noqa: E402
 from trace_doctor.api import NothingToAnalyze, analyze, load_run  # noqa: E402
-from trace_doctor.model import SEVERITY_RANK, Analysis  # noqa: E402
-from trace_doctor.rules.policy import PolicyError  # noqa: E402
-from trace_doctor.settings import FAIL_ON_LEVELS, load_settings  # noqa: E402
+from trace_doctor.model import Analysis  # noqa: E402
+from trace_doctor.policy import PolicyError  # noqa: E402
+from trace_doctor.settings import FAIL_ON_LEVELS, Settings, load_settings  # noqa: E402
 
 FORMATS = ("text", "json", "markdown", "junit", "sarif")
+CONFIG_HELP = "Configuration file (default: nearest trace-doctor.toml or pyproject.toml)."
 DEFAULT_HTML = "trace-doctor-report.html"
 
 
@@ -66,24 +67,29 @@ def _load(paths: tuple[str, ...], warm_imports: tuple[str, ...] = ()):
             _fail(str(exc))
 
 
-def render(result: Analysis, fmt: str, *, fail_on: str = "never") -> str:
-    from trace_doctor.report import formats
+def _settings(config: str | None, **options) -> Settings:
+    """The one settings path every command takes: the configuration file, then the command-line options."""
+    try:
+        settings = load_settings(config).with_options(**options)
+    except PolicyError as exc:
+        _fail(f"configuration error: {exc}")
+    for note in settings.policy.notes:
+        click.echo(f"trace-doctor: note: {note}", err=True)
+    return settings
 
-    return formats.render(result, fmt, fail_on=fail_on)
 
-
-def gate_tripped(result: Analysis, fail_on: str, fail_on_inconclusive: bool = False) -> bool:
-    """Exit 1 when a finding reaches the threshold or the baseline comparison shows a regression."""
-    if fail_on != "never":
-        limit = SEVERITY_RANK[fail_on]
-        if any(SEVERITY_RANK[f.severity] >= limit for f in result.findings):
-            return True
-    if result.baseline:
-        if result.baseline.get("verdict") == "regression":
-            return True
-        if fail_on_inconclusive and result.baseline.get("verdict") == "inconclusive":
-            return True
-    return False
+def _analysis(paths: tuple[str, ...], settings: Settings, baseline: str | None = None) -> Analysis:
+    run = _load(paths, ANALYSIS_MODULES)
+    base = None
+    if baseline:
+        try:
+            base = load_run(baseline)
+        except NothingToAnalyze as exc:
+            _fail(f"baseline: {exc}")
+    try:
+        return analyze(run, settings=settings, baseline=base)
+    except (KeyError, PolicyError) as exc:
+        _fail(str(exc).strip("'\""))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -106,29 +112,17 @@ def _analyze(
     ignore: tuple[str, ...],
     config: str | None,
 ) -> None:
-    try:
-        settings = load_settings(config)
-    except PolicyError as exc:
-        _fail(str(exc))
-    run = _load(paths, ANALYSIS_MODULES)
-    base = None
-    if baseline:
-        try:
-            base = load_run(baseline)
-        except NothingToAnalyze as exc:
-            _fail(f"baseline: {exc}")
-    try:
-        result = analyze(
-            run,
-            select=_split(select) or settings.select or None,
-            ignore=_split(ignore) or settings.ignore or None,
-            overrides=settings.rules,
-            baseline=base,
-        )
-    except (KeyError, PolicyError) as exc:
-        _fail(str(exc).strip("'\""))
-    gate = fail_on or settings.fail_on
-    text = render(result, fmt, fail_on=gate)
+    settings = _settings(
+        config,
+        select=_split(select),
+        ignore=_split(ignore),
+        fail_on=fail_on,
+        fail_on_inconclusive=fail_on_inconclusive,
+    )
+    result = _analysis(paths, settings, baseline)
+    from trace_doctor.report import formats
+
+    text = formats.render(result, fmt)
     if output:
         Path(output).write_text(text, encoding="utf-8")
     else:
@@ -139,7 +133,7 @@ def _analyze(
         target = Path(html or DEFAULT_HTML)
         write_html(result, target)
         click.echo(f"HTML report: {target.resolve()}", err=fmt != "text" or bool(output))
-    if gate_tripped(result, gate, fail_on_inconclusive or settings.fail_on_inconclusive):
+    if result.gate.tripped:
         sys.exit(1)
 
 
@@ -173,7 +167,7 @@ def _analyze_options(func):
         click.option(
             "--config",
             metavar="FILE",
-            help="Configuration file (default: nearest trace-doctor.toml or pyproject.toml).",
+            help=CONFIG_HELP,
         ),
     ]
     for option in reversed(options):
@@ -204,16 +198,18 @@ def demo_command(**kwargs) -> None:
 
 @main.command("rules")
 @click.argument("slug", required=False)
-def rules_command(slug: str | None) -> None:
-    """List the rules, or explain one (what, why, evidence, fix, thresholds)."""
+@click.option("--config", metavar="FILE", help="Show thresholds as this configuration file sets them.")
+def rules_command(slug: str | None, config: str | None) -> None:
+    """List the rules, or explain one (what, why, evidence, fix, thresholds in effect)."""
     from trace_doctor.rules.base import REGISTRY
-    from trace_doctor.rules.engine import _lookup, thresholds
+    from trace_doctor.rules.engine import lookup
 
+    settings = _settings(config)
     if slug:
-        rule = _lookup(slug)
+        rule = lookup(slug)
         if rule is None:
             _fail(f"unknown rule {slug!r} (see `trace-doctor rules`)")
-        click.echo(rule.describe(thresholds(rule)))
+        click.echo(rule.describe(settings.policy.rule(rule.slug), settings.policy.shared))
         return
     for rule in sorted(REGISTRY.values(), key=lambda r: r.code):
         click.echo(f"{rule.code}  {rule.slug:<28} {rule.severity:<8} {rule.title}")
@@ -238,13 +234,14 @@ def ingest_command(paths, out: str) -> None:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--perfetto", "perfetto_file", metavar="FILE", help="Write a native Perfetto trace (.pftrace).")
 @click.option("--chrome-json", "chrome_file", metavar="FILE", help="Write a Chrome trace JSON array.")
-def export_command(paths, perfetto_file: str | None, chrome_file: str | None) -> None:
+@click.option("--config", metavar="FILE", help=CONFIG_HELP)
+def export_command(paths, perfetto_file: str | None, chrome_file: str | None, config: str | None) -> None:
     """Export the run's spans and the findings for the Perfetto UI or chrome://tracing."""
     if not perfetto_file and not chrome_file:
         _fail("give --perfetto FILE and/or --chrome-json FILE")
     from trace_doctor.report.export import write_chrome_json, write_perfetto
 
-    result = analyze(_load(paths))
+    result = _analysis(paths, _settings(config))
     if perfetto_file:
         write_perfetto(result, Path(perfetto_file))
         click.echo(f"Perfetto trace: {Path(perfetto_file).resolve()}")
@@ -256,11 +253,12 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None) ->
 @main.command("bundle")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--output", "output", required=True, metavar="FILE.zip", help="The escalation bundle to write.")
-def bundle_command(paths, output: str) -> None:
+@click.option("--config", metavar="FILE", help=CONFIG_HELP)
+def bundle_command(paths, output: str, config: str | None) -> None:
     """Write an escalation bundle: report, findings, environment, profiles, config — secrets redacted."""
     from trace_doctor.report.bundle import write_bundle
 
-    result = analyze(_load(paths))
+    result = _analysis(paths, _settings(config))
     manifest = write_bundle(result, Path(output))
     click.echo(f"Escalation bundle: {Path(output).resolve()} ({len(manifest)} files, secrets redacted)")
 

@@ -1,9 +1,6 @@
 """Compare a candidate run's analysis with a baseline run: the regression rules and the baseline block.
 
-    >>> from trace_doctor import load_run, analyze
-    >>> result = analyze(load_run("candidate/"), baseline=load_run("baseline/"))   # doctest: +SKIP
-    >>> result.baseline["verdict"]                                                  # doctest: +SKIP
-    'regression'
+The public entry points are `trace_doctor.compare(run, baseline)` and `analyze(run, baseline=...)`.
 
 The normal rules run on the baseline too (for new-finding); then the baseline-only rules
 (step-time-regression, new-finding) run over a context that sees both runs. Their findings and
@@ -16,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from trace_doctor.model import Analysis, Finding, RunTables
+from trace_doctor.policy import Policy
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.engine import run_one, run_rules, selected_rules
 
@@ -29,13 +27,13 @@ class BaselineContext(RuleContext):
         self,
         run: RunTables,
         *,
-        overrides: dict[str, dict[str, Any]],
+        policy: Policy,
         baseline_ctx: RuleContext,
         candidate_findings: list[Finding],
         baseline_findings: list[Finding],
         run_wall_s: float | None,
     ):
-        super().__init__(run, overrides=overrides, baseline=baseline_ctx.run)
+        super().__init__(run, policy=policy)
         self.baseline_ctx = baseline_ctx
         self.candidate_findings = candidate_findings
         self.baseline_findings = baseline_findings
@@ -60,23 +58,23 @@ def _findings_by_rule(candidate: list[Finding], baseline: list[Finding]) -> dict
     return {rule: {"baseline": before[rule], "candidate": after[rule]} for rule in sorted(set(before) | set(after))}
 
 
-def compare(
+def compare_with_baseline(
     result: Analysis,
     baseline: RunTables,
     *,
     select: list[str] | None = None,
     ignore: list[str] | None = None,
-    overrides: dict[str, dict[str, Any]] | None = None,
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """Run the regression rules against `baseline`, add their findings to `result`, fill `result.baseline`."""
     from trace_doctor.summary import summarize
 
-    overrides = overrides or {}
-    base_findings, base_outcomes, base_ctx = run_rules(baseline, select=select, ignore=ignore, overrides=overrides)
+    policy = policy or Policy()
+    base_findings, base_outcomes, base_ctx = run_rules(baseline, select=select, ignore=ignore, policy=policy)
     candidate_findings = list(result.findings)
     ctx = BaselineContext(
         result.run,
-        overrides=overrides,
+        policy=policy,
         baseline_ctx=base_ctx,
         candidate_findings=candidate_findings,
         baseline_findings=base_findings,

@@ -7,9 +7,13 @@ downstream of RunTables re-reads a file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from trace_doctor.decision import Gate, Verdict
+    from trace_doctor.policy import Policy
 
 Severity = Literal["info", "warning", "error"]
 SEVERITY_RANK: dict[str, int] = {"info": 1, "warning": 2, "error": 3}
@@ -291,7 +295,12 @@ class RuleOutcome:
 
 @dataclass
 class Analysis:
-    """The result of analysing a run: the lossless input to every renderer."""
+    """The result of analysing a run: the lossless input to every renderer.
+
+    `verdict` and `gate` are decided once (trace_doctor.decision) after every rule and the baseline
+    comparison ran; renderers and the exit code only display them. `policy` is the thresholds the
+    rules ran with, so a renderer draws the band the user configured, not the default.
+    """
 
     run: RunTables
     findings: list[Finding]
@@ -301,3 +310,6 @@ class Analysis:
     # Series the rules derived once (per-step times with phases, warm-up length), kept for the
     # renderers that draw them so no renderer re-derives them: {"step_times": DataFrame, "warmup_steps": int}.
     derived: dict[str, Any] = field(default_factory=dict)
+    policy: Policy | None = None
+    verdict: Verdict | None = None
+    gate: Gate | None = None

@@ -1,35 +1,71 @@
-"""User configuration: `[tool.trace-doctor]` in pyproject.toml or a trace-doctor.toml, found
-from the working directory upward. Command-line options win over the file."""
+"""User configuration: `[tool.trace-doctor]` in pyproject.toml or a trace-doctor.toml, found from the
+working directory upward. Command-line options win over the file.
+
+Every command reads its settings here, once: `load_settings()` checks the whole file (rule slugs,
+threshold types and ranges, gate level) and returns `Settings`, or raises PolicyError naming the key.
+"""
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from trace_doctor.rules.policy import PolicyError, validate_overrides
+from trace_doctor.policy import Policy, PolicyError
 
 FAIL_ON_LEVELS = ("never", "info", "warning", "error")
+# Keys of the [tool.trace-doctor] table; anything else is a typo that would silently do nothing.
+KNOWN_KEYS = (
+    "select",
+    "ignore",
+    "fail-on",
+    "fail_on",
+    "fail-on-inconclusive",
+    "fail_on_inconclusive",
+    "rules",
+    "shared",
+)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
-    select: list[str] = field(default_factory=list)
-    ignore: list[str] = field(default_factory=list)
+    """What the user chose: rules to run, the CI gate, and the thresholds (a checked Policy)."""
+
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
     fail_on: str = "never"
     fail_on_inconclusive: bool = False
-    rules: dict[str, dict[str, Any]] = field(default_factory=dict)
+    policy: Policy = field(default_factory=Policy)
     source: str | None = None
 
+    def with_options(
+        self,
+        *,
+        select: list[str] | tuple[str, ...] | None = None,
+        ignore: list[str] | tuple[str, ...] | None = None,
+        fail_on: str | None = None,
+        fail_on_inconclusive: bool | None = None,
+    ) -> Settings:
+        """These settings with command-line options applied: an option given wins over the file."""
+        if fail_on is not None and fail_on not in FAIL_ON_LEVELS:
+            raise PolicyError(f"fail-on must be one of {', '.join(FAIL_ON_LEVELS)}, not {fail_on!r}")
+        return replace(
+            self,
+            select=tuple(select) if select else self.select,
+            ignore=tuple(ignore) if ignore else self.ignore,
+            fail_on=fail_on or self.fail_on,
+            fail_on_inconclusive=self.fail_on_inconclusive or bool(fail_on_inconclusive),
+        )
 
-def _as_list(value: Any, key: str, source: str) -> list[str]:
+
+def _as_list(value: Any, key: str, source: str) -> tuple[str, ...]:
     if value is None:
-        return []
+        return ()
     if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
+        return tuple(v.strip() for v in value.split(",") if v.strip())
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return value
+        return tuple(value)
     raise PolicyError(f"{source}: `{key}` must be a list of rule slugs")
 
 
@@ -52,7 +88,7 @@ def find_config(start: Path | None = None) -> Path | None:
             try:
                 if _section(candidate) is not None:
                     return candidate
-            except tomllib.TOMLDecodeError:
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
                 continue
     return None
 
@@ -64,20 +100,31 @@ def load_settings(explicit: str | None = None) -> Settings:
         return Settings()
     try:
         section = _section(path) or {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise PolicyError(f"cannot read configuration {path}: {exc}") from exc
     source = str(path)
-    settings = Settings(source=source)
-    settings.select = _as_list(section.get("select"), "select", source)
-    settings.ignore = _as_list(section.get("ignore"), "ignore", source)
+    if not isinstance(section, dict):
+        raise PolicyError(f"{source}: [tool.trace-doctor] must be a table")
+    unknown = sorted(k for k in section if k not in KNOWN_KEYS)
+    if unknown:
+        raise PolicyError(f"{source}: unknown key(s) {', '.join(map(repr, unknown))} (known: {', '.join(KNOWN_KEYS)})")
     fail_on = section.get("fail-on", section.get("fail_on", "never"))
     if fail_on not in FAIL_ON_LEVELS:
         raise PolicyError(f"{source}: fail-on must be one of {', '.join(FAIL_ON_LEVELS)}, not {fail_on!r}")
-    settings.fail_on = fail_on
-    settings.fail_on_inconclusive = bool(section.get("fail-on-inconclusive", False))
+    inconclusive = section.get("fail-on-inconclusive", section.get("fail_on_inconclusive", False))
+    if not isinstance(inconclusive, bool):
+        raise PolicyError(f"{source}: fail-on-inconclusive must be true or false, not {inconclusive!r}")
     rules = section.get("rules", {})
+    shared = section.get("shared", {})
     if not isinstance(rules, dict) or not all(isinstance(v, dict) for v in rules.values()):
         raise PolicyError(f"{source}: [tool.trace-doctor.rules.<slug>] tables expected")
-    validate_overrides(rules)
-    settings.rules = rules
-    return settings
+    if not isinstance(shared, dict):
+        raise PolicyError(f"{source}: [tool.trace-doctor.shared] must be a table")
+    return Settings(
+        select=_as_list(section.get("select"), "select", source),
+        ignore=_as_list(section.get("ignore"), "ignore", source),
+        fail_on=fail_on,
+        fail_on_inconclusive=inconclusive,
+        policy=Policy.from_config(rules=rules, shared=shared, source=source),
+        source=source,
+    )

@@ -6,7 +6,7 @@ is kept when it lowers the squared error by more than a BIC-like penalty `2·σ�
 parameters per split — where and the new level — in −2·log-likelihood units of SSE/σ²), with σ
 estimated robustly as 1.4826·MAD of first differences / √2, so level shifts and a few spikes do
 not inflate it. The warm-up is the longest run of leading segments that are all slower than the
-rest of the segment, capped at the policy's `max_warmup_share` of the segment's steps; nothing
+steps that follow them, capped at the policy's `max_warmup_share` of the segment's steps; nothing
 is skipped by a fixed count. A resumed segment gets its own warm-up.
 """
 
@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from trace_doctor.derive.timekeys import PERIODIC_PHASES
-from trace_doctor.rules.policy import DEFAULTS
+from trace_doctor.derive.robust import robust_sigma
+from trace_doctor.knowledge.tinker import PERIODIC_PHASES
 
-MAD_TO_SIGMA = 1.4826
 # Floor on σ of log step time: timings within ~2 % of each other are one regime however
 # regular a synthetic or very stable series is.
 MIN_LOG_SIGMA = 0.02
@@ -67,13 +66,11 @@ def work_seconds(step_times: pl.DataFrame) -> pl.Expr:
     return pl.max_horizontal(pl.col("total_s") - scheduled, pl.col("total_s") * WORK_FLOOR_SHARE)
 
 
-def robust_sigma(x: np.ndarray) -> float:
-    """Noise level of a series from the MAD of its first differences (robust to level shifts)."""
+def noise_sigma(x: np.ndarray) -> float:
+    """Noise level of a series from the robust σ of its first differences (robust to level shifts)."""
     if len(x) < 2:
         return MIN_LOG_SIGMA
-    diffs = np.diff(x)
-    mad = float(np.median(np.abs(diffs - np.median(diffs))))
-    return max(MAD_TO_SIGMA * mad / math.sqrt(2.0), MIN_LOG_SIGMA)
+    return max(robust_sigma(np.diff(x)) / math.sqrt(2.0), MIN_LOG_SIGMA)
 
 
 def _best_split(x: np.ndarray) -> tuple[int, float]:
@@ -126,9 +123,8 @@ def warmup_length(x: np.ndarray, cps: list[int], max_share: float) -> int:
     return best
 
 
-def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float | None = None) -> WarmupSplit:
+def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float) -> WarmupSplit:
     """Warm-up / steady split of a step-time table (derive.step_times), per segment."""
-    share = DEFAULTS["warmup-slowness"]["max_warmup_share"] if max_warmup_share is None else max_warmup_share
     if step_times.is_empty() or "total_s" not in step_times.columns:
         return WarmupSplit(0, None, step_times, step_times.clear(), "no step times", 0.0)
     timed = step_times.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0)).with_columns(
@@ -147,10 +143,10 @@ def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float | None = N
         if len(x) < MIN_POINTS:
             splits.append(SegmentSplit(segment, 0, steps[0] if steps else None, []))
             continue
-        penalty = 2.0 * robust_sigma(x) ** 2 * math.log(len(x))
+        penalty = 2.0 * noise_sigma(x) ** 2 * math.log(len(x))
         penalties.append(penalty)
         cps = change_points(x, penalty)
-        length = warmup_length(x, cps, share)
+        length = warmup_length(x, cps, max_warmup_share)
         warm_keys += [(segment, s) for s in steps[:length]]
         splits.append(
             SegmentSplit(segment, length, steps[length] if length < len(steps) else None, [steps[c] for c in cps])
@@ -163,7 +159,8 @@ def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float | None = N
     is_warm = step_times.join(warm.with_columns(pl.lit(True).alias("_warm")), on=["segment", "step"], how="left")[
         "_warm"
     ].fill_null(False)
-    # Untimed rows before a segment's boundary count as warm-up too: they cannot be steady evidence.
+    # Only timed steps are judged: a row without a step time is never warm-up, even before a
+    # segment's boundary, so it stays in `steady` (readers of steady step times skip it).
     first = splits[0] if splits else None
     return WarmupSplit(
         warmup_steps=len(warm_keys),

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from trace_doctor.humanize import format_seconds
 from trace_doctor.model import Analysis, RunTables
-from trace_doctor.report.verdict import format_seconds, verdict
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_WARNINGS_SHOWN = 8
@@ -57,7 +57,7 @@ def ingest_account(run: RunTables) -> str:
     return "\n".join(lines)
 
 
-def render_text(result: Analysis, *, fail_on: str = "never") -> str:
+def render_text(result: Analysis) -> str:
     buffer = io.StringIO()
     out = _console(buffer)
     run = result.run
@@ -78,7 +78,7 @@ def render_text(result: Analysis, *, fail_on: str = "never") -> str:
     out.print()
     out.print(escape(ingest_account(run)))
     out.print()
-    out.print(f"[bold]Verdict:[/] {escape(verdict(result))}")
+    out.print(f"[bold]Verdict:[/] {escape(result.verdict.headline)}")
     for finding in result.findings:
         out.print()
         style = SEVERITY_STYLE[finding.severity]
@@ -115,7 +115,11 @@ def render_text(result: Analysis, *, fail_on: str = "never") -> str:
         out.print()
         verdict_text = result.baseline.get("verdict", "")
         out.print(f"[bold]Baseline:[/] {escape(str(verdict_text))} — {escape(str(result.baseline.get('message', '')))}")
-    if fail_on != "never":
+    gate = result.gate
+    if gate.set:
         out.print()
-        out.print(f"Gate: --fail-on {fail_on}")
+        if gate.tripped:
+            out.print(f"[bold red]Gate: tripped[/] (--fail-on {gate.fail_on}) — {escape('; '.join(gate.reasons))}")
+        else:
+            out.print(f"Gate: passed (--fail-on {gate.fail_on})")
     return buffer.getvalue()

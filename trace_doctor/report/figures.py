@@ -14,7 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from trace_doctor.report.verdict import format_seconds
+from trace_doctor.humanize import format_seconds
 
 SEVERITY_COLOUR = {"error": "#cf222e", "warning": "#bf8700", "info": "#0969da"}
 UNTIMED_COLOUR = "#d5dae0"

@@ -16,7 +16,6 @@ RENDERERS = {
 }
 
 
-def render(result: Analysis, fmt: str, *, fail_on: str = "never") -> str:
+def render(result: Analysis, fmt: str) -> str:
     module, name = RENDERERS[fmt]
-    renderer = getattr(import_module(module), name)
-    return renderer(result, fail_on=fail_on) if fmt in ("junit", "markdown", "text") else renderer(result)
+    return getattr(import_module(module), name)(result)

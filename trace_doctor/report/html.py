@@ -19,16 +19,14 @@ import polars as pl
 
 from trace_doctor import __version__
 from trace_doctor.derive.timekeys import parent_of
+from trace_doctor.humanize import format_seconds
+from trace_doctor.knowledge.tinker import KL_SAMPLE_TRAIN_SUFFIXES, TEACHER_KL
 from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample, figures
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
-from trace_doctor.report.verdict import format_seconds, verdict
-from trace_doctor.rules.policy import DEFAULTS
 
 SIZE_BUDGET_BYTES = 10 * 1024 * 1024
-KL_SUFFIXES = ("kl_sample_train_v1", "kl_sample_train_v2")
-KL_EXACT = ("teacher_kl",)
 LOG_KINDS_SHOWN = ("error", "warning", "heartbeat", "gil-monitor")
 EVIDENCE_VALUE_CHARS = 400
 OVERLAY_RANGES_MAX = 300
@@ -232,7 +230,7 @@ def _colour_names(result: Analysis) -> list[str]:
 
 def _kl_chart(result: Analysis) -> Chart | None:
     live = downsample.live_steps(result.run.steps)
-    columns = [c for c in live.columns if c.endswith(KL_SUFFIXES) or c in KL_EXACT]
+    columns = [c for c in live.columns if c.endswith(KL_SAMPLE_TRAIN_SUFFIXES) or c == TEACHER_KL]
     columns = [c for c in columns if live.schema[c].is_numeric() and live[c].drop_nulls().len() > 0]
     if not columns:
         return None
@@ -242,9 +240,16 @@ def _kl_chart(result: Analysis) -> Chart | None:
         .unique("step", keep="last")
         .sort("step")
     )
-    band = float(DEFAULTS["kl-drift"]["max_kl"])
+    band = kl_band(result)
     series = {c: [None if v is None or not math.isfinite(v) else v for v in rows[c].to_list()] for c in columns}
     return _figure("chart-kl", figures.kl_figure(rows["step"].to_list(), series, band))
+
+
+def kl_band(result: Analysis) -> float:
+    """The healthy KL band the rules judged against (the user's shared knob, else its default)."""
+    from trace_doctor.policy import Policy
+
+    return (result.policy or Policy()).shared.max_stable_kl
 
 
 # ---- the Gantt --------------------------------------------------------------------------
@@ -596,13 +601,9 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
     outcomes = sorted(
         result.outcomes, key=lambda o: ({"error": 0, "fired": 1, "not_applicable": 2, "passed": 3}[o.status], o.rule)
     )
-    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
+    decided = result.verdict
     passed = [o for o in outcomes if o.status == "passed"]
     not_applicable = [o for o in outcomes if o.status == "not_applicable"]
-    worst = next((s for s in ("error", "warning", "info") if counts[s]), "ok")
-    if worst == "ok" and len(passed) < len(not_applicable):
-        # Silence from rules that could not run is not health: say how little was checked.
-        worst = "limited"
     document = _document_json(result, budget, notes)
     context = {
         "version": __version__,
@@ -610,9 +611,10 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         "meta": run.meta,
         "doc": build_document(result)["run"],
         "summary": result.summary,
-        "verdict": verdict(result),
-        "worst": worst,
-        "counts": counts,
+        "verdict": decided.headline,
+        # The page's colour class for the verdict (the stylesheet calls a clear run "ok").
+        "worst": "ok" if decided.status == "clear" else decided.status,
+        "counts": decided.counts,
         "cards": _finding_cards(result, targets, bool(whole_run)),
         "gantt": gantt,
         "step_buttons": gantt_extras["buttons"],
@@ -620,7 +622,7 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         "last_dumps": _last_dumps(result),
         "whole_run": {c.id: c for c in whole_run},
         "kl": kl,
-        "kl_band": DEFAULTS["kl-drift"]["max_kl"],
+        "kl_band": kl_band(result),
         "profiles": profiles,
         "dumps": dumps,
         "silences": silences,

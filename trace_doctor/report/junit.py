@@ -1,4 +1,4 @@
-"""JUnit XML: one test case per rule; a failure for each rule that fired at or above the gate.
+"""JUnit XML: one test case per rule; a failure for each rule the analysis's gate says tripped it.
 
 A rule that was not applicable is skipped (with the missing input as the message); a rule that
 crashed is an error; a rule that fired below the gate passes with its findings in system-out.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from trace_doctor.model import SEVERITY_RANK, Analysis, Finding
+from trace_doctor.model import Analysis, Finding
 
 # XML 1.0 forbids most control characters, which can appear in log lines.
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -27,8 +27,8 @@ def _finding_text(finding: Finding) -> str:
     return "\n".join(lines)
 
 
-def render_junit(result: Analysis, *, fail_on: str = "never") -> str:
-    limit = SEVERITY_RANK.get(fail_on)  # None for "never": nothing fails
+def render_junit(result: Analysis) -> str:
+    gate = result.gate
     by_rule: dict[str, list[Finding]] = {}
     for finding in result.findings:
         by_rule.setdefault(finding.rule, []).append(finding)
@@ -44,29 +44,25 @@ def render_junit(result: Analysis, *, fail_on: str = "never") -> str:
             suite, "testcase", classname=f"trace-doctor.{_code(outcome.rule)}", name=outcome.rule, time="0"
         )
         findings = by_rule.get(outcome.rule, [])
-        gated = [f for f in findings if limit is not None and SEVERITY_RANK[f.severity] >= limit]
-        if (
-            outcome.rule == "step-time-regression"
-            and result.baseline
-            and result.baseline.get("verdict") == "regression"
-        ):
-            gated = gated or findings
+        tripped = outcome.rule in gate.tripping_rules
+        gated = [f for f in findings if gate.trips_on(f)] or (findings if tripped else [])
         if outcome.status == "error":
             counts["errors"] += 1
             ET.SubElement(case, "error", message=_text(outcome.reason), type="RuleError").text = _text(outcome.reason)
+        elif tripped:
+            # The gate decided this rule trips it; the test case fails whatever the rule's own status.
+            counts["failures"] += 1
+            if gated:
+                worst = gated[0]
+                message = f"{len(gated)} finding(s) trip the gate ({'; '.join(gate.reasons)}): {worst.title}"
+                kind, text = worst.severity, "\n\n".join(_finding_text(f) for f in gated)
+            else:
+                message = f"gate tripped: {'; '.join(gate.reasons)}"
+                kind, text = "gate", outcome.reason or message
+            ET.SubElement(case, "failure", message=_text(message), type=kind).text = _text(text)
         elif outcome.status == "not_applicable":
             counts["skipped"] += 1
             ET.SubElement(case, "skipped", message=_text(outcome.reason))
-        elif gated:
-            counts["failures"] += 1
-            worst = gated[0]
-            failure = ET.SubElement(
-                case,
-                "failure",
-                message=_text(f"{len(gated)} finding(s) at or above {fail_on}: {worst.title}"),
-                type=worst.severity,
-            )
-            failure.text = _text("\n\n".join(_finding_text(f) for f in gated))
         elif findings:
             ET.SubElement(case, "system-out").text = _text("\n\n".join(_finding_text(f) for f in findings))
         elif outcome.reason:

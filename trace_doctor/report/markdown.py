@@ -9,8 +9,8 @@ from __future__ import annotations
 import html
 
 from trace_doctor import __version__
-from trace_doctor.model import SEVERITY_RANK, Analysis, Finding
-from trace_doctor.report.verdict import format_seconds
+from trace_doctor.humanize import format_seconds
+from trace_doctor.model import Analysis, Finding
 
 MAX_BYTES = 1024 * 1024
 MAX_FINDINGS = 60
@@ -28,20 +28,14 @@ def cell(text: object, limit: int = MAX_MESSAGE) -> str:
     return html.escape(value, quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")
 
 
-def gate_line(result: Analysis, fail_on: str) -> str:
-    """Whether the CI gate tripped, and because of what."""
-    reasons = []
-    if fail_on != "never":
-        hits = [f for f in result.findings if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on]]
-        if hits:
-            reasons.append(f"{len(hits)} finding(s) at or above `{fail_on}`")
-    if result.baseline and result.baseline.get("verdict") == "regression":
-        reasons.append("a step-time regression against the baseline")
-    if reasons:
-        return f"**Gate: FAILED** — {' and '.join(reasons)}."
-    if fail_on == "never" and not result.baseline:
+def gate_line(result: Analysis) -> str:
+    """Whether the CI gate tripped, and because of what (decided by the analysis, shown here)."""
+    gate = result.gate
+    if gate.tripped:
+        return f"**Gate: FAILED** — {cell(' and '.join(gate.reasons))}."
+    if not gate.set:
         return "Gate: not set (`--fail-on never`)."
-    return f"**Gate: passed** (`--fail-on {fail_on}`)."
+    return f"**Gate: passed** (`--fail-on {gate.fail_on}`)."
 
 
 def _summary(result: Analysis) -> list[str]:
@@ -167,8 +161,8 @@ def _warnings(result: Analysis) -> list[str]:
     return lines
 
 
-def render_markdown(result: Analysis, *, fail_on: str = "never") -> str:
-    lines = ["# trace-doctor", "", gate_line(result, fail_on), ""]
+def render_markdown(result: Analysis) -> str:
+    lines = ["# trace-doctor", "", gate_line(result), ""]
     lines += _summary(result)
     if result.baseline:
         lines += _baseline(result.baseline)

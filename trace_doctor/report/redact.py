@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.decision import decide
 from trace_doctor.model import Analysis
 
 REDACTED = "[REDACTED]"
@@ -159,7 +160,7 @@ def redact_analysis(result: Analysis) -> Analysis:
         clean.evidence = redact_value(clean.evidence)
         findings.append(clean)
     outcomes = [type(o)(o.rule, o.status, redact_text(o.reason)) for o in result.outcomes]
-    return Analysis(
+    clean = Analysis(
         run=run,
         findings=findings,
         outcomes=outcomes,
@@ -167,7 +168,13 @@ def redact_analysis(result: Analysis) -> Analysis:
         baseline=redact_value(copy.deepcopy(result.baseline)) if result.baseline is not None else None,
         # Derived series are numbers per step (no free text): shared as they are.
         derived=dict(getattr(result, "derived", {}) or {}),
+        policy=result.policy,
     )
+    # The same decisions, pointing at the redacted findings (their titles feed the verdict's headline).
+    gate = result.gate
+    if gate is None:
+        return decide(clean)
+    return decide(clean, fail_on=gate.fail_on, fail_on_inconclusive=gate.fail_on_inconclusive)
 
 
 def _input(info):

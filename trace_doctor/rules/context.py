@@ -1,43 +1,79 @@
 """What a rule sees: the run's tables, its thresholds, and derived series computed once.
 
 Derived series (per-step times with phases, the warm-up boundary, the clock cycle) are shared by
-several rules and by the summary, so they are computed lazily here, once per analysis.
+several rules and by the summary, so they are computed lazily here, once per analysis, from the
+shared knobs of the policy.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trace_doctor.model import RunTables
-from trace_doctor.rules.policy import thresholds_for
+import polars as pl
+
+from trace_doctor.model import Finding, RunTables
+from trace_doctor.policy import Policy, SharedPolicy
+
+if TYPE_CHECKING:
+    from trace_doctor.rules.base import Rule
+
+# Series derived from the tables that a rule may declare as an input, like a table.
+DERIVED_TABLES = ("step_times",)
 
 
 class RuleContext:
-    def __init__(
-        self, run: RunTables, *, overrides: dict[str, dict[str, Any]] | None = None, baseline: RunTables | None = None
-    ):
+    # The baseline's context, in a comparison only (compare.BaselineContext sets it).
+    baseline_ctx: RuleContext | None = None
+
+    def __init__(self, run: RunTables, *, policy: Policy | None = None):
         self.run = run
-        self.overrides = overrides or {}
-        self.baseline = baseline
-        self.current_rule: str | None = None
+        self.policy = policy or Policy()
+        self.current_rule: Rule | None = None
         # Why a rule that ran passed (e.g. "KL at step 0 is 0.0006, below 0.01"), for reports.
         self.pass_reasons: dict[str, str] = {}
 
     @property
-    def thresholds(self) -> dict[str, Any]:
-        """Thresholds of the rule being run, with user overrides applied."""
+    def thresholds(self) -> Any:
+        """Thresholds of the rule being run (its policy dataclass), with user overrides applied."""
         assert self.current_rule is not None
-        return thresholds_for(self.current_rule, self.overrides)
+        return self.policy.rule(self.current_rule.slug)
+
+    @property
+    def shared(self) -> SharedPolicy:
+        """The knobs several rules and derived series share (clock cycle, warm-up cap, KL band)."""
+        return self.policy.shared
+
+    def table(self, name: str) -> pl.DataFrame:
+        """A table of the run, or a derived series (`step_times`), by name."""
+        if name in DERIVED_TABLES:
+            return getattr(self, name)
+        if name not in RunTables.TABLE_NAMES:
+            raise KeyError(f"no table {name!r}")
+        return getattr(self.run, name)
+
+    def finding(self, *, title: str, message: str, fix: str, severity: str | None = None, **fields: Any) -> Finding:
+        """A finding of the rule being run: rule, code and (unless given) its default severity filled in."""
+        rule = self.current_rule
+        assert rule is not None, "ctx.finding is only for a rule's check"
+        return Finding(
+            rule=rule.slug,
+            code=rule.code,
+            severity=severity or rule.severity,  # type: ignore[arg-type]
+            title=title,
+            message=message,
+            fix=fix,
+            **fields,
+        )
 
     def passed(self, reason: str) -> list:
         """Record why the current rule found nothing, and return no findings."""
-        if self.current_rule:
-            self.pass_reasons[self.current_rule] = reason
+        if self.current_rule is not None:
+            self.pass_reasons[self.current_rule.slug] = reason
         return []
 
     @cached_property
-    def step_times(self):
+    def step_times(self) -> pl.DataFrame:
         """Per-step wall time and phase breakdown of live training rows (derive.step_times)."""
         from trace_doctor.derive.step_times import step_times
 
@@ -45,15 +81,14 @@ class RuleContext:
 
     @cached_property
     def warmup(self):
-        """Warm-up / steady split of the step-time series (derive.warmup)."""
+        """Warm-up / steady split of the step-time series (derive.warmup), capped by the shared knob."""
         from trace_doctor.derive.warmup import split_warmup
 
-        return split_warmup(self.step_times)
+        return split_warmup(self.step_times, max_warmup_share=self.shared.max_warmup_share)
 
     @cached_property
     def clock_cycle(self):
-        """Service clock-cycle estimate from the trace, or the configured override (derive.cycles)."""
+        """Service clock-cycle estimate from the trace, or the configured shared knob (derive.cycles)."""
         from trace_doctor.derive.cycles import estimate_clock_cycle
 
-        override = thresholds_for("pipelining-gap", self.overrides).get("clock_cycle_s")
-        return estimate_clock_cycle(self.run, override_s=override)
+        return estimate_clock_cycle(self.run, override_s=self.shared.clock_cycle_s)

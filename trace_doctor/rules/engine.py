@@ -3,31 +3,31 @@
 from __future__ import annotations
 
 import traceback
-from typing import Any
 
 from trace_doctor.model import Finding, RuleOutcome, RunTables
+from trace_doctor.policy import Policy
 from trace_doctor.rules import catalogue  # noqa: F401 - importing registers every rule
 from trace_doctor.rules.base import REGISTRY, NotApplicable, Rule
 from trace_doctor.rules.context import RuleContext
-from trace_doctor.rules.policy import thresholds_for
 
 
 def selected_rules(select: list[str] | None = None, ignore: list[str] | None = None) -> list[Rule]:
     """Rules in code order after --select / --ignore (slugs or codes)."""
-    unknown = [s for s in (select or []) + (ignore or []) if _lookup(s) is None]
+    unknown = [s for s in [*(select or []), *(ignore or [])] if lookup(s) is None]
     if unknown:
         raise KeyError(f"unknown rule(s): {', '.join(unknown)} (see `trace-doctor rules`)")
     rules = sorted(REGISTRY.values(), key=lambda r: r.code)
     if select:
-        wanted = {_lookup(s).slug for s in select}
+        wanted = {lookup(s).slug for s in select}
         rules = [r for r in rules if r.slug in wanted]
     if ignore:
-        dropped = {_lookup(s).slug for s in ignore}
+        dropped = {lookup(s).slug for s in ignore}
         rules = [r for r in rules if r.slug not in dropped]
     return rules
 
 
-def _lookup(name: str) -> Rule | None:
+def lookup(name: str) -> Rule | None:
+    """The rule named by slug or code (case-insensitive), or None."""
     name = name.strip()
     if name in REGISTRY:
         return REGISTRY[name]
@@ -42,11 +42,10 @@ def run_rules(
     *,
     select: list[str] | None = None,
     ignore: list[str] | None = None,
-    overrides: dict[str, dict[str, Any]] | None = None,
-    baseline: RunTables | None = None,
+    policy: Policy | None = None,
 ) -> tuple[list[Finding], list[RuleOutcome], RuleContext]:
     """Run rules, containing each rule's failure; findings come back sorted and deterministic."""
-    ctx = RuleContext(run, overrides=overrides or {}, baseline=baseline)
+    ctx = RuleContext(run, policy=policy)
     findings: list[Finding] = []
     outcomes: list[RuleOutcome] = []
     for rule in selected_rules(select, ignore):
@@ -60,9 +59,16 @@ def run_rules(
 
 
 def run_one(rule: Rule, ctx: RuleContext) -> tuple[list[Finding], RuleOutcome]:
-    ctx.current_rule = rule.slug
+    """One rule: its declared inputs checked first, its exception contained as an "error" outcome."""
+    ctx.current_rule = rule
     try:
+        for needed in rule.requires:
+            if not needed.holds(ctx):
+                raise NotApplicable(needed.reason)
         found = rule.check(ctx) or []
+        strays = sorted({f.rule for f in found if (f.rule, f.code) != (rule.slug, rule.code)})
+        if strays:
+            raise TypeError(f"findings labelled {strays} instead of {rule.slug}: build them with ctx.finding(...)")
     except NotApplicable as reason:
         return [], RuleOutcome(rule.slug, "not_applicable", str(reason))
     except Exception as exc:  # noqa: BLE001 - one broken rule never breaks the run
@@ -70,14 +76,11 @@ def run_one(rule: Rule, ctx: RuleContext) -> tuple[list[Finding], RuleOutcome]:
         return [], RuleOutcome(
             rule.slug, "error", f"{type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
         )
+    finally:
+        ctx.current_rule = None
     for finding in found:
-        finding.rule, finding.code = rule.slug, rule.code
         if finding.fingerprint is None:
             finding.fingerprint = rule.slug
     if found:
         return found, RuleOutcome(rule.slug, "fired", f"{len(found)} finding(s)")
     return [], RuleOutcome(rule.slug, "passed", ctx.pass_reasons.get(rule.slug, ""))
-
-
-def thresholds(rule: Rule, overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    return thresholds_for(rule.slug, overrides or {})

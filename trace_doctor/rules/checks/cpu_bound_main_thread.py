@@ -11,8 +11,9 @@ from trace_doctor.derive.profile_stats import (
     top_categories,
 )
 from trace_doctor.model import Finding
-from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.requires import requires, table
 
 FIX = (
     "Move the hot CPU work off the main thread: tokenization, reward computation, numpy/torch CPU "
@@ -28,8 +29,8 @@ def _label(category: str) -> str:
 
 
 def _profile_findings(ctx: RuleContext) -> list[Finding]:
-    min_share = float(ctx.thresholds["min_share"])
-    min_seconds = float(ctx.thresholds["min_seconds"])
+    min_share = float(ctx.thresholds.min_share)
+    min_seconds = float(ctx.thresholds.min_seconds)
     findings = []
     for item in breakdown(ctx.run.profiles, ctx.run.frames):
         share = cpu_share(item)
@@ -42,9 +43,7 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
         top = top_categories(merged)
         hottest = item.hot_cpu_frames[0] if item.hot_cpu_frames else None
         findings.append(
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity="warning",
                 title="Main thread CPU-bound",
                 message=(
@@ -90,12 +89,10 @@ def _stack_finding(ctx: RuleContext) -> Finding | None:
     states = stack_states(ctx.run.stack_snapshots)
     main = [s for s in states if s.label == "main"]
     busy: list[StackState] = [s for s in main if s.state == "cpu"]
-    if len(busy) < MIN_STACK_BLOCKS or len(busy) / max(len(main), 1) < float(ctx.thresholds["min_share"]):
+    if len(busy) < MIN_STACK_BLOCKS or len(busy) / max(len(main), 1) < float(ctx.thresholds.min_share):
         return None
     libraries = sorted({s.detail for s in busy})
-    return Finding(
-        rule="",
-        code="",
+    return ctx.finding(
         severity="warning",
         title="Main thread caught in CPU code",
         message=(
@@ -116,11 +113,6 @@ def _stack_finding(ctx: RuleContext) -> Finding | None:
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    if ctx.run.frames.is_empty() and ctx.run.stack_snapshots.is_empty():
-        raise NotApplicable(
-            "no pyinstrument profile or stack-watchdog dump: profile the training loop's main thread "
-            "(pyinstrument) or run the debug skill's stack watchdog"
-        )
     findings = _profile_findings(ctx)
     stacks = _stack_finding(ctx)
     if stacks is not None:
@@ -132,8 +124,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         for b in breakdown(ctx.run.profiles, ctx.run.frames)
     ]
     return ctx.passed(
-        f"main-thread CPU work below {float(ctx.thresholds['min_share']):.0%} of wall time or "
-        f"{float(ctx.thresholds['min_seconds']):g} s" + (f" ({'; '.join(shares)})" if shares else "")
+        f"main-thread CPU work below {float(ctx.thresholds.min_share):.0%} of wall time or "
+        f"{float(ctx.thresholds.min_seconds):g} s" + (f" ({'; '.join(shares)})" if shares else "")
     )
 
 
@@ -162,6 +154,14 @@ RULE = register(
             fix=FIX,
         ),
         check=check,
+        requires=(
+            requires(
+                "no pyinstrument profile or stack-watchdog dump: profile the training loop's main thread "
+                "(pyinstrument) or run the debug skill's stack watchdog",
+                table("frames"),
+                table("stack_snapshots"),
+            ),
+        ),
         tags=("profile", "dumps"),
     )
 )

@@ -11,8 +11,9 @@ import polars as pl
 from trace_doctor.derive.log_signals import fields_of
 from trace_doctor.knowledge.errors import KnownError, decode_error, error_by_id
 from trace_doctor.model import SEVERITY_RANK, Finding
-from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.requires import found, requires, table
 
 MAX_CITED = 10
 # Kinds and levels whose lines can carry an error worth decoding. Heartbeat and pause warnings
@@ -97,15 +98,13 @@ def _signature(row: dict[str, Any], fields: dict[str, Any]) -> str:
     return head
 
 
-def _known_finding(known: KnownError, seen: Occurrences) -> Finding:
+def _known_finding(ctx: RuleContext, known: KnownError, seen: Occurrences) -> Finding:
     files = seen.by_file()
     where = ", ".join(
         f"{f['file']}:{f['first_line']}" + (f"–{f['last_line']}" if f["count"] > 1 else "") for f in files
     )
     count = len(seen.lines)
-    return Finding(
-        rule="",
-        code="",
+    return ctx.finding(
         severity=known.severity,
         title=f"Known error: {known.id.replace('-', ' ')}",
         message=(
@@ -125,14 +124,12 @@ def _known_finding(known: KnownError, seen: Occurrences) -> Finding:
     )
 
 
-def _unknown_finding(groups: dict[str, Occurrences]) -> Finding:
+def _unknown_finding(ctx: RuleContext, groups: dict[str, Occurrences]) -> Finding:
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1].lines), kv[0]))
     total = sum(len(seen.lines) for _, seen in ordered)
     meanings = sorted({m for sig, _ in ordered for head, m in GENERIC_MEANINGS.items() if sig.startswith(head)})
     first = ordered[0][1].lines[0]
-    return Finding(
-        rule="",
-        code="",
+    return ctx.finding(
         severity="info",
         title="Errors the decoder does not know",
         message=(
@@ -164,8 +161,6 @@ def _unknown_finding(groups: dict[str, Occurrences]) -> Finding:
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    if ctx.run.log_events.is_empty() and not any(i.kind in ("log", "dump") for i in ctx.run.inputs):
-        raise NotApplicable("no text log (logs.log, W&B output.log or captured stdout) to decode errors from")
     known: dict[str, Occurrences] = {}
     unknown: dict[str, Occurrences] = {}
     for row in _candidate_rows(ctx.run.log_events):
@@ -179,10 +174,10 @@ def check(ctx: RuleContext) -> list[Finding]:
     for error_id in sorted(known):
         entry = error_by_id(error_id)
         if entry is not None:
-            findings.append(_known_finding(entry, known[error_id]))
+            findings.append(_known_finding(ctx, entry, known[error_id]))
     findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], -f.evidence["occurrences"], f.fingerprint or ""))
     if unknown:
-        findings.append(_unknown_finding(unknown))
+        findings.append(_unknown_finding(ctx, unknown))
     if findings:
         return findings
     return ctx.passed(f"no error or warning record in {len(ctx.run.log_events)} log event(s) matches a known error")
@@ -212,6 +207,14 @@ RULE = register(
             fix="The fix of the matching table entry (FORMATS.md §6).",
         ),
         check=check,
+        requires=(
+            requires(
+                "no text log (logs.log, W&B output.log or captured stdout) to decode errors from",
+                table("log_events"),
+                found("log"),
+                found("dump"),
+            ),
+        ),
         tags=("logs",),
     )
 )

@@ -7,12 +7,11 @@ import polars as pl
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.requires import requires, values_in
 
 
 def check(ctx) -> list[Finding]:
     times = ctx.step_times
-    if not any(c in times.columns for c in ("phase:get_batch", "inner:get_batch")):
-        raise NotApplicable("no time/get_batch in metrics (this trainer does not time data loading)")
     t = ctx.thresholds
     frame = times.with_columns(phase_seconds(times, "get_batch").alias("_gb"))
     usable = frame.filter(pl.col("_gb").is_not_null() & pl.col("total_s").is_not_null() & (pl.col("total_s") > 0))
@@ -23,21 +22,19 @@ def check(ctx) -> list[Finding]:
     if warm.height:
         w_gb, w_total = float(warm["_gb"].sum()), float(warm["total_s"].sum())
         warm_note = f"; warm-up steps {sorted(warm['step'].to_list())[:5]} spent {w_gb:.1f} s of {w_total:.1f} s in get_batch (warm-up, not a bottleneck)"
-    if steady.height < t["min_steady_steps"]:
+    if steady.height < t.min_steady_steps:
         if warm.is_empty():
             raise NotApplicable(
-                f"only {steady.height} step(s) with get_batch timing (need {t['min_steady_steps']} steady steps)"
+                f"only {steady.height} step(s) with get_batch timing (need {t.min_steady_steps} steady steps)"
             )
         return ctx.passed(f"only {steady.height} steady steps with get_batch timing{warm_note}")
     gb, total = float(steady["_gb"].sum()), float(steady["total_s"].sum())
     share = float((steady["_gb"] / steady["total_s"]).median())
-    if share <= t["min_share"]:
+    if share <= t.min_share:
         return ctx.passed(f"get_batch is {share:.1%} of a typical steady step ({gb:.1f} s of {total:.1f} s){warm_note}")
     median_gb = float(steady["_gb"].median())
     return [
-        Finding(
-            rule="",
-            code="",
+        ctx.finding(
             severity="warning",
             title="Data loading (get_batch) is a bottleneck",
             message=f"get_batch takes {share:.0%} of a typical steady step (median share; {gb:.1f} s of {total:.1f} s over {steady.height} steps, median {median_gb:.2f} s per step){warm_note}.",
@@ -49,7 +46,7 @@ def check(ctx) -> list[Finding]:
                 "steady_total_s": round(total, 6),
                 "share": round(share, 4),
                 "median_get_batch_s": median_gb,
-                "threshold": t["min_share"],
+                "threshold": t.min_share,
             },
             seconds_lost=round(gb, 6),
             fraction_of_wall=round(share, 4),
@@ -73,6 +70,12 @@ RULE = register(
             fix="Pre-tokenise or cache the dataset, prefetch the next batch concurrently with the result wait, move heavy rendering out of the loop.",
         ),
         check=check,
+        requires=(
+            requires(
+                "no time/get_batch in metrics (this trainer does not time data loading)",
+                values_in("step_times", "phase:get_batch", "inner:get_batch"),
+            ),
+        ),
         tags=("timing", "metrics"),
     )
 )

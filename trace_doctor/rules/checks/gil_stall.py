@@ -22,7 +22,6 @@ from trace_doctor.knowledge.tinker import SAMPLING_CALLS, SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
-from trace_doctor.rules.policy import thresholds_for
 
 # Direct readings of a starved or blocked thread weigh 2, readings with one innocent alternative
 # (e.g. a suspended process) 1.5, corroborating ones 1, circumstantial 0.5.
@@ -57,7 +56,7 @@ def confidence(signals: list[Signal]) -> str:
 
 
 def _monitor_signal(ctx: RuleContext) -> Signal | None:
-    threshold = float(ctx.thresholds["min_monitor_jitter_s"])
+    threshold = float(ctx.thresholds.min_monitor_jitter_s)
     lines = [ln for ln in gil_monitor_lines(ctx.run.log_events) if ln.values["jitter_s"] >= threshold]
     if not lines:
         return None
@@ -79,13 +78,13 @@ def _monitor_signal(ctx: RuleContext) -> Signal | None:
 def _dump_signals(ctx: RuleContext) -> list[Signal]:
     found = silences(
         ctx.run.task_snapshots,
-        min_intervals=float(ctx.thresholds["min_silent_intervals"]),
-        min_seconds=float(ctx.thresholds["min_silence_s"]),
+        min_intervals=float(ctx.thresholds.min_silent_intervals),
+        min_seconds=float(ctx.thresholds.min_silence_s),
     )
     together = process_silences(
         ctx.run.task_snapshots,
-        min_intervals=float(ctx.thresholds["min_silent_intervals"]),
-        min_seconds=float(ctx.thresholds["min_silence_s"]),
+        min_intervals=float(ctx.thresholds.min_silent_intervals),
+        min_seconds=float(ctx.thresholds.min_silence_s),
     )
     holder = [s for s in found if s.label == "holder" and "main" in s.other_dumps]
     main = [s for s in found if s.label == "main" and "holder" in s.other_dumps]
@@ -208,8 +207,8 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
     if spans.is_empty():
         return []
     closed = spans.filter(pl.col("closed") & pl.col("dur_us").is_not_null())
-    min_s = float(ctx.thresholds["min_blocked_submit_s"])
-    stretched = _stretched_round_trips(closed, float(ctx.thresholds["round_trip_stretch_ratio"]), min_s)
+    min_s = float(ctx.thresholds.min_blocked_submit_s)
+    stretched = _stretched_round_trips(closed, float(ctx.thresholds.round_trip_stretch_ratio), min_s)
     signals = []
 
     submits = closed.filter(pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)))
@@ -309,7 +308,7 @@ def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
     """
     if ctx.run.spans.is_empty():
         return None
-    gaps = _main_track_gaps(ctx.run.spans, float(ctx.thresholds["min_blocked_submit_s"]))
+    gaps = _main_track_gaps(ctx.run.spans, float(ctx.thresholds.min_blocked_submit_s))
     if not gaps:
         return None
     total = sum(b - a for a, b in gaps) / 1e6
@@ -317,7 +316,7 @@ def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
         "trace-gap",
         WEAK,
         f"the main task had no span open for {len(gaps)} interval(s) of over "
-        f"{float(ctx.thresholds['min_blocked_submit_s']):g} s (longest {max(b - a for a, b in gaps) / 1e6:.2f} s)",
+        f"{float(ctx.thresholds.min_blocked_submit_s):g} s (longest {max(b - a for a, b in gaps) / 1e6:.2f} s)",
         {
             "gaps": [{"start_us": a, "end_us": b, "dur_s": round((b - a) / 1e6, 6)} for a, b in gaps[:MAX_CITED]],
             "count": len(gaps),
@@ -350,11 +349,11 @@ def _step_time_signal(ctx: RuleContext) -> Signal | None:
     if steady is None or "total_s" not in steady.columns:
         return None
     times = [t for t in steady["total_s"].drop_nulls().to_list() if t > 0]
-    policy = thresholds_for("inconsistent-step-times", ctx.overrides)
-    if len(times) < int(policy["min_steady_steps"]):
+    t = ctx.thresholds
+    if len(times) < t.step_time_min_steady_steps:
         return None
     steady_median, cv = median(times), robust_cv(times)
-    if cv <= float(policy["max_robust_cv"]):
+    if cv <= t.step_time_max_robust_cv:
         return None
     return Signal(
         "step-times",
@@ -408,9 +407,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     steps = sorted({step for s in signals for step in s.steps})
     main_blocked_only = {s.kind for s in direct} <= {"main-silent", "trace-sync"}
     return [
-        Finding(
-            rule="",
-            code="",
+        ctx.finding(
             severity="warning",
             title="Main thread blocked in sync code" if main_blocked_only else "GIL stall starving the SDK thread",
             message=(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from trace_doctor.derive.log_signals import LogLine, heartbeat_lines, paused_lines, stuck_lines
 from trace_doctor.model import Finding
-from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.requires import found, requires, table
 
 MAX_CITED = 20
 
@@ -37,7 +38,7 @@ def has_log_input(ctx: RuleContext) -> bool:
     )
 
 
-def _heartbeat_finding(lines: list[LogLine], min_warnings: int) -> Finding | None:
+def _heartbeat_finding(ctx: RuleContext, lines: list[LogLine], min_warnings: int) -> Finding | None:
     if len(lines) < min_warnings:
         return None
     episodes = heartbeat_episodes(lines)
@@ -45,9 +46,7 @@ def _heartbeat_finding(lines: list[LogLine], min_warnings: int) -> Finding | Non
     longest = max(max(line.values["seconds"] for line in ep) for ep in episodes)
     sessions = sorted({line.values["session"] for line in lines if line.values.get("session")})
     first = lines[0]
-    return Finding(
-        rule="",
-        code="",
+    return ctx.finding(
         severity="warning",
         title="SDK heartbeat failed",
         message=(
@@ -82,7 +81,7 @@ def _heartbeat_finding(lines: list[LogLine], min_warnings: int) -> Finding | Non
     )
 
 
-def _paused_finding(lines: list[LogLine]) -> Finding | None:
+def _paused_finding(ctx: RuleContext, lines: list[LogLine]) -> Finding | None:
     if not lines:
         return None
     billing = [line for line in lines if line.values["billing"]]
@@ -90,9 +89,7 @@ def _paused_finding(lines: list[LogLine]) -> Finding | None:
     known = [line.values["seconds"] for line in lines if line.values.get("seconds") is not None]
     aborted = any("Aborting" in line.message for line in lines)
     what = "billing status" if billing and len(billing) == len(lines) else "the service queue"
-    return Finding(
-        rule="",
-        code="",
+    return ctx.finding(
         severity="error" if aborted else "warning",
         title="Work paused by the service",
         message=(
@@ -112,13 +109,11 @@ def _paused_finding(lines: list[LogLine]) -> Finding | None:
     )
 
 
-def _stuck_finding(lines: list[LogLine]) -> Finding | None:
+def _stuck_finding(ctx: RuleContext, lines: list[LogLine]) -> Finding | None:
     if not lines:
         return None
     seconds = [line.values["seconds"] for line in lines]
-    return Finding(
-        rule="",
-        code="",
+    return ctx.finding(
         severity="error",
         title="Requests stuck: no progress",
         message=(
@@ -137,14 +132,12 @@ def _stuck_finding(lines: list[LogLine]) -> Finding | None:
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    if not has_log_input(ctx):
-        raise NotApplicable("no text log (logs.log or captured stdout): heartbeat warnings are only logged there")
     events = ctx.run.log_events
     heartbeat = heartbeat_lines(events)
     candidates = [
-        _heartbeat_finding(heartbeat, int(ctx.thresholds["min_warnings"])),
-        _paused_finding(paused_lines(events)),
-        _stuck_finding(stuck_lines(events)),
+        _heartbeat_finding(ctx, heartbeat, ctx.thresholds.min_warnings),
+        _paused_finding(ctx, paused_lines(events)),
+        _stuck_finding(ctx, stuck_lines(events)),
     ]
     findings = [f for f in candidates if f is not None]
     if findings:
@@ -180,6 +173,14 @@ RULE = register(
             ),
         ),
         check=check,
+        requires=(
+            requires(
+                "no text log (logs.log or captured stdout): heartbeat warnings are only logged there",
+                table("log_events"),
+                found("log"),
+                found("dump"),
+            ),
+        ),
         tags=("logs",),
     )
 )

@@ -18,6 +18,7 @@ from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.requires import requires, values_in
 
 # A spike is explained by evals/checkpoints when they account for at least half its excess.
 EXPLAINED_SHARE = 0.5
@@ -86,7 +87,7 @@ def phase_shift(before: pl.DataFrame, after: pl.DataFrame) -> tuple[str, float]:
     return best
 
 
-def regime_findings(steady: pl.DataFrame, regimes: list, wall: float | None) -> list[Finding]:
+def regime_findings(ctx, steady: pl.DataFrame, regimes: list, wall: float | None) -> list[Finding]:
     """One finding per change of level between consecutive regimes of a segment."""
     findings: list[Finding] = []
     for before, after in zip(regimes, regimes[1:], strict=False):
@@ -119,9 +120,7 @@ def regime_findings(steady: pl.DataFrame, regimes: list, wall: float | None) -> 
             title = f"Step time fell to {ratio:.2f}x from step {after.first_step}"
             shape = "The slow stretch lasted too long to be a warm-up; it ended by itself or after a change (shorter sequences, service recovered, a restart)."
         findings.append(
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity="warning" if slower_later else "info",
                 title=title,
                 message=f"Steps {before.first_step}–{before.last_step}{where} took {before.median_s:.2f} s (median), steps {after.first_step}–{after.last_step} took {after.median_s:.2f} s{in_phase}. {shape} The slower stretch cost ~{lost:.0f} s over the faster level.",
@@ -156,17 +155,17 @@ def check(ctx) -> list[Finding]:
     )
     if steady is None or steady.is_empty():
         raise NotApplicable("no per-step times (no time/total or phase timers in metrics)")
-    if steady.height < t["min_steady_steps"]:
-        raise NotApplicable(f"only {steady.height} steady steps (need {t['min_steady_steps']})")
+    if steady.height < t.min_steady_steps:
+        raise NotApplicable(f"only {steady.height} steady steps (need {t.min_steady_steps})")
     steady = steady.sort(["segment", "step"])
     periodic, periodic_names = periodic_seconds(steady)
-    min_regime = max(int(t["min_steady_steps"]), math.ceil(t["min_regime_share"] * steady.height))
-    regimes = steady_regimes(steady, min_steps=min_regime, min_ratio=t["min_regime_ratio"])
+    min_regime = max(int(t.min_steady_steps), math.ceil(t.min_regime_share * steady.height))
+    regimes = steady_regimes(steady, min_steps=min_regime, min_ratio=t.min_regime_ratio)
     # Spikes and spread are judged against the level of each step's own regime.
     steady = steady.with_columns(periodic.alias("_periodic"), regime_levels(steady, regimes).alias("_level"))
     median = float(steady["total_s"].median())
     steady = steady.with_columns(pl.col("_level").fill_null(median))
-    spikes = steady.filter(pl.col("total_s") > t["spike_ratio"] * pl.col("_level")).with_columns(
+    spikes = steady.filter(pl.col("total_s") > t.spike_ratio * pl.col("_level")).with_columns(
         (pl.col("total_s") - pl.col("_level")).alias("_excess")
     )
     explained = spikes.filter(pl.col("_periodic") >= EXPLAINED_SHARE * pl.col("_excess"))
@@ -184,7 +183,7 @@ def check(ctx) -> list[Finding]:
     rest = steady.join(explained.select("segment", "step"), on=["segment", "step"], how="anti")
     cv = robust_cv(rest["total_s"] / rest["_level"])
     findings: list[Finding] = regime_findings(
-        steady, regimes, float(ctx.step_times["total_s"].drop_nulls().sum()) or None
+        ctx, steady, regimes, float(ctx.step_times["total_s"].drop_nulls().sum()) or None
     )
 
     if explained.height:
@@ -202,9 +201,7 @@ def check(ctx) -> list[Finding]:
         cost = float(explained["_excess"].sum())
         every = f"every {period} steps " if period else ""
         findings.append(
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity="info",
                 title=f"Periodic slow steps explained by `{phase}`",
                 message=f"{explained.height} step(s) {every}take {float(explained['total_s'].median()) / median:.0f}x the steady median of {median:.1f} s; `{phase}` {timing_note} ({cost:.0f} s in total). This is scheduled work, not instability.",
@@ -214,7 +211,7 @@ def check(ctx) -> list[Finding]:
                     "phase": phase,
                     "period": period,
                     "steady_median_s": median,
-                    "spike_ratio": t["spike_ratio"],
+                    "spike_ratio": t.spike_ratio,
                     "excess_s": round(cost, 6),
                 },
                 seconds_lost=round(cost, 6),
@@ -223,7 +220,7 @@ def check(ctx) -> list[Finding]:
             )
         )
 
-    if unexplained.height or cv > t["max_robust_cv"]:
+    if unexplained.height or cv > t.max_robust_cv:
         steps = sorted(int(s) for s in unexplained["step"].to_list())
         details = []
         for row in unexplained.sort("_excess", descending=True).head(5).iter_rows(named=True):
@@ -257,12 +254,10 @@ def check(ctx) -> list[Finding]:
         )
         within = " within each regime" if len(regimes) > 1 else ""
         findings.append(
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity="warning",
                 title="Inconsistent step times",
-                message=f"{lead}{unexplained.height} unexplained spike(s) above {t['spike_ratio']}x the median{within}; robust CV of the other steady steps{within} is {cv:.2f} (threshold {t['max_robust_cv']}).",
+                message=f"{lead}{unexplained.height} unexplained spike(s) above {t.spike_ratio}x the median{within}; robust CV of the other steady steps{within} is {cv:.2f} (threshold {t.max_robust_cv}).",
                 fix="Look for work outside the timed phases (host sleep, GIL contention, data loading, network retries); keep the training host awake and the main thread free.",
                 steps=steps,
                 evidence={
@@ -280,7 +275,7 @@ def check(ctx) -> list[Finding]:
     if findings:
         return findings
     return ctx.passed(
-        f"robust CV of steady step times {cv:.2f} (≤ {t['max_robust_cv']}), no spike above {t['spike_ratio']}x the median {median:.2f} s"
+        f"robust CV of steady step times {cv:.2f} (≤ {t.max_robust_cv}), no spike above {t.spike_ratio}x the median {median:.2f} s"
     )
 
 
@@ -298,6 +293,11 @@ RULE = register(
             fix="Find the work outside the timed phases; keep the host awake; move CPU work off the main thread.",
         ),
         check=check,
+        requires=(
+            requires(
+                "no per-step times (no time/total or phase timers in metrics)", values_in("step_times", "total_s")
+            ),
+        ),
         tags=("timing", "metrics"),
     )
 )

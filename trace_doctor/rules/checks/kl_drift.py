@@ -8,6 +8,7 @@ from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import kl_columns, run_label, temperature_confound
+from trace_doctor.rules.requires import requires, values_in
 
 MAX_LISTED_STEPS = 50
 # Async RL (0.6.1) logs how many updates behind the sampler was; older async/stream runs do not.
@@ -50,7 +51,7 @@ def check(ctx) -> list[Finding]:
         )
         if values.height < 3:
             continue
-        above = values.filter(pl.col("kl") > t["max_kl"])
+        above = values.filter(pl.col("kl") > ctx.shared.max_stable_kl)
         share = above.height / values.height
         candidate = (share, column, values, above)
         if best is None or share > best[0]:
@@ -59,13 +60,17 @@ def check(ctx) -> list[Finding]:
         raise NotApplicable("fewer than 3 later steps with a KL value")
     share, column, values, above = best
     median = float(values["kl"].median())
-    if share < t["min_share_above"] or above.height < 3:
+    if share < t.min_share_above or above.height < 3:
         return ctx.passed(
-            f"`{column}` above {t['max_kl']} on {above.height}/{values.height} later steps (median {median:.3g})"
+            f"`{column}` above {ctx.shared.max_stable_kl} on {above.height}/{values.height} later steps (median {median:.3g})"
         )
     first = rows.filter((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step))[column]
     first_value = abs(float(first[0])) if first.len() and first[0] is not None else None
-    if first_value is not None and first_value > t["max_kl"] and median < t["min_rise_over_step0"] * first_value:
+    if (
+        first_value is not None
+        and first_value > ctx.shared.max_stable_kl
+        and median < t.min_rise_over_step0 * first_value
+    ):
         return ctx.passed(
             f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median {median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift"
         )
@@ -81,12 +86,10 @@ def check(ctx) -> list[Finding]:
     elif ctx.run.meta.trainer_mode in ("async", "stream"):
         note += f" This is a {ctx.run.meta.trainer_mode} run: sampling from older weights (staleness) inflates this KL."
     return [
-        Finding(
-            rule="",
-            code="",
+        ctx.finding(
             severity="warning",
             title="KL between sampler and trainer drifted above the stable band",
-            message=f"|`{column}`| is above {t['max_kl']} on {above.height} of {values.height} steps after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first at step {steps[0]} ({run_label(ctx.run.meta)}).{note}",
+            message=f"|`{column}`| is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first at step {steps[0]} ({run_label(ctx.run.meta)}).{note}",
             fix="Lower the learning rate or add a KL penalty (kl_penalty_coef); check off-policy staleness in async/stream runs, and MoE numerics; if it is high from step 0, see renderer-kl-step0.",
             steps=steps[:MAX_LISTED_STEPS],
             evidence={
@@ -96,7 +99,7 @@ def check(ctx) -> list[Finding]:
                 "steps_above": above.height,
                 "steps_measured": values.height,
                 "share_above": round(share, 4),
-                "band": t["max_kl"],
+                "band": ctx.shared.max_stable_kl,
                 "staleness": stale,
             },
             fingerprint=f"kl-drift:{column}",
@@ -119,6 +122,14 @@ RULE = register(
             fix="Lower the learning rate, add or raise the KL penalty, reduce off-policy staleness; check temperature and MoE numerics.",
         ),
         check=check,
+        requires=(
+            requires(
+                "no optim/kl_sample_train_v1/_v2 in metrics: not an RL run",
+                values_in(
+                    "steps", "kl_sample_train_v1", "kl_sample_train_v2", "*/kl_sample_train_v1", "*/kl_sample_train_v2"
+                ),
+            ),
+        ),
         tags=("kl", "metrics"),
     )
 )

@@ -81,14 +81,12 @@ def _span_trap_finding(ctx: RuleContext) -> tuple[Finding | None, bool]:
     if both.is_empty():
         return None, False
     sample, policy = _median(both, sample_col), _median(both, policy_col)
-    if sample is None or policy is None or policy < float(ctx.thresholds["trap_min_policy_sample_s"]):
+    if sample is None or policy is None or policy < float(ctx.thresholds.trap_min_policy_sample_s):
         return None, True
     share = sample / policy
-    if share > float(ctx.thresholds["trap_max_sample_share"]):
+    if share > float(ctx.thresholds.trap_max_sample_share):
         return None, True
-    return Finding(
-        rule="",
-        code="",
+    return ctx.finding(
         severity="warning",
         title="SDK spans recorded as near-zero (tinker 0.38 + Python 3.11 trap)",
         message=(
@@ -119,9 +117,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     for seen in versions:
         for record in bad_versions(seen.package, seen.version):
             findings.append(
-                Finding(
-                    rule="",
-                    code="",
+                ctx.finding(
                     severity=record.severity,
                     title=f"Known-bad {seen.package} {seen.version}",
                     message=(
@@ -143,9 +139,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     for combo in bad_combinations(latest):
         cited = [seen.cite() for seen in versions if seen.package in combo.requirements]
         findings.append(
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity=combo.severity,
                 title="Known-bad combination of versions",
                 message=(

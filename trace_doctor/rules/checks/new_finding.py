@@ -8,7 +8,8 @@ so the same problem at different step numbers or with different seconds is not "
 from __future__ import annotations
 
 from trace_doctor.model import Finding
-from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.base import Rule, RuleDocs, register
+from trace_doctor.rules.requires import baseline_run, requires
 
 
 def fingerprint_of(finding: Finding) -> str:
@@ -23,8 +24,6 @@ def new_fingerprints(candidate: list[Finding], baseline: list[Finding]) -> list[
 
 def check(ctx) -> list[Finding]:
     """One finding per candidate finding whose fingerprint the baseline does not have."""
-    if ctx.baseline_ctx is None:
-        raise NotApplicable("needs --baseline PATH")
     fresh = set(new_fingerprints(ctx.candidate_findings, ctx.baseline_findings))
     ctx.comparison["new_fingerprints"] = sorted(fresh)
     if not fresh:
@@ -40,9 +39,7 @@ def check(ctx) -> list[Finding]:
             continue
         fresh.discard(key)  # one new-finding per fingerprint, from the most severe instance
         found.append(
-            Finding(
-                rule="new-finding",
-                code="TD402",
+            ctx.finding(
                 severity=original.severity,
                 title=f"New since the baseline: {original.title}",
                 message=f"{original.code} {original.rule} fires on the candidate but not on the baseline: {original.message}",
@@ -80,6 +77,7 @@ register(
             fix="The fix of the finding it repeats.",
         ),
         check=check,
+        requires=(requires("needs --baseline PATH", baseline_run()),),
         baseline_only=True,
         tags=("regression", "baseline"),
     )

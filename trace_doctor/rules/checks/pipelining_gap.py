@@ -15,6 +15,7 @@ import polars as pl
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.knowledge.tinker import FORWARD_BACKWARD_CALLS, OPTIM_STEP_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import PipeliningGapPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
 FIX = "Submit forward_backward and optim_step back to back and await both results afterwards; submit step k+1 before awaiting step k (SFT `submit_ahead >= 1`)."
@@ -98,13 +99,13 @@ def step_transitions(spans: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def worth_reporting(lost: float, wall: float, t: dict) -> bool:
-    return lost >= t["min_seconds_lost"] or (wall > 0 and lost / wall >= t["min_fraction_lost"])
+def worth_reporting(lost: float, wall: float, t: PipeliningGapPolicy) -> bool:
+    return lost >= t.min_seconds_lost or (wall > 0 and lost / wall >= t.min_fraction_lost)
 
 
 def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
     t = ctx.thresholds
-    min_wait = t["min_wait_s"]
+    min_wait = t.min_wait_s
     cycle = ctx.clock_cycle
     waits = fb_optim_waits(spans, min_wait)
     trans = step_transitions(spans)
@@ -126,12 +127,10 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
         seq = waits.filter(pl.col("sequential"))
         share = seq.height / waits.height
         lost = float(seq["gap_s"].sum())
-        if share >= t["min_sequential_step_share"] and worth_reporting(lost, wall, t):
+        if share >= t.min_sequential_step_share and worth_reporting(lost, wall, t):
             cyc = f"; the clock cycle is ~{cycle.seconds:.3g} s ({cycle.method})" if cycle else ""
             findings.append(
-                Finding(
-                    rule="",
-                    code="",
+                ctx.finding(
                     severity="warning",
                     title="optim_step submitted only after the forward_backward result",
                     message=f"On {seq.height} of {waits.height} steps optim_step was submitted {float(seq['gap_s'].median()):.3g} s (median) after forward_backward, instead of back to back: the client awaited the fb result first and each step paid an extra round trip{cyc}. Pipelined, the run would take ~{max(wall - lost, 0):.1f} s instead of {wall:.1f} s.",
@@ -157,12 +156,10 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
         seq = trans.filter(pl.col("sequential"))
         share = seq.height / trans.height
         lost = float(seq["lost_s"].sum())
-        if share >= t["min_sequential_step_share"] and worth_reporting(lost, wall, t):
+        if share >= t.min_sequential_step_share and worth_reporting(lost, wall, t):
             idle = float(((seq["idle_to"] - seq["idle_from"]) / 1e6).sum())
             findings.append(
-                Finding(
-                    rule="",
-                    code="",
+                ctx.finding(
                     severity="warning",
                     title="Next step submitted only after the previous step's results",
                     message=f"On {seq.height} of {trans.height} step transitions the next batch was built and submitted only after the previous results arrived, so the service idled while the client worked. Pipelined (submit_ahead ≥ 1), ~{lost:.1f} s of client work would have overlapped the waits: ~{max(wall - lost, 0):.1f} s instead of {wall:.1f} s.",
@@ -231,9 +228,7 @@ def from_metrics(ctx) -> list[Finding]:
         lost = float(frame.select(pl.min_horizontal("wait", "next_client")).to_series().sum()) if frame.height else 0.0
         wall = float(times["total_s"].drop_nulls().sum()) if "total_s" in times.columns else 0.0
         return [
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity="warning",
                 title="Pipelining disabled (submit_ahead = 0)",
                 message=f"config.json sets submit_ahead = 0, so each step is submitted only after the previous results arrived; overlapping the next step's client work with the result wait would save ~{lost:.1f} s{f' of {wall:.1f} s' if wall else ''} (no trace: estimated from time/step and the submission phases).",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from trace_doctor.derive.profile_stats import breakdown
 from trace_doctor.model import Finding
-from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.requires import requires, table
 
 FIX = (
     "Profile with the Python API in async mode: `from pyinstrument import Profiler; "
@@ -16,9 +17,7 @@ FIX = (
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    if ctx.run.frames.is_empty():
-        raise NotApplicable("no pyinstrument profile (JSON renderer output or .pyisession) among the inputs")
-    min_idle = float(ctx.thresholds["min_idle_share"])
+    min_idle = float(ctx.thresholds.min_idle_share)
     findings = []
     notes = []
     for item in breakdown(ctx.run.profiles, ctx.run.frames):
@@ -28,9 +27,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             continue
         top = item.idle_poll_frames[0]
         findings.append(
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity="info",
                 title="Profile cannot locate async waits",
                 message=(
@@ -79,6 +76,9 @@ RULE = register(
             fix=FIX,
         ),
         check=check,
+        requires=(
+            requires("no pyinstrument profile (JSON renderer output or .pyisession) among the inputs", table("frames")),
+        ),
         tags=("profile",),
     )
 )

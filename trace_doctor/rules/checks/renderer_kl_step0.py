@@ -8,6 +8,7 @@ from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, KL_SAMPLE_TRAIN_SUFFIXES
 from trace_doctor.model import Finding, RunMeta
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.requires import requires, table, values_in
 
 # teacher_kl rows needed before its trend can clear a high first value.
 MIN_TEACHER_ROWS_FOR_TREND = 4
@@ -38,7 +39,6 @@ def temperature_confound(meta: RunMeta) -> bool:
 
 def sample_train_check(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tuple[list[Finding], str]:
     """The sampler-vs-trainer KL at the first step: (findings, pass reason)."""
-    t = ctx.thresholds
     meta = ctx.run.meta
     for version in ("v2", "v1"):
         if version not in columns:
@@ -48,7 +48,7 @@ def sample_train_check(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tupl
         if present.is_empty():
             continue
         step, value = int(present["step"][0]), float(present[column][0])
-        limit = t[f"max_kl_{version}"]
+        limit = ctx.shared.max_stable_kl
         if abs(value) <= limit:
             continue
         evidence = {
@@ -62,9 +62,7 @@ def sample_train_check(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tupl
         }
         if temperature_confound(meta):
             return [
-                Finding(
-                    rule="",
-                    code="",
+                ctx.finding(
                     severity="info",
                     title="KL at the first step inflated by sampling temperature",
                     message=f"`{column}` is {value:.4g} at step {step} (healthy < {limit}), but config temperature is {meta.temperature:g}: the sampler's logprobs are temperature-scaled and the trainer's are not, so this does not by itself point at {run_label(meta)}.",
@@ -76,9 +74,7 @@ def sample_train_check(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tupl
                 )
             ], ""
         return [
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity="warning",
                 title="Sampler and trainer disagree at the first step (renderer mismatch)",
                 message=f"`{column}` is {value:.4g} at step {step}, above the healthy band (< {limit}) while sampler and trainer still share weights: the trained tokens are not the sampled ones — check {run_label(meta)}.",
@@ -102,7 +98,7 @@ def teacher_check(ctx, rows: pl.DataFrame) -> tuple[list[Finding], str]:
     if present.is_empty():
         return [], "teacher_kl has no finite value"
     step, value = int(present["step"][0]), float(present["teacher_kl"][0])
-    limit = ctx.thresholds["max_teacher_kl_step0"]
+    limit = ctx.thresholds.max_teacher_kl_step0
     if value <= limit:
         return [], f"teacher_kl {value:.3g} at step {step} is below {limit}"
     # A renderer mismatch biases every teacher logprob, so training cannot remove it; a student
@@ -122,9 +118,7 @@ def teacher_check(ctx, rows: pl.DataFrame) -> tuple[list[Finding], str]:
         else ""
     )
     return [
-        Finding(
-            rule="",
-            code="",
+        ctx.finding(
             severity="warning",
             title="Student and teacher disagree at the first step (renderer mismatch)",
             message=f"`teacher_kl` is {value:.4g} at step {step}, above {limit}: the teacher may be scoring text rendered for the student — check {run_label(ctx.run.meta)} against the teacher's renderer.{caveat}",
@@ -177,6 +171,20 @@ RULE = register(
             fix="Use the model's recommended renderer; verify the render→tokenize round trip; for distillation render the teacher's input with the teacher's renderer.",
         ),
         check=check,
+        requires=(
+            requires("no training rows in metrics.jsonl", table("steps")),
+            requires(
+                "no optim/kl_sample_train_v1/_v2 or teacher_kl in metrics: not an RL or distillation run",
+                values_in(
+                    "steps",
+                    "kl_sample_train_v1",
+                    "kl_sample_train_v2",
+                    "*/kl_sample_train_v1",
+                    "*/kl_sample_train_v2",
+                    "teacher_kl",
+                ),
+            ),
+        ),
         tags=("kl", "metrics"),
     )
 )

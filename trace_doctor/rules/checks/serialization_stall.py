@@ -17,8 +17,8 @@ MAX_CITED = 10
 
 
 def _profile_findings(ctx: RuleContext) -> list[Finding]:
-    min_share = float(ctx.thresholds["min_share"])
-    min_seconds = float(ctx.thresholds["min_seconds"])
+    min_share = float(ctx.thresholds.min_share)
+    min_seconds = float(ctx.thresholds.min_seconds)
     findings = []
     for item in breakdown(ctx.run.profiles, ctx.run.frames):
         if item.wall_s <= 0 or item.serialization_s < min_seconds:
@@ -28,9 +28,7 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
             continue
         top = item.serialization_frames[0]
         findings.append(
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity="warning",
                 title="Profile time in payload serialization",
                 message=(
@@ -60,9 +58,7 @@ def _stack_finding(ctx: RuleContext) -> Finding | None:
         return None
     labels = sorted({s.label for s in blocks})
     functions = sorted({s.detail for s in blocks})
-    return Finding(
-        rule="",
-        code="",
+    return ctx.finding(
         severity="warning",
         title="Threads caught serializing in stack dumps",
         message=(
@@ -87,9 +83,7 @@ def _test_finding(ctx: RuleContext) -> Finding | None:
     worst = max((ln.values["seconds"] for ln in took), default=None)
     cited = (failed + slow)[:MAX_CITED]
     verdict = "FAIL" if any(ln.values.get("verdict") == "FAIL" for ln in failed) or (worst or 0) >= 1.0 else "WARNING"
-    return Finding(
-        rule="",
-        code="",
+    return ctx.finding(
         severity="error" if verdict == "FAIL" else "warning",
         title="Serialization test is slow",
         message=(

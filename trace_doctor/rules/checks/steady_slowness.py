@@ -64,19 +64,19 @@ def check(ctx) -> list[Finding]:
         evidence["cycles_per_step"] = round(cycles, 3)
         # A low-confidence cycle (e.g. every wait the same length) is an upper bound, and
         # "N cycles per step" from it would blame the steps for what the service took.
-        if cycles >= t["max_cycles_per_step"] and cycle.confidence != "low":
+        if cycles >= t.max_cycles_per_step and cycle.confidence != "low":
             reasons.append(
                 f"each step spans {cycles:.1f} clock cycles of {cycle.seconds:.3g} s (a forward-backward + optimizer step needs one or two)"
             )
     share = client_share(steady) if trainer in TRAIN_ONLY_TRAINERS else None
     if share is not None:
         evidence["client_share"] = round(share, 4)
-        if share > t["max_client_share"]:
+        if share > t.max_client_share:
             reasons.append(f"{share:.0%} of each step is client-side work outside the result wait")
     submits = slow_submissions(ctx.run.spans)
     if submits is not None:
         evidence["submit_median_s"], evidence["submit_spans"] = round(submits[0], 6), submits[1]
-        if submits[0] > t["max_submit_s"]:
+        if submits[0] > t.max_submit_s:
             reasons.append(
                 f"submit-only SDK calls (forward_backward/optim_step) take {submits[0]:.2f} s median instead of milliseconds: the calling thread is blocked"
             )
@@ -85,13 +85,11 @@ def check(ctx) -> list[Finding]:
     excess = None
     if any("clock cycles" in r for r in reasons):
         excess = (median - 2 * cycle.seconds) * steady.height
-    elif share is not None and share > t["max_client_share"]:
+    elif share is not None and share > t.max_client_share:
         excess = share * float(steady["total_s"].sum())
     wall = float(ctx.step_times["total_s"].drop_nulls().sum()) or None
     return [
-        Finding(
-            rule="",
-            code="",
+        ctx.finding(
             severity="warning",
             title="Every steady step is slower than the work needs",
             message=f"Steady steps take {median:.2f} s (median of {steady.height}): " + "; ".join(reasons) + ".",

@@ -23,7 +23,9 @@ from trace_doctor.knowledge.tinker import (
     TRAINING_SUBMIT_CALLS,
 )
 from trace_doctor.model import Finding
+from trace_doctor.policy.baseline import StepTimeRegressionPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.requires import baseline_run, requires
 
 # Breakdown parts in reading order. Each top-level phase (a cookbook timer name) is added into the
 # part it belongs to; a phase not listed here (e.g. RL `sampling`) is a part of its own.
@@ -130,7 +132,7 @@ def phase_breakdown(base: pl.DataFrame, cand: pl.DataFrame) -> list[dict[str, An
     return parts
 
 
-def compare_step_times(cand_ctx, base_ctx, thresholds: dict[str, Any]) -> dict[str, Any]:
+def compare_step_times(cand_ctx, base_ctx, thresholds: StepTimeRegressionPolicy) -> dict[str, Any]:
     """The step-time comparison: verdict, statistics, breakdown and structural signals."""
     cand, base = _steady(cand_ctx), _steady(base_ctx)
     cand_s, base_s = _values(cand, "total_s"), _values(base, "total_s")
@@ -167,10 +169,10 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: dict[str, Any]) -> dict[s
         "u": None,
         "p": None,
         "effect": None,
-        "alpha": thresholds["alpha"],
-        "min_relative_effect": thresholds["min_relative_effect"],
+        "alpha": thresholds.alpha,
+        "min_relative_effect": thresholds.min_relative_effect,
     }
-    minimum = int(thresholds["min_steady_steps"])
+    minimum = int(thresholds.min_steady_steps)
     if len(cand_x) < minimum or len(base_x) < minimum:
         short = "candidate" if len(cand_x) < minimum else "baseline"
         return {
@@ -193,8 +195,8 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: dict[str, Any]) -> dict[s
         else None
     )
     stats.update(u=float(test.statistic), p=float(test.pvalue), effect=effect)
-    significant = stats["p"] < thresholds["alpha"]
-    large = effect is not None and effect >= thresholds["min_relative_effect"]
+    significant = stats["p"] < thresholds.alpha
+    large = effect is not None and effect >= thresholds.min_relative_effect
     verdict = "regression" if significant and large else "no regression"
     change = f"{effect:+.1%}" if effect is not None else "n/a"
     message = (
@@ -202,14 +204,14 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: dict[str, Any]) -> dict[s
         f"({change}; Mann-Whitney U={stats['u']:.1f}, one-sided p={stats['p']:.3g}, "
         f"n={len(base_x)} vs {len(cand_x)})"
     )
-    if base_cycle and cand_cycle and abs(cand_cycle / base_cycle - 1) >= thresholds["min_relative_effect"]:
+    if base_cycle and cand_cycle and abs(cand_cycle / base_cycle - 1) >= thresholds.min_relative_effect:
         message += (
             f"; the estimated service clock cycle also changed ({base_cycle:.3g} -> {cand_cycle:.3g} s), "
             "so part of the change may be the service rather than the code"
         )
     if verdict == "no regression":
-        why = [] if significant else [f"p >= {thresholds['alpha']}"]
-        why += [] if large else [f"effect below {thresholds['min_relative_effect']:.0%}"]
+        why = [] if significant else [f"p >= {thresholds.alpha}"]
+        why += [] if large else [f"effect below {thresholds.min_relative_effect:.0%}"]
         message += f": not a regression ({', '.join(why)})"
     return {
         "verdict": verdict,
@@ -227,8 +229,6 @@ def _explain(breakdown: list[dict[str, Any]]) -> str:
 
 def check(ctx) -> list[Finding]:
     """Fire when the candidate's steady steps are significantly and materially slower."""
-    if ctx.baseline_ctx is None:
-        raise NotApplicable("needs --baseline PATH")
     comparison = compare_step_times(ctx, ctx.baseline_ctx, ctx.thresholds)
     ctx.comparison["step_time"] = comparison
     if comparison["verdict"] != "regression":
@@ -239,9 +239,7 @@ def check(ctx) -> list[Finding]:
     wall = ctx.run_wall_s
     lost = per_step * len(steady) if per_step > 0 else None
     return [
-        Finding(
-            rule="step-time-regression",
-            code="TD401",
+        ctx.finding(
             severity="error",
             title=f"Steady step time regressed {stats['effect']:+.0%} against the baseline",
             message=f"{comparison['message']}. Change per step by phase: {_explain(comparison['breakdown'])}.",
@@ -292,6 +290,7 @@ register(
             ),
         ),
         check=check,
+        requires=(requires("needs --baseline PATH", baseline_run()),),
         baseline_only=True,
         tags=("regression", "baseline"),
     )

@@ -7,6 +7,7 @@ import polars as pl
 from trace_doctor.derive.warmup import following_window
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.requires import requires, values_in
 
 # A nested timer that carries this share of the slowest phase's excess is named instead of it:
 # `get_batch` says more than the `submit_batch` that wraps it.
@@ -36,13 +37,6 @@ def _slowest(warm: pl.DataFrame, steady: pl.DataFrame, columns: list[str]) -> tu
 
 def check(ctx) -> list[Finding]:
     split = ctx.warmup
-    timed = (
-        pl.concat([split.steady, split.warmup], how="diagonal_relaxed")
-        if "total_s" in split.steady.columns
-        else split.steady.clear()
-    )
-    if timed.is_empty() or timed["total_s"].drop_nulls().len() == 0:
-        raise NotApplicable("no per-step times (no time/total or phase timers in metrics)")
     if not split.segments:
         raise NotApplicable(f"{split.method}: a warm-up needs at least 3 timed steps")
     t = ctx.thresholds
@@ -56,19 +50,17 @@ def check(ctx) -> list[Finding]:
             continue
         # The level right after the warm-up (derive.warmup's window), so a later regime change
         # does not move the yardstick.
-        window = following_window(seg.warmup_steps + steady.height, t["max_warmup_share"])
+        window = following_window(seg.warmup_steps + steady.height, ctx.shared.max_warmup_share)
         base = float(steady.sort("step").head(window)["total_s"].median())
         ratio = float(warm["total_s"].mean()) / base if base > 0 else 0.0
-        if ratio < t["min_ratio"]:
+        if ratio < t.min_ratio:
             continue
         cost = float((warm["total_s"] - base).clip(lower_bound=0).sum())
         phase, excess = slowest_phase(warm, steady)
         steps = sorted(int(s) for s in warm["step"].to_list())
         where = f" (resumed segment {seg.segment})" if seg.segment else ""
         findings.append(
-            Finding(
-                rule="",
-                code="",
+            ctx.finding(
                 severity="info",
                 title="Slow warm-up, then steady",
                 message=f"The first {len(steps)} step(s){where} took {float(warm['total_s'].sum()):.1f} s, {ratio:.1f}x the steady median of {base:.2f} s: {cost:.1f} s above steady, mostly in `{phase}` ({excess:.1f} s).",
@@ -95,7 +87,7 @@ def check(ctx) -> list[Finding]:
     return ctx.passed(
         "no slow warm-up prefix found by change-point segmentation"
         if split.warmup_steps == 0
-        else f"warm-up of {split.warmup_steps} step(s) is less than {t['min_ratio']}x the steady median"
+        else f"warm-up of {split.warmup_steps} step(s) is less than {t.min_ratio}x the steady median"
     )
 
 
@@ -113,6 +105,11 @@ RULE = register(
             fix="Usually nothing; cache datasets and tokenizers if the warm-up is long.",
         ),
         check=check,
+        requires=(
+            requires(
+                "no per-step times (no time/total or phase timers in metrics)", values_in("step_times", "total_s")
+            ),
+        ),
         tags=("timing", "metrics"),
     )
 )

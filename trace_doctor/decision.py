@@ -1,0 +1,137 @@
+"""The two decisions every output shows, made once per analysis: the run's verdict and the CI gate.
+
+Renderers (terminal, Markdown, JUnit, HTML) and the CLI's exit code only display these, so they can
+never disagree about whether the gate tripped or whether little could be checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trace_doctor.humanize import format_seconds
+from trace_doctor.model import SEVERITY_RANK, Analysis, Finding, RuleOutcome
+
+FAIL_ON_LEVELS = ("never", "info", "warning", "error")
+REGRESSION_RULE = "step-time-regression"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the run amounts to: the worst severity (or clear / limited), counts, worst and costliest finding."""
+
+    # "error" | "warning" | "info" (the worst finding's severity), "clear", or "limited": no finding,
+    # but fewer than half of the rules had the input they need, so silence is not health.
+    status: str
+    headline: str
+    counts: dict[str, int]
+    checked: int  # rules that ran to a judgement (passed)
+    total: int  # rules selected
+    worst: Finding | None = None
+    costliest: Finding | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.status == "limited"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The CI gate: whether it tripped and why. The CLI exits 1 exactly when `tripped`."""
+
+    fail_on: str
+    fail_on_inconclusive: bool
+    tripped: bool
+    reasons: tuple[str, ...]
+    # Rules whose findings (or, for the baseline comparison, whose verdict) tripped the gate.
+    tripping_rules: frozenset[str] = field(default_factory=frozenset)
+    baseline_verdict: str | None = None
+
+    @property
+    def set(self) -> bool:
+        """Whether anything can trip it: a severity level, or a baseline to regress against."""
+        return self.fail_on != "never" or self.baseline_verdict is not None
+
+    def trips_on(self, finding: Finding) -> bool:
+        """Whether this finding alone reaches the gate's severity level."""
+        return self.fail_on != "never" and SEVERITY_RANK[finding.severity] >= SEVERITY_RANK[self.fail_on]
+
+
+def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome]) -> Verdict:
+    """Counts by severity, the worst finding, the costliest one; "limited" when little could be checked.
+
+    Seconds lost are never summed across findings: several rules explain the same idle time (a GIL
+    stall is also a heartbeat stall and a slow step), so a sum would overstate the cost.
+    """
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
+    checked = sum(1 for o in outcomes if o.status == "passed")
+    total = len(outcomes)
+    if not findings:
+        if checked * 2 < total:
+            return Verdict(
+                "limited",
+                f"No problems found, but little could be checked: only {checked} of {total} rules had the input they need.",
+                counts,
+                checked,
+                total,
+            )
+        return Verdict(
+            "clear",
+            f"No problems found: {checked} of {total} rules checked this run and passed.",
+            counts,
+            checked,
+            total,
+        )
+    parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
+    worst = findings[0]
+    text = f"{', '.join(parts)}. Worst: {worst.title}."
+    costly = [f for f in findings if f.seconds_lost and f.severity != "info"]
+    top = max(costly, key=lambda f: (f.seconds_lost, f.code)) if costly else None
+    if top is not None:
+        share = f", {top.fraction_of_wall:.0%} of wall time" if top.fraction_of_wall else ""
+        text += f" Costliest: {top.title} (≈{format_seconds(top.seconds_lost)}{share})."
+    return Verdict(worst.severity, text, counts, checked, total, worst=worst, costliest=top)
+
+
+def decide_gate(
+    findings: list[Finding],
+    baseline: dict[str, Any] | None,
+    *,
+    fail_on: str = "never",
+    fail_on_inconclusive: bool = False,
+) -> Gate:
+    """Trips on a finding at or above `fail_on`, a regression against the baseline, or (when asked) an
+    inconclusive comparison."""
+    if fail_on not in FAIL_ON_LEVELS:
+        raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON_LEVELS)}, not {fail_on!r}")
+    reasons: list[str] = []
+    rules: set[str] = set()
+    if fail_on != "never":
+        hits = [f for f in findings if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on]]
+        if hits:
+            reasons.append(f"{len(hits)} finding(s) at or above {fail_on}")
+            rules.update(f.rule for f in hits)
+    verdict = baseline.get("verdict") if baseline else None
+    if verdict == "regression":
+        reasons.append("a step-time regression against the baseline")
+        rules.add(REGRESSION_RULE)
+    elif verdict == "inconclusive" and fail_on_inconclusive:
+        reasons.append("the baseline comparison is inconclusive (--fail-on-inconclusive)")
+        rules.add(REGRESSION_RULE)
+    return Gate(
+        fail_on=fail_on,
+        fail_on_inconclusive=fail_on_inconclusive,
+        tripped=bool(reasons),
+        reasons=tuple(reasons),
+        tripping_rules=frozenset(rules),
+        baseline_verdict=verdict,
+    )
+
+
+def decide(result: Analysis, *, fail_on: str = "never", fail_on_inconclusive: bool = False) -> Analysis:
+    """Set `result.verdict` and `result.gate` from its findings, outcomes and baseline comparison."""
+    result.verdict = decide_verdict(result.findings, result.outcomes)
+    result.gate = decide_gate(
+        result.findings, result.baseline, fail_on=fail_on, fail_on_inconclusive=fail_on_inconclusive
+    )
+    return result

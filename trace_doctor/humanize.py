@@ -1,0 +1,18 @@
+"""Numbers for people, the same in every output: the verdict's headline and every renderer use these."""
+
+from __future__ import annotations
+
+
+def format_seconds(value: float | None) -> str:
+    """Seconds for people: ms below 0.1 s, minutes above 2 min, hours above 1 h."""
+    if value is None:
+        return "–"
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    if value >= 120:
+        return f"{value / 60:.1f} min"
+    if value >= 10:
+        return f"{value:.0f} s"
+    if value >= 0.1:
+        return f"{value:.2f} s"
+    return f"{value * 1000:.1f} ms"

@@ -1,0 +1,152 @@
+"""Every threshold, typed, in one place: the shared knobs and one frozen dataclass per rule.
+
+A user's `[tool.trace-doctor.shared]` and `[tool.trace-doctor.rules.<slug>]` tables become one
+`Policy` when settings load; values are checked (type and range) there, so a bad value is a
+configuration error naming the key. Rules read their own thresholds (`ctx.thresholds`), derive/
+receives shared knobs as parameters, renderers read what the analysis used (`Analysis.policy`).
+
+    >>> policy = Policy.from_config(rules={"get-batch-bottleneck": {"min_share": 0.3}})
+    >>> policy.rule("get-batch-bottleneck").min_share
+    0.3
+    >>> Policy.from_config(rules={"get-batch-bottleneck": {"min_share": "abc"}})
+    Traceback (most recent call last):
+    ...
+    trace_doctor.policy.schema.PolicyError: [tool.trace-doctor.rules.get-batch-bottleneck] `min_share` must be a number, not 'abc'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from trace_doctor.policy.baseline import NewFindingPolicy, StepTimeRegressionPolicy
+from trace_doctor.policy.environment import DecodedErrorPolicy, KnownBadDependencyPolicy
+from trace_doctor.policy.profiles import (
+    CpuBoundMainThreadPolicy,
+    ProfileWithoutAsyncModePolicy,
+    SerializationStallPolicy,
+)
+from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
+from trace_doctor.policy.shared import SharedPolicy
+from trace_doctor.policy.timing import (
+    GetBatchBottleneckPolicy,
+    GilStallPolicy,
+    HeartbeatStallPolicy,
+    InconsistentStepTimesPolicy,
+    PipeliningGapPolicy,
+    SteadySlownessPolicy,
+    WarmupSlownessPolicy,
+)
+from trace_doctor.policy.training import KlDriftPolicy, RendererKlStep0Policy
+
+__all__ = ["RULE_POLICIES", "Policy", "PolicyError", "SharedPolicy", "ThresholdInfo", "describe"]
+
+# slug -> its thresholds. A rule without one cannot be registered (rules/base.py checks).
+RULE_POLICIES: Mapping[str, type] = MappingProxyType(
+    {
+        "pipelining-gap": PipeliningGapPolicy,
+        "get-batch-bottleneck": GetBatchBottleneckPolicy,
+        "warmup-slowness": WarmupSlownessPolicy,
+        "steady-slowness": SteadySlownessPolicy,
+        "gil-stall": GilStallPolicy,
+        "heartbeat-stall": HeartbeatStallPolicy,
+        "serialization-stall": SerializationStallPolicy,
+        "cpu-bound-main-thread": CpuBoundMainThreadPolicy,
+        "profile-without-async-mode": ProfileWithoutAsyncModePolicy,
+        "inconsistent-step-times": InconsistentStepTimesPolicy,
+        "renderer-kl-step0": RendererKlStep0Policy,
+        "kl-drift": KlDriftPolicy,
+        "known-bad-dependency": KnownBadDependencyPolicy,
+        "decoded-error": DecodedErrorPolicy,
+        "step-time-regression": StepTimeRegressionPolicy,
+        "new-finding": NewFindingPolicy,
+    }
+)
+
+# Where shared knobs used to be set, in round 1's configuration: still honoured, as the shared knob.
+MOVED_TO_SHARED: Mapping[tuple[str, str], str] = MappingProxyType(
+    {
+        ("pipelining-gap", "clock_cycle_s"): "clock_cycle_s",
+        ("warmup-slowness", "max_warmup_share"): "max_warmup_share",
+        ("kl-drift", "max_kl"): "max_stable_kl",
+        ("renderer-kl-step0", "max_kl_v1"): "max_stable_kl",
+        ("renderer-kl-step0", "max_kl_v2"): "max_stable_kl",
+    }
+)
+
+
+def _rules_where(slug: str) -> str:
+    return f"[tool.trace-doctor.rules.{slug}]"
+
+
+SHARED_WHERE = "[tool.trace-doctor.shared]"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The thresholds an analysis runs with: shared knobs plus every rule's policy instance."""
+
+    shared: SharedPolicy = field(default_factory=SharedPolicy)
+    rules: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Settings that were honoured at an old location, as sentences for the user.
+    notes: tuple[str, ...] = ()
+
+    def rule(self, slug: str) -> Any:
+        """The thresholds of rule `slug` (its defaults unless the configuration overrode them)."""
+        found = self.rules.get(slug)
+        if found is not None:
+            return found
+        if slug not in RULE_POLICIES:
+            raise PolicyError(f"no rule `{slug}`")
+        return RULE_POLICIES[slug]()
+
+    @classmethod
+    def from_config(
+        cls,
+        *,
+        rules: Mapping[str, Mapping[str, Any]] | None = None,
+        shared: Mapping[str, Any] | None = None,
+        source: str | None = None,
+    ) -> Policy:
+        """A checked Policy from configuration tables; PolicyError names the file, table and key at fault."""
+        prefix = f"{source}: " if source else ""
+        shared_values = dict(shared or {})
+        moved_from: dict[str, str] = {}
+        notes: list[str] = []
+        per_rule: dict[str, Any] = {}
+        for slug, values in (rules or {}).items():
+            if slug not in RULE_POLICIES:
+                raise PolicyError(f"{prefix}configuration names unknown rule `{slug}` (see `trace-doctor rules`)")
+            if not isinstance(values, Mapping):
+                raise PolicyError(f"{prefix}{_rules_where(slug)} must be a table of thresholds")
+            own = {}
+            for key, value in values.items():
+                knob = MOVED_TO_SHARED.get((slug, key))
+                if knob is None:
+                    own[key] = value
+                    continue
+                old = f"{_rules_where(slug)} {key}"
+                if knob in shared_values and shared_values[knob] != value:
+                    earlier = moved_from.get(knob, f"{SHARED_WHERE} {knob}")
+                    raise PolicyError(f"{prefix}{old} = {value!r} contradicts {earlier} = {shared_values[knob]!r}")
+                shared_values[knob] = value
+                moved_from.setdefault(knob, old)
+                notes.append(f"{old} sets the shared knob {SHARED_WHERE} {knob} (used by several rules and charts)")
+            per_rule[slug] = build(RULE_POLICIES[slug], own, f"{prefix}{_rules_where(slug)}")
+        shared_policy = SharedPolicy()
+        if shared_values:
+            where = prefix + SHARED_WHERE
+            try:
+                shared_policy = build(SharedPolicy, shared_values, where)
+            except PolicyError as exc:
+                # Name the key where the user wrote it when it came from an old location.
+                for knob, old in moved_from.items():
+                    exc = PolicyError(str(exc).replace(f"{where} `{knob}`", f"{prefix}{old}"))
+                raise exc from None
+        return cls(shared=shared_policy, rules=MappingProxyType(per_rule), notes=tuple(notes))
+
+    def thresholds(self, slug: str) -> list[ThresholdInfo]:
+        """Rule `slug`'s thresholds as `trace-doctor rules SLUG` prints them."""
+        return describe(self.rule(slug))

@@ -1,0 +1,40 @@
+"""Thresholds of the rules that read pyinstrument profiles and thread-stack dumps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trace_doctor.policy.schema import SHARE, threshold
+
+
+@dataclass(frozen=True)
+class SerializationStallPolicy:
+    min_share: float = threshold(
+        0.1,
+        unit="share of profile wall time",
+        why="Payload serialization (pydantic model_dump) above this share is a stall the client pays every call.",
+        bounds=SHARE,
+    )
+    min_seconds: float = threshold(0.2, unit="s", why="Less in absolute terms is not worth a finding.")
+
+
+@dataclass(frozen=True)
+class CpuBoundMainThreadPolicy:
+    min_share: float = threshold(
+        0.25,
+        unit="share of profile time (or of stack blocks)",
+        why="Self time in CPU-heavy libraries above this share keeps the main thread from submitting.",
+        bounds=SHARE,
+    )
+    min_seconds: float = threshold(0.2, unit="s", why="Less in absolute terms is not worth a finding.")
+
+
+@dataclass(frozen=True)
+class ProfileWithoutAsyncModePolicy:
+    min_idle_share: float = threshold(
+        0.3,
+        unit="share of profile time",
+        why="A profile spending this share in select/epoll/poll/kqueue with no [await] frame was taken "
+        "without async mode: its time is not attributed to what was awaited.",
+        bounds=SHARE,
+    )

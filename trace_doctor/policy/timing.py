@@ -1,0 +1,160 @@
+"""Thresholds of the timing rules: pipelining, data loading, warm-up, steady and inconsistent step times, stalls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, SHARE, threshold
+
+
+@dataclass(frozen=True)
+class PipeliningGapPolicy:
+    min_sequential_step_share: float = threshold(
+        0.5,
+        unit="share of steady steps",
+        why="A sequential wait (fb result awaited before optim is submitted, or the next step submitted "
+        "only after the previous results) on most steps is the loop's shape, not an accident.",
+        bounds=SHARE,
+    )
+    min_seconds_lost: float = threshold(
+        1.0, unit="s", why="Findings worth less than this over the whole run are not worth a user's time."
+    )
+    min_fraction_lost: float = threshold(
+        0.05,
+        unit="share of wall time",
+        why="...unless, on a short run, they are at least this share of its wall time.",
+        bounds=SHARE,
+    )
+    min_wait_s: float = threshold(
+        0.02,
+        unit="s",
+        why="Submit-only SDK calls hand off in about a millisecond and the cookbook builds the optimizer "
+        "params in microseconds: a longer silence between forward_backward and optim_step is a result wait.",
+        bounds=POSITIVE,
+    )
+
+
+@dataclass(frozen=True)
+class GetBatchBottleneckPolicy:
+    min_share: float = threshold(
+        0.2,
+        unit="share of steady step time",
+        why="Median per-step get_batch share above which data loading is the bottleneck (a median, so "
+        "one stalled batch does not make a bottleneck).",
+        bounds=SHARE,
+    )
+    min_steady_steps: int = threshold(
+        3, unit="steps", why="Fewer steady steps with get_batch timing say nothing typical.", bounds=AT_LEAST_ONE
+    )
+
+
+@dataclass(frozen=True)
+class WarmupSlownessPolicy:
+    min_ratio: float = threshold(
+        2.0,
+        unit="x steady median",
+        why="A warm-up shorter than twice the steady step is noise, not setup worth naming.",
+        bounds=AT_LEAST_ONE,
+    )
+
+
+@dataclass(frozen=True)
+class SteadySlownessPolicy:
+    max_cycles_per_step: float = threshold(
+        3.0,
+        unit="clock cycles",
+        why="A pipelined step needs about two cycles (forward_backward and optim_step share them); "
+        "steady steps that take more are slower than the work needs.",
+        bounds=POSITIVE,
+    )
+    max_client_share: float = threshold(
+        0.5,
+        unit="share of a steady step",
+        why="Above this share of time outside the service's calls, the client is the bottleneck.",
+        bounds=SHARE,
+    )
+    max_submit_s: float = threshold(
+        0.25,
+        unit="s",
+        why="A submit-only SDK call (forward_backward / optim_step) hands off in milliseconds.",
+        bounds=POSITIVE,
+    )
+
+
+@dataclass(frozen=True)
+class GilStallPolicy:
+    min_monitor_jitter_s: float = threshold(
+        0.5,
+        unit="s",
+        why="The debug skill's GIL monitor prints only above 0.5 s of jitter: anything it printed counts.",
+    )
+    min_silent_intervals: float = threshold(
+        2.5,
+        unit="dump intervals",
+        why="A dump label silent this long while the other keeps dumping missed more than scheduling jitter.",
+        bounds=POSITIVE,
+    )
+    min_silence_s: float = threshold(
+        0.5, unit="s", why="A shorter dump silence is scheduling noise, not a stall worth reporting."
+    )
+    min_blocked_submit_s: float = threshold(
+        0.5,
+        unit="s",
+        why="A submit-only SDK span (or a main-track gap) this long means the calling thread could not run.",
+        bounds=POSITIVE,
+    )
+    round_trip_stretch_ratio: float = threshold(
+        2.0,
+        unit="x median round trip",
+        why="A sample round trip this many times its median (and min_blocked_submit_s longer) was stretched.",
+        bounds=AT_LEAST_ONE,
+    )
+    step_time_max_robust_cv: float = threshold(
+        0.35,
+        unit="robust CV",
+        why="Steady step times more variable than this (1.4826·MAD/median) support a GIL stall seen elsewhere.",
+        bounds=POSITIVE,
+    )
+    step_time_min_steady_steps: int = threshold(
+        8, unit="steps", why="Step-time variability needs this many steady steps to mean anything.", bounds=AT_LEAST_ONE
+    )
+
+
+@dataclass(frozen=True)
+class HeartbeatStallPolicy:
+    min_warnings: int = threshold(
+        1,
+        unit="warnings",
+        why="The SDK logs a heartbeat warning only after the session missed its heartbeat: one is already a stall.",
+        bounds=AT_LEAST_ONE,
+    )
+
+
+@dataclass(frozen=True)
+class InconsistentStepTimesPolicy:
+    max_robust_cv: float = threshold(
+        0.35,
+        unit="robust CV",
+        why="Robust coefficient of variation (1.4826·MAD/median) of steady step times above which the "
+        "variance is more than a healthy loop's jitter.",
+        bounds=POSITIVE,
+    )
+    spike_ratio: float = threshold(
+        3.0, unit="x steady median", why="A step this many times the steady median is a spike.", bounds=AT_LEAST_ONE
+    )
+    min_steady_steps: int = threshold(
+        8, unit="steps", why="Fewer steady steps cannot tell variance from a few slow steps.", bounds=AT_LEAST_ONE
+    )
+    min_regime_ratio: float = threshold(
+        1.5,
+        unit="x",
+        why="Step time that settles at a level this many times another is a regime change, not noise.",
+        bounds=AT_LEAST_ONE,
+    )
+    min_regime_share: float = threshold(
+        0.05,
+        unit="share of steady steps",
+        why="...when the shorter level lasts this share of the steady steps (and min_steady_steps): "
+        "shorter excursions are spikes.",
+        bounds=SHARE,
+    )
