@@ -3,10 +3,10 @@
 >>> from trace_doctor import analyze, load_run, sample_run_path
 >>> run = load_run(sample_run_path())
 >>> result = analyze(run, fail_on="warning")
->>> result.findings[0].rule
-'pipelining-gap'
->>> result.gate.tripped, result.verdict.status
-(True, 'warning')
+>>> result.findings[0].rule, result.verdict.status
+('decoded-error', 'error')
+>>> result.gate.tripped, result.gate.reasons
+(True, ('8 finding(s) at or above warning',))
 """
 
 from __future__ import annotations

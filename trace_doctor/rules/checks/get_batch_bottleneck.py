@@ -70,6 +70,7 @@ RULE = register(
             fix="Pre-tokenise or cache the dataset, prefetch the next batch concurrently with the result wait, move heavy rendering out of the loop.",
         ),
         check=check,
+        shared=("max_warmup_share",),
         requires=(
             requires(
                 "no time/get_batch in metrics (this trainer does not time data loading)",

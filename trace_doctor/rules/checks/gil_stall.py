@@ -474,6 +474,7 @@ RULE = register(
             ),
         ),
         check=check,
+        shared=("max_warmup_share",),
         tags=("gil", "logs", "dumps", "trace"),
     )
 )

@@ -293,6 +293,7 @@ RULE = register(
             fix="Find the work outside the timed phases; keep the host awake; move CPU work off the main thread.",
         ),
         check=check,
+        shared=("max_warmup_share",),
         requires=(
             requires(
                 "no per-step times (no time/total or phase timers in metrics)", values_in("step_times", "total_s")

@@ -122,6 +122,7 @@ RULE = register(
             fix="Lower the learning rate, add or raise the KL penalty, reduce off-policy staleness; check temperature and MoE numerics.",
         ),
         check=check,
+        shared=("max_stable_kl",),
         requires=(
             requires(
                 "no optim/kl_sample_train_v1/_v2 in metrics: not an RL run",

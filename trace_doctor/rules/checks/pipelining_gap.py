@@ -270,6 +270,7 @@ RULE = register(
             fix=FIX,
         ),
         check=check,
+        shared=("clock_cycle_s", "max_warmup_share"),
         tags=("timing", "trace"),
     )
 )

@@ -171,6 +171,7 @@ RULE = register(
             fix="Use the model's recommended renderer; verify the render→tokenize round trip; for distillation render the teacher's input with the teacher's renderer.",
         ),
         check=check,
+        shared=("max_stable_kl",),
         requires=(
             requires("no training rows in metrics.jsonl", table("steps")),
             requires(

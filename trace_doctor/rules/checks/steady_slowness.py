@@ -119,6 +119,7 @@ RULE = register(
             fix="Pipeline submissions, free the main thread (serialization, CPU work), cache data preparation.",
         ),
         check=check,
+        shared=("clock_cycle_s", "max_warmup_share"),
         tags=("timing",),
     )
 )

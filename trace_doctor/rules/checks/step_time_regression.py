@@ -290,6 +290,7 @@ register(
             ),
         ),
         check=check,
+        shared=("clock_cycle_s", "max_warmup_share"),
         requires=(requires("needs --baseline PATH", baseline_run()),),
         baseline_only=True,
         tags=("regression", "baseline"),

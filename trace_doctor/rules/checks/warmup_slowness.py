@@ -105,6 +105,7 @@ RULE = register(
             fix="Usually nothing; cache datasets and tokenizers if the warm-up is long.",
         ),
         check=check,
+        shared=("max_warmup_share",),
         requires=(
             requires(
                 "no per-step times (no time/total or phase timers in metrics)", values_in("step_times", "total_s")
