@@ -1,0 +1,497 @@
+"""Every threshold is read by its rule: a knob that changes nothing cannot ship (issue 11).
+
+PROBES names, for every field of every rule's policy class and of the shared policy, a realistic run
+and a value inside the field's allowed range that changes the outcome of the rule that owns it (for a
+shared knob: of a rule that reads it). The tests prove that
+
+- every threshold has a probe (a new threshold without one fails),
+- each override (checked against the field's range by Policy.from_config) changes what its rule
+  decides: its status or its findings, not merely an evidence field echoing the value,
+- a rule's threshold changes no other rule's outcome.
+
+Runs are the committed fixtures where one shows the effect; otherwise a small synthetic run built
+here, in the style of the rule tests (tests/test_rules_*.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import polars as pl
+import pytest
+from conftest import ROOT, fixture_run
+from rule_helpers import run_from_rows
+
+from trace_doctor.api import analyze, load_run
+from trace_doctor.model import FRAMES_SCHEMA, LOG_EVENTS_SCHEMA, PROFILES_SCHEMA, SPANS_SCHEMA, RunTables
+from trace_doctor.policy import RULE_POLICIES, Policy, SharedPolicy
+from trace_doctor.rules.engine import run_rules
+
+SHARED = "shared"  # pseudo-slug of the SharedPolicy knobs in PROBES
+
+# --- synthetic runs ---------------------------------------------------------------------------
+
+
+def _span(name: str, start_s: float, dur_s: float, *, track: str = "main", tid: int = 1, step: int | None = None):
+    return {
+        "name": name,
+        "pid": 0,
+        "tid": tid,
+        "thread": "MainThread",
+        "track": track,
+        "start_us": start_s * 1e6,
+        "end_us": (start_s + dur_s) * 1e6,
+        "dur_us": dur_s * 1e6,
+        "depth": 0 if name == "main" else 1,
+        "step": step,
+        "segment": 0,
+        "closed": True,
+        "args": "{}",
+    }
+
+
+def _traced(spans: list[dict]) -> RunTables:
+    run = RunTables()
+    run.spans = pl.DataFrame(spans, schema=SPANS_SCHEMA)
+    return run
+
+
+def _fb_optim_loop(step_s: float, waits: list[float]) -> RunTables:
+    """A training loop's trace: each step submits forward_backward, then optim_step `waits[i]` s after it."""
+    spans = [_span("main", 0.0, step_s * len(waits))]
+    for i, wait in enumerate(waits):
+        start = i * step_s
+        spans.append(_span("forward_backward_async", start, 0.002, step=i))
+        spans.append(_span("optim_step_async", start + 0.002 + wait, 0.002, step=i))
+    return _traced(spans)
+
+
+@cache
+def partly_sequential_loop() -> RunTables:
+    """10 steps of 1 s; on 4 of them optim_step waited 0.5 s for the fb result (40% of steps, 2 s lost)."""
+    return _fb_optim_loop(1.0, [0.5] * 4 + [0.005] * 6)
+
+
+@cache
+def long_loop_short_waits() -> RunTables:
+    """40 steps of 5 s, every optim_step 50 ms after its fb: 2 s lost, 1% of the 200 s run."""
+    return _fb_optim_loop(5.0, [0.05] * 40)
+
+
+@cache
+def short_loop_short_waits() -> RunTables:
+    """10 steps of 0.4 s, every optim_step 50 ms after its fb: 0.5 s lost, 12.5% of the 4 s run."""
+    return _fb_optim_loop(0.4, [0.05] * 10)
+
+
+@cache
+def submit_blocked_while_sampling() -> RunTables:
+    """Sample round trips of 1 s; one stretched to 2.5 s while a forward_backward submit took 1.2 s."""
+    spans = [_span("main", 0.0, 24.0)]
+    for i in range(8):
+        start = 3.0 * i
+        spans.append(_span("sample_async", start, 2.5 if i == 4 else 1.0, track="sampler", tid=2, step=i))
+        blocked = 1.2 if i == 4 else 0.002
+        spans.append(_span("forward_backward_async", start + 0.5, blocked, step=i))
+        spans.append(_span("optim_step_async", start + 0.5 + blocked, 0.002, step=i))
+    return _traced(spans)
+
+
+def _log_events(*messages: str) -> pl.DataFrame:
+    rows = [
+        {
+            "source": "stdout.txt",
+            "line": line,
+            "timestamp": None,
+            "logger": None,
+            "level": None,
+            "kind": "gil-monitor",
+            "message": message,
+            "fields": "{}",
+        }
+        for line, message in enumerate(messages, start=1)
+    ]
+    return pl.DataFrame(rows, schema=LOG_EVENTS_SCHEMA)
+
+
+@cache
+def gil_monitor_with_erratic_steps() -> RunTables:
+    """12 SFT steps alternating 1 s and 2 s, and a GIL-monitor line with 3.25 s of jitter."""
+    rows = [
+        {"step": i, "train_mean_nll": 1.0, "time/get_batch": 0.1, "time/total": 2.0 if i % 2 else 1.0}
+        for i in range(12)
+    ]
+    run = run_from_rows(rows)
+    run.log_events = _log_events("[GIL monitor] slept 3.75s instead of 0.5s (jitter: 3.25s) — likely GIL contention")
+    return run
+
+
+@cache
+def slower_regime_at_the_end() -> RunTables:
+    """40 steps: 28 at 1 s, then 12 at 2 s (a regime of 30% of the steps, more than min_steady_steps)."""
+    rows = [
+        {"step": i, "progress/batch": i, "time/train": 0.5, "time/total": (1.0 if i < 28 else 2.0) + 0.01 * (i % 3)}
+        for i in range(40)
+    ]
+    return run_from_rows(rows)
+
+
+def _rl_rows(kl: list[float]) -> list[dict[str, Any]]:
+    return [
+        {
+            "step": i,
+            "progress/batch": i,
+            "env/all/reward/total": 0.5,
+            "optim/kl_sample_train_v1": value,
+            "optim/kl_sample_train_v2": value,
+        }
+        for i, value in enumerate(kl)
+    ]
+
+
+@cache
+def kl_drifting_late() -> RunTables:
+    """RL run healthy for 14 steps, then KL 0.04 on the last 6 (32% of the later steps)."""
+    return run_from_rows(_rl_rows([1e-4] * 14 + [0.04] * 6))
+
+
+@cache
+def kl_high_then_rising() -> RunTables:
+    """RL run with KL 0.02 at step 0 (above the band), then 0.05: 2.5x the first-step value."""
+    return run_from_rows(_rl_rows([0.02] + [0.05] * 19))
+
+
+@cache
+def distillation_teacher_kl() -> RunTables:
+    """Distillation run whose teacher_kl stays at 0.3 from the first step."""
+    return run_from_rows([{"step": i, "progress/batch": i, "teacher_kl": 0.3} for i in range(5)])
+
+
+@cache
+def sample_spans_near_zero() -> RunTables:
+    """RL metrics where sample_async takes 2 ms inside a 2 s policy_sample (the tinker 0.38 + py3.11 trap)."""
+    rows = [
+        {
+            "step": i,
+            "progress/batch": i,
+            "env/all/reward/total": 0.5,
+            "time/sample_async:mean": 0.002,
+            "time/policy_sample:mean": 2.0,
+        }
+        for i in range(10)
+    ]
+    return run_from_rows(rows)
+
+
+SITE = "/venv/lib/python3.11/site-packages"
+STDLIB = "/usr/lib/python3.11"
+
+
+@cache
+def profile_serializing() -> RunTables:
+    """A sync-mode profile of 10 s: 6 s idle in epoll, 2.5 s in pydantic model_dump, 1.5 s tokenizing."""
+    tree = [  # (frame_id, parent_id, function, file, line, time_s, application code)
+        (1, None, "run", f"{STDLIB}/asyncio/runners.py", 118, 10.0, False),
+        (2, 1, "_run_once", f"{STDLIB}/asyncio/base_events.py", 1898, 10.0, False),
+        (3, 2, "select", f"{STDLIB}/selectors.py", 451, 6.0, False),
+        (4, 3, "epoll.poll", "<built-in>", 0, 6.0, False),
+        (5, 2, "_run", f"{STDLIB}/asyncio/events.py", 80, 4.0, False),
+        (6, 5, "train_step", "train.py", 40, 4.0, True),
+        (7, 6, "model_dump", f"{SITE}/tinker/_compat.py", 150, 2.5, False),
+        (8, 7, "model_dump", f"{SITE}/pydantic/main.py", 420, 2.5, False),
+        (9, 8, "[self]", "", 0, 2.5, False),
+        (10, 6, "tokenize", "train.py", 12, 1.5, True),
+        (11, 10, "encode", f"{SITE}/tokenizers/implementations/base_tokenizer.py", 90, 1.5, False),
+        (12, 11, "[self]", "", 0, 1.5, False),
+    ]
+    depth: dict[int, int] = {}
+    frames = []
+    for fid, parent, function, file_path, line, time_s, app in tree:
+        depth[fid] = 0 if parent is None else depth[parent] + 1
+        frames.append(
+            {
+                "profile": "profile.json",
+                "frame_id": fid,
+                "parent_id": parent,
+                "depth": depth[fid],
+                "function": function,
+                "file_path": file_path,
+                "line_no": line,
+                "class_name": None,
+                "time_s": time_s,
+                "self_time_s": None,
+                "await_time_s": 0.0,
+                "is_application_code": app,
+                "synthetic": function.startswith("["),
+            }
+        )
+    run = RunTables()
+    run.frames = pl.DataFrame(frames, schema=FRAMES_SCHEMA)
+    profile = {
+        "profile": "profile.json",
+        "format": "json",
+        "async_mode": "disabled",
+        "target_description": "Program: train.py",
+        "start_time": 0.0,
+        "duration_s": 10.0,
+        "cpu_time_s": None,
+        "sample_count": 1000,
+    }
+    run.profiles = pl.DataFrame([profile], schema=PROFILES_SCHEMA)
+    return run
+
+
+# --- the probe table --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A run, and a value for one threshold that changes what its rule reports on that run."""
+
+    run: str | Callable[[], RunTables]  # fixtures/runs/<name>, a path under fixtures/, or a builder
+    value: Any
+    changes: str  # what the override changes, for the reader
+    observed_by: str | None = None  # a shared knob: the rule whose outcome shows it
+    baseline: str | None = None  # a regression rule: the fixture the run is compared with
+
+
+PROBES: dict[tuple[str, str], Probe] = {
+    # pipelining-gap
+    ("pipelining-gap", "min_sequential_step_share"): Probe(
+        partly_sequential_loop, 0.3, "40% of steps awaited the fb result: passed -> fired"
+    ),
+    ("pipelining-gap", "min_seconds_lost"): Probe(
+        long_loop_short_waits, 3.0, "2 s lost (1% of the run): fired -> passed"
+    ),
+    ("pipelining-gap", "min_fraction_lost"): Probe(
+        short_loop_short_waits, 0.2, "0.5 s lost (12.5% of the run): fired -> passed"
+    ),
+    ("pipelining-gap", "min_wait_s"): Probe(
+        "sl_sequential_await", 0.2, "0.1 s fb->optim gaps are hand-offs: the fb->optim finding goes, the other stays"
+    ),
+    # get-batch-bottleneck
+    ("get-batch-bottleneck", "min_share"): Probe(
+        "sl_healthy_pipelined", 0.05, "get_batch at 9.4% of a steady step: passed -> fired"
+    ),
+    ("get-batch-bottleneck", "min_steady_steps"): Probe(
+        "sl_slow_get_batch", 50, "30 steps with get_batch timing: fired -> not_applicable"
+    ),
+    # warmup-slowness
+    ("warmup-slowness", "min_ratio"): Probe(
+        "sl_warmup_only", 10.0, "a warm-up at 9.9x the steady median: fired -> passed"
+    ),
+    # steady-slowness
+    ("steady-slowness", "max_cycles_per_step"): Probe(
+        "sl_healthy_pipelined", 1.0, "steps of 1.1 clock cycles of 0.046 s: passed -> fired"
+    ),
+    ("steady-slowness", "max_client_share"): Probe(
+        "sl_sequential_await", 0.7, "53% of each step on the client: fired -> passed"
+    ),
+    ("steady-slowness", "max_submit_s"): Probe(
+        "sl_steady_slow", 0.05, "the finding adds that submit-only calls take 0.07 s (median)"
+    ),
+    # gil-stall
+    ("gil-stall", "min_monitor_jitter_s"): Probe(
+        "sl_gil_stall", 2.0, "the GIL-monitor signal keeps 1 of its 2 lines (1.78 s jitter dropped)"
+    ),
+    ("gil-stall", "min_silent_intervals"): Probe("sl_gil_stall", 5.0, "all-loops-silent episodes: 2 -> 1"),
+    ("gil-stall", "min_silence_s"): Probe("sl_gil_stall", 2.0, "all-loops-silent episodes: 2 -> 1"),
+    ("gil-stall", "min_blocked_submit_s"): Probe(
+        "sl_steady_slow", 0.1, "30 forward_backward spans over 0.1 s: passed -> fired (confidence low)"
+    ),
+    ("gil-stall", "round_trip_stretch_ratio"): Probe(
+        submit_blocked_while_sampling, 3.0, "a 2.5x round trip no longer corroborates the blocked submit: medium -> low"
+    ),
+    ("gil-stall", "step_time_max_robust_cv"): Probe(
+        "sl_gil_stall", 0.01, "a robust CV of 0.03 becomes a sixth, supporting signal"
+    ),
+    ("gil-stall", "step_time_min_steady_steps"): Probe(
+        gil_monitor_with_erratic_steps, 20, "12 erratic steps no longer support the GIL-monitor line: 2 signals -> 1"
+    ),
+    # heartbeat-stall
+    ("heartbeat-stall", "min_warnings"): Probe("sl_gil_stall", 3, "2 heartbeat warnings: fired -> passed"),
+    # serialization-stall
+    ("serialization-stall", "min_share"): Probe(
+        "demo", 0.01, "0.40 s (3%) of the profile in model_dump: passed -> fired"
+    ),
+    ("serialization-stall", "min_seconds"): Probe(
+        profile_serializing, 3.0, "2.5 s (25%) of serialization: fired -> passed"
+    ),
+    # cpu-bound-main-thread
+    ("cpu-bound-main-thread", "min_share"): Probe("demo", 0.5, "43% of the profile in CPU code: fired -> passed"),
+    ("cpu-bound-main-thread", "min_seconds"): Probe("demo", 10.0, "5.2 s of CPU code: fired -> passed"),
+    # profile-without-async-mode
+    ("profile-without-async-mode", "min_idle_share"): Probe(
+        "profiles/profile_cli.json", 0.7, "65% of the CLI profile idle in epoll: fired -> passed"
+    ),
+    # inconsistent-step-times
+    ("inconsistent-step-times", "max_robust_cv"): Probe(
+        "sl_healthy_pipelined", 0.01, "a robust CV of 0.02: passed -> fired"
+    ),
+    ("inconsistent-step-times", "spike_ratio"): Probe(
+        "sl_healthy_pipelined", 2.0, "step 20 at 2.9x the median is a spike: passed -> fired"
+    ),
+    ("inconsistent-step-times", "min_steady_steps"): Probe(
+        "sl_healthy_pipelined", 30, "29 steady steps: passed -> not_applicable"
+    ),
+    ("inconsistent-step-times", "min_regime_ratio"): Probe(
+        slower_regime_at_the_end, 2.5, "a 2x slower stretch is not a regime change: fired -> passed"
+    ),
+    ("inconsistent-step-times", "min_regime_share"): Probe(
+        slower_regime_at_the_end, 0.5, "a slow regime of 30% of the steps is too short: fired -> passed"
+    ),
+    # renderer-kl-step0
+    ("renderer-kl-step0", "max_teacher_kl_step0"): Probe(
+        distillation_teacher_kl, 0.5, "teacher_kl 0.3 at step 0 is inside the band: fired -> passed"
+    ),
+    # kl-drift
+    ("kl-drift", "min_share_above"): Probe(kl_drifting_late, 0.5, "KL high on 32% of later steps: fired -> passed"),
+    ("kl-drift", "min_rise_over_step0"): Probe(
+        kl_high_then_rising, 3.0, "a 2.5x rise over step 0 is the step-0 mismatch: fired -> passed"
+    ),
+    # known-bad-dependency
+    ("known-bad-dependency", "trap_max_sample_share"): Probe(
+        sample_spans_near_zero, 0.0005, "sample_async at 0.1% of policy_sample is plausible: fired -> passed"
+    ),
+    ("known-bad-dependency", "trap_min_policy_sample_s"): Probe(
+        sample_spans_near_zero, 5.0, "a 2 s policy_sample is too short to judge: fired -> passed"
+    ),
+    # step-time-regression (against a baseline)
+    ("step-time-regression", "min_relative_effect"): Probe(
+        "sl_sequential_await", 0.25, "16% slower than the baseline: fired -> passed", baseline="sl_steady_slow"
+    ),
+    ("step-time-regression", "alpha"): Probe(
+        "sl_sequential_await", 1e-6, "p = 1.3e-5 is not significant at 1e-6: fired -> passed", baseline="sl_steady_slow"
+    ),
+    ("step-time-regression", "min_steady_steps"): Probe(
+        "sl_sequential_await", 25, "24 steady steps: fired -> passed (inconclusive)", baseline="sl_steady_slow"
+    ),
+    # shared knobs, seen through a rule that reads them
+    (SHARED, "clock_cycle_s"): Probe(
+        "sl_steady_slow",
+        0.05,
+        "the trace gives no cycle; with one, the finding counts 3.4 cycles per step",
+        observed_by="steady-slowness",
+    ),
+    (SHARED, "max_warmup_share"): Probe(
+        "sl_warmup_only", 0.05, "the warm-up finding covers step 0 instead of steps 0-2", observed_by="warmup-slowness"
+    ),
+    (SHARED, "max_stable_kl"): Probe(
+        "rl_kl_step0", 0.1, "step-0 KL 0.065 is inside the band: fired -> passed", observed_by="renderer-kl-step0"
+    ),
+}
+
+# Thresholds no realistic run can make matter (dead knobs): none at present. A field listed here has
+# no probe, and test_every_threshold_has_a_probe fails (strict xfail) until it is read or removed.
+DEAD: list[tuple[str, str]] = []
+
+# --- running the rules ------------------------------------------------------------------------
+
+
+@cache
+def load(name: str) -> RunTables:
+    """A committed fixture, loaded once per test session."""
+    if "/" in name:
+        return load_run(ROOT / "fixtures" / name)
+    return load_run(fixture_run(name))
+
+
+def run_of(probe: Probe) -> RunTables:
+    return load(probe.run) if isinstance(probe.run, str) else probe.run()
+
+
+def policy_for(key: tuple[str, str], probe: Probe) -> Policy:
+    slug, name = key
+    if slug == SHARED:
+        return Policy.from_config(shared={name: probe.value})
+    return Policy.from_config(rules={slug: {name: probe.value}})
+
+
+def outcomes(probe: Probe, policy: Policy | None, select: list[str] | None = None) -> dict[str, tuple]:
+    """slug -> (status, reason, findings as dicts) of every rule that ran."""
+    run = run_of(probe)
+    if probe.baseline is not None:
+        result = analyze(run, baseline=load(probe.baseline), policy=policy, select=select)
+        findings, rule_outcomes = result.findings, result.outcomes
+    else:
+        findings, rule_outcomes, _ = run_rules(run, select=select, policy=policy)
+    return {o.rule: (o.status, o.reason, [f.to_dict() for f in findings if f.rule == o.rule]) for o in rule_outcomes}
+
+
+def policy_class(slug: str) -> type:
+    return SharedPolicy if slug == SHARED else RULE_POLICIES[slug]
+
+
+def all_thresholds() -> set[tuple[str, str]]:
+    fields = {(slug, f.name) for slug, cls in RULE_POLICIES.items() for f in dataclasses.fields(cls)}
+    return fields | {(SHARED, f.name) for f in dataclasses.fields(SharedPolicy)}
+
+
+def default_of(key: tuple[str, str]) -> Any:
+    slug, name = key
+    return next(f.default for f in dataclasses.fields(policy_class(slug)) if f.name == name)
+
+
+def _without_echoes(node: Any, echoes: tuple) -> Any:
+    """`node` without the leaves that hold one of `echoes` (dict and list structure kept)."""
+    if isinstance(node, dict):
+        return {
+            k: _without_echoes(v, echoes) for k, v in node.items() if isinstance(v, (dict, list)) or v not in echoes
+        }
+    if isinstance(node, list):
+        return [_without_echoes(v, echoes) for v in node]
+    return node
+
+
+def decision(outcome: tuple, echoes: tuple) -> tuple:
+    """What a rule decided: its status and findings, minus evidence fields that only echo a threshold's value.
+
+    A knob a rule copies into its evidence but never compares with anything is still dead.
+    """
+    status, _reason, findings = outcome
+    return status, [{**f, "evidence": _without_echoes(f.get("evidence"), echoes)} for f in findings]
+
+
+def probe_id(key: tuple[str, str]) -> str:
+    return ".".join(key)
+
+
+RULE_PROBES = [key for key in PROBES if key[0] != SHARED]
+
+# --- the tests --------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(bool(DEAD), reason=f"dead knobs: {DEAD}", strict=True)
+def test_every_threshold_has_a_probe():
+    """PROBES covers exactly the fields of every rule policy and of the shared policy."""
+    assert set(PROBES) == all_thresholds()
+
+
+@pytest.mark.parametrize("key", list(PROBES), ids=probe_id)
+def test_threshold_changes_its_rule(key):
+    """Overriding the threshold (with a value in its allowed range) changes what its rule decides on the probe run:
+    its status or its findings, beyond the evidence fields that merely repeat the threshold."""
+    probe = PROBES[key]
+    slug = probe.observed_by or key[0]
+    before = outcomes(probe, None, select=[slug])[slug]
+    after = outcomes(probe, policy_for(key, probe), select=[slug])[slug]
+    assert "error" not in (before[0], after[0]), (before[:2], after[:2])
+    echoes = (default_of(key), probe.value)
+    assert decision(after, echoes) != decision(before, echoes), (
+        f"{probe_id(key)} = {probe.value!r} changes nothing {slug} decides on {probe.run}: a dead knob"
+    )
+
+
+@pytest.mark.parametrize("key", RULE_PROBES, ids=probe_id)
+def test_threshold_changes_only_its_rule(key):
+    """Overriding a rule's threshold leaves every other rule's outcome as it was."""
+    probe = PROBES[key]
+    before = outcomes(probe, None)
+    after = outcomes(probe, policy_for(key, probe))
+    others = sorted(set(before) - {key[0]})
+    assert others and set(after) == set(before)
+    assert {s: after[s] for s in others} == {s: before[s] for s in others}
