@@ -2,10 +2,10 @@
 
 Generates large runs into benchmarks/data/ (git-ignored), then for each size runs every contender
 in its own subprocess several times, round-robin (one run of each per round), and reports the
-median wall time and peak RSS (from the child's own rusage), with ratios against the naive parse (json.loads per line into a list, what
-the cookbook's trace converter does). Targets (issue 6): analysis <= 0.25x the naive time and
-<= 0.5x its peak memory; doubling the events <= 2.2x the time; the HTML report <= 10 MB and
-written in at most the analysis time again.
+median wall time and peak RSS (from the child's own rusage), with ratios against the naive parse
+(json.loads per line into a list, what the cookbook's trace converter does). Targets (issue 6):
+analysis <= 0.25x the naive time and <= 0.5x its peak memory; doubling the events <= 2.2x the time;
+the HTML report <= 10 MB and written in at most the analysis time again.
 
     python benchmarks/run.py [--sizes 3000x64,6000x64] [--repeats 3] [--markdown FILE]
 """
@@ -137,7 +137,10 @@ def machine() -> str:
     except (OSError, ValueError, IndexError):
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{cpu}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, Python {platform.python_version()}, load avg at start {load:.1f}"
+    return (
+        f"{cpu}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, load avg at start {load:.1f}"
+    )
 
 
 def table(name: str, run: Path, measures: list[Measure]) -> str:
@@ -153,7 +156,8 @@ def table(name: str, run: Path, measures: list[Measure]) -> str:
     ]
     for m in measures:
         lines.append(
-            f"| {m.label} | {m.seconds:.2f} | {m.peak_mb:.0f} | {m.seconds / naive.seconds:.2f}x | {m.peak_mb / naive.peak_mb:.2f}x | {m.note} |"
+            f"| {m.label} | {m.seconds:.2f} | {m.peak_mb:.0f} | {m.seconds / naive.seconds:.2f}x "
+            f"| {m.peak_mb / naive.peak_mb:.2f}x | {m.note} |"
         )
     return "\n".join(lines)
 
@@ -213,14 +217,16 @@ def targets(results: list[tuple[str, list[Measure]]]) -> list[str]:
             size_mb = float(html.note.split("size=")[1].split("MB")[0])
             ok = size_mb <= 10 and write_s <= analysis.seconds
             lines.append(
-                f"| HTML <= 10 MB, written in <= analysis time | {size} | {size_mb:.2f} MB in {write_s:.2f} s | {'yes' if ok else 'no'} |"
+                f"| HTML <= 10 MB, written in <= analysis time | {size} | {size_mb:.2f} MB in {write_s:.2f} s "
+                f"| {'yes' if ok else 'no'} |"
             )
     if len(results) >= 2:
         first = next(m for m in results[0][1] if m.label == ANALYZE)
         second = next(m for m in results[1][1] if m.label == ANALYZE)
         scaling = second.seconds / first.seconds
         lines.append(
-            f"| doubling events <= 2.2x time | {results[1][0]} / {results[0][0]} | {scaling:.2f}x | {'yes' if scaling <= 2.2 else 'no'} |"
+            f"| doubling events <= 2.2x time | {results[1][0]} / {results[0][0]} | {scaling:.2f}x "
+            f"| {'yes' if scaling <= 2.2 else 'no'} |"
         )
     return lines
 

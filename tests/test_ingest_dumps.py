@@ -52,13 +52,23 @@ SIMPLE = """
     fd_event_list = self._selector.poll(timeout, max_ev)
 """
 
-PS = """tid        task id              task name            coroutine stack                                    awaiter chain                                      awaiter name    awaiter id     
-------------------------------------------------------------------------------------------------------------------------------------------------------------------------------------
-12345      0x7f3a2c1b4e80       Task-1               main                                                                                                                  0x0            
-12345      0x7f3a2c1b5040       Task-2               TrainingClient._run_fwd_bwd.<locals>._run_async -> _APIFuture._result_async -> sleep main                                               Task-1          0x7f3a2c1b4e80 
-"""
+PS = (
+    "tid        task id              task name            coroutine stack                                    awaiter "
+    "chain                                      awaiter name    awaiter id     \n"
+    "------------------------------------------------------------------------------------------------------------------"
+    "------------------------------------------------------------------\n"
+    "12345      0x7f3a2c1b4e80       Task-1               "
+    "main                                                                                                              "
+    "    0x0            \n"
+    "12345      0x7f3a2c1b5040       Task-2               TrainingClient._run_fwd_bwd.<locals>._run_async -> "
+    "_APIFuture._result_async -> sleep main                                               Task-1          "
+    "0x7f3a2c1b4e80 \n"
+)
 
-LOG_LINES = "tinker_cookbook.utils.ml_log:236 [INFO] Wrote metrics to /tmp/run/metrics.jsonl\n[GIL monitor] slept 3.47s instead of 2.0s (jitter: 1.47s) — likely GIL contention\n"
+LOG_LINES = (
+    "tinker_cookbook.utils.ml_log:236 [INFO] Wrote metrics to /tmp/run/metrics.jsonl\n"
+    "[GIL monitor] slept 3.47s instead of 2.0s (jitter: 1.47s) — likely GIL contention\n"
+)
 
 
 def _parse(tmp_path: Path, text: str, name: str = "stdout.txt"):
@@ -138,7 +148,11 @@ def test_interleaved_stdout_lines_outside_blocks_are_silent(tmp_path: Path) -> N
 
 def test_cut_off_dump_and_malformed_line_inside_a_block(tmp_path: Path) -> None:
     broken = HOLDER_DUMP.replace("  'Task-3': pending", "  'Task-3' pending")
-    cut = "\n===== 2026-03-05 12:00:02 asyncio task dump [main] 2 task(s) @ interval=1.0s =====\n  'Task-1': pending  <coroutine object main at 0x1>\n"
+    cut = (
+        "\n"
+        "===== 2026-03-05 12:00:02 asyncio task dump [main] 2 task(s) @ interval=1.0s =====\n"
+        "  'Task-1': pending  <coroutine object main at 0x1>\n"
+    )
     tasks, _, info, warnings = _parse(tmp_path, broken + LOG_LINES + cut)
     assert tasks["task_name"].to_list() == ["Task-1", "Task-2", "periodic-task-dump-holder", "Task-1"]
     problems = [(w.line, w.problem) for w in warnings]

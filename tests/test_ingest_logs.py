@@ -14,32 +14,43 @@ from tests.conftest import CORPUS, CORPUS_MISSING, corpus_path, fixture_run
 from trace_doctor.ingest.logs import parse_lines, parse_log_files
 from trace_doctor.model import LOG_EVENTS_SCHEMA
 
-COOKBOOK_LOG = """root:791 [INFO] Command line invocation: python -m tinker_cookbook.recipes.sl_loop log_path=/tmp/run
-tinker_cookbook.utils.ml_log:729 [INFO] Logging to: /tmp/run
-tinker.lib.public_interfaces.service_client:71 [INFO] ServiceClient initialized for session 3a07bc0d-512d-5b0d-9c07-c13d5e0307ef
-tinker.lib.public_interfaces.service_client:147 [INFO] TrainingClient initialized for model 3a07bc0d-512d-5b0d-9c07-c13d5e0307ef:train:0
-tinker_cookbook.utils.misc_utils:20 [INFO] Starting get_batch
-tinker_cookbook.utils.misc_utils:23 [INFO] get_batch took 12.34 seconds
-tinker_cookbook.utils.ml_log:236 [INFO] Wrote metrics to /tmp/run/metrics.jsonl
-tinker_cookbook.utils.ml_log:200 [INFO] 
-\x1b[1mStep 0\x1b[0m
-│ time/total │ 12.500000 │
-tinker.lib.internal_client_holder:402 [WARNING] Session heartbeat failed for 130.5 seconds for session 3a07bc0d-512d-5b0d-9c07-c13d5e0307ef. Last exception: ReadTimeout.
-Your connection may be unreliable or Tinker is down. If this persists, the session will be terminated.
-[GIL monitor] slept 3.47s instead of 2.0s (jitter: 1.47s) — likely GIL contention
-tinker_cookbook.rl.train:900 [WARNING] Batch 3: all groups failed or filtered, skipping batch
-tinker_cookbook.renderers:88 [WARNING] Renderer 'qwen3' is not recommended for model 'meta-llama/Llama-3.1-8B'. Recommended renderer(s): llama3
-tinker_cookbook.renderers:88 [WARNING] Renderer 'qwen3' is not recommended for model 'meta-llama/Llama-3.1-8B'. Recommended renderer(s): llama3
-tinker.lib.queue_state_logger:60 [WARNING] Training for 3a07bc0d:train:0 is paused. Reason: concurrent training clients rate limit hit.
-tinker.lib.retry_handler:222 [ERROR] Request failed with non-retryable error: BadRequestError: Error code: 400 - {'detail': "Prompt length plus max_tokens exceeds the model's context window: 20847 prompt tokens + 16384 max_tokens > 32768."}
-asyncio:1879 [ERROR] Task exception was never retrieved
-future: <Task finished name='Task-76' coro=<run_eval() done, defined at /app/inspect.py:433> exception=ValueError()>
-Traceback (most recent call last):
-  File "/venv/lib/python3.12/site-packages/tinker_cookbook/rl/train.py", line 10, in run
-    raise ValueError("max() iterable argument is empty")
-ValueError: max() iterable argument is empty
-tinker_cookbook.checkpoint_utils:465 [INFO] Saved checkpoints: {'state_path': 'tinker://3a07bc0d-512d:train:0/weights/000010'}
-"""
+COOKBOOK_LOG = (
+    "root:791 [INFO] Command line invocation: python -m tinker_cookbook.recipes.sl_loop log_path=/tmp/run\n"
+    "tinker_cookbook.utils.ml_log:729 [INFO] Logging to: /tmp/run\n"
+    "tinker.lib.public_interfaces.service_client:71 [INFO] ServiceClient initialized for session "
+    "3a07bc0d-512d-5b0d-9c07-c13d5e0307ef\n"
+    "tinker.lib.public_interfaces.service_client:147 [INFO] TrainingClient initialized for model "
+    "3a07bc0d-512d-5b0d-9c07-c13d5e0307ef:train:0\n"
+    "tinker_cookbook.utils.misc_utils:20 [INFO] Starting get_batch\n"
+    "tinker_cookbook.utils.misc_utils:23 [INFO] get_batch took 12.34 seconds\n"
+    "tinker_cookbook.utils.ml_log:236 [INFO] Wrote metrics to /tmp/run/metrics.jsonl\n"
+    "tinker_cookbook.utils.ml_log:200 [INFO] \n"
+    "\x1b[1mStep 0\x1b[0m\n"
+    "│ time/total │ 12.500000 │\n"
+    "tinker.lib.internal_client_holder:402 [WARNING] Session heartbeat failed for 130.5 seconds for session "
+    "3a07bc0d-512d-5b0d-9c07-c13d5e0307ef. Last exception: ReadTimeout.\n"
+    "Your connection may be unreliable or Tinker is down. If this persists, the session will be terminated.\n"
+    "[GIL monitor] slept 3.47s instead of 2.0s (jitter: 1.47s) — likely GIL contention\n"
+    "tinker_cookbook.rl.train:900 [WARNING] Batch 3: all groups failed or filtered, skipping batch\n"
+    "tinker_cookbook.renderers:88 [WARNING] Renderer 'qwen3' is not recommended for model 'meta-llama/Llama-3.1-8B'. "
+    "Recommended renderer(s): llama3\n"
+    "tinker_cookbook.renderers:88 [WARNING] Renderer 'qwen3' is not recommended for model 'meta-llama/Llama-3.1-8B'. "
+    "Recommended renderer(s): llama3\n"
+    "tinker.lib.queue_state_logger:60 [WARNING] Training for 3a07bc0d:train:0 is paused. Reason: concurrent training "
+    "clients rate limit hit.\n"
+    "tinker.lib.retry_handler:222 [ERROR] Request failed with non-retryable error: BadRequestError: Error code: 400 - "
+    "{'detail': \"Prompt length plus max_tokens exceeds the model's context window: 20847 prompt tokens + 16384 "
+    'max_tokens > 32768."}\n'
+    "asyncio:1879 [ERROR] Task exception was never retrieved\n"
+    "future: <Task finished name='Task-76' coro=<run_eval() done, defined at /app/inspect.py:433> "
+    "exception=ValueError()>\n"
+    "Traceback (most recent call last):\n"
+    '  File "/venv/lib/python3.12/site-packages/tinker_cookbook/rl/train.py", line 10, in run\n'
+    '    raise ValueError("max() iterable argument is empty")\n'
+    "ValueError: max() iterable argument is empty\n"
+    "tinker_cookbook.checkpoint_utils:465 [INFO] Saved checkpoints: {'state_path': "
+    "'tinker://3a07bc0d-512d:train:0/weights/000010'}\n"
+)
 
 
 def _events(tmp_path: Path, text: str, name: str = "logs.log") -> tuple[pl.DataFrame, list]:
@@ -91,11 +102,13 @@ def test_cookbook_log_events(tmp_path: Path) -> None:
 def test_console_capture_with_ansi_levels_and_bare_traceback(tmp_path: Path) -> None:
     text = (
         "tinker_cookbook.utils.ml_log:475 [\x1b[92mINFO\x1b[0m] Logging to: logs_v2\n"
-        "/venv/lib/python3.11/site-packages/tinker/lib/x.py:12: FutureWarning: DEPRECATED: TrainingClient.forward_backward_async() is deprecated\n"
+        "/venv/lib/python3.11/site-packages/tinker/lib/x.py:12: FutureWarning: DEPRECATED: "
+        "TrainingClient.forward_backward_async() is deprecated\n"
         "Traceback (most recent call last):\n"
         '  File "/venv/lib/python3.11/site-packages/tinker/_base_client.py", line 1578, in request\n'
         "    raise self._make_status_error_from_response(err.response) from None\n"
-        "tinker.BadRequestError: Error code: 400 - {'detail': 'The version of the Tinker SDK you are using is no longer supported.'}\n"
+        "tinker.BadRequestError: Error code: 400 - {'detail': 'The version of the Tinker SDK you are using is no "
+        "longer supported.'}\n"
     )
     events, _ = _events(tmp_path, text, "output.log")
     assert events["kind"].to_list() == ["restart", "sdk-warning", "version", "error"]
@@ -104,7 +117,15 @@ def test_console_capture_with_ansi_levels_and_bare_traceback(tmp_path: Path) -> 
 
 
 def test_serialization_test_output_and_versions(tmp_path: Path) -> None:
-    text = "Python: 3.11.9\npydantic: 2.13.0b2\ntinker: 0.38.0\nPayload: batch_size=4, seq_len=8192, total_tokens=32,768\nmodel_dump() took 147.231s\nFAIL: model_dump() is far too slow\nYour pydantic version (2.13.0b2) likely has a regression.\n"
+    text = (
+        "Python: 3.11.9\n"
+        "pydantic: 2.13.0b2\n"
+        "tinker: 0.38.0\n"
+        "Payload: batch_size=4, seq_len=8192, total_tokens=32,768\n"
+        "model_dump() took 147.231s\n"
+        "FAIL: model_dump() is far too slow\n"
+        "Your pydantic version (2.13.0b2) likely has a regression.\n"
+    )
     events, _ = _events(tmp_path, text, "check.txt")
     versions = {(f["package"], f["version"]) for f in _fields(events, "version")}
     assert versions == {("python", "3.11.9"), ("pydantic", "2.13.0b2"), ("tinker", "0.38.0")}
@@ -118,7 +139,9 @@ def test_requirements_and_code_diff_versions(tmp_path: Path) -> None:
     wandb.mkdir(parents=True)
     (wandb / "requirements.txt").write_text("pydantic==2.13.0b2\ntinker==0.38.0\ntorch==2.10.0+cu128\n")
     (tmp_path / "code.diff").write_text(
-        "### repo: /home/u/tinker-cookbook @ 9dfcc3a2cf44432d621a01005073dc6d76a1e87a\nmodules: tinker_cookbook\n(no local changes)\n"
+        "### repo: /home/u/tinker-cookbook @ 9dfcc3a2cf44432d621a01005073dc6d76a1e87a\n"
+        "modules: tinker_cookbook\n"
+        "(no local changes)\n"
     )
     events, inputs = parse_log_files([wandb / "requirements.txt", tmp_path / "code.diff"], [])
     versions = {(f["package"], f["version"]) for f in _fields(events, "version")}

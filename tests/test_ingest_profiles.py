@@ -223,9 +223,15 @@ def test_fixture_profiles() -> None:
 
 
 def _deep_json(depth: int) -> str:
-    head = '{"function": "recurse", "file_path": "/app/r.py", "line_no": 1, "time": 1.0, "await_time": 0.0, "is_application_code": true, "children": ['
+    head = (
+        '{"function": "recurse", "file_path": "/app/r.py", "line_no": 1, "time": 1.0, "await_time": 0.0, '
+        '"is_application_code": true, "children": ['
+    )
     return (
-        '{"start_time": 1.0, "duration": 1.0, "sample_count": 1, "target_description": "Program: r.py", "cpu_time": 1.0, "root_frame": '
+        (
+            '{"start_time": 1.0, "duration": 1.0, "sample_count": 1, "target_description": "Program: r.py", '
+            '"cpu_time": 1.0, "root_frame": '
+        )
         + head * depth
         + "]}" * depth
         + "}"

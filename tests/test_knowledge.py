@@ -13,11 +13,18 @@ from trace_doctor.knowledge.versions import KNOWN_BAD_VERSIONS, bad_combinations
     [
         # the real corpus line (sushantmehta logs.log) must decode as prompt-too-long, not as a generic 400
         (
-            "Request failed with non-retryable error: BadRequestError: Error code: 400 - {'detail': \"Prompt length plus max_tokens exceeds the model's context window: 20847 prompt tokens + 16384 max_tokens > 32768.\"}",
+            (
+                "Request failed with non-retryable error: BadRequestError: Error code: 400 - "
+                "{'detail': \"Prompt length plus max_tokens exceeds the model's context window: "
+                '20847 prompt tokens + 16384 max_tokens > 32768."}'
+            ),
             "prompt-too-long",
         ),
         (
-            "tinker.BadRequestError: Error code: 400 - {'detail': 'The version of the Tinker SDK you are using is no longer supported. Please update to the latest version.'}",
+            (
+                "tinker.BadRequestError: Error code: 400 - {'detail': 'The version of the Tinker SDK you are using "
+                "is no longer supported. Please update to the latest version.'}"
+            ),
             "sdk-unsupported",
         ),
         ("ValueError: max() iterable argument is empty", "empty-datum"),
@@ -52,7 +59,8 @@ def test_error_ids_are_unique_and_resolvable() -> None:
 
 def test_sdk_heartbeat_message_fields() -> None:
     matched = match_sdk_message(
-        "Session heartbeat failed for 130.2 seconds for session 3a07bc0d-512d. Last exception: ReadTimeout('timed out')."
+        "Session heartbeat failed for 130.2 seconds for session 3a07bc0d-512d. "
+        "Last exception: ReadTimeout('timed out')."
     )
     assert matched is not None
     template, fields = matched

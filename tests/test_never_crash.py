@@ -107,7 +107,8 @@ TRICKY_LINES = (
     b"    ^^^^^^^^^^",
     b"[99:99:99] main:",
     b"[04:49:41] main:",
-    b"tid        task id              task name            coroutine stack                                    awaiter chain                                      awaiter name         awaiter id",
+    b"tid        task id              task name            coroutine stack                                    "
+    b"awaiter chain                                      awaiter name         awaiter id",
     b"-" * 40,
     b"99999999999999999999999 0x7f00000000000000  Task-1  main -> run  x -> y  Task-0  0x1",
     b"12 0x1",
@@ -352,7 +353,8 @@ def check_accounting(run, run_dir: Path, damaged: dict[str, Damaged]) -> None:
         [info] = by_path[name]
         data = path.read_bytes()
         if name == "trace_events.jsonl" and data.lstrip().startswith(b"["):
-            continue  # read as one JSON document: see test_trace_events_jsonl_with_a_garbage_first_line_keeps_its_events
+            # read as one JSON document: see test_trace_events_jsonl_with_a_garbage_first_line_keeps_its_events
+            continue
         assert info.records + info.skipped == nonblank_lines(data), (
             name,
             info,

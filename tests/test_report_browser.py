@@ -221,8 +221,9 @@ def test_nothing_overflows_the_page_at_laptop_widths(browser, tmp_path, width):
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     # Outside the plots, no element reaches past the viewport's right edge.
     overflowing = page.evaluate(
-        """() => { const w = document.documentElement.clientWidth; return [...document.querySelectorAll('main *')]
-            .filter(e => !e.closest('svg') && e.getBoundingClientRect().right > w + 1).map(e => e.tagName + '.' + e.className); }"""
+        "() => { const w = document.documentElement.clientWidth; return [...document.querySelectorAll('main *')]\n"
+        "            .filter(e => !e.closest('svg') && e.getBoundingClientRect().right > w + 1)"
+        ".map(e => e.tagName + '.' + e.className); }"
     )
     assert overflowing == []
     model = page.locator(".fact dd.name").first

@@ -112,14 +112,20 @@ def test_known_errors_one_finding_each_with_severity_and_fix():
             3,
             "ERROR",
             "error",
-            "Request failed with non-retryable error: BadRequestError: Prompt length plus max_tokens exceeds the model's context window: 30000 + 4096 > 32768",
+            (
+                "Request failed with non-retryable error: BadRequestError: Prompt length plus max_tokens exceeds the "
+                "model's context window: 30000 + 4096 > 32768"
+            ),
             {"error_id": "prompt-too-long"},
         ),
         (
             8,
             "ERROR",
             "error",
-            "Request failed with non-retryable error: BadRequestError: Prompt length plus max_tokens exceeds the model's context window: 31000 + 4096 > 32768",
+            (
+                "Request failed with non-retryable error: BadRequestError: Prompt length plus max_tokens exceeds the "
+                "model's context window: 31000 + 4096 > 32768"
+            ),
             {"error_id": "prompt-too-long"},
         ),
         (

@@ -14,10 +14,11 @@ import numpy as np
 import polars as pl
 
 from trace_doctor.derive.step_times import live_training_rows
+from trace_doctor.knowledge.tinker import RESULT_WAIT_PHASES, SAMPLE_CALLS
 from trace_doctor.model import RunTables
 
 # Trace spans that measure waiting for the service (round trips), and metric keys that do.
-WAIT_SPAN_NAMES = ("step", "finish_batch", "sample", "sample_async", "train_step")
+WAIT_SPAN_NAMES = (*RESULT_WAIT_PHASES, *SAMPLE_CALLS, "train_step")
 WAIT_METRIC_KEYS = ("time/step",)
 MIN_WAITS = 8
 # Candidate periods: from 10 ms (simulated services run fast) to a minute.
@@ -47,12 +48,6 @@ class ClockCycle:
             "samples": self.samples,
             "resultant": self.resultant,
         }
-
-
-def resultant_length(waits: np.ndarray, period: float) -> float:
-    """Mean resultant length of the waits' phases modulo `period` (1 = all on multiples)."""
-    phases = 2.0 * np.pi * waits / period
-    return float(np.hypot(np.cos(phases).mean(), np.sin(phases).mean()))
 
 
 def periodic_fit(waits: np.ndarray) -> tuple[float, float] | None:

@@ -14,10 +14,11 @@ from typing import Any
 
 import polars as pl
 
-GIL_MONITOR = re.compile(
-    r"\[GIL monitor\] slept (?P<actual>[\d.]+)s instead of (?P<expected>[\d.]+)s \(jitter: (?P<jitter>[\d.]+)s\)"
+from trace_doctor.knowledge.tinker import GIL_MONITOR_LINE, MODEL_DUMP_TOOK, SESSION_ID
+
+HEARTBEAT = re.compile(
+    rf"Session heartbeat failed for (?P<seconds>[\d.]+) seconds(?: for session (?P<session>{SESSION_ID}))?"
 )
-HEARTBEAT = re.compile(r"Session heartbeat failed for (?P<seconds>[\d.]+) seconds(?: for session (?P<session>[\w-]+))?")
 PAUSED = re.compile(
     r"(?P<what>Training for \S+ is paused|Training is paused for \S+|Model creation for \S+ is paused"
     r"|Sampling is paused for sampler \S+|The job is paused due to billing status"
@@ -25,7 +26,6 @@ PAUSED = re.compile(
     r"(?:.*?Reason: (?P<reason>[^.]+))?"
 )
 STUCK = re.compile(r"No progress made in (?P<seconds>[\d.]+)s")
-SERIALIZATION_TOOK = re.compile(r"model_dump\(\) took (?P<seconds>[\d.]+)s")
 SERIALIZATION_VERDICT = re.compile(r"^\s*(?P<verdict>PASS|WARNING|FAIL):")
 
 
@@ -73,7 +73,7 @@ def gil_monitor_lines(log_events: pl.DataFrame) -> list[LogLine]:
     for row in _rows(log_events):
         message = row.get("message") or ""
         fields = fields_of(row.get("fields"))
-        match = GIL_MONITOR.search(message)
+        match = GIL_MONITOR_LINE.search(message)
         if row.get("kind") == "gil-monitor" and "jitter_s" in fields:
             values = {k: _number(fields.get(k)) for k in ("actual_s", "expected_s", "jitter_s")}
         elif match:
@@ -146,7 +146,7 @@ def serialization_test_lines(log_events: pl.DataFrame) -> list[LogLine]:
     found = []
     for row in _rows(log_events):
         message = row.get("message") or ""
-        took = SERIALIZATION_TOOK.search(message)
+        took = MODEL_DUMP_TOOK.search(message)
         verdict = SERIALIZATION_VERDICT.search(message)
         if took:
             found.append(LogLine(row["source"], row.get("line"), message, {"seconds": float(took["seconds"])}))

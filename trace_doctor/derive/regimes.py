@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from trace_doctor.derive.warmup import MIN_POINTS, change_points, robust_sigma, work_seconds
+from trace_doctor.derive.warmup import MIN_POINTS, change_points, noise_sigma, work_seconds
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def steady_regimes(steady: pl.DataFrame, *, min_steps: int, min_ratio: float) ->
         if len(x) < MIN_POINTS:
             pieces = [list(range(len(x)))]
         else:
-            penalty = 2.0 * robust_sigma(x) ** 2 * math.log(len(x))
+            penalty = 2.0 * noise_sigma(x) ** 2 * math.log(len(x))
             pieces = _merge(x, _pieces(x, change_points(x, penalty)), min_steps, math.log(min_ratio))
         for piece in pieces:
             piece = sorted(piece)

@@ -18,13 +18,8 @@ from __future__ import annotations
 import polars as pl
 
 from trace_doctor.derive.timekeys import PARENTS, phase_sources
+from trace_doctor.knowledge.tinker import WHOLE_STEP_KEYS
 from trace_doctor.model import RunTables
-
-WHOLE_STEP_COLUMNS = (
-    ("time/total", "time/total"),
-    ("time_total", "time_total"),
-    ("time/training_loop/total", "time/training_loop/total"),
-)
 
 # Rows with these SFT timers and no whole-step timer get a total rebuilt from phases.
 RECONSTRUCTABLE_MARKERS = ("time/submit_batch", "time/finish_batch", "time/step")
@@ -98,7 +93,7 @@ def step_times(run: RunTables) -> pl.DataFrame:
     timed_sum = pl.sum_horizontal([pl.col(c) for c in phase_cols]) if phase_cols else pl.lit(None, dtype=pl.Float64)
     any_phase = pl.any_horizontal([pl.col(c).is_not_null() for c in phase_cols]) if phase_cols else pl.lit(False)
 
-    whole = [(_numeric(rows, col), label) for col, label in WHOLE_STEP_COLUMNS if col in rows.columns]
+    whole = [(_numeric(rows, key), key) for key in WHOLE_STEP_KEYS if key in rows.columns]
     markers = [m for m in RECONSTRUCTABLE_MARKERS if m in rows.columns and rows.schema[m].is_numeric()]
     if markers:
         parts = parts.with_columns(

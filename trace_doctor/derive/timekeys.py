@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trace_doctor.knowledge.tinker import (
+    LOGPROB_CALLS,
+    RECIPE_TIME_TOTAL_KEY,
+    SAVE_FOR_SAMPLING_CALLS,
+    TIME_PREFIX,
+    TRAINING_SUBMIT_CALLS,
+)
+
 AGGREGATE_SUFFIXES = ("total", "count", "mean", "max")
 
 # Keys that measure the whole iteration, not a phase of it.
@@ -27,9 +35,9 @@ CONCURRENT_NAMES = frozenset(
         "trajectory_group_worker_task",
         "trajectory_group_worker",
         "run_single_evaluation",
+        # SDK round trips run per group; 0.6.1 `sample` is not here: legacy `time/sample` is a phase.
         "sample_async",
-        "compute_logprobs",
-        "compute_logprobs_async",
+        *LOGPROB_CALLS,
         "score_sequences",
     }
 )
@@ -55,20 +63,11 @@ PARENTS: dict[str, tuple[str, ...]] = {
         *_DO_TRAIN,
     ),
     # SDK calls (submit-only or round trip) sit inside the trainer's training phase.
-    "forward_backward": ("train_step", "train", "submit_batch", *_DO_TRAIN),
-    "forward_backward_async": ("train_step", "train", "submit_batch", *_DO_TRAIN),
-    "forward_backward_custom": ("train_step", "train", "submit_batch", *_DO_TRAIN),
-    "forward_backward_custom_async": ("train_step", "train", "submit_batch", *_DO_TRAIN),
-    "forward": ("train_step", "train", "submit_batch", *_DO_TRAIN),
-    "forward_async": ("train_step", "train", "submit_batch", *_DO_TRAIN),
-    "optim_step": ("train_step", "train", "submit_batch", *_DO_TRAIN),
-    "optim_step_async": ("train_step", "train", "submit_batch", *_DO_TRAIN),
-    "save_weights_and_get_sampling_client": ("save_checkpoint", "save_checkpoint_and_get_sampling_client", *_DO_TRAIN),
-    "save_weights_and_get_sampling_client_async": (
-        "save_checkpoint",
-        "save_checkpoint_and_get_sampling_client",
-        *_DO_TRAIN,
-    ),
+    **{call: ("train_step", "train", "submit_batch", *_DO_TRAIN) for call in TRAINING_SUBMIT_CALLS},
+    **{
+        call: ("save_checkpoint", "save_checkpoint_and_get_sampling_client", *_DO_TRAIN)
+        for call in SAVE_FOR_SAMPLING_CALLS
+    },
     # 0.6.1 SDK `sample` calls inside the sampling phase; legacy `time/sample` is a top-level phase.
     "sample": ("sampling", "score_sequences"),
     # RL (HEAD): do_train_step ⊃ prepare_minibatch ⊃ incorporate_kl_penalty ⊃ compute_kl_penalty,
@@ -87,20 +86,6 @@ PARENTS: dict[str, tuple[str, ...]] = {
     "run_single_evaluation": ("run_evaluations_parallel", "run_evals"),
 }
 
-# Phases that are evaluation or checkpoint work, which recur periodically by design.
-PERIODIC_PHASES = (
-    "run_evals",
-    "evals",
-    "infrequent_evals",
-    "run_evaluator",
-    "run_evaluations_parallel",
-    "save_checkpoint",
-    "save_checkpoint_async",
-)
-
-# Phases during which the client waits for the service's results (SFT/DPO `step`).
-RESULT_WAIT_PHASES = ("step", "finish_batch")
-
 
 @dataclass(frozen=True)
 class TimeKey:
@@ -113,11 +98,11 @@ class TimeKey:
 
 def parse_time_key(key: str) -> TimeKey | None:
     """Parse a metric key into (span name, aggregate); None when it is not a timer key."""
-    if key == "time_total":  # recipes/sl_loop.py writes an underscore
+    if key == RECIPE_TIME_TOTAL_KEY:
         return TimeKey(key, "total", None)
-    if not key.startswith("time/"):
+    if not key.startswith(TIME_PREFIX):
         return None
-    name = key[len("time/") :]
+    name = key[len(TIME_PREFIX) :]
     aggregate = None
     head, sep, tail = name.rpartition(":")
     if sep and tail in AGGREGATE_SUFFIXES:

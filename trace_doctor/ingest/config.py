@@ -8,6 +8,7 @@ from typing import Any
 
 from trace_doctor.ingest.deep_json import cap_depth
 from trace_doctor.ingest.jsonl import as_int64, decode_json, read_bytes
+from trace_doctor.knowledge.tinker import KL_SAMPLE_TRAIN_V1, RL_BATCH_KEY, RL_ENV_PREFIX, TEACHER_KL
 from trace_doctor.model import IngestWarning, InputFile, RunMeta
 
 # Real trainer configs nest a handful of levels; the config travels to renderers and the bundle,
@@ -82,9 +83,9 @@ def trainer_from_metric_keys(keys: Iterable[str]) -> str:
     keys = set(keys)
     if "dpo_loss" in keys:
         return "dpo"
-    if "teacher_kl" in keys or any(k.startswith("teacher_kl/") for k in keys):
+    if TEACHER_KL in keys or any(k.startswith(TEACHER_KL + "/") for k in keys):
         return "distillation"
-    if any(k.startswith("env/all/") or k.endswith("kl_sample_train_v1") for k in keys) or "progress/batch" in keys:
+    if any(k.startswith(RL_ENV_PREFIX) or k.endswith(KL_SAMPLE_TRAIN_V1) for k in keys) or RL_BATCH_KEY in keys:
         return "rl"
     if keys & {"train_mean_nll", "num_loss_tokens", "train/loss", "grad_step"}:
         return "sl"

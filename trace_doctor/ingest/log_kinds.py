@@ -12,44 +12,40 @@ from typing import Any
 
 from trace_doctor.ingest.textfile import int64
 from trace_doctor.knowledge.errors import decode_error, match_sdk_message
+from trace_doctor.knowledge.tinker import GIL_MONITOR_LINE, MODEL_DUMP_TOOK, RUN_ID, SESSION_ID, TINKER_URI
 
-# A decimal number as Python prints a float; `[\d.]+` would also take `1..2`, which float() refuses.
-NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-GIL_MONITOR = re.compile(
-    rf"\[GIL monitor\] slept (?P<actual>{NUMBER})s instead of (?P<expected>{NUMBER})s \(jitter: (?P<jitter>-?{NUMBER})s\)"
-)
 TOOK = re.compile(r"^(?P<name>[\w./:-]+) took (?P<seconds>\d+(?:\.\d+)?) seconds\b")
 STARTING = re.compile(r"^Starting (?P<name>[\w./:-]+)\s*$")
-MODEL_DUMP = re.compile(r"model_dump\(\) took (?P<seconds>\d+(?:\.\d+)?)s")
 SERIALIZATION_VERDICT = re.compile(r"^(?P<verdict>PASS|WARNING|FAIL): (?P<detail>.*)$")
 PAYLOAD = re.compile(
     r"^Payload: batch_size=(?P<batch_size>\d+), seq_len=(?P<seq_len>\d+), total_tokens=(?P<total_tokens>\d[\d,]*)"
 )
 VERSION_LINE = re.compile(
-    r"^\s*(?P<package>Python|pydantic|pydantic_core|tinker|tinker_cookbook|tinker-cookbook|torch|numpy|transformers|tokenizers|litellm)\s*(?::|==| version)\s*v?(?P<version>\d[\w.+!-]*)\s*$",
+    r"^\s*(?P<package>Python|pydantic|pydantic_core|tinker|tinker_cookbook|tinker-cookbook|torch|numpy|transformers"
+    r"|tokenizers|litellm)\s*(?::|==| version)\s*v?(?P<version>\d[\w.+!-]*)\s*$",
     re.IGNORECASE,
 )
 YOUR_VERSION = re.compile(r"Your (?P<package>[\w-]+) version \((?P<version>\d[\w.+!-]*)\)")
 FREEZE_LINE = re.compile(r"^(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\d[\w.+!-]*)\s*$")
 SITE_PACKAGES = re.compile(r"/lib/python(?P<version>3\.\d+)/site-packages/")
 DIFF_REPO = re.compile(r"^### repo: (?P<repo>.+?) @ (?P<commit>[0-9a-f]{7,40})\s*$")
-DIFF_MODULE = re.compile(r"^### module: (?P<module>\S+) \(not in a git repository\)")
-SERVICE_SESSION = re.compile(r"ServiceClient initialized for session (?P<session_id>[\w-]+)")
-TRAINING_MODEL = re.compile(r"TrainingClient initialized for model (?P<model_id>[\w:-]+)")
-TELEMETRY_SESSION = re.compile(r"Exception logged for session ID: (?P<session_id>[\w-]+)")
-TINKER_URI = re.compile(r"tinker://(?P<run_id>[\w-]+(?::train:\d+)?)")
+SERVICE_SESSION = re.compile(rf"ServiceClient initialized for session (?P<session_id>{SESSION_ID})")
+TRAINING_MODEL = re.compile(rf"TrainingClient initialized for model (?P<model_id>{RUN_ID})")
+TELEMETRY_SESSION = re.compile(rf"Exception logged for session ID: (?P<session_id>{SESSION_ID})")
 COMMAND_LINE = re.compile(r"^Command line invocation: (?P<argv>.*)$")
 LOGGING_TO = re.compile(r"^Logging to: (?P<log_dir>.*)$")
 RENDERER_NOT_RECOMMENDED = re.compile(
     r"Renderer (?P<renderer>'[^']*'|\S+) is not recommended for model (?P<model>'[^']*'|\S+)"
 )
 RENDERER_MISMATCH = re.compile(
-    r"Renderer mismatch for checkpoint (?P<checkpoint>\S+?):? checkpoint=(?P<checkpoint_renderer>\S+?),? current=(?P<current_renderer>\S+)"
+    r"Renderer mismatch for checkpoint (?P<checkpoint>\S+?):? checkpoint=(?P<checkpoint_renderer>\S+?),?"
+    r" current=(?P<current_renderer>\S+)"
 )
 SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
 PY_WARNING = re.compile(r"^(?P<file>\S+):(?P<line>\d+): (?P<category>\w*Warning): (?P<message>.*)$")
 EXCEPTION_LINE = re.compile(
-    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Failure)|[A-Za-z_][\w.]*\.[A-Z]\w*)(?:: (?P<message>.*))?$"
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Failure)|[A-Za-z_][\w.]*\.[A-Z]\w*)"
+    r"(?:: (?P<message>.*))?$"
 )
 
 # Any of these substrings makes a line worth classifying; the rest are counted and passed over.
@@ -101,7 +97,7 @@ def _number(text: str) -> float:
 
 def classify_message(message: str, level: str | None, logger: str | None) -> Classified | None:
     """The kind of one log message (a record's first line, or a bare stdout line)."""
-    if (found := GIL_MONITOR.search(message)) is not None:
+    if (found := GIL_MONITOR_LINE.search(message)) is not None:
         return Classified(
             "gil-monitor",
             message,
@@ -111,7 +107,7 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
                 "jitter_s": _number(found["jitter"]),
             },
         )
-    if (found := MODEL_DUMP.search(message)) is not None:
+    if (found := MODEL_DUMP_TOOK.search(message)) is not None:
         return Classified("serialization-test", message, {"model_dump_s": _number(found["seconds"])})
     if logger is None and (found := SERIALIZATION_VERDICT.match(message)) is not None:
         return Classified("serialization-test", message, {"verdict": found["verdict"], "detail": found["detail"]})

@@ -13,16 +13,17 @@ from typing import Any
 import polars as pl
 
 from trace_doctor.ingest.jsonl import as_int64, iter_json_lines, json_text, read_bytes
+from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, RL_BATCH_KEY, TIME_PREFIX
 from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile
 
 # Where a custom trainer keeps its step counter when there is no `step` key (act-prm-tinker logs
 # `progress/batch` for RL and `global_step`/`grad_step` for SL; async RL `training_client/step`).
-STEP_KEY_FALLBACKS = ("step", "progress/batch", "training_client/step", "global_step", "grad_step")
+STEP_KEY_FALLBACKS = ("step", RL_BATCH_KEY, "training_client/step", "global_step", "grad_step")
 
-# A row whose only content keys carry these prefixes is an evaluation row: async RL logs those
-# separately, out of order, reusing a training step number, so they never start a new segment.
-EVAL_PREFIXES = ("test/", "eval/")
-NEUTRAL_PREFIXES = ("time/", "eval/timing/", "progress/", "optim/lr", "training_client/", "sampling_client/")
+# A row whose only content keys carry EVAL_KEY_PREFIXES (besides these neutral ones) is an
+# evaluation row: async RL logs those separately, out of order, reusing a training step number, so
+# they never start a new segment.
+NEUTRAL_PREFIXES = (TIME_PREFIX, "eval/timing/", "progress/", "optim/lr", "training_client/", "sampling_client/")
 
 PRE_RESUME_RE = re.compile(r"\.pre_resume_(\d+)$")
 
@@ -31,7 +32,7 @@ RESERVED = set(STEPS_SCHEMA) | {"step_key"}
 
 def _is_eval_row(row: dict[str, Any]) -> bool:
     content = [k for k in row if k not in STEP_KEY_FALLBACKS and not k.startswith(NEUTRAL_PREFIXES)]
-    return bool(content) and all(k.startswith(EVAL_PREFIXES) for k in content)
+    return bool(content) and all(k.startswith(EVAL_KEY_PREFIXES) for k in content)
 
 
 def _column_name(key: str) -> str:
@@ -60,7 +61,8 @@ def _column_kind(
         IngestWarning(
             source,
             lines[text_rows[0]],
-            f"`{key}` is a number elsewhere but not in {len(text_rows)} row(s) (first: {first[:60]!r}); those values are null in its column",
+            f"`{key}` is a number elsewhere but not in {len(text_rows)} row(s) (first: {first[:60]!r}); "
+            "those values are null in its column",
         )
     )
     for i in text_rows:

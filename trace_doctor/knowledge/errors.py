@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from trace_doctor.knowledge.tinker import SESSION_ID
 from trace_doctor.model import Severity
 
 
@@ -58,7 +59,8 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
     ),
     _known(
         "prompt-too-long",
-        r"prompt tokens \+ max_tokens > context window|Prompt length plus max_tokens exceeds the model's context window|\bPromptTooLong\b",
+        r"prompt tokens \+ max_tokens > context window"
+        r"|Prompt length plus max_tokens exceeds the model's context window|\bPromptTooLong\b",
         "the prompt plus max_tokens exceeds the model's context window",
         "shorten the prompt or lower max_tokens",
         needle="",
@@ -335,14 +337,15 @@ SDK_MESSAGES: tuple[SdkMessage, ...] = (
         "heartbeat-failed",
         "tinker.lib.internal_client_holder",
         "heartbeat",
-        r"Session heartbeat failed for (?P<secs>[\d.]+) seconds for session (?P<session_id>\S+?)\.? Last exception: (?P<exception>.*)",
+        rf"Session heartbeat failed for (?P<secs>[\d.]+) seconds for session (?P<session_id>{SESSION_ID})\.?"
+        r" Last exception: (?P<exception>.*)",
         "no successful heartbeat for over 120 s: a GIL-starved SDK thread or the network",
     ),
     _sdk(
         "heartbeat-stopped",
         "tinker.lib.internal_client_holder",
         "heartbeat",
-        r"Session (?P<session_id>\S+) has finished; stopping its heartbeat loop",
+        rf"Session (?P<session_id>{SESSION_ID}) has finished; stopping its heartbeat loop",
         "the service returned 410 for the session heartbeat",
     ),
     _sdk(
@@ -363,7 +366,8 @@ SDK_MESSAGES: tuple[SdkMessage, ...] = (
         "training-paused",
         "tinker.lib.queue_state_logger",
         "paused",
-        r"Training (?:for (?P<model_id>\S+) is paused|is paused for (?P<model_id_old>\S+))\.? Reason: (?P<reason>.*?)\.?$",
+        r"Training (?:for (?P<model_id>\S+) is paused|is paused for (?P<model_id_old>\S+))\.?"
+        r" Reason: (?P<reason>.*?)\.?$",
         "the server queue paused training (rate limit or capacity)",
     ),
     _sdk(
@@ -405,7 +409,8 @@ SDK_MESSAGES: tuple[SdkMessage, ...] = (
         "futures-poll-failed",
         "tinker.lib.session_futures_poller",
         "sdk-warning",
-        r"retrieve_futures polling failed for sampling session (?P<session_id>\S+) \(clone (?P<clone>\d+)\): (?P<exception>.*)",
+        r"retrieve_futures polling failed for sampling session (?P<session_id>\S+)"
+        r" \(clone (?P<clone>\d+)\): (?P<exception>.*)",
         "polling sampling futures failed",
     ),
     _sdk(
@@ -419,7 +424,8 @@ SDK_MESSAGES: tuple[SdkMessage, ...] = (
         "jwt-refresh",
         "tinker.lib._jwt_auth",
         "sdk-warning",
-        r"On-demand JWT refresh failed: (?P<exception>.*)|JWT refresh rejected, stopping background refresh: (?P<rejected>.*)",
+        r"On-demand JWT refresh failed: (?P<exception>.*)"
+        r"|JWT refresh rejected, stopping background refresh: (?P<rejected>.*)",
         "authentication token refresh failed",
     ),
     _sdk(

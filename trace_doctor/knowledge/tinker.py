@@ -37,15 +37,15 @@ LOAD_SUBMIT_CALLS = ("load_state_async", "load_state_with_optimizer_async")
 # Every submit-only SDK call: a long span means the calling thread was blocked (FORMATS.md 1.4).
 # `get_info`, which 0.6.1 also counts as "the rest", returns its answer rather than a future.
 SUBMIT_ONLY_CALLS = frozenset((*TRAINING_SUBMIT_CALLS, *SAVE_SUBMIT_CALLS, *LOAD_SUBMIT_CALLS))
-# Sampling calls, timed over the full round trip until the samples arrive (FORMATS.md 1.4).
-SAMPLING_CALLS = ("sample", "sample_async", "compute_logprobs", "compute_logprobs_async")
-# The save that returns a sampling client on the new weights (RL's per-step weight sync):
-# timed over the full round trip (FORMATS.md 1.4).
+# SamplingClient.sample, timed over the full round trip until the samples arrive (FORMATS.md 1.4).
+SAMPLE_CALLS = ("sample", "sample_async")
+# SamplingClient.compute_logprobs, a full round trip like sample (FORMATS.md 1.4).
+LOGPROB_CALLS = ("compute_logprobs", "compute_logprobs_async")
+# The sampling client's round trips (FORMATS.md 1.4).
+SAMPLING_CALLS = (*SAMPLE_CALLS, *LOGPROB_CALLS)
+# The save that returns a sampling client on the new weights (RL's per-step weight sync): a full
+# round trip, like `create_sampling_client` (FORMATS.md 1.4).
 SAVE_FOR_SAMPLING_CALLS = ("save_weights_and_get_sampling_client", "save_weights_and_get_sampling_client_async")
-# Creating a sampling client, timed over the full round trip (FORMATS.md 1.4).
-CREATE_SAMPLING_CLIENT_CALLS = ("create_sampling_client", "create_sampling_client_async")
-# Every SDK call timed over its full round trip (FORMATS.md 1.4).
-ROUND_TRIP_CALLS = frozenset((*SAMPLING_CALLS, *SAVE_FOR_SAMPLING_CALLS, *CREATE_SAMPLING_CLIENT_CALLS))
 
 # --- Cookbook phases (`time/<name>` keys and span names, FORMATS.md 1.4) -------------------------
 
@@ -64,6 +64,11 @@ RESULT_WAIT_PHASES = ("step", "finish_batch")
 
 # Every timer key starts with this; the span name is everything after it (FORMATS.md 1.4).
 TIME_PREFIX = "time/"
+# recipes/sl_loop.py logs its iteration time as `time_total`, with an underscore (FORMATS.md 1.3).
+RECIPE_TIME_TOTAL_KEY = "time_total"
+# Whole-iteration timers, in order of preference: `time/total` (trace_iteration, legacy timed()),
+# the recipe's `time_total`, async RL's `time/training_loop/total` (FORMATS.md 1.3, 1.4).
+WHOLE_STEP_KEYS = ("time/total", RECIPE_TIME_TOTAL_KEY, "time/training_loop/total")
 # Evaluation keys: `test/…` (evaluators) and 0.6.1 async `eval/…` rows (FORMATS.md 1.3).
 EVAL_KEY_PREFIXES = ("test/", "eval/")
 # RL progress counter, one per training batch (FORMATS.md 1.3 RL keys, recipes/rl_loop).
@@ -90,8 +95,20 @@ RUN_ID = r"[\w-]+(?::train:\d+)?"
 # A tinker:// checkpoint path and the run id in it (FORMATS.md 3.4).
 TINKER_URI = re.compile(rf"tinker://(?P<run_id>{RUN_ID})")
 # A session id named in free text (`session <id>`, `session ID: <id>`, `session_id=<id>`); at least
-# six characters, so `session is` names no id (FORMATS.md 3.5 and 5.4 lines, config values).
+# six characters, so `session is` names no id (the lines of FORMATS.md 3.5 and 5.4).
 SESSION_MENTION = re.compile(
     rf"\bsession(?:[ _-]?id)?[\s:=]+['\"]?(?P<session_id>(?=[A-Za-z0-9][\w-]{{5}}){SESSION_ID})",
     re.IGNORECASE,
 )
+
+# --- The debug skill's diagnostic output (FORMATS.md 5.3) ------------------------------------------
+
+# A decimal number as Python prints a float; `[\d.]+` would also take `1..2`, which float() refuses.
+NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+# The GIL monitor's line, `[GIL monitor] slept 3.47s instead of 2.0s (jitter: 1.47s) — …` (5.3).
+GIL_MONITOR_LINE = re.compile(
+    rf"\[GIL monitor\] slept (?P<actual>{NUMBER})s instead of (?P<expected>{NUMBER})s"
+    rf" \(jitter: (?P<jitter>-?{NUMBER})s\)"
+)
+# The serialization test's timing line, `model_dump() took 0.007s` (FORMATS.md 5.3).
+MODEL_DUMP_TOOK = re.compile(r"model_dump\(\) took (?P<seconds>\d+(?:\.\d+)?)s")

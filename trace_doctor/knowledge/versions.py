@@ -102,7 +102,8 @@ KNOWN_BAD_VERSIONS: tuple[KnownBadVersion, ...] = (
         "transformers",
         "==5.3.0",
         _in("==5.3.0"),
-        "transformers 5.3.0 loads DeepSeek V2/V3 tokenizers with the wrong tokenizer_class (huggingface/transformers#44801)",
+        "transformers 5.3.0 loads DeepSeek V2/V3 tokenizers with the wrong tokenizer_class "
+        "(huggingface/transformers#44801)",
         "use transformers>=5.3.1",
     ),
     KnownBadVersion(
@@ -118,7 +119,8 @@ KNOWN_BAD_VERSIONS: tuple[KnownBadVersion, ...] = (
         "transformers",
         "<5.0",
         _in("<5.0"),
-        "before 5.0 Qwen2VLImageProcessor miscounts image tokens (`Expected X tokens, got Y from image`) for vision-language models",
+        "before 5.0 Qwen2VLImageProcessor miscounts image tokens (`Expected X tokens, got Y from image`) "
+        "for vision-language models",
         "use transformers>=5.0 or install torchvision",
         "info",
     ),
@@ -153,7 +155,8 @@ KNOWN_BAD_VERSIONS: tuple[KnownBadVersion, ...] = (
         "tinker",
         "<0.23",
         _in("<0.23"),
-        "SDKs older than 0.23 predate what the cookbook needs; very old ones are rejected by the service (`no longer supported`)",
+        "SDKs older than 0.23 predate what the cookbook needs; very old ones are rejected by the service "
+        "(`no longer supported`)",
         "pip install --upgrade tinker",
     ),
     KnownBadVersion(
@@ -176,7 +179,8 @@ KNOWN_BAD_COMBINATIONS: tuple[KnownBadCombination, ...] = (
     KnownBadCombination(
         "cookbook-0.5-tinker-0.38-py311",
         {"tinker-cookbook": "<0.6", "tinker": ">=0.38", "python": ">=3.11,<3.12"},
-        "tinker 0.38 wraps every *_async method in @deprecated; on Python 3.11 inspect.iscoroutinefunction no longer sees them, so cookbook <=0.5.x records SDK spans as near-zero sync spans",
+        "tinker 0.38 wraps every *_async method in @deprecated; on Python 3.11 inspect.iscoroutinefunction no "
+        "longer sees them, so cookbook <=0.5.x records SDK spans as near-zero sync spans",
         "upgrade tinker-cookbook to 0.6.1+, or use Python 3.12+",
     ),
 )

@@ -22,13 +22,12 @@ import orjson
 import polars as pl
 
 from trace_doctor import __version__
+from trace_doctor.knowledge.tinker import SESSION_MENTION, TINKER_URI
 from trace_doctor.model import Analysis
 from trace_doctor.report.redact import redact_analysis, redact_text, redact_tokens
 
 WORST_STEPS = 3
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps keep the archive reproducible
-_SESSION = re.compile(r"\bsession(?:[ _-]?id)?[\s:=]+['\"]?([A-Za-z0-9][A-Za-z0-9_.:\-]{5,})", re.IGNORECASE)
-_TINKER_RUN = re.compile(r"tinker://([A-Za-z0-9_.:\-]+)")
 
 
 def safe_member(name: str) -> str:
@@ -57,7 +56,7 @@ def session_ids(result: Analysis) -> list[str]:
             for key in ("session_id", "session", "id"):
                 if isinstance(fields.get(key), str):
                     found.add(fields[key])
-            found.update(_SESSION.findall(row.get("message") or ""))
+            found.update(SESSION_MENTION.findall(row.get("message") or ""))
     for key, value in _walk(result.run.meta.config):
         if "session" in key.lower() and isinstance(value, str) and value:
             found.add(value)
@@ -71,7 +70,7 @@ def tinker_run_ids(result: Analysis) -> list[str]:
     for column in ("state_path", "sampler_path"):
         if column in checkpoints.columns:
             for path in checkpoints[column].drop_nulls().to_list():
-                ids.update(_TINKER_RUN.findall(path))
+                ids.update(TINKER_URI.findall(path))
     return sorted(ids)
 
 
