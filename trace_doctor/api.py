@@ -166,7 +166,7 @@ def analyze(
         run=run, findings=findings, outcomes=outcomes, summary=summary, derived=derived, policy=chosen.policy
     )
     if baseline is not None:
-        from trace_doctor.compare import compare_with_baseline
+        from trace_doctor.comparison import compare_with_baseline
 
         compare_with_baseline(result, baseline, select=rule_select, ignore=rule_ignore, policy=chosen.policy)
     _decide(result, chosen)

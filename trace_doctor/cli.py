@@ -111,6 +111,7 @@ def _analyze(
     select: tuple[str, ...],
     ignore: tuple[str, ...],
     config: str | None,
+    jobs: int | None,
 ) -> None:
     settings = _settings(
         config,
@@ -119,6 +120,20 @@ def _analyze(
         fail_on=fail_on,
         fail_on_inconclusive=fail_on_inconclusive,
     )
+    from trace_doctor.runs import split_runs
+
+    split = split_runs(list(paths))
+    if len(split.runs) > 1:
+        _analyze_fleet(
+            split,
+            settings,
+            html=None if no_html else (html or DEFAULT_HTML),
+            fmt=fmt,
+            output=output,
+            baseline=baseline,
+            jobs=jobs,
+        )
+        return
     result = _analysis(paths, settings, baseline)
     from trace_doctor.report import formats
 
@@ -134,6 +149,47 @@ def _analyze(
         write_html(result, target)
         click.echo(f"HTML report: {target.resolve()}", err=fmt != "text" or bool(output))
     if result.gate.tripped:
+        sys.exit(1)
+
+
+def _analyze_fleet(
+    split, settings: Settings, *, html: str | None, fmt: str, output: str | None, baseline: str | None, jobs: int | None
+) -> None:
+    """Several runs: each analysed alone in its own process, then one table, one document, one gate."""
+    from trace_doctor.fleet import analyze_sources
+    from trace_doctor.report.fleet import render_fleet
+
+    if jobs is not None and jobs < 1:
+        _fail("--jobs must be at least 1")
+    if baseline:
+        try:
+            load_run(baseline)
+        except NothingToAnalyze as exc:
+            _fail(f"baseline: {exc}")
+    html_dir = None
+    if html:
+        target = Path(html)
+        html_dir = str(target.with_name(f"{target.stem}-runs"))
+    fleet = analyze_sources(split.runs, settings, jobs=jobs, fmt=fmt, html_dir=html_dir, baseline=baseline)
+    if not fleet.analysed:
+        _fail(
+            "none of the runs could be analysed: "
+            + "; ".join(f"{r.source.label}: {r.error}" for r in fleet.reports[:3])
+        )
+    text = render_fleet(fleet, fmt)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+    if html:
+        from trace_doctor.report.fleet_html import write_fleet_html
+
+        write_fleet_html(fleet, Path(html))
+        click.echo(
+            f"HTML overview: {Path(html).resolve()} (each run's report in {Path(html_dir).resolve()})",
+            err=fmt != "text" or bool(output),
+        )
+    if fleet.gate_tripped:
         sys.exit(1)
 
 
@@ -168,6 +224,14 @@ def _analyze_options(func):
             "--config",
             metavar="FILE",
             help=CONFIG_HELP,
+        ),
+        click.option(
+            "--jobs",
+            "-j",
+            type=int,
+            default=None,
+            metavar="N",
+            help="With several runs: analyse N at a time in separate processes (default: the machine's cores).",
         ),
     ]
     for option in reversed(options):

@@ -19,7 +19,8 @@ from trace_doctor.model import PassedOver
 KINDS = ("metrics", "trace", "spans", "config", "checkpoints", "profile", "dump", "log", "code_diff")
 
 SNIFF_BYTES = 256 * 1024
-MAX_DEPTH = 6
+# Deep enough for a sweep's folder of runs (results/<sweep>/<model>/<run>/wandb/<id>/files/output.log).
+MAX_DEPTH = 10
 # Directories a run never keeps trace-doctor inputs in, and that can be huge.
 SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv", "site-packages", ".trace-doctor-cache"}
 

@@ -18,9 +18,6 @@ if TYPE_CHECKING:
 Severity = Literal["info", "warning", "error"]
 SEVERITY_RANK: dict[str, int] = {"info": 1, "warning": 2, "error": 3}
 
-# Input kinds as they appear in the JSON contract's run.inputs[].kind.
-InputKind = Literal["metrics", "trace", "spans", "config", "checkpoints", "profile", "dump", "log", "code_diff"]
-
 
 @dataclass(frozen=True)
 class IngestWarning:

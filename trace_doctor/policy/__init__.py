@@ -8,10 +8,11 @@ receives shared knobs as parameters, renderers read what the analysis used (`Ana
     >>> policy = Policy.from_config(rules={"get-batch-bottleneck": {"min_share": 0.3}})
     >>> policy.rule("get-batch-bottleneck").min_share
     0.3
-    >>> Policy.from_config(rules={"get-batch-bottleneck": {"min_share": "abc"}})
-    Traceback (most recent call last):
-    ...
-    trace_doctor.policy.schema.PolicyError: [tool.trace-doctor.rules.get-batch-bottleneck] `min_share` must be a number, not 'abc'
+    >>> try:
+    ...     Policy.from_config(rules={"get-batch-bottleneck": {"min_share": "abc"}})
+    ... except PolicyError as error:
+    ...     print(error)
+    [tool.trace-doctor.rules.get-batch-bottleneck] `min_share` must be a number, not 'abc'
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ class Policy:
     """The thresholds an analysis runs with: shared knobs plus every rule's policy instance."""
 
     shared: SharedPolicy = field(default_factory=SharedPolicy)
-    rules: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # slug -> that rule's thresholds where the configuration set any (a plain dict: a Policy is pickled
+    # to the worker processes that analyse a fleet's runs).
+    rules: Mapping[str, Any] = field(default_factory=dict)
     # Settings that were honoured at an old location, as sentences for the user.
     notes: tuple[str, ...] = ()
 
@@ -145,7 +148,7 @@ class Policy:
                 for knob, old in moved_from.items():
                     exc = PolicyError(str(exc).replace(f"{where} `{knob}`", f"{prefix}{old}"))
                 raise exc from None
-        return cls(shared=shared_policy, rules=MappingProxyType(per_rule), notes=tuple(notes))
+        return cls(shared=shared_policy, rules=per_rule, notes=tuple(notes))
 
     def thresholds(self, slug: str) -> list[ThresholdInfo]:
         """Rule `slug`'s thresholds as `trace-doctor rules SLUG` prints them."""

@@ -61,7 +61,6 @@ class ThresholdInfo:
     unit: str
     why: str
     bounds: Bounds
-    type_name: str
 
 
 def _allowed_types(policy_cls: type, name: str) -> tuple[type, ...]:
@@ -122,7 +121,6 @@ def describe(instance: Any) -> list[ThresholdInfo]:
                 unit=spec.metadata["unit"],
                 why=spec.metadata["why"],
                 bounds=spec.metadata["bounds"],
-                type_name=_type_name(_allowed_types(type(instance), spec.name)),
             )
         )
     return infos

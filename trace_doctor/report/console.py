@@ -19,9 +19,9 @@ INDENT = 8
 WIDTH = 110
 
 
-def _console(buffer: io.StringIO) -> Console:
+def _console(buffer: io.StringIO, width: int = WIDTH) -> Console:
     color = sys.stdout.isatty()
-    return Console(file=buffer, width=WIDTH, force_terminal=color, no_color=not color, highlight=False, soft_wrap=False)
+    return Console(file=buffer, width=width, force_terminal=color, no_color=not color, highlight=False, soft_wrap=False)
 
 
 def _block(text: str, *, label: str = "", style: str = "") -> str:
@@ -72,8 +72,10 @@ def render_text(result: Analysis) -> str:
     out.print("  " + " · ".join(details))
     if summary.get("wall_time_s") is not None:
         out.print(
-            f"  wall {format_seconds(summary.get('wall_time_s'))} · median step {format_seconds(summary.get('step_time_p50_s'))}"
-            f" · steady step {format_seconds(summary.get('steady_step_time_s'))} · warm-up steps {summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '-'}"
+            f"  wall {format_seconds(summary.get('wall_time_s'))} · median step "
+            f"{format_seconds(summary.get('step_time_p50_s'))}"
+            f" · steady step {format_seconds(summary.get('steady_step_time_s'))} · warm-up steps "
+            f"{summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '-'}"
         )
     out.print()
     out.print(escape(ingest_account(run)))
@@ -86,7 +88,8 @@ def render_text(result: Analysis) -> str:
         share = f" ({finding.fraction_of_wall:.0%} of wall)" if finding.fraction_of_wall else ""
         confidence = f" · confidence {finding.confidence}" if finding.confidence else ""
         out.print(
-            f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — {escape(finding.title)}{lost}{share}{confidence}"
+            f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — "
+            f"{escape(finding.title)}{lost}{share}{confidence}"
         )
         out.print(_block(finding.message))
         if finding.steps:

@@ -1,0 +1,150 @@
+"""Runs and sweeps: what a run is, and a folder of runs analysed run by run, never merged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+from conftest import CORPUS, CORPUS_MISSING, fixture_run
+
+from trace_doctor.api import load_run
+from trace_doctor.cli import main
+from trace_doctor.fleet import analyze_sources
+from trace_doctor.report.json_doc import build_document
+from trace_doctor.runs import run_prefix, split_runs
+from trace_doctor.settings import Settings
+
+
+def metrics(path, steps=3, total=2.0):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"step": i, "time/total": total}) + "\n" for i in range(steps)))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "prefix"),
+    [
+        ("metrics.jsonl", ""),
+        ("metrics.jsonl.pre_resume_2", ""),
+        ("arithmetic_metrics.jsonl", "arithmetic"),
+        ("distillation_off_checkpoints.jsonl", "distillation_off"),
+        ("gptoss-20b-v2-metrics.jsonl", "gptoss-20b-v2"),
+        ("training_metrics.jsonl", "training"),
+        ("run7.jsonl", "run7"),
+    ],
+)
+def test_the_run_name_a_file_carries(name, prefix, tmp_path):
+    assert run_prefix(tmp_path / name) == prefix
+
+
+def test_a_sweep_folder_splits_into_its_runs_and_nothing_is_merged(tmp_path):
+    metrics(tmp_path / "lr_1e-4" / "metrics.jsonl")
+    (tmp_path / "lr_1e-4" / "config.json").write_text('{"learning_rate": 1e-4}')
+    metrics(tmp_path / "lr_1e-4" / "wandb" / "run-1" / "files" / "metrics_dump.jsonl")
+    (tmp_path / "lr_1e-4" / "wandb" / "run-1" / "files" / "output.log").write_text("x:1 [INFO] hello\n")
+    metrics(tmp_path / "lr_3e-4" / "metrics.jsonl")
+    metrics(tmp_path / "renamed" / "a_metrics.jsonl")
+    metrics(tmp_path / "renamed" / "b_metrics.jsonl")
+    split = split_runs([tmp_path])
+    labels = sorted(r.label for r in split.runs)
+    assert labels == ["lr_1e-4", "lr_1e-4/wandb/run-1/files", "lr_3e-4", "renamed/a*", "renamed/b*"]
+    by_label = {r.label: r for r in split.runs}
+    # the W&B capture has no run file of its own folder's... it holds a metrics file, so it is a run;
+    # the output.log beside it belongs to that run, not to lr_1e-4.
+    assert {p.name for p in by_label["lr_1e-4"].files} == {"metrics.jsonl", "config.json"}
+    assert {p.name for p in by_label["renamed/a*"].files} == {"a_metrics.jsonl"}
+    assert len({r.run_id for r in split.runs}) == len(split.runs)
+    assert all("/" not in r.run_id for r in split.runs)
+
+
+def test_files_without_a_run_of_their_own_join_the_run_folder_above(tmp_path):
+    metrics(tmp_path / "run" / "metrics.jsonl")
+    (tmp_path / "run" / "wandb" / "files").mkdir(parents=True)
+    (tmp_path / "run" / "wandb" / "files" / "output.log").write_text("tinker:1 [INFO] started\n")
+    (split_run,) = split_runs([tmp_path]).runs
+    assert {p.name for p in split_run.files} == {"metrics.jsonl", "output.log"}
+    assert split_run.whole_folder  # one run: ingested as the folder it is, as before
+
+
+def test_loose_files_named_together_are_one_run(tmp_path):
+    a = metrics(tmp_path / "x" / "metrics.jsonl")
+    b = metrics(tmp_path / "y" / "other_metrics.jsonl")
+    (run,) = split_runs([a, b]).runs
+    assert run.files == (a, b)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    for name in ("sl_sequential_await", "sl_healthy_pipelined", "rl_kl_step0"):
+        shutil.copytree(fixture_run(name), root / name)
+    return root
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, ["analyze", "--no-html", "--jobs", "1", *args], catch_exceptions=False)
+
+
+def test_each_run_of_a_folder_gets_the_document_it_gets_alone(sweep):
+    fleet = json.loads(invoke(str(sweep), "--format", "json").stdout)
+    assert set(fleet) == {"schema_version", "tool", "runs", "fleet"}
+    assert fleet["fleet"]["runs"] == 3
+    for document in fleet["runs"]:
+        alone = json.loads(invoke(document["run"]["path"], "--format", "json").stdout)
+        assert document == alone
+
+
+def test_the_gate_trips_when_any_run_trips_it_in_every_format(sweep):
+    for fmt in ("text", "json", "markdown", "junit", "sarif"):
+        result = invoke(str(sweep), "--fail-on", "warning", "--format", fmt)
+        assert result.exit_code == 1, fmt
+    markdown = invoke(str(sweep), "--fail-on", "warning", "--format", "markdown").stdout
+    assert "**Gate: FAILED**" in markdown and markdown.count("<details><summary><code>") == 3
+    suites = ET.fromstring(invoke(str(sweep), "--fail-on", "warning", "--format", "junit").stdout)
+    assert sorted(s.get("name") for s in suites.iter("testsuite")) == sorted(
+        ["sl_sequential_await", "sl_healthy_pipelined", "rl_kl_step0"]
+    )
+    assert int(suites.get("failures")) > 0
+    sarif = json.loads(invoke(str(sweep), "--format", "sarif").stdout)
+    assert len(sarif["runs"]) == 3
+    healthy = invoke(str(sweep / "sl_healthy_pipelined"), str(sweep / "sl_healthy_pipelined"), "--fail-on", "error")
+    assert healthy.exit_code == 0
+
+
+def test_the_fleet_table_puts_runs_that_need_attention_first(sweep):
+    fleet = analyze_sources(split_runs([sweep]).runs, Settings(), jobs=1)
+    assert [r.status for r in fleet.reports] == sorted(
+        (r.status for r in fleet.reports),
+        key=lambda s: ["error", "warning", "failed", "info", "limited", "clear"].index(s),
+    )
+    text = invoke(str(sweep)).stdout
+    assert text.index("sl_sequential_await") < text.index("sl_healthy_pipelined")
+
+
+def test_parallel_workers_give_the_same_fleet(sweep):
+    one = invoke(str(sweep), "--format", "json").stdout
+    two = CliRunner().invoke(main, ["analyze", "--no-html", "--jobs", "2", str(sweep), "--format", "json"]).stdout
+    assert one == two
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason=CORPUS_MISSING)
+@pytest.mark.parametrize("folder", ["tinker-rl-lab", "joanvelja-tinker-cookbook", "sushantmehta-tinker-cookbook"])
+def test_corpus_folders_give_per_run_verdicts_that_match_each_run_alone(folder):
+    sources = split_runs([CORPUS / folder]).runs
+    assert len(sources) > 1
+    fleet = analyze_sources(sources, Settings(), jobs=1)
+    for report in fleet.reports:
+        source = report.source
+        alone = load_run(*source.files) if not source.whole_folder else load_run(source.root)
+        from trace_doctor.api import analyze
+
+        result = analyze(alone)
+        document = build_document(result)
+        document["run"]["path"] = report.document["run"]["path"]
+        assert report.document == document, source.label
+    trainers = sorted(r.document["run"]["trainer"] for r in fleet.reports)
+    if folder == "tinker-rl-lab":
+        assert trainers == ["distillation", "rl", "sl"]  # three runs, three trainers: never one merged run

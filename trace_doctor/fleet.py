@@ -1,0 +1,216 @@
+"""Many runs side by side: each run analysed on its own, in parallel processes, then summed up as a fleet.
+
+Every run gets its own tables, rules, verdict, gate and report, exactly as if it had been named
+alone; what comes back to the parent is a small picklable `RunReport` (the run's JSON document, its
+verdict and gate, a row for the fleet table, its step times for the overview chart, and the run's
+own rendering of the output format asked for), so memory stays bounded by the number of workers.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trace_doctor.runs import RunSource
+from trace_doctor.settings import Settings
+
+# Config keys compared across runs in the overview (a sweep varies these), in display order.
+SWEEP_KEYS = (
+    "model_name",
+    "renderer_name",
+    "learning_rate",
+    "lora_rank",
+    "batch_size",
+    "group_size",
+    "groups_per_batch",
+    "max_tokens",
+    "temperature",
+    "kl_penalty_coef",
+    "num_substeps",
+    "loss_fn",
+)
+# Points of a run's step-time series kept for the overview chart.
+MAX_SERIES_POINTS = 600
+# Formats whose fleet output is made of each run's own rendering.
+PER_RUN_FORMATS = ("markdown", "junit", "sarif")
+STATUS_ORDER = {"error": 0, "warning": 1, "failed": 2, "info": 3, "limited": 4, "clear": 5}
+
+
+@dataclass
+class RunReport:
+    """One run's analysis, reduced to what fleet outputs show."""
+
+    source: RunSource
+    document: dict[str, Any] | None = None
+    status: str = "failed"  # the verdict's status, or "failed" when the run could not be analysed
+    headline: str = ""
+    gate_tripped: bool = False
+    gate_reasons: tuple[str, ...] = ()
+    main_finding: dict[str, Any] | None = None
+    seconds_lost: float | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    step_series: list[tuple[int, float]] = field(default_factory=list)
+    rendered: str | None = None
+    html_path: str | None = None
+    error: str | None = None
+
+    @property
+    def sort_key(self) -> tuple:
+        """Runs that need attention first: worst verdict, then most seconds lost, then name."""
+        return (STATUS_ORDER.get(self.status, 9), -(self.seconds_lost or 0.0), self.source.label)
+
+    @property
+    def row(self) -> dict[str, Any]:
+        doc = self.document or {}
+        run = doc.get("run", {})
+        summary = doc.get("summary") or {}
+        return {
+            "run": self.source.label,
+            "run_id": self.source.run_id,
+            "trainer": run.get("trainer"),
+            "model": run.get("model_name"),
+            "steps": run.get("steps"),
+            "steady_step_time_s": summary.get("steady_step_time_s"),
+            "verdict": self.status,
+            "main_finding": self.main_finding,
+            "seconds_lost": self.seconds_lost,
+            "gate_tripped": self.gate_tripped,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Fleet:
+    """Every run's report, in the order the fleet table shows them."""
+
+    reports: list[RunReport]
+
+    @property
+    def gate_tripped(self) -> bool:
+        return any(r.gate_tripped for r in self.reports)
+
+    @property
+    def analysed(self) -> list[RunReport]:
+        return [r for r in self.reports if r.document is not None]
+
+    def summary(self) -> dict[str, Any]:
+        """The `fleet` block of the multi-run JSON document."""
+        counts: dict[str, int] = {}
+        for report in self.reports:
+            counts[report.status] = counts.get(report.status, 0) + 1
+        return {
+            "runs": len(self.reports),
+            "analysed": len(self.analysed),
+            "verdicts": dict(sorted(counts.items())),
+            "gate_tripped": self.gate_tripped,
+            "tripped_runs": [r.source.label for r in self.reports if r.gate_tripped],
+            "table": [r.row for r in self.reports],
+        }
+
+
+def _config_subset(config: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    flat = dict(meta)
+    for key, value in config.items():
+        if isinstance(value, dict):
+            for inner, inner_value in value.items():
+                flat.setdefault(inner, inner_value)
+        flat.setdefault(key, value)
+    return {k: flat[k] for k in SWEEP_KEYS if k in flat and isinstance(flat[k], (str, int, float, bool))}
+
+
+def _series(step_times) -> list[tuple[int, float]]:
+    if step_times is None or "total_s" not in step_times.columns or step_times.is_empty():
+        return []
+    rows = [
+        (int(s), float(t))
+        for s, t in step_times.select("step", "total_s").drop_nulls().iter_rows()
+        if isinstance(t, float) and math.isfinite(t)
+    ]
+    stride = max(1, math.ceil(len(rows) / MAX_SERIES_POINTS))
+    return rows[::stride]
+
+
+def analyze_source(
+    source: RunSource,
+    settings: Settings,
+    *,
+    fmt: str = "json",
+    html_dir: str | None = None,
+    baseline: str | None = None,
+) -> RunReport:
+    """Analyse one run (in a worker process): its document, verdict, gate, row and own rendering."""
+    report = RunReport(source=source)
+    try:
+        return _analyze_into(report, settings, fmt=fmt, html_dir=html_dir, baseline=baseline)
+    except Exception as exc:  # noqa: BLE001 - one broken run never breaks the fleet
+        report.status, report.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+        report.headline = f"not analysed: {report.error}"
+        return report
+
+
+def _analyze_into(report: RunReport, settings: Settings, *, fmt: str, html_dir: str | None, baseline: str | None):
+    from trace_doctor.api import NothingToAnalyze, analyze, load_run
+    from trace_doctor.report import formats
+    from trace_doctor.report.json_doc import build_document
+
+    source = report.source
+    try:
+        run = load_run(source.root) if source.whole_folder else load_run(*source.files)
+        run.meta.path = source.path
+        if not source.whole_folder:
+            run.passed_over = [*source.passed_over, *run.passed_over]
+        base = load_run(baseline) if baseline else None
+    except NothingToAnalyze as exc:
+        report.error, report.headline = str(exc), f"not analysed: {exc}"
+        return report
+    result = analyze(run, settings=settings, baseline=base)
+    report.document = build_document(result)
+    report.status, report.headline = result.verdict.status, result.verdict.headline
+    report.gate_tripped, report.gate_reasons = result.gate.tripped, result.gate.reasons
+    lead = result.verdict.costliest or result.verdict.worst
+    if lead is not None:
+        report.main_finding = {"rule": lead.rule, "code": lead.code, "title": lead.title, "severity": lead.severity}
+        report.seconds_lost = lead.seconds_lost
+    report.config = _config_subset(run.meta.config, run.meta.to_dict())
+    report.step_series = _series(result.derived.get("step_times"))
+    if fmt in PER_RUN_FORMATS:
+        report.rendered = formats.render(result, fmt)
+    if html_dir is not None:
+        from trace_doctor.report.html import write_html
+
+        target = Path(html_dir) / f"{source.run_id}.html"
+        write_html(result, target)
+        report.html_path = str(target)
+    return report
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def analyze_sources(
+    sources: list[RunSource],
+    settings: Settings,
+    *,
+    jobs: int | None = None,
+    fmt: str = "json",
+    html_dir: str | None = None,
+    baseline: str | None = None,
+) -> Fleet:
+    """Analyse every run, `jobs` at a time in separate processes; reports sorted for attention."""
+    jobs = max(1, min(jobs or default_jobs(), len(sources)))
+    options = {"fmt": fmt, "html_dir": html_dir, "baseline": baseline}
+    if jobs == 1:
+        reports = [analyze_source(source, settings, **options) for source in sources]
+    else:
+        # spawn, not fork: polars' thread pool does not survive a fork of a process that used it.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures = [pool.submit(analyze_source, source, settings, **options) for source in sources]
+            reports = [future.result() for future in futures]
+    return Fleet(sorted(reports, key=lambda r: r.sort_key))

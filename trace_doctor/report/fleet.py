@@ -1,0 +1,174 @@
+"""Renderers over a fleet of runs: the terminal table, the multi-run JSON document, Markdown, JUnit, SARIF.
+
+Each run was rendered by its own worker in the format asked for (`RunReport.rendered`); these
+functions only put the runs side by side, in the fleet's order (runs that need attention first).
+"""
+
+from __future__ import annotations
+
+import io
+import xml.etree.ElementTree as ET
+
+import orjson
+from rich.markup import escape
+from rich.table import Table
+
+from trace_doctor import __version__
+from trace_doctor.fleet import Fleet, RunReport
+from trace_doctor.humanize import format_seconds
+from trace_doctor.report.console import _console
+from trace_doctor.report.json_doc import SCHEMA_VERSION, _clean
+from trace_doctor.report.markdown import cell
+from trace_doctor.report.sarif import SCHEMA_URI
+
+# A fleet table has eight columns: wider than one run's text, still within a maximised terminal.
+FLEET_WIDTH = 150
+STATUS_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "failed": "bold red", "limited": "dim"}
+
+
+def _main(report: RunReport) -> str:
+    if report.error:
+        return report.headline
+    if report.main_finding is None:
+        return "—"
+    return f"{report.main_finding['code']} {report.main_finding['title']}"
+
+
+def _lost(report: RunReport) -> str:
+    return format_seconds(report.seconds_lost) if report.seconds_lost else "–"
+
+
+def render_fleet_text(fleet: Fleet) -> str:
+    buffer = io.StringIO()
+    out = _console(buffer, width=FLEET_WIDTH)
+    tripped = sum(1 for r in fleet.reports if r.gate_tripped)
+    failed = sum(1 for r in fleet.reports if r.error)
+    out.print(f"[bold]trace-doctor[/] {len(fleet.reports)} runs, each analysed on its own")
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
+    # The run's name is what tells runs apart: folded over lines when long, never cut.
+    table.add_column("run", overflow="fold", min_width=32, max_width=44)
+    for name in ("trainer", "model", "steps", "steady step", "verdict"):
+        table.add_column(name, overflow="fold", justify="right" if name in ("steps", "steady step") else "left")
+    table.add_column("main finding", overflow="fold", ratio=1)
+    table.add_column("lost", justify="right", no_wrap=True)
+    for report in fleet.reports:
+        row = report.row
+        style = STATUS_STYLE.get(report.status, "")
+        verdict = f"[{style}]{report.status}[/]" if style else report.status
+        table.add_row(
+            escape(report.source.label),
+            escape(str(row["trainer"] or "–")),
+            escape(str(row["model"] or "–")),
+            str(row["steps"] if row["steps"] is not None else "–"),
+            format_seconds(row["steady_step_time_s"]),
+            verdict + (" [bold red]gate[/]" if report.gate_tripped else ""),
+            escape(_main(report)),
+            _lost(report),
+        )
+    out.print(table)
+    if failed:
+        out.print(f"{failed} run(s) could not be analysed (see the verdict column).")
+    if tripped:
+        out.print(f"[bold red]Gate: tripped[/] by {tripped} of {len(fleet.reports)} runs.")
+    elif any(r.document and r.document.get("baseline") for r in fleet.reports):
+        out.print("Gate: passed.")
+    return buffer.getvalue()
+
+
+def build_fleet_document(fleet: Fleet) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "trace-doctor", "version": __version__},
+        "runs": [r.document for r in fleet.reports if r.document is not None],
+        "fleet": _clean(fleet.summary()),
+    }
+
+
+def render_fleet_json(fleet: Fleet) -> str:
+    return orjson.dumps(build_fleet_document(fleet), option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def render_fleet_markdown(fleet: Fleet) -> str:
+    tripped = [r for r in fleet.reports if r.gate_tripped]
+    lines = ["# trace-doctor — fleet", ""]
+    if tripped:
+        lines.append(f"**Gate: FAILED** — {len(tripped)} of {len(fleet.reports)} runs trip it.")
+    else:
+        lines.append(f"Gate: not tripped by any of {len(fleet.reports)} runs.")
+    lines += [
+        "",
+        "| run | trainer | steps | steady step | verdict | main finding | lost |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for report in fleet.reports:
+        row = report.row
+        gate = " (gate)" if report.gate_tripped else ""
+        lines.append(
+            f"| `{cell(report.source.label, 120)}` | {cell(row['trainer'] or '–')} | {row['steps'] or '–'} "
+            f"| {format_seconds(row['steady_step_time_s'])} | {cell(report.status)}{gate} | {cell(_main(report))} "
+            f"| {_lost(report)} |"
+        )
+    for report in fleet.reports:
+        if not report.rendered:
+            continue
+        # Each run's own summary, one heading level down, folded so the table stays the first thing read.
+        body = report.rendered.replace("\n# trace-doctor\n", "\n").removeprefix("# trace-doctor\n")
+        lines += [
+            "",
+            f"<details><summary><code>{cell(report.source.label, 200)}</code> — {cell(report.headline)}</summary>",
+            "",
+            body.strip(),
+            "",
+            "</details>",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_fleet_junit(fleet: Fleet) -> str:
+    """One testsuite per run (named by its run id), the cases as each run's own JUnit has them."""
+    suites = ET.Element("testsuites", name="trace-doctor")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for report in fleet.reports:
+        if report.rendered is None:
+            suite = ET.SubElement(suites, "testsuite", name=report.source.run_id, tests="1", failures="0", errors="1")
+            case = ET.SubElement(suite, "testcase", classname="trace-doctor.run", name="analysable")
+            ET.SubElement(case, "error", message=report.error or "not analysed", type="NothingToAnalyze")
+            totals["tests"] += 1
+            totals["errors"] += 1
+            continue
+        for suite in ET.fromstring(report.rendered).iter("testsuite"):
+            suite.set("name", report.source.run_id)
+            suites.append(suite)
+            for key in totals:
+                totals[key] += int(suite.get(key, "0"))
+    for key, value in totals.items():
+        suites.set(key, str(value))
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def render_fleet_sarif(fleet: Fleet) -> str:
+    """SARIF holds several runs natively: one `runs[]` entry per analysed run."""
+    runs = []
+    for report in fleet.reports:
+        if report.rendered:
+            runs += orjson.loads(report.rendered).get("runs", [])
+    document = {
+        "$schema": SCHEMA_URI,
+        "version": "2.1.0",
+        "runs": runs,
+    }
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+RENDERERS = {
+    "text": render_fleet_text,
+    "json": render_fleet_json,
+    "markdown": render_fleet_markdown,
+    "junit": render_fleet_junit,
+    "sarif": render_fleet_sarif,
+}
+
+
+def render_fleet(fleet: Fleet, fmt: str) -> str:
+    return RENDERERS[fmt](fleet)
