@@ -143,7 +143,10 @@ def test_account_order_does_not_depend_on_thread_timing(tmp_path):
     from trace_doctor.api import load_run
 
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": 1.0}) + "\n" for i in range(3)))
-    trace_line = '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": %d, "args": {"track": "main", "thread": "MainThread"}, "cat": "async"}'
+    trace_line = (
+        '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": %d, '
+        '"args": {"track": "main", "thread": "MainThread"}, "cat": "async"}'
+    )
     (tmp_path / "trace_events.jsonl").write_text("\n".join([trace_line % 1, "not json", trace_line % 3]) + "\n")
     (tmp_path / "timing_spans.jsonl").write_text("\n".join(_rl_lines(3, 2) + ["{broken"]) + "\n")
     for _ in range(5):

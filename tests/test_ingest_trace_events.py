@@ -10,7 +10,7 @@ import orjson
 import polars as pl
 import pytest
 
-from trace_doctor.ingest import cache
+from trace_doctor.ingest import cache, span_pairing, trace_parse, trace_read
 from trace_doctor.ingest import trace_events as te
 from trace_doctor.ingest.trace_events import parse_trace_files
 
@@ -121,7 +121,7 @@ def test_tracks_colliding_on_tid_are_paired_separately(tmp_path):
 def test_a_track_id_hash_collision_falls_back_to_exact_keys(tmp_path, monkeypatch, seed_that_collides):
     """Track ids are 64-bit hashes checked against a second hash: a collision in either one costs
     time (exact ranks), never a wrong pairing. Here one of the two hashes ignores the track name."""
-    real = te._key_hash
+    real = span_pairing._key_hash
 
     def colliding(key, seed):
         broken = seed == 0 if seed_that_collides == 0 else seed != 0
@@ -136,7 +136,7 @@ def test_a_track_id_hash_collision_falls_back_to_exact_keys(tmp_path, monkeypatc
         ev("c", "E", 32.0, track="Task-3", tid=43),
     ]
     expected, _, _ = parse(write(tmp_path, lines))
-    monkeypatch.setattr(te, "_key_hash", colliding)
+    monkeypatch.setattr(span_pairing, "_key_hash", colliding)
     spans, _, warnings = parse(write(tmp_path, lines))
     assert warnings == [] and spans.equals(expected)
     assert set(spans.select("name", "track", "start_us", "end_us").rows()) == {
@@ -174,7 +174,7 @@ def test_truncated_last_line_is_one_warning(tmp_path):
 
 def test_garbage_in_the_middle_costs_only_those_lines(tmp_path, monkeypatch):
     # Small chunks so the file spans many polars reads and the bad lines force bisection.
-    monkeypatch.setattr(te, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", 4096)
     lines = []
     for i in range(2000):
         lines += [ev("s", "B", float(i), track=f"Task-{i}", tid=i), ev("s", "E", i + 0.5, track=f"Task-{i}", tid=i)]
@@ -187,15 +187,15 @@ def test_garbage_in_the_middle_costs_only_those_lines(tmp_path, monkeypatch):
         lines.insert(index - 1, text)
     path = write(tmp_path, lines)
     calls = []
-    real = te._decode_line
-    monkeypatch.setattr(te, "_decode_line", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    real = trace_parse._decode_line
+    monkeypatch.setattr(trace_parse, "_decode_line", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     spans, info, warnings = parse(path)
     assert spans.height == 2000 and bool(spans.get_column("closed").all())
     # Chunks are read concurrently; warnings still come back in file order.
     assert [w.line for w in warnings] == sorted(bad_at)
     assert info.records == 4000 and info.skipped == 3
     # The slow per-line decoder saw only small neighbourhoods of the bad lines.
-    assert len(calls) <= 3 * te.MIN_BISECT_LINES
+    assert len(calls) <= 3 * trace_parse.MIN_BISECT_LINES
 
 
 def test_wrong_types_and_missing_fields_are_reported(tmp_path):
@@ -350,7 +350,7 @@ def test_fixture_traces_pair_exactly_like_a_plain_stack(path):
 
 
 def test_progress_is_reported_up_to_the_file_size(tmp_path, monkeypatch):
-    monkeypatch.setattr(te, "CHUNK_BYTES", 1024)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", 1024)
     path = write(tmp_path, [ev("a", "B", float(i), track=f"t{i}") for i in range(200)])
     seen = []
     parse_trace_files([path], [], progress=lambda label, done, total: seen.append((label, done, total)))
@@ -419,7 +419,8 @@ def test_layout_fast_path_agrees_with_json_decoding(tmp_path):
 
 
 def test_layout_branches_that_do_not_fit_the_phase_are_read_generally(tmp_path):
-    """Metadata with span args, or a span with metadata args, match the line pattern's other branch: the general reader takes them."""
+    """Metadata with span args, or a span with metadata args, match the line pattern's other branch: the
+    general reader takes them."""
     odd_meta = json.dumps(
         {
             "name": "thread_name",
@@ -463,12 +464,15 @@ def test_integral_float_pid_beyond_64_bits_is_a_label_not_a_crash(tmp_path):
 
 @pytest.mark.parametrize("backslash_elsewhere", [False, True], ids=["plain-chunk", "chunk-with-escapes"])
 def test_layout_shaped_lines_that_are_not_json_cost_only_themselves(tmp_path, backslash_elsewhere):
-    """A raw quote or control character inside a layout-shaped string is invalid JSON, whichever reader takes the chunk."""
+    """A raw quote or control character inside a layout-shaped string is invalid JSON, whichever reader
+    takes the chunk."""
     lines = [
         meta("process_name", "MainThread Thread", 0),
         ev("main", "B", 100.0),
-        '{"name": "bad"quote", "ph": "B", "pid": 0, "tid": 481227, "ts": 101.0, "args": {"track": "main", "thread": "MainThread"}, "cat": "async"}',
-        '{"name": "tab", "ph": "B", "pid": 0, "tid": 481227, "ts": 102.0, "args": {"track": "ma\tin", "thread": "MainThread"}, "cat": "async"}',
+        '{"name": "bad"quote", "ph": "B", "pid": 0, "tid": 481227, "ts": 101.0, '
+        '"args": {"track": "main", "thread": "MainThread"}, "cat": "async"}',
+        '{"name": "tab", "ph": "B", "pid": 0, "tid": 481227, "ts": 102.0, '
+        '"args": {"track": "ma\tin", "thread": "MainThread"}, "cat": "async"}',
         '{"name": "x", "ph": "M", "pid": 0, "tid": 5, "ts": 0, "args": {"name": "a"b"}}',
         ev("train_step", "B", 110.0),
         ev("train_step", "E", 120.0, step=3),
@@ -481,7 +485,8 @@ def test_layout_shaped_lines_that_are_not_json_cost_only_themselves(tmp_path, ba
         ]
     # A raw NUL inside a string: the line reader cuts lines at NUL, so it must not hide the line's rest.
     lines.append(
-        '{"name": "nul", "ph": "B", "pid": 0, "tid": 481227, "ts": 150.0, "args": {"track": "main\x00", "thread": "MainThread"}, "cat": "async"}'
+        '{"name": "nul", "ph": "B", "pid": 0, "tid": 481227, "ts": 150.0, '
+        '"args": {"track": "main\x00", "thread": "MainThread"}, "cat": "async"}'
     )
     spans, info, warnings = parse(write(tmp_path, lines))
     assert [w.line for w in warnings] == [3, 4, 5, len(lines)]

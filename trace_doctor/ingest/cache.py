@@ -43,7 +43,19 @@ def _parser_fingerprint() -> str:
     # The parsers' source text: a code change invalidates every entry without a version bump.
     digest = hashlib.sha256(FORMAT_VERSION.encode())
     here = Path(__file__).resolve().parent
-    for name in ("trace_events.py", "trace_layout.py", "jsonl.py", "cache.py"):
+    for name in (
+        "trace_events.py",
+        "trace_read.py",
+        "trace_parse.py",
+        "trace_layout.py",
+        "bisected_read.py",
+        "span_build.py",
+        "span_pairing.py",
+        "span_args.py",
+        "span_steps.py",
+        "jsonl.py",
+        "cache.py",
+    ):
         try:
             digest.update((here / name).read_bytes())
         except OSError:

@@ -8,6 +8,7 @@ fallback that accepts the non-finite literals; anything else becomes an IngestWa
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,14 +64,22 @@ NEEDS_NORMALIZING = re.compile(r"\d{19}|\\u[dD][89a-fA-F]")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def as_int64(value: Any, *, integral_floats: bool = True) -> int | None:
+def as_int64(value: Any) -> int | None:
     """`value` as a 64-bit integer column value, else None: bools, fractions, and integers beyond
     64 bits (JSON allows any size) are not integers a typed column can hold."""
     if isinstance(value, bool):
         return None
-    if integral_floats and isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer():
         value = int(value)
     return value if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX else None
+
+
+def finite_float(value: Any) -> float | None:
+    """`value` as a finite float column value, else None (bools are not numbers, though Python says so)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def _scalar(value: Any) -> Any:
@@ -121,9 +130,7 @@ def _describe(exc: Exception) -> str:
     return text[:200]
 
 
-def iter_json_lines(
-    data: bytes, path: str, warnings: list[IngestWarning], *, expect_object: bool = True
-) -> Iterator[ParsedLine]:
+def iter_json_lines(data: bytes, path: str, warnings: list[IngestWarning]) -> Iterator[ParsedLine]:
     """Yield each decodable line of a JSONL byte string; report the others as warnings.
 
     An unterminated final line is kept if it decodes (a file edited by hand) and reported as a
@@ -137,9 +144,7 @@ def iter_json_lines(
         lines.pop()
     last = len(lines)
     for index, raw in enumerate(lines, start=1):
-        parsed = decode_line(
-            raw, index, path, warnings, truncated=index == last and not terminated, expect_object=expect_object
-        )
+        parsed = decode_line(raw, index, path, warnings, truncated=index == last and not terminated)
         if parsed is not None:
             yield parsed
 
@@ -188,11 +193,6 @@ def read_bytes(path: Path, warnings: list[IngestWarning]) -> bytes | None:
     except OSError as exc:
         warnings.append(IngestWarning(str(path), None, f"cannot read file: {exc.strerror or exc}"))
         return None
-
-
-def count_nonblank_lines(data: bytes) -> int:
-    """Number of non-blank lines, for checking that records + skipped add up."""
-    return sum(1 for raw in data.split(b"\n") if raw.strip())
 
 
 def iter_line_chunks(stream: BinaryIO, size: int) -> Iterator[tuple[bytes, bool]]:

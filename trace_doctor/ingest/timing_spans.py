@@ -5,29 +5,23 @@ are relative to the step's earliest span, so they compare only within a line. Th
 on resume, so a step can appear again: each repeat of an already-seen step starts a new `segment`.
 
 Reading: ~8 MB of lines at a time through polars with an explicit schema; a chunk polars refuses is
-read by layout group and halved down to the lines it refuses, and only those are decoded one by one.
+read by layout group and halved down to the lines it refuses (bisected_read.py, shared with the
+trace reader), and only those are decoded one by one.
 """
 
 from __future__ import annotations
 
 import io
-import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, as_int64, decode_line, iter_line_chunks
+from trace_doctor.ingest.bisected_read import Refused, read_bisected
+from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, as_int64, decode_line, finite_float, iter_line_chunks
 from trace_doctor.model import STEP_SPANS_SCHEMA, IngestWarning, InputFile
 
 SCHEMA: dict[str, pl.DataType] = {**STEP_SPANS_SCHEMA, "index": pl.Int32, "segment": pl.Int32, "source": pl.String}
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def parse_timing_spans_files(paths: list[Path], warnings: list[IngestWarning]) -> tuple[pl.DataFrame, list[InputFile]]:
@@ -149,20 +143,9 @@ def _texts(lines: list[bytes]) -> pl.Series:
     return pl.Series("text", texts, dtype=pl.String)
 
 
-def _read_pieces(lines: list[bytes], numbers: list[int], typed: list[Typed], others: list[int]) -> None:
-    """Read `lines` (1-based line `numbers`) with polars, halving around lines it refuses; collect those in `others`."""
-    if not lines:
-        return
-    read = _read_typed(b"\n".join(lines) + b"\n", pl.Series(numbers, dtype=pl.Int64))
-    if read is not None:
-        typed.append(read)
-        return
-    if len(lines) <= MIN_BISECT_LINES:
-        others.extend(numbers)
-        return
-    half = len(lines) // 2
-    _read_pieces(lines[:half], numbers[:half], typed, others)
-    _read_pieces(lines[half:], numbers[half:], typed, others)
+def _read_numbered(data: bytes, numbers: list[int]) -> Typed | None:
+    """_read_typed for the bisected reader, which numbers lines with a list."""
+    return _read_typed(data, pl.Series(numbers, dtype=pl.Int64))
 
 
 def _read_lines(lines: list[bytes], first: int) -> tuple[list[Typed], list[int]]:
@@ -174,7 +157,12 @@ def _read_lines(lines: list[bytes], first: int) -> tuple[list[Typed], list[int]]
     in_layout = _texts(lines).str.contains(LINE_LAYOUT).fill_null(False).to_list()
     for wanted in (True, False):
         indices = [i for i, flag in enumerate(in_layout) if flag is wanted]
-        _read_pieces([lines[i] for i in indices], [first + i for i in indices], typed, others)
+        group = [lines[i] for i in indices]
+        for piece in read_bisected(group, [first + i for i in indices], _read_numbered, min_lines=MIN_BISECT_LINES):
+            if isinstance(piece, Refused):
+                others.extend(piece.numbers)
+            else:
+                typed.append(piece)
     return typed, sorted(others)
 
 
@@ -238,7 +226,7 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
         steps_by_line[parsed.line] = step
         for index, span in enumerate(spans):
             name = span.get("name") if isinstance(span, dict) else None
-            duration = _finite(span.get("duration")) if isinstance(span, dict) else None
+            duration = finite_float(span.get("duration")) if isinstance(span, dict) else None
             if not isinstance(name, str) or duration is None:
                 warnings.append(
                     IngestWarning(
@@ -250,8 +238,8 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
             columns["step"].append(step)
             columns["name"].append(name)
             columns["duration_s"].append(duration)
-            columns["wall_start_s"].append(_finite(span.get("wall_start")))
-            columns["wall_end_s"].append(_finite(span.get("wall_end")))
+            columns["wall_start_s"].append(finite_float(span.get("wall_start")))
+            columns["wall_end_s"].append(finite_float(span.get("wall_end")))
             columns["line"].append(parsed.line)
             columns["index"].append(index)
     decoded = pl.DataFrame(columns, schema={name: SCHEMA[name] for name in columns})

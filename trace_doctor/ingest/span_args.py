@@ -1,0 +1,106 @@
+"""Event attributes for spans: the track and thread an event names, a span's merged B+E attributes and its step.
+
+Cookbook events carry `{"track", "thread"}` on B and `{"track", "thread", "step"}` on E, which the
+layout reader already typed; only the few other rows have their JSON args text decoded.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+from trace_doctor.ingest.jsonl import decode_json, json_text
+
+# The args every cookbook B event carries and nothing else; matched rows need no JSON decoding.
+PLAIN_ARGS = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"\}$'
+TRACK_THREAD_PREFIX = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"'
+
+
+def with_track_thread(events: pl.DataFrame) -> pl.DataFrame:
+    """Extract args.track / args.thread from JSON args text (the layout reader already filled them)."""
+    if events.get_column("args").null_count() == events.height:
+        # Every event came through the layout reader: nothing to extract, no column to copy.
+        return events.with_columns(pl.lit(True).alias("_plain"))
+    prefix = pl.col("args").str.extract_groups(TRACK_THREAD_PREFIX)
+    events = events.with_columns(
+        pl.coalesce("track", prefix.struct.field("1")).alias("track"),
+        pl.coalesce("thread", prefix.struct.field("2")).alias("thread"),
+        # No args text: a layout-read row, whose only extra attribute can be the E event's step.
+        pl.col("args").str.contains(PLAIN_ARGS).fill_null(True).alias("_plain"),
+    )
+    unusual = pl.col("track").is_null() & pl.col("args").is_not_null()
+    return events.with_columns(
+        pl.when(unusual).then(pl.col("args").str.json_path_match("$.track")).otherwise(pl.col("track")).alias("track"),
+        pl.when(unusual)
+        .then(pl.col("args").str.json_path_match("$.thread"))
+        .otherwise(pl.col("thread"))
+        .alias("thread"),
+    )
+
+
+def remaining_args(texts: list[str | None]) -> dict[str, Any]:
+    """The attributes of the args `texts` merged, minus track/thread (for the few non-plain rows)."""
+    merged: dict[str, Any] = {}
+    for text in texts:
+        if text is None:
+            continue
+        try:
+            value = decode_json(text.encode())
+        except Exception:  # noqa: BLE001 - args text came from a decoded event; keep it verbatim
+            merged.setdefault("args", text)
+            continue
+        if isinstance(value, dict):
+            merged.update((k, v) for k, v in value.items() if k not in ("track", "thread"))
+        else:
+            merged["args"] = value
+    return merged
+
+
+def _step_of(attrs: dict[str, Any]) -> int | None:
+    step = attrs.get("step")
+    if isinstance(step, bool):
+        return None
+    if isinstance(step, int):
+        return step
+    if isinstance(step, float) and math.isfinite(step) and step.is_integer():
+        return int(step)
+    return None
+
+
+def _step_args(step: pl.Expr) -> pl.Expr:
+    """The args text a layout-read E event's lone `step` attribute stands for (orjson's compact form)."""
+    return pl.concat_str([pl.lit('{"step":'), step.cast(pl.String), pl.lit("}")])
+
+
+def merge_args(pairs: pl.DataFrame) -> pl.DataFrame:
+    """`args` = merged B+E attributes minus track/thread; `step` = the E event's `step`."""
+    plain = pl.col("_plain").fill_null(True) & pl.col("_end_plain").fill_null(True) & pl.col("_begin_step").is_null()
+    # Layout-read rows carry no args text; their step (if any) is all there is besides track/thread.
+    pairs = pairs.with_columns(
+        pl.coalesce("_begin_args", _step_args(pl.col("_begin_step"))).alias("_begin_args"),
+        pl.coalesce("_end_args", _step_args(pl.col("_end_step"))).alias("_end_args"),
+    )
+    rich = pairs.with_row_index("_row").filter(~plain)
+    args = pairs.select(
+        pl.when(pl.col("_end_step").is_not_null())
+        .then(_step_args(pl.col("_end_step")))
+        .otherwise(pl.lit("{}"))
+        .alias("args")
+    ).get_column("args")
+    steps = pairs.get_column("_end_step").alias("step")
+    if rich.height:
+        rows, texts, values = [], [], []
+        for row, begin, end in rich.select("_row", "_begin_args", "_end_args").iter_rows():
+            attrs = remaining_args([begin, end])
+            rows.append(row)
+            texts.append(json_text(attrs))
+            end_attrs = remaining_args([end]) if end is not None else {}
+            values.append(_step_of(end_attrs))
+        index = pl.Series(rows, dtype=pl.UInt32)
+        args = args.scatter(index, texts)
+        steps = steps.scatter(index, pl.Series(values, dtype=pl.Int64))
+    return pairs.with_columns(args, steps).drop(
+        "_begin_args", "_plain", "_end_args", "_end_plain", "_begin_step", "_end_step"
+    )

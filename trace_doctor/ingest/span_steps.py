@@ -1,0 +1,99 @@
+"""Step attribution by containment, for spans whose own E event carries no `step`.
+
+A span's `step` is the `step` attribute of its E event when present (`step_source` = "args");
+otherwise the step of the innermost enclosing stepped span on the same pid and segment
+(`step_source` = "containment"; the stepped spans are the cookbook's train-step, submit/finish
+batch and evaluator spans). Spans outside every stepped span keep a null step: the cookbook gives
+no reliable way to attribute them (e.g. sync RL samples before its train step).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from trace_doctor.ingest.span_pairing import constant
+
+
+def attribute_steps(spans: pl.DataFrame) -> pl.DataFrame:
+    """Give step-less spans the step of the innermost enclosing stepped span on their pid."""
+    stepped = spans.filter(pl.col("step").is_not_null() & pl.col("closed")).with_row_index("_container")
+    if stepped.height == 0 or stepped.height == spans.height:
+        return spans
+    cover, parent = _innermost_cover(stepped)
+    containers = stepped.select(
+        "_container",
+        pl.col("start_us").alias("_c_start"),
+        pl.col("end_us").alias("_c_end"),
+        pl.col("step").alias("_c_step"),
+    ).join(parent, on="_container", how="left")
+    # Grouping by a column with one value (one process, one pid: the usual case) only costs time.
+    by = [c for c in ("segment", "pid") if not constant(spans.get_column(c))]
+    lookup = (
+        spans.with_row_index("_span")
+        .filter(pl.col("step").is_null())
+        .select("_span", *by, "start_us", pl.coalesce("end_us", "start_us").alias("_end"))
+    )
+    if not lookup.get_column("start_us").is_sorted():  # spans come sorted unless a run was resumed
+        lookup = lookup.sort("start_us")
+    found = lookup.join_asof(
+        cover, left_on="start_us", right_on="_t", by=by or None, strategy="backward", check_sortedness=False
+    )
+    found = found.select("_span", "start_us", "_end", "_container")
+    resolved: list[pl.DataFrame] = []
+    # Climb from the innermost cover at the span's start to the first container that also covers
+    # its end; stepped spans nest only a few levels deep.
+    for _ in range(16):
+        found = found.join(containers, on="_container", how="left")
+        ok = found.filter(pl.col("_container").is_null() | (pl.col("_c_end") >= pl.col("_end")))
+        resolved.append(ok.select("_span", "_c_step"))
+        found = found.filter(pl.col("_container").is_not_null() & (pl.col("_c_end") < pl.col("_end"))).select(
+            "_span", "start_us", "_end", pl.col("_parent").alias("_container")
+        )
+        if found.height == 0:
+            break
+    steps = pl.concat(resolved).filter(pl.col("_c_step").is_not_null())
+    # Scattered into place rather than joined: a join would gather every (wide) span column again.
+    found_step = (
+        pl.Series("_c_step", [None], dtype=pl.Int64)
+        .extend_constant(None, spans.height - 1)
+        .scatter(steps.get_column("_span"), steps.get_column("_c_step"))
+    )
+    return (
+        spans.with_columns(found_step)
+        .with_columns(
+            pl.coalesce("step", "_c_step").alias("step"),
+            pl.when(pl.col("step").is_null() & pl.col("_c_step").is_not_null())
+            .then(pl.lit("containment"))
+            .otherwise(pl.col("step_source"))
+            .alias("step_source"),
+        )
+        .drop("_c_step")
+    )
+
+
+def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Sweep the (few) stepped spans: which one is innermost from each boundary on, and each one's parent."""
+    cover_rows: list[tuple[int, int, float, int | None]] = []
+    parents: list[tuple[int, int | None]] = []
+    for (segment, pid), group in stepped.group_by(["segment", "pid"], maintain_order=True):
+        spans = sorted(group.select("_container", "start_us", "end_us").iter_rows(), key=lambda r: (r[1], -r[2], r[0]))
+        points = sorted({t for _, s, e in spans for t in (s, e)})
+        active: list[tuple[int, float, float]] = []
+        pending = 0
+        for t in points:
+            active = [a for a in active if a[2] > t]
+            while pending < len(spans) and spans[pending][1] <= t:
+                container, start, end = spans[pending]
+                enclosing = [a for a in active if a[2] >= end]
+                parents.append((container, max(enclosing, key=lambda a: (a[1], -a[2]))[0] if enclosing else None))
+                active.append((container, start, end))
+                pending += 1
+            inner = max(active, key=lambda a: (a[1], -a[2]))[0] if active else None
+            cover_rows.append((segment, pid, t, inner))
+    cover = pl.DataFrame(
+        cover_rows,
+        schema={"segment": pl.Int32, "pid": pl.Int64, "_t": pl.Float64, "_container": pl.UInt32},
+        orient="row",
+    ).sort("_t")
+    parent = pl.DataFrame(parents, schema={"_container": pl.UInt32, "_parent": pl.UInt32}, orient="row")
+    return cover, parent
