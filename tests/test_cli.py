@@ -42,12 +42,13 @@ def test_ingest_writes_parquet_with_exact_row_counts(tmp_path):
     out = tmp_path / "tables"
     result = invoke("ingest", str(run), "--out", str(out))
     assert result.exit_code == 0, result.output
-    steps = pl.read_parquet(out / "steps.parquet")
+    part = out / "{}" / "run=exp4_reward_only" / "part-0.parquet"
+    steps = pl.read_parquet(str(part).format("steps"))
     lines = sum(1 for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip())
     assert steps.height == lines
-    checkpoints = pl.read_parquet(out / "checkpoints.parquet")
+    checkpoints = pl.read_parquet(str(part).format("checkpoints"))
     assert checkpoints.height == sum(1 for line in (run / "checkpoints.jsonl").read_text().splitlines() if line.strip())
-    assert (out / "ingest_warnings.parquet").exists()
+    assert pl.read_parquet(str(part).format("ingest_warnings")).height == 0
 
 
 def test_json_output_is_deterministic_and_follows_the_contract(tmp_path):

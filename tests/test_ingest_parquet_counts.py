@@ -33,13 +33,18 @@ def test_ingest_row_counts_match_valid_records(run, tmp_path):
     out = tmp_path / "tables"
     result = CliRunner().invoke(main, ["ingest", str(run), "--out", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    inputs = pl.read_parquet(out / "inputs.parquet")
-    warnings = pl.read_parquet(out / "ingest_warnings.parquet")
+    (partition,) = {p.name for p in (out / "inputs").iterdir()}  # one run: one partition per table
+
+    def table(name: str) -> pl.DataFrame:
+        return pl.read_parquet(out / name / partition / "part-0.parquet")
+
+    inputs = table("inputs")
+    warnings = table("ingest_warnings")
 
     metrics = inputs.filter(pl.col("kind") == "metrics")
-    assert pl.read_parquet(out / "steps.parquet").height == metrics["records"].sum()
+    assert table("steps").height == metrics["records"].sum()
     checkpoints = inputs.filter(pl.col("kind") == "checkpoints")
-    assert pl.read_parquet(out / "checkpoints.parquet").height == checkpoints["records"].sum()
+    assert table("checkpoints").height == checkpoints["records"].sum()
 
     # Line-oriented inputs: every non-blank line is a record or a listed warning.
     for row in inputs.filter(pl.col("kind").is_in(["metrics", "checkpoints", "spans"])).iter_rows(named=True):

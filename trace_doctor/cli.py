@@ -281,17 +281,44 @@ def rules_command(slug: str | None, config: str | None) -> None:
 
 @main.command("ingest")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--out", "out", required=True, metavar="DIR", help="Directory for <table>.parquet files.")
-def ingest_command(paths, out: str) -> None:
-    """Write every ingested table as DIR/<table>.parquet, with an account of what was read."""
-    from trace_doctor.report.console import ingest_account
-    from trace_doctor.report.parquet import write_tables
+@click.option("--out", "out", required=True, metavar="DIR", help="Directory of the Parquet dataset.")
+@click.option("--config", metavar="FILE", help=CONFIG_HELP)
+@click.option("--jobs", "-j", type=int, default=None, metavar="N", help="Runs ingested at a time (default: cores).")
+def ingest_command(paths, out: str, config: str | None, jobs: int | None) -> None:
+    """Write every table as a Parquet dataset partitioned by run: DIR/<table>/run=<run id>/part-0.parquet.
 
-    run = _load(paths)
-    written = write_tables(run, Path(out))
-    click.echo(ingest_account(run))
-    for name, rows in written.items():
-        click.echo(f"  {name}.parquet  {rows:,} rows")
+    Findings and a one-row-per-run `runs` table are included, so a folder of runs is one queryable dataset.
+    """
+    from trace_doctor.fleet import analyze_sources
+    from trace_doctor.runs import split_runs
+
+    settings = _settings(config)
+    split = split_runs(list(paths))
+    if split.missing:
+        _fail(f"path does not exist: {', '.join(split.missing)}")
+    if not split.runs:
+        _fail(f"no trace-doctor input found in {', '.join(paths)}")
+    if jobs is not None and jobs < 1:
+        _fail("--jobs must be at least 1")
+    fleet = analyze_sources(split.runs, settings, jobs=jobs, dataset_dir=out)
+    if not fleet.analysed:
+        _fail("; ".join(f"{r.source.label}: {r.error}" for r in fleet.reports[:3]))
+    tables: dict[str, int] = {}
+    for report in sorted(fleet.reports, key=lambda r: r.source.label):
+        if report.error:
+            click.echo(f"  {report.source.label}: not ingested: {report.error}")
+            continue
+        inputs = (report.document or {}).get("run", {}).get("inputs", [])
+        records = sum(i["records"] for i in inputs)
+        skipped = sum(i["skipped"] for i in inputs)
+        click.echo(
+            f"  run={report.source.run_id}  {records:,} records from {len(inputs)} input(s), {skipped:,} skipped"
+        )
+        for name, rows in report.dataset_rows.items():
+            tables[name] = tables.get(name, 0) + rows
+    click.echo(f"Parquet dataset in {Path(out).resolve()} ({len(fleet.analysed)} run(s)):")
+    for name, rows in tables.items():
+        click.echo(f"  {name}/  {rows:,} rows")
 
 
 @main.command("export")

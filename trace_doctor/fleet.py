@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_doctor.ingest.config import find_setting
 from trace_doctor.runs import RunSource
 from trace_doctor.settings import Settings
 
@@ -57,6 +58,7 @@ class RunReport:
     step_series: list[tuple[int, float]] = field(default_factory=list)
     rendered: str | None = None
     html_path: str | None = None
+    dataset_rows: dict[str, int] = field(default_factory=dict)
     error: str | None = None
 
     @property
@@ -114,13 +116,15 @@ class Fleet:
 
 
 def _config_subset(config: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    flat = dict(meta)
-    for key, value in config.items():
-        if isinstance(value, dict):
-            for inner, inner_value in value.items():
-                flat.setdefault(inner, inner_value)
-        flat.setdefault(key, value)
-    return {k: flat[k] for k in SWEEP_KEYS if k in flat and isinstance(flat[k], (str, int, float, bool))}
+    """The sweep settings of a run, wherever its config.json nests them (SL keeps batch_size two levels down)."""
+    found = {}
+    for key in SWEEP_KEYS:
+        value = meta.get(key)
+        if value is None:
+            value = find_setting(config, key)
+        if isinstance(value, (str, int, float, bool)):
+            found[key] = value
+    return found
 
 
 def _series(step_times) -> list[tuple[int, float]]:
@@ -142,18 +146,27 @@ def analyze_source(
     fmt: str = "json",
     html_dir: str | None = None,
     baseline: str | None = None,
+    dataset_dir: str | None = None,
 ) -> RunReport:
     """Analyse one run (in a worker process): its document, verdict, gate, row and own rendering."""
     report = RunReport(source=source)
     try:
-        return _analyze_into(report, settings, fmt=fmt, html_dir=html_dir, baseline=baseline)
+        return _analyze_into(report, settings, fmt=fmt, html_dir=html_dir, baseline=baseline, dataset_dir=dataset_dir)
     except Exception as exc:  # noqa: BLE001 - one broken run never breaks the fleet
         report.status, report.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         report.headline = f"not analysed: {report.error}"
         return report
 
 
-def _analyze_into(report: RunReport, settings: Settings, *, fmt: str, html_dir: str | None, baseline: str | None):
+def _analyze_into(
+    report: RunReport,
+    settings: Settings,
+    *,
+    fmt: str,
+    html_dir: str | None,
+    baseline: str | None,
+    dataset_dir: str | None,
+) -> RunReport:
     from trace_doctor.api import NothingToAnalyze, analyze, load_run
     from trace_doctor.report import formats
     from trace_doctor.report.json_doc import build_document
@@ -180,6 +193,10 @@ def _analyze_into(report: RunReport, settings: Settings, *, fmt: str, html_dir: 
     report.step_series = _series(result.derived.get("step_times"))
     if fmt in PER_RUN_FORMATS:
         report.rendered = formats.render(result, fmt)
+    if dataset_dir is not None:
+        from trace_doctor.report.parquet import write_run_partition
+
+        report.dataset_rows = write_run_partition(result, Path(dataset_dir), source.run_id, source.path)
     if html_dir is not None:
         from trace_doctor.report.html import write_html
 
@@ -201,10 +218,11 @@ def analyze_sources(
     fmt: str = "json",
     html_dir: str | None = None,
     baseline: str | None = None,
+    dataset_dir: str | None = None,
 ) -> Fleet:
     """Analyse every run, `jobs` at a time in separate processes; reports sorted for attention."""
     jobs = max(1, min(jobs or default_jobs(), len(sources)))
-    options = {"fmt": fmt, "html_dir": html_dir, "baseline": baseline}
+    options = {"fmt": fmt, "html_dir": html_dir, "baseline": baseline, "dataset_dir": dataset_dir}
     if jobs == 1:
         reports = [analyze_source(source, settings, **options) for source in sources]
     else:

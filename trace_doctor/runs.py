@@ -16,6 +16,7 @@ belong to the nearest run folder above them; where none is above, each folder of
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -38,7 +39,9 @@ RENAMED = re.compile(
     re.IGNORECASE,
 )
 # Characters a run id keeps: it names a Parquet partition folder and a report file.
-UNSAFE_ID = re.compile(r"[^A-Za-z0-9._=+-]+")
+# Longest run id: it names a partition folder (`run=<id>`) and a report file (`<id>.html`).
+MAX_ID_CHARS = 120
+UNSAFE_ID = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,13 @@ def _is_anchor(kind: str, path: Path) -> bool:
 
 def _run_id(parts: list[str]) -> str:
     cleaned = [UNSAFE_ID.sub("_", p).strip("_") or "_" for p in parts if p]
-    return "__".join(cleaned) or "run"
+    joined = "__".join(cleaned) or "run"
+    if len(joined) <= MAX_ID_CHARS:
+        return joined
+    # File systems cap a name at 255 bytes; a sweep's folder names can be longer than that together.
+    # The end says which run it is, the digest keeps two long ids apart.
+    digest = hashlib.sha1(joined.encode()).hexdigest()[:10]
+    return f"{joined[-(MAX_ID_CHARS - 12) :].lstrip('_.-')}-{digest}"
 
 
 def _split_folder(top: Path, out: RunSplit, *, named: bool) -> None:

@@ -16,7 +16,7 @@ from trace_doctor.model import IngestWarning, InputFile, RunMeta
 MAX_CONFIG_DEPTH = 32
 
 
-def _find_key(obj: Any, key: str, depth: int = 0) -> Any:
+def find_setting(obj: Any, key: str, depth: int = 0) -> Any:
     """First value of `key` anywhere in nested dicts (older configs nest renderer_name)."""
     if depth > 8:
         return None
@@ -24,12 +24,12 @@ def _find_key(obj: Any, key: str, depth: int = 0) -> Any:
         if obj.get(key) not in (None, ""):
             return obj[key]
         for value in obj.values():
-            found = _find_key(value, key, depth + 1)
+            found = find_setting(value, key, depth + 1)
             if found not in (None, ""):
                 return found
     elif isinstance(obj, list):
         for value in obj:
-            found = _find_key(value, key, depth + 1)
+            found = find_setting(value, key, depth + 1)
             if found not in (None, ""):
                 return found
     return None
@@ -121,9 +121,9 @@ def parse_config(path: Path, warnings: list[IngestWarning]) -> tuple[RunMeta, In
         )
     meta.config = cfg
     meta.trainer, meta.trainer_mode = trainer_from_config(cfg)
-    model = _find_key(cfg, "model_name") or _find_key(cfg, "base_model")
+    model = find_setting(cfg, "model_name") or find_setting(cfg, "base_model")
     meta.model_name = model if isinstance(model, str) else None
-    renderer = _find_key(cfg, "renderer_name")
+    renderer = find_setting(cfg, "renderer_name")
     meta.renderer_name = renderer if isinstance(renderer, str) else None
     meta.lora_rank = as_int64(cfg.get("lora_rank"))
     meta.temperature = _as_float(cfg.get("temperature"))
