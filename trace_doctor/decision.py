@@ -70,7 +70,10 @@ def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome]) -> Verd
         if checked * 2 < total:
             return Verdict(
                 "limited",
-                f"No problems found, but little could be checked: only {checked} of {total} rules had the input they need.",
+                (
+                    f"No problems found, but little could be checked: only {checked} of {total} rules had the "
+                    "input they need."
+                ),
                 counts,
                 checked,
                 total,

@@ -132,7 +132,8 @@ def support_summary(result: Analysis) -> str:
     ):
         value = summary.get(key)
         lines.append(
-            f"- {label}: {value if value is not None else 'unknown'}{' s' if key.endswith('_s') and value is not None else ''}"
+            f"- {label}: "
+            f"{value if value is not None else 'unknown'}{' s' if key.endswith('_s') and value is not None else ''}"
         )
     if result.baseline:
         lines.append(f"- against baseline: **{result.baseline.get('verdict')}** — {result.baseline.get('message')}")

@@ -393,7 +393,10 @@ def _clip_outliers(fig: go.Figure, steps: list[int], stacked: list[float]) -> No
                 },
             ],
             "active": 0,
-            "why": f"{len(clipped)} step(s) run off the top (▲; tallest: step {tallest_step}, {format_seconds(tallest)}); “Full range” shows them.",
+            "why": (
+                f"{len(clipped)} step(s) run off the top (▲; tallest: step {tallest_step}, "
+                f"{format_seconds(tallest)}); “Full range” shows them."
+            ),
         },
     )
 

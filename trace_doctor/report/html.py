@@ -319,7 +319,8 @@ def _timeline(
     if untraced > 0:
         notes.add(
             f"The timeline draws {len(choice.steps)} of {len(traced):,} traced steps in full "
-            f"({', '.join(f'step {s}: ' + ' & '.join(choice.reasons[s]) for s in choice.steps)}); the whole-run charts cover every step."
+            f"({', '.join(f'step {s}: ' + ' & '.join(choice.reasons[s]) for s in choice.steps)}); "
+            "the whole-run charts cover every step."
         )
     rows, row_of = _row_labels(shown)
     window_rows = [
@@ -337,7 +338,8 @@ def _timeline(
         ranges = sorted(r[:2] for r in finding.time_ranges_us if len(r) >= 2 and r[0] is not None and r[1] is not None)
         if len(ranges) > OVERLAY_RANGES_MAX:
             notes.add(
-                f"Finding {finding.code} shades its first {OVERLAY_RANGES_MAX} of {len(ranges):,} time ranges on the timeline."
+                f"Finding {finding.code} shades its first {OVERLAY_RANGES_MAX} of {len(ranges):,} time ranges "
+                "on the timeline."
             )
             ranges = ranges[:OVERLAY_RANGES_MAX]
         ranges_s = [[(a - origin) / 1e6, (b - origin) / 1e6] for a, b in ranges]
@@ -471,7 +473,8 @@ def _dump_cadence(result: Analysis, budget: Budget, notes: Summarised) -> tuple[
         seconds = own.group_by("timestamp").agg(pl.len().alias("dumps")).sort("timestamp")
         if len(seconds) > budget.dump_points:
             notes.add(
-                f"Task-dump cadence of [{label}] marks the first {budget.dump_points:,} of {len(seconds):,} seconds with dumps."
+                f"Task-dump cadence of [{label}] marks the first {budget.dump_points:,} of {len(seconds):,} "
+                "seconds with dumps."
             )
             seconds = seconds.head(budget.dump_points)
         per_label[label] = ([str(t) for t in seconds["timestamp"].to_list()], seconds["dumps"].to_list())
@@ -506,7 +509,8 @@ def _log_rows(result: Analysis, budget: Budget, notes: Summarised) -> list[dict[
     wanted = events.filter(pl.col("kind").is_in(LOG_KINDS_SHOWN)).sort("source", "line")
     if len(wanted) > budget.log_rows:
         notes.add(
-            f"The log section lists {budget.log_rows} of {len(wanted):,} error, warning, heartbeat and GIL-monitor lines."
+            f"The log section lists {budget.log_rows} of {len(wanted):,} error, warning, heartbeat and "
+            "GIL-monitor lines."
         )
     return wanted.head(budget.log_rows).select("source", "line", "kind", "level", "message").to_dicts()
 
@@ -562,7 +566,8 @@ def _document_json(result: Analysis, budget: Budget, notes: Summarised) -> str:
     if cap is not None and len(warnings) > cap:
         document["ingest_warnings"] = warnings[:cap]
         document["embedded_note"] = (
-            f"ingest_warnings truncated to {cap} of {len(warnings)} to keep the report within 10 MB; --format json has them all"
+            f"ingest_warnings truncated to {cap} of {len(warnings)} to keep the report within 10 MB; "
+            "--format json has them all"
         )
         notes.add(
             f"The embedded JSON holds {cap:,} of {len(warnings):,} ingest warnings (`--format json` has them all)."

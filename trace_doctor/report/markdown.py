@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from trace_doctor import __version__
-from trace_doctor.humanize import format_seconds
+from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, Finding
 
 MAX_BYTES = 1024 * 1024
@@ -53,6 +53,9 @@ def _summary(result: Analysis) -> list[str]:
     lines.append(
         f"| warm-up steps | {summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '–'} |"
     )
+    launches = launches_line(result.run.launches)
+    if launches:
+        lines.append(f"| launches | {cell(launches)} |")
     return lines
 
 
@@ -67,15 +70,20 @@ def _baseline(block: dict) -> list[str]:
     stats = block.get("statistics") or {}
     if stats:
         unit = stats.get("unit", "s")
+        min_effect = stats.get("min_relative_effect")
         lines += [
             "| | baseline | candidate |",
             "|---|---:|---:|",
             f"| steady steps (n) | {stats.get('n_baseline', '–')} | {stats.get('n_candidate', '–')} |",
-            f"| median ({cell(unit)}) | {_number(stats.get('median_baseline'))} | {_number(stats.get('median_candidate'))} |",
+            (
+                f"| median ({cell(unit)}) | {_number(stats.get('median_baseline'))} | "
+                f"{_number(stats.get('median_candidate'))} |"
+            ),
             "",
             f"Mann-Whitney U = {_number(stats.get('u'), '.1f')}, one-sided p = {_number(stats.get('p'))}, "
             f"relative effect = {format(stats['effect'], '+.1%') if isinstance(stats.get('effect'), float) else '–'} "
-            f"(fires at p < {_number(stats.get('alpha'))} and effect ≥ {format(stats['min_relative_effect'], '.0%') if isinstance(stats.get('min_relative_effect'), float) else '–'}).",
+            f"(fires at p < {_number(stats.get('alpha'))} and effect ≥ "
+            f"{format(min_effect, '.0%') if isinstance(min_effect, float) else '–'}).",
         ]
     breakdown = block.get("breakdown") or []
     if breakdown:
@@ -87,9 +95,10 @@ def _baseline(block: dict) -> list[str]:
             "|---|---:|---:|---:|",
         ]
         for part in breakdown:
+            change = format(part["change_s"], "+.3f") + " s" if isinstance(part.get("change_s"), (int, float)) else "–"
             lines.append(
-                f"| {cell(part.get('phase'))} | {format_seconds(part.get('baseline_s'))} | {format_seconds(part.get('candidate_s'))} "
-                f"| {format(part['change_s'], '+.3f') + ' s' if isinstance(part.get('change_s'), (int, float)) else '–'} |"
+                f"| {cell(part.get('phase'))} | {format_seconds(part.get('baseline_s'))} "
+                f"| {format_seconds(part.get('candidate_s'))} | {change} |"
             )
         total = sum(p["change_s"] for p in breakdown if isinstance(p.get("change_s"), (int, float)))
         lines.append(f"| **total** | | | **{total:+.3f} s** |")
@@ -108,7 +117,8 @@ def _findings(findings: list[Finding]) -> list[str]:
     lines = ["", f"## Findings ({len(findings)})", "", "| | code | rule | finding | cost |", "|---|---|---|---|---:|"]
     for f in findings[:MAX_FINDINGS]:
         lines.append(
-            f"| {SEVERITY_ICON[f.severity]} {f.severity} | {f.code} | `{f.rule}` | {cell(f.title, 200)} | {format_seconds(f.seconds_lost)} |"
+            f"| {SEVERITY_ICON[f.severity]} {f.severity} | {f.code} | `{f.rule}` | {cell(f.title, 200)} | "
+            f"{format_seconds(f.seconds_lost)} |"
         )
     if len(findings) > MAX_FINDINGS:
         lines.append(f"\n… and {len(findings) - MAX_FINDINGS} more finding(s), all listed in `--format json`.")

@@ -105,7 +105,10 @@ def _rules_metadata() -> list[dict[str, Any]]:
                 "fullDescription": {"text": f"{rule.docs.what} {rule.docs.why}"},
                 "help": {
                     "text": f"{rule.docs.fix}\n\nEvidence: {rule.docs.evidence}",
-                    "markdown": f"**Fix:** {rule.docs.fix}\n\n**Evidence:** {rule.docs.evidence}\n\nRun `trace-doctor rules {rule.slug}` for thresholds.",
+                    "markdown": (
+                        f"**Fix:** {rule.docs.fix}\n\n**Evidence:** {rule.docs.evidence}\n\n"
+                        f"Run `trace-doctor rules {rule.slug}` for thresholds."
+                    ),
                 },
                 "defaultConfiguration": {"level": LEVEL.get(rule.severity, "warning")},
                 "properties": {"tags": ["trace-doctor", *rule.tags], "code": rule.code},

@@ -21,7 +21,10 @@ def check(ctx) -> list[Finding]:
     warm_note = ""
     if warm.height:
         w_gb, w_total = float(warm["_gb"].sum()), float(warm["total_s"].sum())
-        warm_note = f"; warm-up steps {sorted(warm['step'].to_list())[:5]} spent {w_gb:.1f} s of {w_total:.1f} s in get_batch (warm-up, not a bottleneck)"
+        warm_note = (
+            f"; warm-up steps {sorted(warm['step'].to_list())[:5]} spent {w_gb:.1f} s of {w_total:.1f} s in "
+            "get_batch (warm-up, not a bottleneck)"
+        )
     if steady.height < t.min_steady_steps:
         if warm.is_empty():
             raise NotApplicable(
@@ -37,8 +40,15 @@ def check(ctx) -> list[Finding]:
         ctx.finding(
             severity="warning",
             title="Data loading (get_batch) is a bottleneck",
-            message=f"get_batch takes {share:.0%} of a typical steady step (median share; {gb:.1f} s of {total:.1f} s over {steady.height} steps, median {median_gb:.2f} s per step){warm_note}.",
-            fix="Prepare batches ahead (tokenize/render the dataset once, cache it, or build the next batch in a background task while the current step's results are awaited); keep get_batch off the critical path.",
+            message=(
+                f"get_batch takes {share:.0%} of a typical steady step (median share; {gb:.1f} s of {total:.1f} s "
+                f"over {steady.height} steps, median {median_gb:.2f} s per step){warm_note}."
+            ),
+            fix=(
+                "Prepare batches ahead (tokenize/render the dataset once, cache it, or build the next batch in a "
+                "background task while the current step's results are awaited); keep get_batch off the critical "
+                "path."
+            ),
             steps=sorted(int(s) for s in steady.sort("_gb", descending=True)["step"].head(20).to_list()),
             evidence={
                 "steady_steps": steady.height,
@@ -64,10 +74,22 @@ RULE = register(
         severity="warning",
         needs="metrics.jsonl with time/get_batch and a step total (time/total, or SFT phases)",
         docs=RuleDocs(
-            what="get_batch (data loading and rendering) above a share of steady-state step time; warm-up steps are excluded, so a slow first batch (dataset download/tokenisation) does not count.",
-            why="While the client builds a batch nothing new is submitted; the service idles and every step pays for it.",
-            evidence="Per-step time/get_batch against the step total over the steady steps (after the change-point warm-up boundary); its seconds are what it costs.",
-            fix="Pre-tokenise or cache the dataset, prefetch the next batch concurrently with the result wait, move heavy rendering out of the loop.",
+            what=(
+                "get_batch (data loading and rendering) above a share of steady-state step time; warm-up steps "
+                "are excluded, so a slow first batch (dataset download/tokenisation) does not count."
+            ),
+            why=(
+                "While the client builds a batch nothing new is submitted; the service idles and every step pays "
+                "for it."
+            ),
+            evidence=(
+                "Per-step time/get_batch against the step total over the steady steps (after the change-point "
+                "warm-up boundary); its seconds are what it costs."
+            ),
+            fix=(
+                "Pre-tokenise or cache the dataset, prefetch the next batch concurrently with the result wait, "
+                "move heavy rendering out of the loop."
+            ),
         ),
         check=check,
         shared=("max_warmup_share",),

@@ -223,7 +223,8 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
                 Signal(
                     "trace-submit",
                     STRONG if corroborated else MEDIUM,
-                    f"{len(long_submits)} submit-only SDK span(s) ({', '.join(sorted({r['name'] for r in long_submits}))}) "
+                    f"{len(long_submits)} submit-only SDK span(s) "
+                    f"({', '.join(sorted({r['name'] for r in long_submits}))}) "
                     f"took over {min_s:g} s (longest {max(r['dur_us'] for r in long_submits) / 1e6:.2f} s); "
                     "handing a request to the SDK takes milliseconds unless the calling thread is blocked"
                     + (

@@ -115,16 +115,31 @@ def regime_findings(ctx, steady: pl.DataFrame, regimes: list, wall: float | None
             in_phase = f", outside every timed phase ({delta:+.2f} s per step of untimed work)"
         if slower_later:
             title = f"Step time rose to {ratio:.1f}x from step {after.first_step}"
-            shape = "Not a warm-up (the slow steps come later) and not slowness of the whole run: something changed mid-run — longer sequences from that point of the dataset, a slower service or host, growing client-side state."
+            shape = (
+                "Not a warm-up (the slow steps come later) and not slowness of the whole run: something changed "
+                "mid-run — longer sequences from that point of the dataset, a slower service or host, growing "
+                "client-side state."
+            )
         else:
             title = f"Step time fell to {ratio:.2f}x from step {after.first_step}"
-            shape = "The slow stretch lasted too long to be a warm-up; it ended by itself or after a change (shorter sequences, service recovered, a restart)."
+            shape = (
+                "The slow stretch lasted too long to be a warm-up; it ended by itself or after a change (shorter "
+                "sequences, service recovered, a restart)."
+            )
         findings.append(
             ctx.finding(
                 severity="warning" if slower_later else "info",
                 title=title,
-                message=f"Steps {before.first_step}–{before.last_step}{where} took {before.median_s:.2f} s (median), steps {after.first_step}–{after.last_step} took {after.median_s:.2f} s{in_phase}. {shape} The slower stretch cost ~{lost:.0f} s over the faster level.",
-                fix="Compare the rows around the change step (num_tokens, phase timers) and what changed at that time (dataset order, service status, host load); split or resume the run on the faster configuration.",
+                message=(
+                    f"Steps {before.first_step}–{before.last_step}{where} took {before.median_s:.2f} s (median), "
+                    f"steps {after.first_step}–{after.last_step} took {after.median_s:.2f} s{in_phase}. {shape} "
+                    f"The slower stretch cost ~{lost:.0f} s over the faster level."
+                ),
+                fix=(
+                    "Compare the rows around the change step (num_tokens, phase timers) and what changed at that "
+                    "time (dataset order, service status, host load); split or resume the run on the faster "
+                    "configuration."
+                ),
                 steps=list(range(slow.first_step, slow.last_step + 1))[:MAX_LISTED_STEPS],
                 evidence={
                     "change_step": after.first_step,
@@ -197,15 +212,25 @@ def check(ctx) -> list[Finding]:
         timing_note = "accounts for their excess"
         if on_cadence:
             phase, period = on_cadence
-            timing_note = f"runs on the same {period}-step cadence, but their excess is outside its timer (scheduled eval/checkpoint work logged on a neighbouring row)"
+            timing_note = (
+                f"runs on the same {period}-step cadence, but their excess is outside its timer (scheduled "
+                "eval/checkpoint work logged on a neighbouring row)"
+            )
         cost = float(explained["_excess"].sum())
         every = f"every {period} steps " if period else ""
         findings.append(
             ctx.finding(
                 severity="info",
                 title=f"Periodic slow steps explained by `{phase}`",
-                message=f"{explained.height} step(s) {every}take {float(explained['total_s'].median()) / median:.0f}x the steady median of {median:.1f} s; `{phase}` {timing_note} ({cost:.0f} s in total). This is scheduled work, not instability.",
-                fix="Expected: evaluations/checkpoints run on their schedule. To save time, evaluate less often or on fewer samples, or run evals concurrently (async evals).",
+                message=(
+                    f"{explained.height} step(s) {every}take {float(explained['total_s'].median()) / median:.0f}x "
+                    f"the steady median of {median:.1f} s; `{phase}` {timing_note} ({cost:.0f} s in total). This "
+                    "is scheduled work, not instability."
+                ),
+                fix=(
+                    "Expected: evaluations/checkpoints run on their schedule. To save time, evaluate less often "
+                    "or on fewer samples, or run evals concurrently (async evals)."
+                ),
                 steps=steps,
                 evidence={
                     "phase": phase,
@@ -229,7 +254,10 @@ def check(ctx) -> list[Finding]:
             biggest = max(phase_cols, key=phase_cols.get) if phase_cols else None
             note = ""
             if untimed_share is not None and untimed_share >= UNTIMED_SPIKE_SHARE:
-                note = " — almost all of it outside every timed phase: consistent with the host sleeping/suspending or the process being stopped"
+                note = (
+                    " — almost all of it outside every timed phase: consistent with the host sleeping/suspending "
+                    "or the process being stopped"
+                )
             elif biggest:
                 note = f" — mostly in `{biggest.split(':', 1)[1]}` ({phase_cols[biggest]:.0f} s)"
             details.append(
@@ -248,7 +276,8 @@ def check(ctx) -> list[Finding]:
         wall = float(ctx.step_times["total_s"].drop_nulls().sum()) or None
         head = details[0] if details else None
         lead = (
-            f"Step {head['step']} took {head['total_s']:.0f} s ({head['ratio']}x the steady median of {head['level_s']:.1f} s){head['note'] and ' — ' + head['note']}. "
+            f"Step {head['step']} took {head['total_s']:.0f} s ({head['ratio']}x the steady median of "
+            f"{head['level_s']:.1f} s){head['note'] and ' — ' + head['note']}. "
             if head
             else ""
         )
@@ -257,8 +286,14 @@ def check(ctx) -> list[Finding]:
             ctx.finding(
                 severity="warning",
                 title="Inconsistent step times",
-                message=f"{lead}{unexplained.height} unexplained spike(s) above {t.spike_ratio}x the median{within}; robust CV of the other steady steps{within} is {cv:.2f} (threshold {t.max_robust_cv}).",
-                fix="Look for work outside the timed phases (host sleep, GIL contention, data loading, network retries); keep the training host awake and the main thread free.",
+                message=(
+                    f"{lead}{unexplained.height} unexplained spike(s) above {t.spike_ratio}x the median{within}; "
+                    f"robust CV of the other steady steps{within} is {cv:.2f} (threshold {t.max_robust_cv})."
+                ),
+                fix=(
+                    "Look for work outside the timed phases (host sleep, GIL contention, data loading, network "
+                    "retries); keep the training host awake and the main thread free."
+                ),
                 steps=steps,
                 evidence={
                     "steady_median_s": median,
@@ -275,7 +310,8 @@ def check(ctx) -> list[Finding]:
     if findings:
         return findings
     return ctx.passed(
-        f"robust CV of steady step times {cv:.2f} (≤ {t.max_robust_cv}), no spike above {t.spike_ratio}x the median {median:.2f} s"
+        f"robust CV of steady step times {cv:.2f} (≤ {t.max_robust_cv}), no spike above {t.spike_ratio}x the "
+        f"median {median:.2f} s"
     )
 
 
@@ -287,9 +323,22 @@ RULE = register(
         severity="warning",
         needs="metrics.jsonl with per-step times",
         docs=RuleDocs(
-            what="Steady-state steps whose times vary widely (robust CV) or spike far above the median, after attributing periodic spikes to evals/checkpoints when those phases explain them; a mid-run change of level (e.g. every step 3x slower from step 1000 on) is reported once as a regime change, and spikes are judged within each regime.",
-            why="Unexplained variance points at stalls the loop does not time: GIL contention, data loading, a host going to sleep, retries.",
-            evidence="Steady step totals (after the warm-up boundary), the robust CV (1.4826·MAD/median), each spike with its phases and untimed share; spikes whose excess is at least half eval/checkpoint time are reported separately as periodic; regimes from change points of log step time (levels at least min_regime_ratio apart, lasting min_regime_share of the steps) with the phase that moved.",
+            what=(
+                "Steady-state steps whose times vary widely (robust CV) or spike far above the median, after "
+                "attributing periodic spikes to evals/checkpoints when those phases explain them; a mid-run "
+                "change of level (e.g. every step 3x slower from step 1000 on) is reported once as a regime "
+                "change, and spikes are judged within each regime."
+            ),
+            why=(
+                "Unexplained variance points at stalls the loop does not time: GIL contention, data loading, a "
+                "host going to sleep, retries."
+            ),
+            evidence=(
+                "Steady step totals (after the warm-up boundary), the robust CV (1.4826·MAD/median), each spike "
+                "with its phases and untimed share; spikes whose excess is at least half eval/checkpoint time are "
+                "reported separately as periodic; regimes from change points of log step time (levels at least "
+                "min_regime_ratio apart, lasting min_regime_share of the steps) with the phase that moved."
+            ),
             fix="Find the work outside the timed phases; keep the host awake; move CPU work off the main thread.",
         ),
         check=check,

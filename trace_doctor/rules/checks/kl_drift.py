@@ -62,7 +62,8 @@ def check(ctx) -> list[Finding]:
     median = float(values["kl"].median())
     if share < t.min_share_above or above.height < 3:
         return ctx.passed(
-            f"`{column}` above {ctx.shared.max_stable_kl} on {above.height}/{values.height} later steps (median {median:.3g})"
+            f"`{column}` above {ctx.shared.max_stable_kl} on {above.height}/{values.height} later steps "
+            f"(median {median:.3g})"
         )
     first = rows.filter((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step))[column]
     first_value = abs(float(first[0])) if first.len() and first[0] is not None else None
@@ -72,7 +73,8 @@ def check(ctx) -> list[Finding]:
         and median < t.min_rise_over_step0 * first_value
     ):
         return ctx.passed(
-            f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median {median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift"
+            f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median "
+            f"{median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift"
         )
     steps = sorted(int(s) for s in above["step"].to_list())
     note = (
@@ -82,15 +84,26 @@ def check(ctx) -> list[Finding]:
     )
     stale = staleness_confound(rows, steps)
     if stale:
-        note += f" Samples were staler on those steps (`{stale['metric']}` median {stale['above_band_median']:.3g} vs {stale['in_band_median']:.3g} on in-band steps): off-policy staleness inflates this KL, so reduce max_steps_off_policy before blaming the learning rate."
+        note += (
+            f" Samples were staler on those steps (`{stale['metric']}` median {stale['above_band_median']:.3g} vs "
+            f"{stale['in_band_median']:.3g} on in-band steps): off-policy staleness inflates this KL, so reduce "
+            "max_steps_off_policy before blaming the learning rate."
+        )
     elif ctx.run.meta.trainer_mode in ("async", "stream"):
         note += f" This is a {ctx.run.meta.trainer_mode} run: sampling from older weights (staleness) inflates this KL."
     return [
         ctx.finding(
             severity="warning",
             title="KL between sampler and trainer drifted above the stable band",
-            message=f"|`{column}`| is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first at step {steps[0]} ({run_label(ctx.run.meta)}).{note}",
-            fix="Lower the learning rate or add a KL penalty (kl_penalty_coef); check off-policy staleness in async/stream runs, and MoE numerics; if it is high from step 0, see renderer-kl-step0.",
+            message=(
+                f"|`{column}`| is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps "
+                f"after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first "
+                f"at step {steps[0]} ({run_label(ctx.run.meta)}).{note}"
+            ),
+            fix=(
+                "Lower the learning rate or add a KL penalty (kl_penalty_coef); check off-policy staleness in "
+                "async/stream runs, and MoE numerics; if it is high from step 0, see renderer-kl-step0."
+            ),
             steps=steps[:MAX_LISTED_STEPS],
             evidence={
                 "metric": column,
@@ -116,10 +129,22 @@ RULE = register(
         severity="warning",
         needs="metrics.jsonl with optim/kl_sample_train_v1/_v2",
         docs=RuleDocs(
-            what="|KL| between sampler and trainer logprobs above the stable band (0.01) on a sustained share of the steps after the first.",
-            why="The cookbook calls training stable when KL < 0.01; a sustained excess means the policy moves faster than the sampler tracks (too high LR, staleness, numerics) and updates become unreliable.",
-            evidence="Per-step |optim/kl_sample_train_v1/_v2| after the first step: share above the band, median, max, the steps above it.",
-            fix="Lower the learning rate, add or raise the KL penalty, reduce off-policy staleness; check temperature and MoE numerics.",
+            what=(
+                "|KL| between sampler and trainer logprobs above the stable band (0.01) on a sustained share of "
+                "the steps after the first."
+            ),
+            why=(
+                "The cookbook calls training stable when KL < 0.01; a sustained excess means the policy moves "
+                "faster than the sampler tracks (too high LR, staleness, numerics) and updates become unreliable."
+            ),
+            evidence=(
+                "Per-step |optim/kl_sample_train_v1/_v2| after the first step: share above the band, median, max, "
+                "the steps above it."
+            ),
+            fix=(
+                "Lower the learning rate, add or raise the KL penalty, reduce off-policy staleness; check "
+                "temperature and MoE numerics."
+            ),
         ),
         check=check,
         shared=("max_stable_kl",),

@@ -170,7 +170,10 @@ RULE = register(
         code="TD301",
         title="Known-bad dependency versions",
         severity="warning",
-        needs="version strings in logs (environment check, serialization test, requirements.txt, site-packages paths) or SDK span metrics",
+        needs=(
+            "version strings in logs (environment check, serialization test, requirements.txt, site-packages "
+            "paths) or SDK span metrics"
+        ),
         docs=RuleDocs(
             what=(
                 "pydantic 2.13 pre-releases, transformers 5.3.0 / <5.0 / 5.4.* / 5.5.0-5.5.3 / 5.6.*, "

@@ -42,7 +42,10 @@ def check(ctx) -> list[Finding]:
             ctx.finding(
                 severity=original.severity,
                 title=f"New since the baseline: {original.title}",
-                message=f"{original.code} {original.rule} fires on the candidate but not on the baseline: {original.message}",
+                message=(
+                    f"{original.code} {original.rule} fires on the candidate but not on the baseline: "
+                    f"{original.message}"
+                ),
                 fix=original.fix,
                 steps=list(original.steps),
                 time_ranges_us=[list(r) for r in original.time_ranges_us],

@@ -18,7 +18,10 @@ from trace_doctor.model import Finding
 from trace_doctor.policy.timing import PipeliningGapPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 
-FIX = "Submit forward_backward and optim_step back to back and await both results afterwards; submit step k+1 before awaiting step k (SFT `submit_ahead >= 1`)."
+FIX = (
+    "Submit forward_backward and optim_step back to back and await both results afterwards; submit step k+1 "
+    "before awaiting step k (SFT `submit_ahead >= 1`)."
+)
 
 
 def _closed(spans: pl.DataFrame) -> pl.DataFrame:
@@ -133,7 +136,13 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
                 ctx.finding(
                     severity="warning",
                     title="optim_step submitted only after the forward_backward result",
-                    message=f"On {seq.height} of {waits.height} steps optim_step was submitted {float(seq['gap_s'].median()):.3g} s (median) after forward_backward, instead of back to back: the client awaited the fb result first and each step paid an extra round trip{cyc}. Pipelined, the run would take ~{max(wall - lost, 0):.1f} s instead of {wall:.1f} s.",
+                    message=(
+                        f"On {seq.height} of {waits.height} steps optim_step was submitted "
+                        f"{float(seq['gap_s'].median()):.3g} s (median) after forward_backward, instead of "
+                        "back to back: the client awaited the fb result first and each step paid an extra "
+                        f"round trip{cyc}. Pipelined, the run would take ~{max(wall - lost, 0):.1f} s "
+                        f"instead of {wall:.1f} s."
+                    ),
                     fix=FIX,
                     steps=sorted(int(s) for s in seq["step"].drop_nulls().to_list()),
                     time_ranges_us=[[a, b] for a, b in seq.select("fb_end_us", "optim_start_us").iter_rows()],
@@ -162,7 +171,12 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
                 ctx.finding(
                     severity="warning",
                     title="Next step submitted only after the previous step's results",
-                    message=f"On {seq.height} of {trans.height} step transitions the next batch was built and submitted only after the previous results arrived, so the service idled while the client worked. Pipelined (submit_ahead ≥ 1), ~{lost:.1f} s of client work would have overlapped the waits: ~{max(wall - lost, 0):.1f} s instead of {wall:.1f} s.",
+                    message=(
+                        f"On {seq.height} of {trans.height} step transitions the next batch was built and "
+                        "submitted only after the previous results arrived, so the service idled while the client "
+                        f"worked. Pipelined (submit_ahead ≥ 1), ~{lost:.1f} s of client work would have overlapped "
+                        f"the waits: ~{max(wall - lost, 0):.1f} s instead of {wall:.1f} s."
+                    ),
                     fix=FIX,
                     steps=sorted(int(s) for s in seq["step"].to_list()),
                     time_ranges_us=[[a, b] for a, b in seq.select("idle_from", "idle_to").iter_rows() if b > a],
@@ -186,8 +200,11 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
         raise NotApplicable(
             "the trace has no forward_backward/optim_step or submit_batch/finish_batch spans to judge pipelining from"
         )
+    back_to_back = int((~waits["sequential"]).sum()) if waits.height else 0
+    ahead = int((~trans["sequential"]).sum()) if trans.height else 0
     return ctx.passed(
-        f"fb→optim back to back on {int((~waits['sequential']).sum()) if waits.height else 0}/{waits.height} steps; next step submitted ahead on {int((~trans['sequential']).sum()) if trans.height else 0}/{trans.height} transitions"
+        f"fb→optim back to back on {back_to_back}/{waits.height} steps; "
+        f"next step submitted ahead on {ahead}/{trans.height} transitions"
     )
 
 
@@ -231,7 +248,12 @@ def from_metrics(ctx) -> list[Finding]:
             ctx.finding(
                 severity="warning",
                 title="Pipelining disabled (submit_ahead = 0)",
-                message=f"config.json sets submit_ahead = 0, so each step is submitted only after the previous results arrived; overlapping the next step's client work with the result wait would save ~{lost:.1f} s{f' of {wall:.1f} s' if wall else ''} (no trace: estimated from time/step and the submission phases).",
+                message=(
+                    "config.json sets submit_ahead = 0, so each step is submitted only after the previous results "
+                    "arrived; overlapping the next step's client work with the result wait would save "
+                    f"~{lost:.1f} s{f' of {wall:.1f} s' if wall else ''} "
+                    "(no trace: estimated from time/step and the submission phases)."
+                ),
                 fix=FIX,
                 steps=[],
                 evidence={"submit_ahead": 0, "steps_estimated": frame.height, "wall_s": wall or None},
@@ -264,9 +286,20 @@ RULE = register(
         severity="warning",
         needs="trace_events.jsonl (enable_trace=True); without it only config submit_ahead = 0 is evidence",
         docs=RuleDocs(
-            what="forward_backward and optim_step submissions separated by a wait for the fb result; a step's batch built and submitted only after the previous step's results arrived; time with nothing in flight.",
-            why="The service works in clock cycles: a request submitted after a result arrives misses the cycle it could have shared, and client work that could overlap the service's work adds to every step.",
-            evidence="Trace spans: fb end → optim start gap per step (submit-only SDK spans hand off in milliseconds), submit_batch(k+1) start vs finish_batch(k) end; the clock-cycle estimate; counterfactual pipelined wall time. Not time/total vs the sum of timed phases: sync RL leaves sampling untimed.",
+            what=(
+                "forward_backward and optim_step submissions separated by a wait for the fb result; a step's "
+                "batch built and submitted only after the previous step's results arrived; time with nothing in "
+                "flight."
+            ),
+            why=(
+                "The service works in clock cycles: a request submitted after a result arrives misses the cycle "
+                "it could have shared, and client work that could overlap the service's work adds to every step."
+            ),
+            evidence=(
+                "Trace spans: fb end → optim start gap per step (submit-only SDK spans hand off in milliseconds), "
+                "submit_batch(k+1) start vs finish_batch(k) end; the clock-cycle estimate; counterfactual "
+                "pipelined wall time. Not time/total vs the sum of timed phases: sync RL leaves sampling untimed."
+            ),
             fix=FIX,
         ),
         check=check,

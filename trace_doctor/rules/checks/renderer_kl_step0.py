@@ -65,8 +65,15 @@ def sample_train_check(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tupl
                 ctx.finding(
                     severity="info",
                     title="KL at the first step inflated by sampling temperature",
-                    message=f"`{column}` is {value:.4g} at step {step} (healthy < {limit}), but config temperature is {meta.temperature:g}: the sampler's logprobs are temperature-scaled and the trainer's are not, so this does not by itself point at {run_label(meta)}.",
-                    fix="Judge the renderer at temperature 1 (or compare a short run at temperature 1); the KL from temperature is expected.",
+                    message=(
+                        f"`{column}` is {value:.4g} at step {step} (healthy < {limit}), but config temperature is "
+                        f"{meta.temperature:g}: the sampler's logprobs are temperature-scaled and the trainer's "
+                        f"are not, so this does not by itself point at {run_label(meta)}."
+                    ),
+                    fix=(
+                        "Judge the renderer at temperature 1 (or compare a short run at temperature 1); the KL "
+                        "from temperature is expected."
+                    ),
                     steps=[step],
                     evidence=evidence,
                     fingerprint="renderer-kl-step0:temperature",
@@ -77,8 +84,15 @@ def sample_train_check(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tupl
             ctx.finding(
                 severity="warning",
                 title="Sampler and trainer disagree at the first step (renderer mismatch)",
-                message=f"`{column}` is {value:.4g} at step {step}, above the healthy band (< {limit}) while sampler and trainer still share weights: the trained tokens are not the sampled ones — check {run_label(meta)}.",
-                fix="Use the renderer recommended for the model (get_recommended_renderer_name), check the chat template round trip (multi-turn history re-rendering, stripped thinking, image tokens).",
+                message=(
+                    f"`{column}` is {value:.4g} at step {step}, above the healthy band (< {limit}) while sampler "
+                    "and trainer still share weights: the trained tokens are not the sampled ones — check "
+                    f"{run_label(meta)}."
+                ),
+                fix=(
+                    "Use the renderer recommended for the model (get_recommended_renderer_name), check the chat "
+                    "template round trip (multi-turn history re-rendering, stripped thinking, image tokens)."
+                ),
                 steps=[step],
                 evidence=evidence,
                 fingerprint="renderer-kl-step0:sample-train",
@@ -109,11 +123,16 @@ def teacher_check(ctx, rows: pl.DataFrame) -> tuple[list[Finding], str]:
         if late <= limit:
             return (
                 [],
-                f"teacher_kl starts at {value:.3g} (step {step}) but falls to {late:.3g} by step {int(tail['step'][-1])}: a student-teacher gap closed by training, not a renderer bias (which would persist)",
+                (
+                    f"teacher_kl starts at {value:.3g} (step {step}) but falls to {late:.3g} by step "
+                    f"{int(tail['step'][-1])}: a student-teacher gap closed by training, not a renderer bias "
+                    "(which would persist)"
+                ),
             )
     short = present.height < MIN_TEACHER_ROWS_FOR_TREND
     caveat = (
-        f" Only {present.height} step(s) logged: too few to tell a persistent renderer bias from a student-teacher gap that training closes."
+        f" Only {present.height} step(s) logged: too few to tell a persistent renderer bias from a "
+        "student-teacher gap that training closes."
         if short
         else ""
     )
@@ -121,8 +140,15 @@ def teacher_check(ctx, rows: pl.DataFrame) -> tuple[list[Finding], str]:
         ctx.finding(
             severity="warning",
             title="Student and teacher disagree at the first step (renderer mismatch)",
-            message=f"`teacher_kl` is {value:.4g} at step {step}, above {limit}: the teacher may be scoring text rendered for the student — check {run_label(ctx.run.meta)} against the teacher's renderer.{caveat}",
-            fix="Render the teacher's input with the teacher's own renderer (cookbook issue #796 measured +0.287 nats/token from this).",
+            message=(
+                f"`teacher_kl` is {value:.4g} at step {step}, above {limit}: the teacher may be scoring text "
+                f"rendered for the student — check {run_label(ctx.run.meta)} against the teacher's "
+                f"renderer.{caveat}"
+            ),
+            fix=(
+                "Render the teacher's input with the teacher's own renderer (cookbook issue #796 measured +0.287 "
+                "nats/token from this)."
+            ),
             steps=[step],
             evidence={"metric": "teacher_kl", "step": step, "value": value, "band": limit},
             fingerprint="renderer-kl-step0:teacher",
@@ -163,12 +189,29 @@ RULE = register(
         code="TD201",
         title="KL already high at the first step",
         severity="warning",
-        needs="metrics.jsonl with optim/kl_sample_train_v1/_v2 (RL) or teacher_kl (distillation); config.json for renderer, model, temperature",
+        needs=(
+            "metrics.jsonl with optim/kl_sample_train_v1/_v2 (RL) or teacher_kl (distillation); config.json for "
+            "renderer, model, temperature"
+        ),
         docs=RuleDocs(
-            what="Sampler-vs-trainer KL (`optim/kl_sample_train_v1/_v2`) above the healthy band (< 0.01) at the first training step, or a high `teacher_kl` at step 0 in distillation.",
-            why="At step 0 sampler and trainer use the same weights, so the KL should be numerical noise; a clear value means the trainer trains on tokens the sampler never produced (renderer / chat template mismatch) and the run optimises the wrong objective.",
-            evidence="The first training row's KL value (v2 preferred: always ≥ 0), the band, and config.json's renderer_name, model_name and temperature (temperature ≠ 1 inflates KL by itself and is reported as such).",
-            fix="Use the model's recommended renderer; verify the render→tokenize round trip; for distillation render the teacher's input with the teacher's renderer.",
+            what=(
+                "Sampler-vs-trainer KL (`optim/kl_sample_train_v1/_v2`) above the healthy band (< 0.01) at the "
+                "first training step, or a high `teacher_kl` at step 0 in distillation."
+            ),
+            why=(
+                "At step 0 sampler and trainer use the same weights, so the KL should be numerical noise; a clear "
+                "value means the trainer trains on tokens the sampler never produced (renderer / chat template "
+                "mismatch) and the run optimises the wrong objective."
+            ),
+            evidence=(
+                "The first training row's KL value (v2 preferred: always ≥ 0), the band, and config.json's "
+                "renderer_name, model_name and temperature (temperature ≠ 1 inflates KL by itself and is reported "
+                "as such)."
+            ),
+            fix=(
+                "Use the model's recommended renderer; verify the render→tokenize round trip; for distillation "
+                "render the teacher's input with the teacher's renderer."
+            ),
         ),
         check=check,
         shared=("max_stable_kl",),

@@ -33,8 +33,8 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
                 title="Profile time in payload serialization",
                 message=(
                     f"{item.serialization_s:.2f} s of {item.wall_s:.2f} s ({share:.0%}) of profile "
-                    f"{item.profile} is spent serializing (hottest: {top.where()}, {top.seconds:.2f} s). While it runs the calling thread "
-                    "holds the GIL and the SDK cannot submit or poll."
+                    f"{item.profile} is spent serializing (hottest: {top.where()}, {top.seconds:.2f} s). "
+                    "While it runs the calling thread holds the GIL and the SDK cannot submit or poll."
                 ),
                 fix=FIX,
                 evidence={

@@ -66,7 +66,8 @@ def check(ctx) -> list[Finding]:
         # "N cycles per step" from it would blame the steps for what the service took.
         if cycles >= t.max_cycles_per_step and cycle.confidence != "low":
             reasons.append(
-                f"each step spans {cycles:.1f} clock cycles of {cycle.seconds:.3g} s (a forward-backward + optimizer step needs one or two)"
+                f"each step spans {cycles:.1f} clock cycles of {cycle.seconds:.3g} s (a forward-backward + "
+                "optimizer step needs one or two)"
             )
     share = client_share(steady) if trainer in TRAIN_ONLY_TRAINERS else None
     if share is not None:
@@ -78,7 +79,8 @@ def check(ctx) -> list[Finding]:
         evidence["submit_median_s"], evidence["submit_spans"] = round(submits[0], 6), submits[1]
         if submits[0] > t.max_submit_s:
             reasons.append(
-                f"submit-only SDK calls (forward_backward/optim_step) take {submits[0]:.2f} s median instead of milliseconds: the calling thread is blocked"
+                f"submit-only SDK calls (forward_backward/optim_step) take {submits[0]:.2f} s median instead "
+                "of milliseconds: the calling thread is blocked"
             )
     if not reasons:
         return ctx.passed(f"steady median {median:.2f} s/step; no sign of excess (cycles, client share, submissions)")
@@ -93,7 +95,10 @@ def check(ctx) -> list[Finding]:
             severity="warning",
             title="Every steady step is slower than the work needs",
             message=f"Steady steps take {median:.2f} s (median of {steady.height}): " + "; ".join(reasons) + ".",
-            fix="Pipeline submissions (submit the next step before awaiting results), move CPU work and serialization off the main thread, and keep payload building cheap.",
+            fix=(
+                "Pipeline submissions (submit the next step before awaiting results), move CPU work and "
+                "serialization off the main thread, and keep payload building cheap."
+            ),
             steps=[],
             evidence=evidence,
             seconds_lost=round(max(excess, 0.0), 6) if excess is not None else None,
@@ -113,9 +118,15 @@ RULE = register(
         severity="warning",
         needs="metrics.jsonl with per-step times; a trace or clock-cycle estimate sharpens it",
         docs=RuleDocs(
-            what="Steady-state steps persistently slower than the work needs: several clock cycles per SL/DPO step, a large client-side share outside the result wait, or slow submit-only SDK calls.",
+            what=(
+                "Steady-state steps persistently slower than the work needs: several clock cycles per SL/DPO "
+                "step, a large client-side share outside the result wait, or slow submit-only SDK calls."
+            ),
             why="A persistent excess multiplies over every step; unlike warm-up it never pays for itself.",
-            evidence="Steady median step time vs the clock cycle, the client-side share (SFT totals rebuilt from phases), median duration of forward_backward/optim_step submit spans in the trace.",
+            evidence=(
+                "Steady median step time vs the clock cycle, the client-side share (SFT totals rebuilt from "
+                "phases), median duration of forward_backward/optim_step submit spans in the trace."
+            ),
             fix="Pipeline submissions, free the main thread (serialization, CPU work), cache data preparation.",
         ),
         check=check,

@@ -63,8 +63,15 @@ def check(ctx) -> list[Finding]:
             ctx.finding(
                 severity="info",
                 title="Slow warm-up, then steady",
-                message=f"The first {len(steps)} step(s){where} took {float(warm['total_s'].sum()):.1f} s, {ratio:.1f}x the steady median of {base:.2f} s: {cost:.1f} s above steady, mostly in `{phase}` ({excess:.1f} s).",
-                fix="Nothing to fix if it is one-off setup (dataset load, tokenizer download, first compilation); cache the dataset or tokenizer to shorten it.",
+                message=(
+                    f"The first {len(steps)} step(s){where} took {float(warm['total_s'].sum()):.1f} s, "
+                    f"{ratio:.1f}x the steady median of {base:.2f} s: {cost:.1f} s above steady, mostly in "
+                    f"`{phase}` ({excess:.1f} s)."
+                ),
+                fix=(
+                    "Nothing to fix if it is one-off setup (dataset load, tokenizer download, first compilation); "
+                    "cache the dataset or tokenizer to shorten it."
+                ),
                 steps=steps,
                 evidence={
                     "segment": seg.segment,
@@ -99,9 +106,18 @@ RULE = register(
         severity="info",
         needs="metrics.jsonl with per-step times",
         docs=RuleDocs(
-            what="A prefix of slow steps followed by a steady regime, found by change-point segmentation of log step time (per resumed segment), not by skipping a fixed number of steps.",
-            why="Warm-up is usually one-off setup and benign; separating it keeps every steady-state statistic honest and tells you what the setup cost.",
-            evidence="The warm-up steps, their excess over the steady median, and the phase (or untimed time) that made them slow.",
+            what=(
+                "A prefix of slow steps followed by a steady regime, found by change-point segmentation of log "
+                "step time (per resumed segment), not by skipping a fixed number of steps."
+            ),
+            why=(
+                "Warm-up is usually one-off setup and benign; separating it keeps every steady-state statistic "
+                "honest and tells you what the setup cost."
+            ),
+            evidence=(
+                "The warm-up steps, their excess over the steady median, and the phase (or untimed time) that "
+                "made them slow."
+            ),
             fix="Usually nothing; cache datasets and tokenizers if the warm-up is long.",
         ),
         check=check,
