@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench fixtures clean
+.PHONY: demo test lint bench fixtures clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/trace-doctor demo
 
-test: $(STAMP)
+# The linter runs first: a tree ruff rejects does not pass `make test` (nor CI, which calls it).
+test: lint
 	$(BIN)/python -m pytest -q tests
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -77,4 +77,5 @@ def test_eval_rows_and_repeats_are_dropped_last_row_wins():
         {"step": 0, "progress/batch": 0, "time/total": 30.0},  # resumed process: new segment
     ]
     times = step_times(run_from_rows(rows))
-    assert times.select("segment", "step", "total_s").rows() == [(0, 0, 10.0), (0, 1, 11.0), (1, 0, 30.0)]
+    # The relaunch ran step 0 again: the first launch's step 0 is superseded (one row per step).
+    assert times.select("segment", "step", "total_s").rows() == [(0, 1, 11.0), (1, 0, 30.0)]

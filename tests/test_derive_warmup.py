@@ -14,11 +14,11 @@ from trace_doctor.policy import SharedPolicy
 SHARED = SharedPolicy()
 
 
-def _series(totals, segment_starts=()):
+def _series(totals, segment_starts=(), resume_step=0):
     rows, step = [], 0
     for i, t in enumerate(totals):
         if i in segment_starts:
-            step = 0
+            step = resume_step
         rows.append({"step": step, "progress/batch": step, "time/total": t})
         step += 1
     return step_times(run_from_rows(rows))
@@ -43,7 +43,10 @@ def test_flat_series_with_a_mid_run_spike_has_no_warmup():
 def test_resumed_segment_gets_its_own_warmup():
     rng = np.random.default_rng(2)
     totals = [100.0] + list(10 + rng.normal(0, 0.3, 20)) + [90.0] + list(10 + rng.normal(0, 0.3, 20))
-    split = split_warmup(_series(totals, segment_starts=(21,)), max_warmup_share=SHARED.max_warmup_share)
+    # Relaunched from a checkpoint at step 15: steps 15-20 of the first launch are rewritten.
+    split = split_warmup(
+        _series(totals, segment_starts=(21,), resume_step=15), max_warmup_share=SHARED.max_warmup_share
+    )
     assert [s.warmup_steps for s in split.segments] == [1, 1]
 
 

@@ -52,6 +52,8 @@ BOM = b"\xef\xbb\xbf"
 HYPOTHESIS = settings(
     max_examples=70,
     deadline=None,
+    # The same examples on every run: CI must not go red on a draw nobody can reproduce.
+    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -285,7 +287,7 @@ def _retype(result: Damaged, at: int, draw, document: bool) -> None:
     if document:
         try:
             value = json.loads(b"\n".join(result.lines))
-        except ValueError:
+        except (ValueError, RecursionError):  # an earlier damage nested it deeper than json can read back
             return
         text = _replace_at_path(value, draw, weird)
         if text is not None:
@@ -293,7 +295,7 @@ def _retype(result: Damaged, at: int, draw, document: bool) -> None:
         return
     try:
         value = json.loads(result.lines[at])
-    except ValueError:
+    except (ValueError, RecursionError):
         return
     text = _replace_at_path(value, draw, weird)
     if text is not None:

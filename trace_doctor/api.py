@@ -22,6 +22,7 @@ from trace_doctor.discover import discover
 from trace_doctor.ingest.checkpoints import parse_checkpoint_files
 from trace_doctor.ingest.config import parse_config, trainer_from_metric_keys
 from trace_doctor.ingest.dumps import parse_dump_files
+from trace_doctor.ingest.launches import launches_of
 from trace_doctor.ingest.logs import parse_log_files
 from trace_doctor.ingest.metrics import parse_metrics_files
 from trace_doctor.ingest.profiles import parse_profile_files
@@ -77,6 +78,7 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
             meta, info = parse_config(path, warnings)
             run.inputs.append(info)
         run.steps, infos = parse_metrics_files(files["metrics"], warnings)
+        run.launches = launches_of(run.steps)
         run.inputs += infos
         later_warnings: list[IngestWarning] = []
         run.checkpoints, checkpoint_infos = parse_checkpoint_files(files["checkpoints"], later_warnings)

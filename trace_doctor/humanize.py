@@ -16,3 +16,20 @@ def format_seconds(value: float | None) -> str:
     if value >= 0.1:
         return f"{value:.2f} s"
     return f"{value * 1000:.1f} ms"
+
+
+def launches_line(launches: list) -> str | None:
+    """`2 launches: relaunched at step 20 (rewrote 4 steps)`; None for a run written by one process."""
+    if len(launches) < 2:
+        return None
+    if any(launch.interleaved for launch in launches):
+        return (
+            f"{len(launches)} processes wrote the metrics at the same time (rows interleaved): "
+            "each writer's rows are analysed as their own launch"
+        )
+    resumed = [
+        f"at step {launch.resumed_at_step}"
+        + (f" (rewrote {launch.rewrote_steps} steps)" if launch.rewrote_steps else "")
+        for launch in launches[1:]
+    ]
+    return f"{len(launches)} launches: relaunched {', '.join(resumed)}; rewritten steps are kept, marked superseded"

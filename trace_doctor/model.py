@@ -204,6 +204,8 @@ class RunTables:
     log_events: pl.DataFrame = field(default_factory=lambda: _empty(LOG_EVENTS_SCHEMA))
     checkpoints: pl.DataFrame = field(default_factory=lambda: _empty(CHECKPOINTS_SCHEMA))
     inputs: list[InputFile] = field(default_factory=list)
+    # The processes that wrote the metrics (ingest.launches.Launch): one, or several after relaunches.
+    launches: list[Any] = field(default_factory=list)
     passed_over: list[PassedOver] = field(default_factory=list)
     warnings: list[IngestWarning] = field(default_factory=list)
 

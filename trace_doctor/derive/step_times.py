@@ -50,6 +50,20 @@ def live_training_rows(steps: pl.DataFrame) -> pl.DataFrame:
     return frame.sort(["segment", "step", "_order"]).drop("_order")
 
 
+def continued_segments(steps: pl.DataFrame) -> set[int]:
+    """Segments whose live rows start after rows a later launch rewrote: their first live step is not
+    the start of their launch, so it cannot be that launch's warm-up."""
+    rows = live_training_rows(steps)
+    if rows.is_empty() or "superseded" not in steps.columns:
+        return set()
+    training = steps.filter(pl.col("step").is_not_null())
+    if "is_eval_row" in training.columns:
+        training = training.filter(~pl.col("is_eval_row").fill_null(False))
+    started = dict(training.group_by("segment", maintain_order=True).agg(pl.col("step").first()).iter_rows())
+    live = dict(rows.group_by("segment", maintain_order=True).agg(pl.col("step").first()).iter_rows())
+    return {int(seg) for seg, first in live.items() if started.get(seg) is not None and first != started[seg]}
+
+
 def _numeric(frame: pl.DataFrame, column: str) -> pl.Expr:
     """Seconds of a timer column; NaN, infinite and negative values are no measurement (null)."""
     if column in frame.columns and frame.schema[column].is_numeric():

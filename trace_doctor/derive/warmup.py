@@ -123,7 +123,9 @@ def warmup_length(x: np.ndarray, cps: list[int], max_share: float) -> int:
     return best
 
 
-def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float) -> WarmupSplit:
+def split_warmup(
+    step_times: pl.DataFrame, *, max_warmup_share: float, continued: set[int] | frozenset[int] = frozenset()
+) -> WarmupSplit:
     """Warm-up / steady split of a step-time table (derive.step_times), per segment."""
     if step_times.is_empty() or "total_s" not in step_times.columns:
         return WarmupSplit(0, None, step_times, step_times.clear(), "no step times", 0.0)
@@ -146,7 +148,9 @@ def split_warmup(step_times: pl.DataFrame, *, max_warmup_share: float) -> Warmup
         penalty = 2.0 * noise_sigma(x) ** 2 * math.log(len(x))
         penalties.append(penalty)
         cps = change_points(x, penalty)
-        length = warmup_length(x, cps, max_warmup_share)
+        # A launch's warm-up is at its start; a segment continued after a relaunch rewrote its first
+        # steps has none left to judge.
+        length = 0 if segment in continued else warmup_length(x, cps, max_warmup_share)
         warm_keys += [(segment, s) for s in steps[:length]]
         splits.append(
             SegmentSplit(segment, length, steps[length] if length < len(steps) else None, [steps[c] for c in cps])

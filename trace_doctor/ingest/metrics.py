@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from trace_doctor.ingest.jsonl import as_int64, iter_json_lines, json_text, read_bytes
+from trace_doctor.ingest.launches import MIN_RETURNS, writer_chains
 from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, RL_BATCH_KEY, TIME_PREFIX
 from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile
 
@@ -27,7 +28,7 @@ NEUTRAL_PREFIXES = (TIME_PREFIX, "eval/timing/", "progress/", "optim/lr", "train
 
 PRE_RESUME_RE = re.compile(r"\.pre_resume_(\d+)$")
 
-RESERVED = set(STEPS_SCHEMA) | {"step_key"}
+RESERVED = set(STEPS_SCHEMA) | {"step_key", "interleaved"}
 
 
 def _is_eval_row(row: dict[str, Any]) -> bool:
@@ -122,6 +123,51 @@ def parse_metrics_file(
     return frame, info
 
 
+def _separate_concurrent_writers(
+    steps: list[int | None],
+    training: list[bool],
+    segments: list[int],
+    lines: list[int],
+    source: str,
+    warnings: list[IngestWarning],
+) -> bool:
+    """When two processes wrote the file at once, give each writer its own segment and say so."""
+    owner, returns = writer_chains(steps, training)
+    if returns < MIN_RETURNS:
+        return False
+    current = 0
+    for i, chain in enumerate(owner):
+        current = chain if chain >= 0 else current  # eval rows stay with the writer before them
+        segments[i] = current
+    first = next(i for i, chain in enumerate(owner) if chain > 0)
+    writers = max(owner) + 1
+    warnings.append(
+        IngestWarning(
+            source,
+            lines[first],
+            f"steps go back and forth {returns} times (from line {lines[first]}: step {steps[first]} after a "
+            f"later step): {writers} processes appear to have written this file at the same time; every row "
+            "is kept, each writer's rows as their own launch",
+        )
+    )
+    return True
+
+
+def _mark_rewritten(steps: list[int | None], training: list[bool], segments: list[int], superseded: list[bool]):
+    """Rows of an earlier launch whose step a later launch ran again: kept, marked superseded.
+
+    Only the steps the later launch actually ran count as rewritten: when it stopped before the
+    earlier one's last step, the earlier rows beyond it are still the only record of those steps.
+    """
+    ran: dict[int, set[int]] = {}
+    for step, is_training, segment in zip(steps, training, segments, strict=True):
+        if is_training:
+            ran.setdefault(segment, set()).add(step)
+    for i, (step, is_training, segment) in enumerate(zip(steps, training, segments, strict=True)):
+        if is_training and any(later > segment and step in done for later, done in ran.items()):
+            superseded[i] = True
+
+
 def build_steps_frame(
     rows: list[dict[str, Any]],
     lines: list[int],
@@ -169,6 +215,11 @@ def build_steps_frame(
                 training_max = step if training_max is None else max(training_max, step)
         segments[i] = segment
 
+    training = [step is not None and not is_eval for step, is_eval in zip(step_values, eval_rows, strict=True)]
+    interleaved = _separate_concurrent_writers(step_values, training, segments, lines, source, warnings)
+    if superseded_from is None and not interleaved:
+        _mark_rewritten(step_values, training, segments, superseded)
+
     columns: dict[str, list[Any]] = {}
     text_lines: dict[str, list[int]] = {}  # rows whose value of the key is not a number
     for i, row in enumerate(rows):
@@ -195,6 +246,7 @@ def build_steps_frame(
         "superseded": pl.Series("superseded", superseded, dtype=pl.Boolean),
         "is_eval_row": pl.Series("is_eval_row", eval_rows, dtype=pl.Boolean),
         "step_key": pl.Series("step_key", step_keys, dtype=pl.String),
+        "interleaved": pl.Series("interleaved", [interleaved] * n, dtype=pl.Boolean),
     }
     for key, values in columns.items():
         name = _column_name(key)

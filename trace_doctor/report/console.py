@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trace_doctor.humanize import format_seconds
+from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, RunTables
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -78,6 +78,9 @@ def render_text(result: Analysis) -> str:
             f"{summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '-'}"
         )
     out.print()
+    launches = launches_line(run.launches)
+    if launches:
+        out.print(f"  [bold]{escape(launches)}[/]")
     out.print(escape(ingest_account(run)))
     out.print()
     out.print(f"[bold]Verdict:[/] {escape(result.verdict.headline)}")

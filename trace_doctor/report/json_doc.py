@@ -39,6 +39,7 @@ def build_document(result: Analysis) -> dict[str, Any]:
             "renderer_name": run.meta.renderer_name,
             "steps": step_count,
             "inputs": [i.to_dict() for i in run.inputs],
+            "launches": [launch.to_dict() for launch in run.launches],
             "passed_over": [{"path": p.path, "reason": p.reason} for p in run.passed_over],
             "meta": run.meta.to_dict(),
         },

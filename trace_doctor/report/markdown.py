@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from trace_doctor import __version__
-from trace_doctor.humanize import format_seconds
+from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, Finding
 
 MAX_BYTES = 1024 * 1024
@@ -53,6 +53,9 @@ def _summary(result: Analysis) -> list[str]:
     lines.append(
         f"| warm-up steps | {summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '–'} |"
     )
+    launches = launches_line(result.run.launches)
+    if launches:
+        lines.append(f"| launches | {cell(launches)} |")
     return lines
 
 

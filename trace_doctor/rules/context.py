@@ -82,9 +82,14 @@ class RuleContext:
     @cached_property
     def warmup(self):
         """Warm-up / steady split of the step-time series (derive.warmup), capped by the shared knob."""
+        from trace_doctor.derive.step_times import continued_segments
         from trace_doctor.derive.warmup import split_warmup
 
-        return split_warmup(self.step_times, max_warmup_share=self.shared.max_warmup_share)
+        return split_warmup(
+            self.step_times,
+            max_warmup_share=self.shared.max_warmup_share,
+            continued=continued_segments(self.run.steps),
+        )
 
     @cached_property
     def clock_cycle(self):

@@ -1,0 +1,80 @@
+"""A run relaunched into its log directory is one run with several launches; two processes writing
+one metrics file at the same time are flagged, never silently merged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import CORPUS, CORPUS_MISSING, fixture_run
+
+from trace_doctor.api import analyze, load_run
+from trace_doctor.cli import main
+from trace_doctor.derive.step_times import step_times
+from trace_doctor.ingest.launches import writer_chains
+
+
+def write(path, steps, total=lambda step: 2.0):
+    path.write_text("".join(json.dumps({"step": s, "time/total": total(s)}) + "\n" for s in steps))
+
+
+def test_a_relaunch_supersedes_only_the_steps_it_ran_again(tmp_path):
+    write(tmp_path / "metrics.jsonl", [*range(0, 10), *range(5, 8)])
+    run = load_run(tmp_path)
+    superseded = run.steps.filter("superseded")["step"].to_list()
+    assert superseded == [5, 6, 7]  # 8 and 9 were not run again: still the only record of those steps
+    assert run.steps.height == 13  # every row kept
+    (first, second) = [launch.to_dict() for launch in run.launches]
+    assert (first["first_step"], first["last_step"], first["resumed_at_step"]) == (0, 9, None)
+    assert (second["first_step"], second["resumed_at_step"], second["rewrote_steps"]) == (5, 5, 3)
+    times = step_times(run)
+    assert sorted(times["step"].to_list()) == list(range(10))  # one row per step for charts and statistics
+
+
+def test_every_output_states_the_launches(tmp_path):
+    run = str(fixture_run("sl_resumed"))
+    document = json.loads(CliRunner().invoke(main, ["analyze", run, "--no-html", "--format", "json"]).stdout)
+    assert [launch["resumed_at_step"] for launch in document["run"]["launches"]] == [None, 20]
+    text = CliRunner().invoke(main, ["analyze", run, "--no-html"]).stdout
+    assert "2 launches: relaunched at step 20 (rewrote 4 steps)" in text
+    markdown = CliRunner().invoke(main, ["analyze", run, "--no-html", "--format", "markdown"]).stdout
+    assert "| launches | 2 launches: relaunched at step 20" in markdown
+
+
+def test_two_writers_at_once_are_flagged_and_kept_apart(tmp_path):
+    # Two processes appending to one file: their steps go back and forth.
+    steps = [s for pair in zip(range(12), range(12), strict=True) for s in pair]
+    write(tmp_path / "metrics.jsonl", steps, total=lambda step: 2.0)
+    run = load_run(tmp_path)
+    assert run.steps.height == 24 and run.steps.filter("superseded").height == 0
+    warnings = [w.problem for w in run.warnings if "at the same time" in w.problem]
+    assert len(warnings) == 1 and "2 processes" in warnings[0]
+    assert sorted(run.steps["segment"].unique().to_list()) == [0, 1]
+    assert all(launch.interleaved for launch in run.launches)
+    text = CliRunner().invoke(main, ["analyze", str(tmp_path), "--no-html"]).stdout
+    assert "2 processes wrote the metrics at the same time" in text
+
+
+@pytest.mark.parametrize(
+    ("steps", "returns"),
+    [
+        ([0, 1, 2, 3, 1, 2, 3, 4], 0),  # relaunch
+        ([0, 1, 2, 0, 1, 0, 1, 2, 3], 0),  # relaunched twice
+        ([0, 0, 1, 1, 2, 2], 2),  # concurrent
+    ],
+)
+def test_writer_chains_count_returns_not_relaunches(steps, returns):
+    _, counted = writer_chains(steps, [True] * len(steps))
+    assert counted == returns
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason=CORPUS_MISSING)
+def test_relaunched_corpus_run_lists_each_step_once():
+    folder = next(CORPUS.glob("act-prm-tinker/logs/act_prm_taubench_retail_100_fs1/*/*re=1r1e03_bs4_gs4"))
+    result = analyze(load_run(folder))
+    assert len(result.run.launches) == 2 and result.run.launches[1].resumed_at_step == 0
+    for finding in result.findings:
+        assert len(finding.steps) == len(set(finding.steps)), finding.title
+    periodic = [f for f in result.findings if f.rule == "inconsistent-step-times"]
+    assert periodic and periodic[0].steps == [9, 19, 29]
