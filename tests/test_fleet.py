@@ -148,3 +148,12 @@ def test_corpus_folders_give_per_run_verdicts_that_match_each_run_alone(folder):
     trainers = sorted(r.document["run"]["trainer"] for r in fleet.reports)
     if folder == "tinker-rl-lab":
         assert trainers == ["distillation", "rl", "sl"]  # three runs, three trainers: never one merged run
+
+
+def test_a_bundle_or_export_of_a_folder_of_runs_asks_for_one(sweep, tmp_path):
+    for command in (
+        ["bundle", str(sweep), "-o", str(tmp_path / "b.zip")],
+        ["export", str(sweep), "--chrome-json", "x"],
+    ):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 2 and "holds 3 runs; name one of them" in result.output

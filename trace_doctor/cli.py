@@ -78,6 +78,17 @@ def _settings(config: str | None, **options) -> Settings:
     return settings
 
 
+def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """`paths` when they hold one run; else exit 2 naming the runs (a trace or bundle is of one run)."""
+    from trace_doctor.runs import split_runs
+
+    runs = split_runs(list(paths)).runs
+    if len(runs) > 1:
+        names = ", ".join(run.path for run in runs[:3]) + (", ..." if len(runs) > 3 else "")
+        _fail(f"{', '.join(paths)} holds {len(runs)} runs; name one of them ({names})")
+    return paths
+
+
 def _analysis(paths: tuple[str, ...], settings: Settings, baseline: str | None = None) -> Analysis:
     run = _load(paths, ANALYSIS_MODULES)
     base = None
@@ -332,7 +343,7 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None, co
         _fail("give --perfetto FILE and/or --chrome-json FILE")
     from trace_doctor.report.export import write_chrome_json, write_perfetto
 
-    result = _analysis(paths, _settings(config))
+    result = _analysis(_one_run(paths), _settings(config))
     if perfetto_file:
         write_perfetto(result, Path(perfetto_file))
         click.echo(f"Perfetto trace: {Path(perfetto_file).resolve()}")
@@ -349,7 +360,7 @@ def bundle_command(paths, output: str, config: str | None) -> None:
     """Write an escalation bundle: report, findings, environment, profiles, config — secrets redacted."""
     from trace_doctor.report.bundle import write_bundle
 
-    result = _analysis(paths, _settings(config))
+    result = _analysis(_one_run(paths), _settings(config))
     manifest = write_bundle(result, Path(output))
     click.echo(f"Escalation bundle: {Path(output).resolve()} ({len(manifest)} files, secrets redacted)")
 
