@@ -18,7 +18,7 @@ from trace_doctor.fleet import Fleet, RunReport
 from trace_doctor.humanize import format_seconds
 from trace_doctor.report.console import _console
 from trace_doctor.report.json_doc import SCHEMA_VERSION, _clean
-from trace_doctor.report.markdown import cell
+from trace_doctor.report.markdown import _fit, cell
 from trace_doctor.report.sarif import SCHEMA_URI
 
 # A fleet table has eight columns: wider than one run's text, still within a maximised terminal.
@@ -121,7 +121,8 @@ def render_fleet_markdown(fleet: Fleet) -> str:
             "",
             "</details>",
         ]
-    return "\n".join(lines) + "\n"
+    # GitHub's job summary takes 1 MiB: the fleet table first, the folded runs until the cap.
+    return _fit("\n".join(lines) + "\n")
 
 
 def render_fleet_junit(fleet: Fleet) -> str:
