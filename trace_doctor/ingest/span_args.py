@@ -6,12 +6,11 @@ layout reader already typed; only the few other rows have their JSON args text d
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import decode_json, json_text
+from trace_doctor.ingest.jsonl import as_int64, decode_json, json_text
 
 # The args every cookbook B event carries and nothing else; matched rows need no JSON decoding.
 PLAIN_ARGS = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"\}$'
@@ -59,14 +58,8 @@ def remaining_args(texts: list[str | None]) -> dict[str, Any]:
 
 
 def _step_of(attrs: dict[str, Any]) -> int | None:
-    step = attrs.get("step")
-    if isinstance(step, bool):
-        return None
-    if isinstance(step, int):
-        return step
-    if isinstance(step, float) and math.isfinite(step) and step.is_integer():
-        return int(step)
-    return None
+    # A step beyond 64 bits (JSON allows any size) is no step an Int64 column can hold.
+    return as_int64(attrs.get("step"))
 
 
 def _step_args(step: pl.Expr) -> pl.Expr:
