@@ -16,7 +16,7 @@ def test_an_end_event_with_an_unrepresentable_step_is_kept_without_one(tmp_path,
     )
     (tmp_path / "trace_events.jsonl").write_text(
         '{"name": "forward_backward", "ph": "B", "pid": 0, "tid": 1, "ts": 10.0, "args": {"track": "main", "n": 1}}\n'
-        f'{{"name": "forward_backward", "ph": "E", "pid": 0, "tid": 1, "ts": 20.0, "args": {{"step": {step}, "x": 2}}}}\n'
+        f'{{"name": "forward_backward", "ph": "E", "pid": 0, "tid": 1, "ts": 20, "args": {{"step": {step}, "x": 2}}}}\n'
     )
     run = load_run(tmp_path)
     assert run.spans.height == 1 and run.spans["step"].to_list() in ([None], [0])
