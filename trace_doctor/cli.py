@@ -78,6 +78,14 @@ def _settings(config: str | None, **options) -> Settings:
     return settings
 
 
+def _echo_report(text: str, fmt: str) -> None:
+    """Print a report; the text report keeps its colour exactly when the console renderer used it
+    (FORCE_COLOR into a pipe, none with NO_COLOR): click would strip it from anything but a terminal."""
+    from trace_doctor.report.console import color_enabled
+
+    click.echo(text, nl=not text.endswith("\n"), color=color_enabled() if fmt == "text" else None)
+
+
 def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:
     """`paths` when they hold one run; else exit 2 naming the runs (a trace or bundle is of one run)."""
     from trace_doctor.runs import split_runs
@@ -123,6 +131,7 @@ def _analyze(
     ignore: tuple[str, ...],
     config: str | None,
     jobs: int | None,
+    show_skipped: bool,
 ) -> None:
     settings = _settings(
         config,
@@ -148,11 +157,11 @@ def _analyze(
     result = _analysis(paths, settings, baseline)
     from trace_doctor.report import formats
 
-    text = formats.render(result, fmt)
+    text = formats.render(result, fmt, show_skipped=show_skipped)
     if output:
         Path(output).write_text(text, encoding="utf-8")
     else:
-        click.echo(text, nl=not text.endswith("\n"))
+        _echo_report(text, fmt)
     if not no_html:
         from trace_doctor.report.html import write_html
 
@@ -191,7 +200,7 @@ def _analyze_fleet(
     if output:
         Path(output).write_text(text, encoding="utf-8")
     else:
-        click.echo(text, nl=not text.endswith("\n"))
+        _echo_report(text, fmt)
     if html:
         from trace_doctor.report.fleet_html import write_fleet_html
 
@@ -235,6 +244,11 @@ def _analyze_options(func):
             "--config",
             metavar="FILE",
             help=CONFIG_HELP,
+        ),
+        click.option(
+            "--show-skipped",
+            is_flag=True,
+            help="List every rule that had no input, with what it needs (text output; collapsed by default).",
         ),
         click.option(
             "--jobs",

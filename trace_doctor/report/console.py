@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import sys
 import textwrap
 
@@ -16,18 +18,59 @@ from trace_doctor.model import Analysis, RunTables
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_WARNINGS_SHOWN = 8
 INDENT = 8
-WIDTH = 110
+WIDTH = 110  # for pipes and files, and when the terminal does not say
+MIN_WIDTH, MAX_WIDTH = 60, 200
 
 
-def _console(buffer: io.StringIO, width: int = WIDTH) -> Console:
-    color = sys.stdout.isatty()
-    return Console(file=buffer, width=width, force_terminal=color, no_color=not color, highlight=False, soft_wrap=False)
+def color_enabled() -> bool:
+    """Colour when stdout is a terminal; NO_COLOR (no-color.org) turns it off, FORCE_COLOR on (pipes, CI logs)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR", "0") not in ("", "0"):
+        return True
+    return sys.stdout.isatty()
 
 
-def _block(text: str, *, label: str = "", style: str = "") -> str:
-    """Indented, wrapped paragraph (rich markup-escaped), with an optional styled label."""
+def terminal_width() -> int:
+    """The terminal's width (or $COLUMNS), else WIDTH for pipes and files; kept readable at the extremes."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        width = int(columns)
+    elif sys.stdout.isatty():
+        width = shutil.get_terminal_size((WIDTH, 24)).columns
+    else:
+        width = WIDTH
+    return max(MIN_WIDTH, min(width, MAX_WIDTH))
+
+
+def _console(buffer: io.StringIO, width: int | None = None) -> Console:
+    color = color_enabled()
+    return Console(
+        file=buffer,
+        width=width or terminal_width(),
+        force_terminal=color,
+        no_color=not color,
+        # Forced colour into a pipe or CI log: plain 16-colour codes, which every log viewer renders.
+        color_system=("auto" if sys.stdout.isatty() else "standard") if color else None,
+        highlight=False,
+        soft_wrap=False,
+    )
+
+
+def _block(text: str, *, width: int, label: str = "", style: str = "") -> str:
+    """Indented, wrapped paragraph (rich markup-escaped), with an optional styled label.
+
+    Lines break between words only: a path or a `file:line` is never split, so it can be copied.
+    """
     wrapped = escape(
-        textwrap.fill(text, width=WIDTH - INDENT, initial_indent=" " * INDENT, subsequent_indent=" " * INDENT)
+        textwrap.fill(
+            text,
+            width=width - INDENT,
+            initial_indent=" " * INDENT,
+            subsequent_indent=" " * INDENT,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
     )
     if label and style:
         wrapped = wrapped.replace(label, f"[{style}]{label}[/]", 1)
@@ -57,9 +100,11 @@ def ingest_account(run: RunTables) -> str:
     return "\n".join(lines)
 
 
-def render_text(result: Analysis) -> str:
+def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
+    """The terminal report; rules that had no input are one line unless `show_skipped` lists why."""
     buffer = io.StringIO()
     out = _console(buffer)
+    width = out.width
     run = result.run
     meta = run.meta
     summary = result.summary
@@ -81,7 +126,7 @@ def render_text(result: Analysis) -> str:
     launches = launches_line(run.launches)
     if launches:
         out.print(f"  [bold]{escape(launches)}[/]")
-    out.print(escape(ingest_account(run)))
+    out.print(escape(ingest_account(run)), soft_wrap=True)  # paths stay whole, never folded
     out.print()
     out.print(f"[bold]Verdict:[/] {escape(result.verdict.headline)}")
     for finding in result.findings:
@@ -94,17 +139,26 @@ def render_text(result: Analysis) -> str:
             f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — "
             f"{escape(finding.title)}{lost}{share}{confidence}"
         )
-        out.print(_block(finding.message))
+        out.print(_block(finding.message, width=width))
         if finding.steps:
             shown = ", ".join(str(s) for s in finding.steps[:12])
             more = f" … (+{len(finding.steps) - 12})" if len(finding.steps) > 12 else ""
-            out.print(_block(f"steps: {shown}{more}", label="steps:", style="dim"))
-        out.print(_block(f"fix: {finding.fix}", label="fix:", style="green"))
-    quiet = [o for o in result.outcomes if o.status in ("not_applicable", "error")]
+            out.print(_block(f"steps: {shown}{more}", width=width, label="steps:", style="dim"))
+        out.print(_block(f"fix: {finding.fix}", width=width, label="fix:", style="green"))
+    errors = [o for o in result.outcomes if o.status == "error"]
+    skipped = [o for o in result.outcomes if o.status == "not_applicable"]
+    quiet = errors + skipped if show_skipped else errors
+    if skipped and not show_skipped:
+        out.print()
+        names = ", ".join(o.rule for o in skipped)
+        out.print(
+            f"[dim]Not applicable ({len(skipped)}, no input for them): {escape(names)} — "
+            "--show-skipped says what each needs.[/]"
+        )
     if quiet:
         out.print()
         table = Table(
-            title="Rules that could not run",
+            title="Rules that could not run" if show_skipped else "Rules that failed",
             title_justify="left",
             show_header=True,
             header_style="bold",

@@ -16,13 +16,13 @@ from rich.table import Table
 from trace_doctor import __version__
 from trace_doctor.fleet import Fleet, RunReport
 from trace_doctor.humanize import format_seconds
-from trace_doctor.report.console import _console
+from trace_doctor.report.console import _console, terminal_width
 from trace_doctor.report.json_doc import SCHEMA_VERSION, _clean
 from trace_doctor.report.markdown import _fit, cell
 from trace_doctor.report.sarif import SCHEMA_URI
 
-# A fleet table has eight columns: wider than one run's text, still within a maximised terminal.
-FLEET_WIDTH = 150
+# A fleet table has eight columns: it takes the terminal's width, and at least this many columns.
+FLEET_MIN_WIDTH = 120
 STATUS_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "failed": "bold red", "limited": "dim"}
 
 
@@ -40,7 +40,7 @@ def _lost(report: RunReport) -> str:
 
 def render_fleet_text(fleet: Fleet) -> str:
     buffer = io.StringIO()
-    out = _console(buffer, width=FLEET_WIDTH)
+    out = _console(buffer, width=max(terminal_width(), FLEET_MIN_WIDTH))
     tripped = sum(1 for r in fleet.reports if r.gate_tripped)
     failed = sum(1 for r in fleet.reports if r.error)
     out.print(f"[bold]trace-doctor[/] {len(fleet.reports)} runs, each analysed on its own")

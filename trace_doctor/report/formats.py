@@ -16,6 +16,7 @@ RENDERERS = {
 }
 
 
-def render(result: Analysis, fmt: str) -> str:
+def render(result: Analysis, fmt: str, *, show_skipped: bool = False) -> str:
     module, name = RENDERERS[fmt]
-    return getattr(import_module(module), name)(result)
+    renderer = getattr(import_module(module), name)
+    return renderer(result, show_skipped=show_skipped) if fmt == "text" else renderer(result)
