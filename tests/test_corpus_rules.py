@@ -82,10 +82,10 @@ def test_act_prm_periodic_spikes_are_attributed_to_evals():
     rel = next((p for p in corpus_metrics_files() if "re=1r1e03_bs4_gs4" in str(p)), None)
     if rel is None:
         pytest.skip(CORPUS_MISSING)
-    found, _, _ = findings(load_dir(rel))
-    periodic = [f for f in found if f.fingerprint == "inconsistent-step-times:periodic:run_evals"]
+    found, _, _ = findings(load_dir(rel), ["inconsistent-step-times", "scheduled-work"])
+    periodic = [f for f in found if f.fingerprint == "scheduled-work:eval"]
     assert periodic and {9, 19, 29} <= set(periodic[0].steps)
-    assert not [f for f in found if f.fingerprint == "inconsistent-step-times:unexplained"]
+    assert not [f for f in found if f.rule == "inconsistent-step-times"]
 
 
 def test_sushantmehta_step13_reported_as_untimed_spike():

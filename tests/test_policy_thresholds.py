@@ -245,6 +245,20 @@ def profile_serializing() -> RunTables:
     return run
 
 
+@cache
+def checkpoint_in_next_step() -> RunTables:
+    """50 pipelined SFT steps of 10 s; an 8 s checkpoint every 10 steps lands in the next step: 32 s, 6% of wall."""
+    rows = []
+    for i in range(50):
+        row = {"step": i, "train_mean_nll": 1.0, "time/step": 8.0, "time/total": 10.0 + 0.1 * (i % 3)}
+        if i > 0 and i % 10 == 0:
+            row["time/save_checkpoint"] = 8.0
+        if i > 1 and (i - 1) % 10 == 0:
+            row["time/total"] += 8.0
+        rows.append(row)
+    return run_from_rows(rows)
+
+
 # --- the probe table --------------------------------------------------------------------------
 
 
@@ -344,6 +358,11 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("inconsistent-step-times", "min_regime_share"): Probe(
         slower_regime_at_the_end, 0.5, "a slow regime of 30% of the steps is too short: fired -> passed"
     ),
+    # scheduled-work
+    ("scheduled-work", "min_share_of_wall"): Probe(
+        checkpoint_in_next_step, 0.1, "checkpoints at 6% of wall time: fired -> passed"
+    ),
+    ("scheduled-work", "min_seconds"): Probe(checkpoint_in_next_step, 60.0, "32 s of checkpoints: fired -> passed"),
     # renderer-kl-step0
     ("renderer-kl-step0", "max_teacher_kl_step0"): Probe(
         distillation_teacher_kl, 0.5, "teacher_kl 0.3 at step 0 is inside the band: fired -> passed"

@@ -91,9 +91,11 @@ def test_periodic_eval_spikes_are_attributed_and_unexplained_spike_reported():
         if i == 23:
             row["time/total"] = 20000.0  # host asleep: outside every timed phase
         rows.append(row)
-    found, _, _ = findings(run_from_rows(rows), ["inconsistent-step-times"])
+    found, _, _ = findings(run_from_rows(rows), ["inconsistent-step-times", "scheduled-work"])
     prints = {f.fingerprint: f for f in found}
-    assert prints["inconsistent-step-times:periodic:run_evals"].steps == [5, 15, 25, 35]
+    # Scheduled work is reported by scheduled-work, never as inconsistency.
+    assert prints["scheduled-work:eval"].steps == [5, 15, 25, 35]
+    assert not [p for p in prints if p.startswith("inconsistent-step-times:periodic")]
     unexplained = prints["inconsistent-step-times:unexplained"]
     assert unexplained.steps == [23] and "sleep" in unexplained.message
 

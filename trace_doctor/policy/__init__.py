@@ -37,6 +37,7 @@ from trace_doctor.policy.timing import (
     HeartbeatStallPolicy,
     InconsistentStepTimesPolicy,
     PipeliningGapPolicy,
+    ScheduledWorkPolicy,
     SteadySlownessPolicy,
     WarmupSlownessPolicy,
 )
@@ -57,6 +58,7 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "cpu-bound-main-thread": CpuBoundMainThreadPolicy,
         "profile-without-async-mode": ProfileWithoutAsyncModePolicy,
         "inconsistent-step-times": InconsistentStepTimesPolicy,
+        "scheduled-work": ScheduledWorkPolicy,
         "renderer-kl-step0": RendererKlStep0Policy,
         "kl-drift": KlDriftPolicy,
         "known-bad-dependency": KnownBadDependencyPolicy,

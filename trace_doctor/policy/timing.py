@@ -158,3 +158,21 @@ class InconsistentStepTimesPolicy:
         "shorter excursions are spikes.",
         bounds=SHARE,
     )
+
+
+@dataclass(frozen=True)
+class ScheduledWorkPolicy:
+    min_share_of_wall: float = threshold(
+        0.05,
+        unit="share of wall time",
+        why="Periodic evals and checkpoints below this share of the run's wall time are the schedule working "
+        "as intended, not a cost worth a user's attention.",
+        bounds=SHARE,
+    )
+    min_seconds: float = threshold(
+        1.0,
+        unit="s",
+        why="...and scheduled work worth less than this over the whole run is not worth reporting, whatever "
+        "its share of a short run.",
+        bounds=POSITIVE,
+    )

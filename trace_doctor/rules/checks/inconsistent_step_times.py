@@ -8,13 +8,12 @@ spikes and spread are judged against each step's own regime.
 from __future__ import annotations
 
 import math
-from math import gcd
 
 import polars as pl
 
 from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.robust import robust_cv
-from trace_doctor.derive.step_times import phase_seconds
+from trace_doctor.derive.scheduled import scheduled_work
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -24,54 +23,15 @@ from trace_doctor.rules.requires import requires, values_in
 EXPLAINED_SHARE = 0.5
 # A spike whose excess lies almost entirely outside every timed phase.
 UNTIMED_SPIKE_SHARE = 0.9
-# Share of rows that must sit on one step residue to call a series periodic.
-CADENCE_SHARE = 0.75
 MAX_LISTED_STEPS = 50
 
 
-def periodic_seconds(frame: pl.DataFrame) -> tuple[pl.Series, list[str]]:
-    """Seconds per row in eval/checkpoint phases, and which of those phases the run logs."""
-    names = [n for n in PERIODIC_PHASES if f"phase:{n}" in frame.columns or f"inner:{n}" in frame.columns]
-    top = [n for n in names if f"phase:{n}" in frame.columns]
+def periodic_seconds(frame: pl.DataFrame) -> pl.Series:
+    """Seconds per row in top-level eval/checkpoint phases."""
+    top = [n for n in PERIODIC_PHASES if f"phase:{n}" in frame.columns]
     if not top:
-        return pl.Series([0.0] * frame.height), names
-    total = frame.select(pl.sum_horizontal([pl.col(f"phase:{n}").fill_null(0.0) for n in top])).to_series()
-    return total, names
-
-
-def period_of(steps: list[int]) -> int | None:
-    g = 0
-    for a, b in zip(steps, steps[1:], strict=False):
-        g = gcd(g, b - a)
-    return g if len(steps) >= 3 and g > 1 else None
-
-
-def cadence(frame: pl.DataFrame) -> tuple[int, int] | None:
-    """(period, residue) when most rows recur on one step cadence (a final eval may break it)."""
-    if frame.height < 3:
-        return None
-    diffs: list[int] = []
-    for part in frame.partition_by("segment"):
-        steps = sorted(int(s) for s in part["step"].to_list())
-        diffs += [b - a for a, b in zip(steps, steps[1:], strict=False)]
-    if not diffs:
-        return None
-    period = max(sorted(set(diffs)), key=diffs.count)
-    if period < 2:
-        return None
-    residues = [int(s) % period for s in frame["step"].to_list()]
-    residue = max(sorted(set(residues)), key=residues.count)
-    return (period, residue) if residues.count(residue) >= max(3, CADENCE_SHARE * len(residues)) else None
-
-
-def phase_cadence(times: pl.DataFrame, names: list[str]) -> tuple[str, int] | None:
-    """An eval/checkpoint phase that runs on a regular step cadence, with its period."""
-    for name in names:
-        ran = times.filter(phase_seconds(times, name).fill_null(0.0) > 0)
-        found = cadence(ran)
-        if found:
-            return name, found[0]
-    return None
+        return pl.Series([0.0] * frame.height)
+    return frame.select(pl.sum_horizontal([pl.col(f"phase:{n}").fill_null(0.0) for n in top])).to_series()
 
 
 def phase_shift(before: pl.DataFrame, after: pl.DataFrame) -> tuple[str, float]:
@@ -173,77 +133,34 @@ def check(ctx) -> list[Finding]:
     if steady.height < t.min_steady_steps:
         raise NotApplicable(f"only {steady.height} steady steps (need {t.min_steady_steps})")
     steady = steady.sort(["segment", "step"])
-    periodic, periodic_names = periodic_seconds(steady)
+    periodic = periodic_seconds(steady)
     min_regime = max(int(t.min_steady_steps), math.ceil(t.min_regime_share * steady.height))
     regimes = steady_regimes(steady, min_steps=min_regime, min_ratio=t.min_regime_ratio)
     # Spikes and spread are judged against the level of each step's own regime.
     steady = steady.with_columns(periodic.alias("_periodic"), regime_levels(steady, regimes).alias("_level"))
     median = float(steady["total_s"].median())
     steady = steady.with_columns(pl.col("_level").fill_null(median))
+    # Scheduled work (evals and checkpoints on their cadence, also where they land outside their timer
+    # on a neighbouring step) is judged by scheduled-work, never as inconsistency.
+    scheduled = scheduled_work(ctx.step_times).explained
+    on_schedule = pl.Series(
+        [(int(g), int(s)) in scheduled for g, s in steady.select("segment", "step").iter_rows()], dtype=pl.Boolean
+    )
     spikes = steady.filter(pl.col("total_s") > t.spike_ratio * pl.col("_level")).with_columns(
         (pl.col("total_s") - pl.col("_level")).alias("_excess")
     )
+    # A spike its own eval/checkpoint timer accounts for is scheduled work too (e.g. a one-off final eval).
     explained = spikes.filter(pl.col("_periodic") >= EXPLAINED_SHARE * pl.col("_excess"))
-    unexplained = spikes.filter(pl.col("_periodic") < EXPLAINED_SHARE * pl.col("_excess"))
-    # Spikes on the same cadence as a periodic eval/checkpoint phase, but outside its timer (e.g.
-    # an evaluation logged on the next row), are scheduled work too.
-    on_cadence = None
-    spike_period = cadence(unexplained)
-    scheduled = phase_cadence(ctx.step_times, periodic_names) if spike_period else None
-    if spike_period and scheduled and spike_period[0] % scheduled[1] == 0:
-        on_cadence = (scheduled[0], spike_period[0])
-        on_beat = (pl.col("step") % spike_period[0]) == spike_period[1]
-        explained = pl.concat([explained, unexplained.filter(on_beat)], how="vertical_relaxed")
-        unexplained = unexplained.filter(~on_beat)
-    rest = steady.join(explained.select("segment", "step"), on=["segment", "step"], how="anti")
+    excluded = pl.concat(
+        [steady.filter(on_schedule).select("segment", "step"), explained.select("segment", "step")]
+    ).unique()
+    unexplained = spikes.join(excluded, on=["segment", "step"], how="anti")
+    rest = steady.join(excluded, on=["segment", "step"], how="anti")
     cv = robust_cv(rest["total_s"] / rest["_level"])
     findings: list[Finding] = regime_findings(
         ctx, steady, regimes, float(ctx.step_times["total_s"].drop_nulls().sum()) or None
     )
-
-    if explained.height:
-        steps = sorted(int(s) for s in explained["step"].to_list())
-        phase = (
-            max(periodic_names, key=lambda n: float(phase_seconds(explained, n).fill_null(0).sum()))
-            if periodic_names
-            else "evals"
-        )
-        period = period_of(steps)
-        timing_note = "accounts for their excess"
-        if on_cadence:
-            phase, period = on_cadence
-            timing_note = (
-                f"runs on the same {period}-step cadence, but their excess is outside its timer (scheduled "
-                "eval/checkpoint work logged on a neighbouring row)"
-            )
-        cost = float(explained["_excess"].sum())
-        every = f"every {period} steps " if period else ""
-        findings.append(
-            ctx.finding(
-                severity="info",
-                title=f"Periodic slow steps explained by `{phase}`",
-                message=(
-                    f"{explained.height} step(s) {every}take {float(explained['total_s'].median()) / median:.0f}x "
-                    f"the steady median of {median:.1f} s; `{phase}` {timing_note} ({cost:.0f} s in total). This "
-                    "is scheduled work, not instability."
-                ),
-                fix=(
-                    "Expected: evaluations/checkpoints run on their schedule. To save time, evaluate less often "
-                    "or on fewer samples, or run evals concurrently (async evals)."
-                ),
-                steps=steps,
-                evidence={
-                    "phase": phase,
-                    "period": period,
-                    "steady_median_s": median,
-                    "spike_ratio": t.spike_ratio,
-                    "excess_s": round(cost, 6),
-                },
-                seconds_lost=round(cost, 6),
-                fingerprint=f"inconsistent-step-times:periodic:{phase}",
-                confidence="medium" if on_cadence else "high",
-            )
-        )
+    excluded_steps = sorted(int(s) for s in excluded["step"].to_list())
 
     if unexplained.height or cv > t.max_robust_cv:
         steps = sorted(int(s) for s in unexplained["step"].to_list())
@@ -299,7 +216,7 @@ def check(ctx) -> list[Finding]:
                     "steady_median_s": median,
                     "robust_cv": round(cv, 4),
                     "spikes": details,
-                    "explained_by_periodic": sorted(int(s) for s in explained["step"].to_list()),
+                    "explained_by_periodic": excluded_steps,
                 },
                 seconds_lost=round(cost, 6) if cost else None,
                 fraction_of_wall=round(cost / wall, 4) if cost and wall else None,
@@ -309,9 +226,14 @@ def check(ctx) -> list[Finding]:
         )
     if findings:
         return findings
+    scheduled_note = (
+        f"; {len(excluded_steps)} step(s) are scheduled work (evals/checkpoints, see scheduled-work)"
+        if excluded_steps
+        else ""
+    )
     return ctx.passed(
         f"robust CV of steady step times {cv:.2f} (≤ {t.max_robust_cv}), no spike above {t.spike_ratio}x the "
-        f"median {median:.2f} s"
+        f"median {median:.2f} s{scheduled_note}"
     )
 
 
@@ -324,8 +246,8 @@ RULE = register(
         needs="metrics.jsonl with per-step times",
         docs=RuleDocs(
             what=(
-                "Steady-state steps whose times vary widely (robust CV) or spike far above the median, after "
-                "attributing periodic spikes to evals/checkpoints when those phases explain them; a mid-run "
+                "Steady-state steps whose times vary widely (robust CV) or spike far above the median, leaving "
+                "out scheduled work (evals/checkpoints, reported by scheduled-work); a mid-run "
                 "change of level (e.g. every step 3x slower from step 1000 on) is reported once as a regime "
                 "change, and spikes are judged within each regime."
             ),
@@ -335,8 +257,9 @@ RULE = register(
             ),
             evidence=(
                 "Steady step totals (after the warm-up boundary), the robust CV (1.4826·MAD/median), each spike "
-                "with its phases and untimed share; spikes whose excess is at least half eval/checkpoint time are "
-                "reported separately as periodic; regimes from change points of log step time (levels at least "
+                "with its phases and untimed share; steps of scheduled work (on an eval/checkpoint cadence, also "
+                "outside the timer on a neighbouring step) and spikes whose excess is at least half eval/checkpoint "
+                "time are left out (never inconsistency); regimes from change points of log step time (levels at least "
                 "min_regime_ratio apart, lasting min_regime_share of the steps) with the phase that moved."
             ),
             fix="Find the work outside the timed phases; keep the host awake; move CPU work off the main thread.",
