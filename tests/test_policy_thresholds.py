@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -128,6 +129,45 @@ def gil_monitor_with_erratic_steps() -> RunTables:
     run = run_from_rows(rows)
     run.log_events = _log_events("[GIL monitor] slept 3.75s instead of 0.5s (jitter: 3.25s) — likely GIL contention")
     return run
+
+
+def _retry_events(seconds: list[float | None]) -> RunTables:
+    """Tinker retries of 503s (cause + backoff lines), logged at these offsets in s (None: no timestamp)."""
+    start = datetime(2026, 3, 1, 12, 0, 0)
+    rows = []
+    for offset in seconds:
+        stamp = None if offset is None else start + timedelta(seconds=offset)
+        for fields, message in (
+            ('{"retry":"cause","status":503}', "Request attempt #1 failed with status 503"),
+            ('{"retry":"backoff","backoff_s":0.5}', "Retrying in 0.50s"),
+        ):
+            rows.append(
+                {
+                    "source": "logs.log",
+                    "line": len(rows) + 1,
+                    "timestamp": stamp,
+                    "logger": "tinker.lib.retry_handler",
+                    "level": "DEBUG",
+                    "kind": "request-retry",
+                    "message": message,
+                    "fields": fields,
+                }
+            )
+    run = RunTables()
+    run.log_events = pl.DataFrame(rows, schema=LOG_EVENTS_SCHEMA)
+    return run
+
+
+@cache
+def five_untimed_retries() -> RunTables:
+    """5 Tinker retries in a log without timestamps."""
+    return _retry_events([None] * 5)
+
+
+@cache
+def two_retries_in_one_minute() -> RunTables:
+    """2 Tinker retries 10 s apart, timestamped."""
+    return _retry_events([0.0, 10.0])
 
 
 @cache
@@ -328,6 +368,13 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     # heartbeat-stall
     ("heartbeat-stall", "min_warnings"): Probe("sl_gil_stall", 3, "2 heartbeat warnings: fired -> passed"),
+    # request-retries
+    ("request-retries", "frequent_retries"): Probe(
+        five_untimed_retries, 5, "5 transient Tinker retries become frequent: info -> warning"
+    ),
+    ("request-retries", "frequent_retries_per_minute"): Probe(
+        two_retries_in_one_minute, 2.0, "2 retries in one minute become a burst: info -> warning"
+    ),
     # serialization-stall
     ("serialization-stall", "min_share"): Probe(
         "demo", 0.01, "0.40 s (3%) of the profile in model_dump: passed -> fired"

@@ -43,6 +43,19 @@ RENDERER_MISMATCH = re.compile(
 )
 SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
 PY_WARNING = re.compile(r"^(?P<file>\S+):(?P<line>\d+): (?P<category>\w*Warning): (?P<message>.*)$")
+# Retries of an HTTP client (FORMATS.md 5.4; tinker SDK lib/retry_handler.py and the Stainless-generated
+# _base_client.py that tinker, openai and anthropic share). Tinker logs these at DEBUG (TINKER_LOG=debug);
+# openai logs `Retrying request to ... in ... seconds` at INFO.
+RETRY_BACKOFF = re.compile(
+    r"^Retrying request to (?P<url>\S+) in (?P<backoff_s>\d+(?:\.\d+)?) seconds"
+    r"|^Retrying in (?P<handler_backoff_s>\d+(?:\.\d+)?)s\b"
+)
+RETRY_CAUSE = re.compile(
+    r"^Retrying due to status code (?P<status>\d{3})"
+    r"|^Request attempt #(?P<attempt>\d+) failed with (?:status (?P<attempt_status>\d{3})|error: (?P<error>.*))"
+    r"|^Request (?P<timeout>timed out)\s*$"
+    r"|^Request failed with connection error: (?P<connection>.*)"
+)
 EXCEPTION_LINE = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Failure)|[A-Za-z_][\w.]*\.[A-Z]\w*)"
     r"(?:: (?P<message>.*))?$"
@@ -61,6 +74,11 @@ NEEDLES = (
     "heartbeat",
     "paused",
     "Retrying request",
+    "Retrying in ",
+    "Retrying due to status code",
+    "Request attempt #",
+    "Request timed out",
+    "Request failed with connection error",
     "non-retryable",
     "Synchronous method",
     "retrieve_futures",
@@ -123,6 +141,8 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         )
     if (found := STARTING.match(message)) is not None:
         return Classified("took", message, {"name": found["name"], "seconds": None, "phase": "start"})
+    if (retry := _request_retry(message, logger)) is not None:
+        return retry
     if (sdk := match_sdk_message(message)) is not None:
         template, captured = sdk
         fields: dict[str, Any] = {"sdk_message": template.id, **captured}
@@ -165,6 +185,39 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         )
     if level == "WARNING":
         return Classified("warning", message, {})
+    return None
+
+
+def _request_retry(message: str, logger: str | None) -> Classified | None:
+    """A client's retry line: its backoff sleep, or the cause (status, timeout, connection error) of a retry.
+
+    Only `Retrying request to URL in S seconds` is distinctive enough to be taken from a bare line;
+    the short forms (`Request timed out`, `Retrying in 1.02s`) count only inside a log record.
+    """
+    if not message.startswith(("Retrying ", "Request ")):
+        return None
+    if (found := RETRY_BACKOFF.match(message)) is not None and (logger is not None or found["url"]):
+        seconds = found["backoff_s"] or found["handler_backoff_s"]
+        fields: dict[str, Any] = {"retry": "backoff", "backoff_s": _number(seconds)}
+        if found["url"]:
+            fields["url"] = found["url"]
+        return Classified("request-retry", message, fields)
+    if logger is not None and (found := RETRY_CAUSE.match(message)) is not None:
+        status = found["status"] or found["attempt_status"]
+        fields = {"retry": "cause"}
+        if status:
+            fields["status"] = int64(status)
+        elif found["timeout"]:
+            fields["error"] = "timeout"
+        elif found["connection"] is not None:
+            fields["error"] = "connection"
+            fields["detail"] = found["connection"][:300]
+        else:
+            fields["error"] = "other"
+            fields["detail"] = (found["error"] or "")[:300]
+        if found["attempt"]:
+            fields["attempt"] = int64(found["attempt"])
+        return Classified("request-retry", message, fields)
     return None
 
 

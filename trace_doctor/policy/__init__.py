@@ -30,6 +30,7 @@ from trace_doctor.policy.profiles import (
     SerializationStallPolicy,
 )
 from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
+from trace_doctor.policy.service import RequestRetriesPolicy
 from trace_doctor.policy.shared import SharedPolicy
 from trace_doctor.policy.timing import (
     GetBatchBottleneckPolicy,
@@ -63,6 +64,7 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "kl-drift": KlDriftPolicy,
         "known-bad-dependency": KnownBadDependencyPolicy,
         "decoded-error": DecodedErrorPolicy,
+        "request-retries": RequestRetriesPolicy,
         "step-time-regression": StepTimeRegressionPolicy,
         "new-finding": NewFindingPolicy,
     }

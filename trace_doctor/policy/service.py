@@ -1,0 +1,25 @@
+"""Thresholds of the rules about the requests a run sends to the Tinker service (request retries)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, threshold
+
+
+@dataclass(frozen=True)
+class RequestRetriesPolicy:
+    frequent_retries: int = threshold(
+        10,
+        unit="retries",
+        why="The SDK retries 429s, 5xx, timeouts and connection errors silently; a few in a run are normal "
+        "service noise (info), this many Tinker retries in one run mean throttling or a degraded service (warning).",
+        bounds=AT_LEAST_ONE,
+    )
+    frequent_retries_per_minute: float = threshold(
+        3.0,
+        unit="retries per minute",
+        why="With timestamped log lines: a burst this dense in one minute is throttling even when the run's "
+        "total stays under frequent_retries (the SDK's backoff starts at 0.5 s and caps at 10 s).",
+        bounds=POSITIVE,
+    )
