@@ -27,6 +27,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/many_runs.py
 
 fixtures: $(STAMP)
 	$(BIN)/python fixtures/generate.py
