@@ -221,14 +221,46 @@ def analyze_sources(
     dataset_dir: str | None = None,
 ) -> Fleet:
     """Analyse every run, `jobs` at a time in separate processes; reports sorted for attention."""
-    jobs = max(1, min(jobs or default_jobs(), len(sources)))
+    cores = default_jobs()
+    requested = jobs
+    jobs = max(1, min(jobs or cores, len(sources)))
+    if requested is None:
+        # A worker costs ~0.4 s to start (python + polars): small fleets are faster in one process
+        # (benchmarks/RESULTS.md, many runs). An explicit --jobs is obeyed.
+        jobs = min(jobs, max(1, math.ceil(_input_bytes(sources) / BYTES_PER_WORKER)))
     options = {"fmt": fmt, "html_dir": html_dir, "baseline": baseline, "dataset_dir": dataset_dir}
     if jobs == 1:
         reports = [analyze_source(source, settings, **options) for source in sources]
     else:
         # spawn, not fork: polars' thread pool does not survive a fork of a process that used it.
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = [pool.submit(analyze_source, source, settings, **options) for source in sources]
-            reports = [future.result() for future in futures]
+        # Each worker's polars pool would take every core: N workers x N threads thrash (-17% wall
+        # with one thread per worker at --jobs 2). Workers inherit the environment when spawned.
+        saved = os.environ.get("POLARS_MAX_THREADS")
+        if saved is None:
+            os.environ["POLARS_MAX_THREADS"] = str(max(1, cores // jobs))
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+                # Largest runs first, so a big one never starts last while the other workers idle.
+                order = sorted(sources, key=lambda s: -_input_bytes([s]))
+                futures = [pool.submit(analyze_source, source, settings, **options) for source in order]
+                reports = [future.result() for future in futures]
+        finally:
+            if saved is None:
+                os.environ.pop("POLARS_MAX_THREADS", None)
     return Fleet(sorted(reports, key=lambda r: r.sort_key))
+
+
+# Input bytes one worker is worth starting for (a worker's start-up is ~0.4 s; runs are ~20 MB/s).
+BYTES_PER_WORKER = 8 * 1024 * 1024
+
+
+def _input_bytes(sources: list[RunSource]) -> int:
+    total = 0
+    for source in sources:
+        for path in source.files:
+            try:
+                total += path.stat().st_size
+            except OSError:
+                continue
+    return total
