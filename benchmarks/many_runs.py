@@ -30,7 +30,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -80,12 +79,17 @@ class Contender:
         return statistics.median(getattr(s, name) for s in self.samples)
 
 
-def load_generator():
-    spec = importlib.util.spec_from_file_location("generate_large_run", HERE / "generate_large_run.py")
+def load_sibling(name: str):
+    """A script of this folder as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
     spec.loader.exec_module(module)
     return module
+
+
+def load_generator():
+    return load_sibling("generate_large_run")
 
 
 def ensure_sweep(small: int, large: int, small_steps: int, large_steps: int, samples: int) -> Path:
@@ -241,25 +245,7 @@ def check_fleet(stdout: bytes, expected: int, label: str) -> None:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f", {kb / 1024 / 1024:.0f} GB RAM"
-    except (OSError, ValueError, IndexError):
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (
-        f"{cpu}, {cores()} cores{mem}, {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}, load avg at start {load:.1f}"
-    )
+    return load_sibling("run").machine()
 
 
 def cores() -> int:

@@ -138,7 +138,8 @@ def machine() -> str:
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
-        f"{cpu}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, "
+        f"{cpu}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores{mem}, "
+        f"{platform.system()} {platform.release()}, "
         f"Python {platform.python_version()}, load avg at start {load:.1f}"
     )
 
