@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import xml.etree.ElementTree as ET
 
@@ -157,3 +158,27 @@ def test_a_bundle_or_export_of_a_folder_of_runs_asks_for_one(sweep, tmp_path):
     ):
         result = CliRunner().invoke(main, command)
         assert result.exit_code == 2 and "holds 3 runs; name one of them" in result.output
+
+
+def test_a_hostile_folder_of_runs_is_analysed_without_a_traceback(tmp_path):
+    root = tmp_path / "hostile"
+    shutil.copytree(fixture_run("sl_healthy_pipelined"), root / "run <img src=x>")
+    metrics(root / "gz" / "metrics.jsonl")
+    (root / "gz" / "trace_events.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00not deflate at all" * 8)
+    odd = root.as_posix().encode() + b"/run\xffbad"  # a folder name that is not UTF-8
+    os.makedirs(odd)
+    with open(odd + b"/metrics.jsonl", "w") as fh:
+        fh.write('{"step": 0, "time/total": 1.0}\n')
+    deep = root.joinpath(*["d"] * 12)
+    metrics(deep / "metrics.jsonl")
+    html = tmp_path / "out" / "overview.html"
+    result = CliRunner().invoke(
+        main, ["analyze", str(root), "--html", str(html), "--format", "json", "--jobs", "1"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    reasons = [p["reason"] for r in document["runs"] for p in r["run"]["passed_over"]]
+    assert any(r.startswith("corrupt gzip") for r in reasons)
+    assert any("levels below" in p["reason"] for p in document["fleet"]["passed_over"])  # said, not dropped
+    assert "run\ufffdbad" in [row["run"] for row in document["fleet"]["table"]]  # shown, its bad byte replaced
+    assert html.exists() and "<img src=x>" not in html.read_text()

@@ -24,6 +24,7 @@ import click  # noqa: E402
 
 from trace_doctor import __version__  # noqa: E402
 from trace_doctor.api import NothingToAnalyze, analyze, load_run  # noqa: E402
+from trace_doctor.humanize import printable  # noqa: E402
 from trace_doctor.model import Analysis  # noqa: E402
 from trace_doctor.policy import PolicyError  # noqa: E402
 from trace_doctor.settings import FAIL_ON_LEVELS, Settings, load_settings  # noqa: E402
@@ -159,7 +160,7 @@ def _analyze(
 
     text = formats.render(result, fmt, show_skipped=show_skipped)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        Path(output).write_text(printable(text), encoding="utf-8")
     else:
         _echo_report(text, fmt)
     if not no_html:
@@ -191,6 +192,7 @@ def _analyze_fleet(
         target = Path(html)
         html_dir = str(target.with_name(f"{target.stem}-runs"))
     fleet = analyze_sources(split.runs, settings, jobs=jobs, fmt=fmt, html_dir=html_dir, baseline=baseline)
+    fleet.passed_over = split.passed_over
     if not fleet.analysed:
         _fail(
             "none of the runs could be analysed: "
@@ -198,7 +200,7 @@ def _analyze_fleet(
         )
     text = render_fleet(fleet, fmt)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        Path(output).write_text(printable(text), encoding="utf-8")
     else:
         _echo_report(text, fmt)
     if html:

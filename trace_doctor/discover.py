@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +64,8 @@ def _head(path: Path) -> bytes | str:
         try:
             with gzip.open(path, "rb") as fh:
                 head = fh.read(SNIFF_BYTES)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
+            # A corrupt deflate stream raises zlib.error, which is not an OSError.
             return f"corrupt gzip: {exc}"
     return head
 
@@ -157,6 +159,13 @@ def _walk(root: Path, passed_over: list[PassedOver]) -> list[Path]:
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         depth = len(Path(dirpath).parts) - root_depth
+        if depth >= MAX_DEPTH:
+            # Said, not silently skipped: a tree this deep is unusual enough to name.
+            passed_over.extend(
+                PassedOver(str(Path(dirpath) / d), f"folder more than {MAX_DEPTH} levels below {root}: not searched")
+                for d in sorted(dirnames)
+                if d not in SKIP_DIRS
+            )
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and depth < MAX_DEPTH)
         found.extend(Path(dirpath) / f for f in sorted(filenames))
     return found

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_doctor.ingest.config import find_setting
+from trace_doctor.model import PassedOver
 from trace_doctor.runs import RunSource
 from trace_doctor.settings import Settings
 
@@ -91,6 +92,8 @@ class Fleet:
     """Every run's report, in the order the fleet table shows them."""
 
     reports: list[RunReport]
+    # Files under the folders named that belong to no single run, with the reason.
+    passed_over: list[PassedOver] = field(default_factory=list)
 
     @property
     def gate_tripped(self) -> bool:
@@ -111,6 +114,7 @@ class Fleet:
             "verdicts": dict(sorted(counts.items())),
             "gate_tripped": self.gate_tripped,
             "tripped_runs": [r.source.label for r in self.reports if r.gate_tripped],
+            "passed_over": [{"path": p.path, "reason": p.reason} for p in self.passed_over],
             "table": [r.row for r in self.reports],
         }
 

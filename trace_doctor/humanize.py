@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
 
 def format_seconds(value: float | None) -> str:
     """Seconds for people: ms below 0.1 s, minutes above 2 min, hours above 1 h."""
@@ -33,3 +37,23 @@ def launches_line(launches: list) -> str | None:
         for launch in launches[1:]
     ]
     return f"{len(launches)} launches: relaunched {', '.join(resumed)}; rewritten steps are kept, marked superseded"
+
+
+def printable(value: Any) -> Any:
+    """`value` with every string made valid UTF-8: a file name that is not (Python keeps its bytes as
+    lone surrogates) shows its bad bytes as U+FFFD instead of breaking the output."""
+    if isinstance(value, str):
+        return value if value.isascii() else value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable(v) for v in value]
+    return value
+
+
+def json_dumps(value: Any, option: int = 0, default: Any = None) -> bytes:
+    """orjson.dumps, falling back to `printable` strings when input text is not valid UTF-8."""
+    try:
+        return orjson.dumps(value, option=option, default=default)
+    except TypeError:
+        return orjson.dumps(printable(value), option=option, default=default)

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from trace_doctor import __version__
 from trace_doctor.fleet import Fleet, RunReport
-from trace_doctor.humanize import format_seconds
+from trace_doctor.humanize import format_seconds, json_dumps
 from trace_doctor.report.console import _console, terminal_width
 from trace_doctor.report.json_doc import SCHEMA_VERSION, _clean
 from trace_doctor.report.markdown import _fit, cell
@@ -68,6 +68,12 @@ def render_fleet_text(fleet: Fleet) -> str:
     out.print(table)
     if failed:
         out.print(f"{failed} run(s) could not be analysed (see the verdict column).")
+    if fleet.passed_over:
+        shown = "; ".join(f"{p.path}: {p.reason}" for p in fleet.passed_over[:3])
+        more = f" (and {len(fleet.passed_over) - 3} more in --format json)" if len(fleet.passed_over) > 3 else ""
+        out.print(
+            f"Passed over {len(fleet.passed_over)} file(s) of no single run: {escape(shown)}{more}", soft_wrap=True
+        )
     if tripped:
         out.print(f"[bold red]Gate: tripped[/] by {tripped} of {len(fleet.reports)} runs.")
     elif any(r.document and r.document.get("baseline") for r in fleet.reports):
@@ -85,7 +91,7 @@ def build_fleet_document(fleet: Fleet) -> dict:
 
 
 def render_fleet_json(fleet: Fleet) -> str:
-    return orjson.dumps(build_fleet_document(fleet), option=orjson.OPT_INDENT_2).decode() + "\n"
+    return json_dumps(build_fleet_document(fleet), orjson.OPT_INDENT_2).decode() + "\n"
 
 
 def render_fleet_markdown(fleet: Fleet) -> str:
@@ -159,7 +165,7 @@ def render_fleet_sarif(fleet: Fleet) -> str:
         "version": "2.1.0",
         "runs": runs,
     }
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n"
+    return json_dumps(document, orjson.OPT_INDENT_2).decode() + "\n"
 
 
 RENDERERS = {

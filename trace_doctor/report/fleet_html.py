@@ -19,7 +19,7 @@ import markupsafe
 
 from trace_doctor import __version__
 from trace_doctor.fleet import SWEEP_KEYS, Fleet, RunReport
-from trace_doctor.humanize import format_seconds
+from trace_doctor.humanize import format_seconds, printable
 from trace_doctor.report import figures
 from trace_doctor.report.html import _environment, _plotly_js, script_json
 from trace_doctor.report.json_doc import _clean
@@ -370,4 +370,4 @@ def write_fleet_html(fleet: Fleet, path: Path) -> None:
     """Write the overview to `path`, linking each run's own report relative to `path`'s folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_fleet_html(fleet, base_dir=path.parent), encoding="utf-8")
+    path.write_text(printable(render_fleet_html(fleet, base_dir=path.parent)), encoding="utf-8")

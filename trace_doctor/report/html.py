@@ -19,7 +19,7 @@ import polars as pl
 
 from trace_doctor import __version__
 from trace_doctor.derive.timekeys import parent_of
-from trace_doctor.humanize import format_seconds
+from trace_doctor.humanize import format_seconds, json_dumps, printable
 from trace_doctor.knowledge.tinker import KL_SAMPLE_TRAIN_SUFFIXES, TEACHER_KL
 from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample, figures
@@ -38,7 +38,7 @@ LAST_DUMP_TASKS = 12
 
 def script_json(value: Any) -> str:
     """JSON safe inside a <script> block: `<`, `>` and `&` as \\u escapes, so no string can close it."""
-    text = value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    text = value if isinstance(value, str) else json_dumps(value, orjson.OPT_SERIALIZE_NUMPY).decode()
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
@@ -572,7 +572,7 @@ def _document_json(result: Analysis, budget: Budget, notes: Summarised) -> str:
         notes.add(
             f"The embedded JSON holds {cap:,} of {len(warnings):,} ingest warnings (`--format json` has them all)."
         )
-    return script_json(orjson.dumps(document).decode())
+    return script_json(json_dumps(document).decode())
 
 
 def _environment() -> jinja2.Environment:
@@ -655,4 +655,4 @@ def write_html(result: Analysis, path: Path) -> None:
         text = render_html(result, budget)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    path.write_text(printable(text), encoding="utf-8")

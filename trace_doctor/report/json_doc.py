@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from trace_doctor import __version__
+from trace_doctor.humanize import json_dumps
 from trace_doctor.model import Analysis
 
 SCHEMA_VERSION = 1
@@ -54,4 +55,4 @@ def build_document(result: Analysis) -> dict[str, Any]:
 
 def render_json(result: Analysis) -> str:
     # orjson escapes nothing HTML-relevant; the HTML report re-escapes `<`, `>`, `&` when embedding.
-    return orjson.dumps(build_document(result), option=orjson.OPT_INDENT_2).decode() + "\n"
+    return json_dumps(build_document(result), orjson.OPT_INDENT_2).decode() + "\n"

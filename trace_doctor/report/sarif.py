@@ -16,6 +16,7 @@ import orjson
 import polars as pl
 
 from trace_doctor import __version__
+from trace_doctor.humanize import json_dumps
 from trace_doctor.model import Analysis, Finding
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -170,4 +171,4 @@ def build_sarif(result: Analysis) -> dict[str, Any]:
 
 
 def render_sarif(result: Analysis) -> str:
-    return orjson.dumps(build_sarif(result), option=orjson.OPT_INDENT_2).decode() + "\n"
+    return json_dumps(build_sarif(result), orjson.OPT_INDENT_2).decode() + "\n"
