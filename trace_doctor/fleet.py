@@ -8,6 +8,7 @@ own rendering of the output format asked for), so memory stays bounded by the nu
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -181,7 +182,7 @@ def _analyze_into(
         run.meta.path = source.path
         if not source.whole_folder:
             run.passed_over = [*source.passed_over, *run.passed_over]
-        base = load_run(baseline) if baseline else None
+        base = _baseline_run(baseline) if baseline else None
     except NothingToAnalyze as exc:
         report.error, report.headline = str(exc), f"not analysed: {exc}"
         return report
@@ -208,6 +209,14 @@ def _analyze_into(
         write_html(result, target)
         report.html_path = str(target)
     return report
+
+
+@functools.cache
+def _baseline_run(path: str):
+    """The baseline's tables, read once per process however many runs compare against it."""
+    from trace_doctor.api import load_run
+
+    return load_run(path)
 
 
 def default_jobs() -> int:

@@ -50,10 +50,12 @@ def live_training_rows(steps: pl.DataFrame) -> pl.DataFrame:
     return frame.sort(["segment", "step", "_order"]).drop("_order")
 
 
-def continued_segments(steps: pl.DataFrame) -> set[int]:
+def continued_segments(steps: pl.DataFrame, rows: pl.DataFrame) -> set[int]:
     """Segments whose live rows start after rows a later launch rewrote: their first live step is not
-    the start of their launch, so it cannot be that launch's warm-up."""
-    rows = live_training_rows(steps)
+    the start of their launch, so it cannot be that launch's warm-up.
+
+    `rows`: the live rows (`step_times(run)` or `live_training_rows(steps)`), not derived again here.
+    """
     if rows.is_empty() or "superseded" not in steps.columns:
         return set()
     training = steps.filter(pl.col("step").is_not_null())

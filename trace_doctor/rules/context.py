@@ -88,7 +88,7 @@ class RuleContext:
         return split_warmup(
             self.step_times,
             max_warmup_share=self.shared.max_warmup_share,
-            continued=continued_segments(self.run.steps),
+            continued=continued_segments(self.run.steps, self.step_times),
         )
 
     @cached_property
