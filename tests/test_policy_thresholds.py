@@ -435,8 +435,8 @@ PROBES: dict[tuple[str, str], Probe] = {
         main_blocked_while_holder_dumps, 5.0, "[main] silent for 3 s: fired -> passed"
     ),
     # server-side-wait
-    ("server-side-wait", "min_cycles_per_wait"): Probe(
-        pipelined_loop_served_late, 5.0, "results 4 cycles late (median): fired -> passed"
+    ("server-side-wait", "min_cycles_per_step"): Probe(
+        pipelined_loop_served_late, 5.0, "a step every 4 cycles (mean): fired -> passed"
     ),
     ("server-side-wait", "max_submit_s"): Probe(
         pipelined_loop_served_late, 0.001, "2 ms hand-offs count as slow submissions: fired -> passed"

@@ -74,7 +74,7 @@ def test_service_late_by_cycles_with_a_prompt_pipelined_client_is_server_side():
     result = analyze(run, select=["server-side-wait", "pipelining-gap", "serialization-stall"])
     (finding,) = result.findings
     assert finding.rule == "server-side-wait" and finding.severity == "info"
-    assert finding.evidence["cycles_per_wait"] > 3
+    assert finding.evidence["cycles_per_step"] > 3
     assert finding.evidence["session_ids"] == ["3f2a9c1e-77aa-4b1d-9e0c-5d6f7a8b9c0d"]
     assert "trace-doctor bundle" in finding.message
     # Results are 3-5 cycles late; a pipelined step needs two: the rest of each wait is the service's.

@@ -26,6 +26,8 @@ CANDIDATE_MIN_S = 0.01
 CANDIDATE_MAX_S = 60.0
 # R above this is a clear cluster at multiples (uniform phases give R ≈ 1/√n).
 MIN_RESULTANT = 0.8
+# Results arriving closer together than this came back in the same cycle.
+SAME_CYCLE_S = 0.002
 # A multiple of the cycle counts as observed when this share of the waits (and at least 2) sit on it.
 MIN_MULTIPLE_SHARE = 0.05
 
@@ -107,26 +109,63 @@ def _metric_waits(run: RunTables) -> np.ndarray:
     return np.array([])
 
 
+def _arrival_spacings(spans: pl.DataFrame) -> np.ndarray:
+    """Time between consecutive result arrivals (ends of wait spans), per launch.
+
+    Results are delivered at cycle boundaries, so arrivals are spaced by whole cycles even when
+    every wait is equally long (a service that runs each request a fixed number of cycles late).
+    Results of one cycle arrive together: spacings under SAME_CYCLE_S are not a spacing.
+    """
+    if spans.is_empty():
+        return np.array([])
+    ends = (
+        spans.filter(pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True))
+        .select("segment", "end_us")
+        .drop_nulls()
+        .sort("segment", "end_us")
+        .with_columns((pl.col("end_us").diff().over("segment") / 1e6).alias("gap"))
+    )
+    gaps = ends["gap"].drop_nulls().to_numpy()
+    return gaps[gaps > SAME_CYCLE_S]
+
+
+def _fit(waits: np.ndarray, source: str) -> ClockCycle | None:
+    fit = periodic_fit(waits)
+    if fit is None:
+        return None
+    period, r = fit
+    # R is ~1/sqrt(n) for phases that do not cluster: 0.85 over 20+ waits is far beyond chance.
+    confidence = (
+        "high"
+        if r >= 0.9 and len(waits) >= 20 and source.startswith("trace")
+        else "medium"
+        if r >= 0.9 or (r >= 0.85 and len(waits) >= 20)
+        else "low"
+    )
+    method = f"waits cluster at multiples ({source})"
+    if not spans_several_multiples(waits, period):
+        # Waits that all take about the same time fit any divisor of it as well: the
+        # estimate is only an upper bound on the cycle, not a measured period.
+        confidence = "low"
+        method = f"waits all near one value ({source}): an upper bound on the cycle"
+    return ClockCycle(round(period, 4), method, confidence, len(waits), round(r, 4))
+
+
 def estimate_clock_cycle(run: RunTables, override_s: float | None = None) -> ClockCycle | None:
-    """The clock cycle: the override, else a periodic fit of trace waits, else of metric waits."""
+    """The clock cycle: the override, else the first confident periodic fit of the trace's waits, of
+    the spacing of result arrivals, of metric waits; else the first (low-confidence) upper bound."""
     if override_s is not None and float(override_s) > 0:
         return ClockCycle(float(override_s), "policy override clock_cycle_s", "high")
+    bounds: list[ClockCycle] = []
     for waits, source in (
         (_trace_waits(run.spans), "trace result-wait spans"),
+        (_arrival_spacings(run.spans), "trace result arrivals"),
         (_metric_waits(run), "metrics time/step waits"),
     ):
-        fit = periodic_fit(waits)
-        if fit is None:
+        cycle = _fit(waits, source)
+        if cycle is None:
             continue
-        period, r = fit
-        confidence = (
-            "high" if r >= 0.9 and len(waits) >= 20 and source.startswith("trace") else "medium" if r >= 0.9 else "low"
-        )
-        method = f"waits cluster at multiples ({source})"
-        if not spans_several_multiples(waits, period):
-            # Waits that all take about the same time fit any divisor of it as well: the
-            # estimate is only an upper bound on the cycle, not a measured period.
-            confidence = "low"
-            method = f"waits all near one value ({source}): an upper bound on the cycle"
-        return ClockCycle(round(period, 4), method, confidence, len(waits), round(r, 4))
-    return None
+        if cycle.confidence != "low":
+            return cycle
+        bounds.append(cycle)
+    return bounds[0] if bounds else None

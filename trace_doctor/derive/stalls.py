@@ -63,3 +63,22 @@ def span_ref(row: dict) -> dict[str, Any]:
         "end_us": row["end_us"],
         "dur_s": round(row["dur_us"] / 1e6, 6),
     }
+
+
+def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
+    """Intervals inside the main task's outer span where no child span is open, per segment."""
+    main = spans.filter(
+        ((pl.col("track") == "main") | (pl.col("track") == "sync:MainThread"))
+        & (pl.col("depth") >= 1)
+        & pl.col("closed")
+        & pl.col("end_us").is_not_null()
+    )
+    # A gap opens where a span starts after every earlier span of its track has ended: the
+    # running maximum of end times, per track in start order, is how far coverage reached.
+    track = ["segment", "pid", "track"]
+    reached = (
+        main.sort([*track, "start_us", "end_us"])
+        .with_columns(pl.col("end_us").cum_max().shift(1).over(track).alias("_reached"))
+        .filter(pl.col("start_us") - pl.col("_reached") > min_gap_s * 1e6)
+    )
+    return sorted([a, b] for a, b in reached.select("_reached", "start_us").iter_rows())

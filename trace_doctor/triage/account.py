@@ -25,12 +25,13 @@ import math
 
 import polars as pl
 
+from trace_doctor.derive.intervals import length, merge, overlap
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.derive.wall import step_totals, trace_wall_time_s
 from trace_doctor.knowledge.tinker import RESULT_WAIT_PHASES, SAMPLE_CALLS
 from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, stage_of
 from trace_doctor.model import Finding
-from trace_doctor.triage.locate import finding_key, length, merge, overlap
+from trace_doctor.triage.locate import finding_key
 
 # Trainers whose step is forward-backward + optimizer only: one clock cycle per step is the optimum
 # when the loop is pipelined (the guide's clock-cycle model).

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from trace_doctor.derive.intervals import merge, overlap
 from trace_doctor.model import Finding
 
 
@@ -24,36 +25,6 @@ def step_windows(spans: pl.DataFrame) -> dict[int, tuple[float, float]]:
         .agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
     )
     return {int(s): (float(a), float(b)) for s, a, b in rows.iter_rows() if a is not None and b is not None}
-
-
-def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Sorted, non-overlapping union of intervals."""
-    out: list[tuple[float, float]] = []
-    for a, b in sorted((float(a), float(b)) for a, b in intervals if b > a):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def length(intervals: list[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in intervals)
-
-
-def overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Length of the intersection of two merged interval lists (linear merge)."""
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            total += hi - lo
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from trace_doctor.derive.dump_cadence import process_silences, silences
 from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_lines
 from trace_doctor.derive.profile_stats import StackState, stack_states
 from trace_doctor.derive.robust import median, robust_cv
-from trace_doctor.derive.stalls import merge_ranges, overlapping_spans, span_ref, stretched_round_trips
+from trace_doctor.derive.stalls import main_track_gaps, merge_ranges, overlapping_spans, span_ref, stretched_round_trips
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -227,25 +227,6 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
     return signals
 
 
-def _main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
-    """Intervals inside the main task's outer span where no child span is open, per segment."""
-    main = spans.filter(
-        ((pl.col("track") == "main") | (pl.col("track") == "sync:MainThread"))
-        & (pl.col("depth") >= 1)
-        & pl.col("closed")
-        & pl.col("end_us").is_not_null()
-    )
-    # A gap opens where a span starts after every earlier span of its track has ended: the
-    # running maximum of end times, per track in start order, is how far coverage reached.
-    track = ["segment", "pid", "track"]
-    reached = (
-        main.sort([*track, "start_us", "end_us"])
-        .with_columns(pl.col("end_us").cum_max().shift(1).over(track).alias("_reached"))
-        .filter(pl.col("start_us") - pl.col("_reached") > min_gap_s * 1e6)
-    )
-    return sorted([a, b] for a, b in reached.select("_reached", "start_us").iter_rows())
-
-
 def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
     """Gaps on the main task with no span open: untraced code ran, or the thread could not run.
 
@@ -254,7 +235,7 @@ def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
     """
     if ctx.run.spans.is_empty():
         return None
-    gaps = _main_track_gaps(ctx.run.spans, float(ctx.thresholds.min_blocked_submit_s))
+    gaps = main_track_gaps(ctx.run.spans, float(ctx.thresholds.min_blocked_submit_s))
     if not gaps:
         return None
     total = sum(b - a for a, b in gaps) / 1e6

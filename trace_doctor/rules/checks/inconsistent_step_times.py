@@ -14,6 +14,7 @@ import polars as pl
 from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.robust import robust_cv
 from trace_doctor.derive.scheduled import scheduled_work
+from trace_doctor.derive.stalls import main_track_gaps
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -121,6 +122,57 @@ def regime_findings(ctx, steady: pl.DataFrame, regimes: list, wall: float | None
     return findings
 
 
+def untraced_stalls(ctx, level_s: float, reported_steps: set[int]) -> Finding | None:
+    """Stalls between steps that no step time contains: the main task ran nothing traced for many
+    steps' worth of time (a sleep, a blocking call, untraced work). Only the trace shows them: SFT
+    steps are timed by their phases, and the stall falls between them."""
+    spans = ctx.run.spans
+    if spans.is_empty() or level_s <= 0:
+        return None
+    t = ctx.thresholds
+    gaps = main_track_gaps(spans, t.spike_ratio * level_s)
+    if not gaps:
+        return None
+    starts = (
+        spans.filter(pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(pl.col("start_us").min().alias("start_us"))
+        .sort("start_us")
+    )
+    rows: list[tuple[list[float], int | None]] = []
+    for a, b in gaps:
+        after = starts.filter(pl.col("start_us") >= b - 1)
+        step = int(after["step"][0]) if after.height else None
+        if step is not None and step in reported_steps:
+            continue  # its step time already shows it as a spike
+        rows.append(([a, b], step))
+    if not rows:
+        return None
+    seconds = sum((b - a) / 1e6 for (a, b), _ in rows)
+    (a, b), step = max(rows, key=lambda r: r[0][1] - r[0][0])
+    where = f" before step {step}" if step is not None else ""
+    return ctx.finding(
+        severity="warning",
+        title="Stall between steps, outside every timed phase",
+        message=(
+            f"The main task ran nothing traced for {(b - a) / 1e6:.1f} s{where} ({(b - a) / 1e6 / level_s:.0f}x the "
+            f"steady step of {level_s:.3g} s); {len(rows)} such stall(s), {seconds:.1f} s in all. No step time "
+            "contains them (the step is timed by its phases), so only the trace shows them: a sleep or blocking "
+            "call on the main thread, untraced work between steps, or the host suspending the process."
+        ),
+        fix=(
+            "Find what runs between steps (logging, checkpoint or eval code outside the cookbook's timers, a "
+            "time.sleep, a blocking .result()); trace or time it, and move it off the training loop."
+        ),
+        steps=sorted({s for _, s in rows if s is not None})[:MAX_LISTED_STEPS],
+        time_ranges_us=[r for r, _ in rows],
+        evidence={"stalls": [{"start_us": r[0], "end_us": r[1], "before_step": s} for r, s in rows[:20]]},
+        seconds_lost=round(seconds, 6),
+        fingerprint="inconsistent-step-times:untraced-stall",
+        confidence="medium",
+    )
+
+
 def check(ctx) -> list[Finding]:
     t = ctx.thresholds
     steady = (
@@ -161,6 +213,11 @@ def check(ctx) -> list[Finding]:
         ctx, steady, regimes, float(ctx.step_times["total_s"].drop_nulls().sum()) or None
     )
     excluded_steps = sorted(int(s) for s in excluded["step"].to_list())
+    stall = untraced_stalls(
+        ctx, median, {int(s) for s in spikes["step"].to_list()} | {int(s) for s in excluded["step"].to_list()}
+    )
+    if stall is not None:
+        findings.append(stall)
 
     if unexplained.height or cv > t.max_robust_cv:
         steps = sorted(int(s) for s in unexplained["step"].to_list())
