@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_doctor.humanize import format_seconds
-from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES
+from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME
 from trace_doctor.model import SEVERITY_RANK, Analysis, Finding, RuleOutcome
 
 FAIL_ON_LEVELS = ("never", "info", "warning", "error")
@@ -94,7 +94,8 @@ def decide_verdict(
     text = f"{', '.join(parts)}."
     if root is not None:
         share = f", {root_seconds / account['wall_time_s']:.0%} of wall time" if account else ""
-        text += f" Root cause: {root_title} (≈{format_seconds(root_seconds)}{share}); fix it first."
+        todo = "escalate it, nothing in the loop to fix" if root.rule in SERVICE_TIME else "fix it first"
+        text += f" Root cause: {root_title} (≈{format_seconds(root_seconds)}{share}); {todo}."
         if worst is not root and worst.severity == "error":
             text += f" Also: {worst.title}."
     else:
@@ -112,11 +113,12 @@ def decide_verdict(
 def root_cause(findings: list[Finding]) -> tuple[Finding | None, str, float]:
     """The cause to fix first, its name and its seconds: the rule whose findings no other finding
     explains and together cost the most (not warm-up or scheduled work, not a comparison with a
-    baseline). One rule's facets (optim_step awaited, next step awaited) are one fix, so they are
+    baseline; the service's side counts: it is what the user must escalate). One rule's facets
+    (optim_step awaited, next step awaited) are one fix, so they are
     ranked together; the seconds are the triage's non-overlapping ones."""
     by_rule: dict[str, list[Finding]] = {}
     for f in findings:
-        if f.seconds_lost and not f.explained_by and f.severity != "info":
+        if f.seconds_lost and not f.explained_by:
             if f.rule not in BENIGN_TIME | COMPARISON_RULES:
                 by_rule.setdefault(f.rule, []).append(f)
     if not by_rule:

@@ -37,7 +37,7 @@ COMPARISON_RULES = frozenset({"step-time-regression", "new-finding"})
 
 @dataclass(frozen=True)
 class SymptomOf:
-    """A symptom and the causes that can explain it.
+    """A symptom (a rule, or one finding of a rule by its fingerprint) and the causes that can explain it.
 
     `pervasive`: the symptom is about every step (steady slowness), so only a cause present on most
     steps (or measured over the whole run) explains it; otherwise a cause explains the symptom where
@@ -75,8 +75,11 @@ SYMPTOMS: tuple[SymptomOf, ...] = (
             "heartbeat-stall",
             "get-batch-bottleneck",
             "serialization-stall",
+            "server-side-wait",
         ),
     ),
+    # The SDK's own sync-from-async warning, decoded as a known error, is the blocking call's evidence.
+    SymptomOf("decoded-error:sync-from-async", ("blocking-call-in-async",)),
     # The heartbeat runs on the SDK thread: it fails when that thread is starved, or on the network.
     SymptomOf("heartbeat-stall", ("gil-stall", "blocking-call-in-async", "request-retries")),
     # A GIL stall is the mechanism; the CPU or serialization work holding the GIL is the cause.

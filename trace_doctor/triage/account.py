@@ -47,13 +47,13 @@ CONFIDENCE_WEIGHT = {"high": 1.0, "medium": 0.5, None: 0.5, "low": 0.0}
 SERVICE_SIDE_RULES = frozenset({*SERVICE_TIME, "request-retries"})
 # Losses of client work on the critical path (outside the waits for results). A pipelining gap is
 # not among them: the time a request is awaited one by one is partly the service's (the awaited
-# result) and partly the client's, so it only has the overall budget.
+# result) and partly the client's, so it only has the overall budget; so does a blocking call, which
+# is often a synchronous wait for a result the service is still computing.
 CLIENT_SIDE_RULES = frozenset(
     {
         "get-batch-bottleneck",
         "serialization-stall",
         "cpu-bound-main-thread",
-        "blocking-call-in-async",
         "gil-stall",
     }
 )

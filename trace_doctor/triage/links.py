@@ -50,7 +50,7 @@ def link_findings(findings: list[Finding], *, spans: pl.DataFrame, step_times: p
         by_rule.setdefault(f.rule, []).append(f)
     explained: dict[int, list[str]] = {}
     for symptom in SYMPTOMS:
-        for s in by_rule.get(symptom.symptom, []):
+        for s in by_rule.get(symptom.symptom, []) + [f for f in findings if f.fingerprint == symptom.symptom]:
             causes: list[Finding] = []
             for cause_rule in symptom.causes:
                 for c in by_rule.get(cause_rule, []):
