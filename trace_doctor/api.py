@@ -6,7 +6,7 @@
 >>> result.findings[0].rule, result.verdict.status
 ('decoded-error', 'error')
 >>> result.gate.tripped, result.gate.reasons
-(True, ('8 finding(s) at or above warning',))
+(True, ('9 finding(s) at or above warning',))
 """
 
 from __future__ import annotations
