@@ -9,7 +9,6 @@ but the event loop submits nothing until the call returns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -22,6 +21,7 @@ from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.signals import Signal
 
 MAX_CITED = 15
 # Innermost functions of a thread waiting synchronously: Future.result, Event/Condition.wait,
@@ -33,23 +33,12 @@ DIRECT, SUPPORTING = 2.0, 1.0
 ROUND_TRIP_STRETCH = 2.0
 
 
-@dataclass
-class Reading:
-    kind: str
-    strength: float
-    summary: str
-    evidence: dict[str, Any]
-    seconds: float | None = None
-    time_ranges_us: list[list[float]] = field(default_factory=list)
-    steps: list[int] = field(default_factory=list)
-
-
-def _sdk_warnings(ctx: RuleContext) -> Reading | None:
+def _sdk_warnings(ctx: RuleContext) -> Signal | None:
     lines = sync_from_async_lines(ctx.run.log_events)
     if not lines:
         return None
     methods = sorted({ln.values["method"] for ln in lines})
-    return Reading(
+    return Signal(
         "sync-from-async",
         DIRECT,
         f"the SDK warned {len(lines)} time(s) that a synchronous method ({', '.join(methods[:5])}) was called "
@@ -58,7 +47,7 @@ def _sdk_warnings(ctx: RuleContext) -> Reading | None:
     )
 
 
-def _main_silent(ctx: RuleContext) -> Reading | None:
+def _main_silent(ctx: RuleContext) -> Signal | None:
     t = ctx.thresholds
     found = silences(
         ctx.run.task_snapshots, min_intervals=float(t.min_silent_intervals), min_seconds=float(t.min_silence_s)
@@ -67,7 +56,7 @@ def _main_silent(ctx: RuleContext) -> Reading | None:
     if not main:
         return None
     total = sum(s.lower_bound_s for s in main)
-    return Reading(
+    return Signal(
         "main-silent",
         DIRECT,
         f"[main] task dumps stopped {len(main)} time(s) while the SDK loop's [holder] kept dumping (at least "
@@ -77,7 +66,7 @@ def _main_silent(ctx: RuleContext) -> Reading | None:
     )
 
 
-def _stack_waits(ctx: RuleContext) -> Reading | None:
+def _stack_waits(ctx: RuleContext) -> Signal | None:
     blocks: dict[tuple[str, int], dict[str, Any]] = {}
     for state in stack_states(ctx.run.stack_snapshots):
         blocks.setdefault((state.source, state.snapshot), {})[state.label] = state
@@ -91,7 +80,7 @@ def _stack_waits(ctx: RuleContext) -> Reading | None:
     if not waiting:
         return None
     calls = sorted({f"{w.function} ({w.file_path.rsplit('/', 1)[-1]}:{w.line_no})" for w in waiting})
-    return Reading(
+    return Signal(
         "stack-watchdog",
         SUPPORTING,
         f"{len(waiting)} stack-watchdog block(s) show [main] waiting synchronously in {', '.join(calls[:3])} "
@@ -100,7 +89,7 @@ def _stack_waits(ctx: RuleContext) -> Reading | None:
     )
 
 
-def _trace_blocks(ctx: RuleContext) -> Reading | None:
+def _trace_blocks(ctx: RuleContext) -> Signal | None:
     spans = ctx.run.spans
     if spans.is_empty():
         return None
@@ -126,7 +115,7 @@ def _trace_blocks(ctx: RuleContext) -> Reading | None:
     typical_us = dict(typical.iter_rows())
     excess = sum(max(r["dur_us"] - min(typical_us.get(r["name"], 0.0), r["dur_us"]), 0.0) for r in rows) / 1e6
     names = sorted({r["name"] for r in rows})
-    return Reading(
+    return Signal(
         "trace-blocked",
         SUPPORTING,
         f"{len(rows)} span(s) of submit-only SDK calls or synchronous main-thread work ({', '.join(names[:4])}) "
@@ -140,7 +129,7 @@ def _trace_blocks(ctx: RuleContext) -> Reading | None:
     )
 
 
-def _confidence(readings: list[Reading]) -> str:
+def _confidence(readings: list[Signal]) -> str:
     direct = sum(1 for r in readings if r.strength >= DIRECT)
     if direct and len(readings) >= 2:
         return "high"

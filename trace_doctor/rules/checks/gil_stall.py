@@ -9,9 +9,6 @@ verdict by how many independent signals agree and how direct each one is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import polars as pl
 
 from trace_doctor.derive.dump_cadence import process_silences, silences
@@ -23,6 +20,7 @@ from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.signals import Signal
 
 # Direct readings of a starved or blocked thread weigh 2, readings with one innocent alternative
 # (e.g. a suspended process) 1.5, corroborating ones 1, circumstantial 0.5.
@@ -34,19 +32,6 @@ MAX_CITED = 15
 # thread, while a main thread blocked in sync code leaves the SDK thread running
 # (blocking-call-in-async). Stack-watchdog blocks, heartbeats and step times only support.
 SDK_STARVED = frozenset({"gil-monitor", "holder-silent", "all-loops-silent", "trace-submit", "trace-sync"})
-
-
-@dataclass
-class Signal:
-    """One independent piece of evidence, its weight, and what it lets us estimate."""
-
-    kind: str
-    strength: float
-    summary: str
-    evidence: dict[str, Any]
-    seconds: float | None = None
-    time_ranges_us: list[list[float]] = field(default_factory=list)
-    steps: list[int] = field(default_factory=list)
 
 
 def confidence(signals: list[Signal]) -> str:
