@@ -21,12 +21,14 @@ from trace_doctor.report.figures import MAX_DEPTH_LAYERS, base_layout, phase_col
 # Colour is never the only cue: each finding also has its own lane, labelled with its card number.
 FINDING_COLOURS = ("#E69F00", "#56B4E9", "#009E73", "#CC79A7", "#0072B2", "#D55E00", "#F0E442", "#000000")
 
-# Row labels: at most this many lines of this many characters; longer names end in "…" and keep
-# their full text in the tick's tooltip and in every bar's hover.
+# Row labels: at most two lines of this many characters; longer names end in "…" and keep their
+# full text in the tick's tooltip and in every bar's hover.
 LABEL_LINE_CHARS = 22
-LABEL_LINES = 2
+# A Gantt narrower than NARROW_BELOW_PX (a phone) gets shorter labels, so the spans keep the room.
+NARROW_LABEL_LINE_CHARS = 12
+NARROW_BELOW_PX = 520
 # A generous average glyph width of the 11 px tick font, so the margin errs wide, never clipping.
-LABEL_CHAR_PX = 6.6
+LABEL_CHAR_PX = 6.0
 LABEL_PAD_PX = 14
 ROW_PX = 26
 ROW_PX_TWO_LINES = 34
@@ -42,7 +44,7 @@ SHADE_OPACITY = 0.4
 SHADE_DIMMED_OPACITY = 0.12
 LANE_DIMMED_OPACITY = 0.25
 LANE_OUTLINE = "rgba(31, 35, 40, 0.45)"
-BREAKS = re.compile(r"(?<=[\s/_.:\-])")
+BREAK_CHARS = re.compile(r"[\s/_.:\-]")
 
 
 def finding_colour(lane: int) -> str:
@@ -62,65 +64,80 @@ def ink_on(hex_colour: str) -> str:
     return "#000000" if luminance > 0.179 else "#ffffff"
 
 
-def _wrap(text: str, width: int) -> list[str]:
-    """Greedy lines of at most `width` characters, broken after spaces, slashes, dots, dashes and
-    underscores where possible and hard-split where a word is longer than a line."""
-    lines: list[str] = []
-    current = ""
-    for piece in (p for p in BREAKS.split(text) if p):
-        if len(current) + len(piece.rstrip()) <= width:
-            current += piece
-            continue
-        if current.strip():
-            lines.append(current)
-        current = ""
-        while len(piece.rstrip()) > width:
-            lines.append(piece[:width])
-            piece = piece[width:]
-        current = piece
-    if current.strip():
-        lines.append(current)
-    return [line.strip() for line in lines]
+def _first_line(text: str, width: int) -> str:
+    """The start of `text` that fits in `width`, ending after a space, slash, dot, colon, dash or
+    underscore when one falls in its second half, else cut at `width`."""
+    breaks = [m.end() for m in BREAK_CHARS.finditer(text[: width + 1]) if m.end() <= width]
+    cut = breaks[-1] if breaks and breaks[-1] > width // 2 else width
+    return text[:cut].strip()
 
 
-def label_lines(label: str, width: int = LABEL_LINE_CHARS, most: int = LABEL_LINES) -> list[str]:
-    """A row label as at most `most` lines of at most `width` characters.
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
 
-    A "thread · track" label that does not fit on one line breaks at the " · " first, so the thread
-    is on one line and the track on the next; what still does not fit ends in "…".
+
+def label_lines(label: str, width: int = LABEL_LINE_CHARS, *, split: bool = False) -> list[str]:
+    """A row label as one or two lines of at most `width` characters.
+
+    A "thread · track" label that does not fit on one line (or any, with `split`) breaks at the
+    " · ", so the thread is on one line and the track on the next, each cut to its line with "…"
+    if need be (the track tells rows apart, so it is never dropped). Any other label wraps, its
+    second line cut with "…" when the text goes on.
     """
-    if len(label) <= width:
+    label = label.strip()
+    if len(label) <= width and not (split and " · " in label):
         return [label]
-    lines = [line for part in label.split(" · ") for line in _wrap(part, width)] or [""]
-    if len(lines) > most:
-        lines = lines[:most]
-        lines[-1] = lines[-1][: width - 1].rstrip() + "…"
-    return lines
+    parts = [part.strip() for part in label.split(" · ")]
+    if len(parts) == 2:
+        return [_cut(part, width) for part in parts]
+    first = _first_line(label, width)
+    rest = label[len(first) :].strip()
+    return [first, _cut(rest, width)] if rest else [first]
 
 
-def _row_axis(rows: list[str]) -> tuple[dict[str, Any], dict[str, str], int, int]:
-    """The y axis of the span rows (full names as categories, wrapped text as tick labels), the full
-    name behind each shown label (for the page's tooltips), the row height and the left margin."""
-    shown = {row: label_lines(row) for row in rows}
-    widest = max((len(line) for lines in shown.values() for line in lines), default=0)
+def _tick_texts(rows: list[str], width: int) -> tuple[list[str], dict[str, str], int]:
+    """Tick label per row at a line width, the full name behind each shortened one (keyed by the
+    text the tick's SVG holds: its lines without breaks) and the longest line."""
+    # When one label breaks, all break at their " · ": every row reads thread above track.
+    split = any(len(row.strip()) > width for row in rows)
+    shown = {row: label_lines(row, width, split=split) for row in rows}
     tooltips: dict[str, str] = {}
     for row, lines in shown.items():
-        if lines != [row]:
-            key = "".join(lines)  # what the tick's SVG text holds: its lines without breaks
+        if lines != [row.strip()]:
+            key = "".join(lines)
             tooltips[key] = row if key not in tooltips else f"{tooltips[key]}\n{row}"
+    ticks = ["<br>".join(plot_text(line) for line in shown[row]) for row in rows]
+    widest = max((len(line) for lines in shown.values() for line in lines), default=0)
+    return ticks, tooltips, widest
+
+
+def _margin_for(chars: int) -> int:
+    return max(int(chars * LABEL_CHAR_PX) + LABEL_PAD_PX, 60)
+
+
+def _row_axis(rows: list[str]) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """The y axis of the span rows (full names as categories, wrapped text as tick labels), what the
+    page needs for the rows (tooltips; the narrow-screen labels and margin) and the row height."""
+    ticks, tooltips, widest = _tick_texts(rows, LABEL_LINE_CHARS)
+    narrow_ticks, narrow_tooltips, narrow_widest = _tick_texts(rows, NARROW_LABEL_LINE_CHARS)
     axis = {
         "type": "category",
         "categoryorder": "array",
         "categoryarray": [plot_text(row) for row in reversed(rows)],
         "tickmode": "array",
         "tickvals": [plot_text(row) for row in rows],
-        "ticktext": ["<br>".join(plot_text(line) for line in shown[row]) for row in rows],
+        "ticktext": ticks,
         # Plotly widens the margin if a label still would not fit: nothing is ever cut off.
         "automargin": True,
         "tickfont": {"size": 11},
     }
-    row_px = ROW_PX_TWO_LINES if any(len(lines) > 1 for lines in shown.values()) else ROW_PX
-    return axis, tooltips, row_px, max(int(widest * LABEL_CHAR_PX) + LABEL_PAD_PX, 60)
+    page = {
+        "row_tooltips": {**narrow_tooltips, **tooltips},
+        "wide": {"ticktext": ticks, "margin_l": _margin_for(widest)},
+        "narrow": {"ticktext": narrow_ticks, "margin_l": _margin_for(narrow_widest), "below_px": NARROW_BELOW_PX},
+    }
+    two_lines = any("<br>" in t for t in ticks + narrow_ticks)
+    return axis, page, ROW_PX_TWO_LINES if two_lines else ROW_PX
 
 
 def _span_traces(fig: go.Figure, spans: pl.DataFrame, origin_us: float, row_of: list[str], colours: dict[str, str]):
@@ -250,7 +267,7 @@ def gantt_figure(
     """
     fig = go.Figure()
     _span_traces(fig, spans, origin_us, row_of, colours)
-    row_axis, tooltips, row_px, margin_left = _row_axis(rows)
+    row_axis, rows_page, row_px = _row_axis(rows)
     rows_px = max(row_px * len(rows), MIN_ROWS_PX)
     lanes_px = (LANE_PX * len(overlays) + LANE_GAP_PX) if overlays else 0
     plot_px = rows_px + lanes_px
@@ -288,9 +305,9 @@ def gantt_figure(
         shapes=shapes,
         showlegend=False,
         hovermode="closest",
-        margin={"l": margin_left, **MARGIN},
+        margin={"l": rows_page["wide"]["margin_l"], **MARGIN},
         meta={
-            "row_tooltips": tooltips,
+            **rows_page,
             "shade_opacity": SHADE_OPACITY,
             "dimmed_shade_opacity": SHADE_DIMMED_OPACITY,
             "dimmed_opacity": LANE_DIMMED_OPACITY,
