@@ -30,6 +30,8 @@ NARROW_BELOW_PX = 520
 # A generous average glyph width of the 11 px tick font, so the margin errs wide, never clipping.
 LABEL_CHAR_PX = 6.0
 LABEL_PAD_PX = 14
+# Invisible ticks keep the labels a few pixels off the bars that start at the plot's left edge.
+LABEL_STANDOFF = {"ticks": "outside", "ticklen": 6, "tickcolor": "rgba(0, 0, 0, 0)"}
 ROW_PX = 26
 ROW_PX_TWO_LINES = 34
 # The spans area never shrinks below this, so one row still reads as a timeline.
@@ -130,6 +132,7 @@ def _row_axis(rows: list[str]) -> tuple[dict[str, Any], dict[str, Any], int]:
         # Plotly widens the margin if a label still would not fit: nothing is ever cut off.
         "automargin": True,
         "tickfont": {"size": 11},
+        **LABEL_STANDOFF,
     }
     page = {
         "row_tooltips": {**narrow_tooltips, **tooltips},
@@ -333,6 +336,7 @@ def gantt_figure(
                 "tickvals": [lanes - k - 0.5 for k in range(lanes)],
                 "ticktext": [f'<span style="color:{o["colour"]}">■</span> {lane_label(o)}' for o in overlays],
                 "tickfont": {"size": 11},
+                **LABEL_STANDOFF,
                 "showgrid": False,
                 "zeroline": False,
                 "fixedrange": True,
