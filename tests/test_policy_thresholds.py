@@ -28,7 +28,14 @@ from conftest import ROOT, fixture_run
 from rule_helpers import run_from_rows
 
 from trace_doctor.api import analyze, load_run
-from trace_doctor.model import FRAMES_SCHEMA, LOG_EVENTS_SCHEMA, PROFILES_SCHEMA, SPANS_SCHEMA, RunTables
+from trace_doctor.model import (
+    FRAMES_SCHEMA,
+    LOG_EVENTS_SCHEMA,
+    PROFILES_SCHEMA,
+    SPANS_SCHEMA,
+    TASK_SNAPSHOTS_SCHEMA,
+    RunTables,
+)
 from trace_doctor.policy import RULE_POLICIES, Policy, SharedPolicy
 from trace_doctor.rules.engine import run_rules
 
@@ -299,6 +306,63 @@ def checkpoint_in_next_step() -> RunTables:
     return run_from_rows(rows)
 
 
+@cache
+def main_blocked_while_holder_dumps() -> RunTables:
+    """[main] silent for 3 s (3 dump intervals) while the SDK loop's [holder] dumps every second."""
+    t0 = datetime(2026, 3, 5, 12, 0, 0)
+    schedule = [(t, label) for t in range(0, 5) for label in ("holder", "main")]
+    schedule += [(t, "holder") for t in range(5, 8)]
+    schedule += [(t, label) for t in range(8, 12) for label in ("holder", "main")]
+    rows = [
+        {
+            "source": "stdout.txt",
+            "line": 10 * i + 1,
+            "timestamp": t0 + timedelta(seconds=offset),
+            "label": label,
+            "snapshot": i,
+            "task_count": 1,
+            "interval_s": 1.0,
+            "task_name": "Task-1",
+            "state": "pending",
+            "coroutine": "<coroutine object x>",
+        }
+        for i, (offset, label) in enumerate(schedule)
+    ]
+    run = RunTables()
+    run.task_snapshots = pl.DataFrame(rows, schema=TASK_SNAPSHOTS_SCHEMA)
+    return run
+
+
+@cache
+def pipelined_loop_served_late() -> RunTables:
+    """A pipelined SFT loop (step k+1 submitted before step k's results are awaited, optim right behind
+    forward_backward, 2 ms hand-offs) whose results come 3-5 cycles of 0.1 s late; one transition in ten
+    is sequential (90% pipelined)."""
+    cycles = [3, 4, 5, 4, 3, 5, 4, 3, 4, 5] * 2
+    spans: list[dict] = []
+
+    def submit(step: int, at: float) -> float:
+        spans.append(_span("submit_batch", at, 0.006, step=step))
+        spans.append(_span("forward_backward_async", at + 0.001, 0.002, step=step))
+        spans.append(_span("optim_step_async", at + 0.003, 0.002, step=step))
+        return at + 0.007
+
+    t = submit(0, 0.0)
+    for step, k in enumerate(cycles):
+        sequential = step % 10 == 9  # the next step submitted only after this one's results
+        if not sequential and step + 1 < len(cycles):
+            t = submit(step + 1, t)
+        spans.append(_span("finish_batch", t, k * 0.1 + 0.001, step=step))
+        spans.append(_span("step", t, k * 0.1, step=step))
+        t += k * 0.1 + 0.002
+        if sequential and step + 1 < len(cycles):
+            t = submit(step + 1, t)
+    spans.insert(0, _span("main", 0.0, max(s["end_us"] for s in spans) / 1e6))
+    run = _traced(spans)
+    run.meta.trainer = "sl"
+    return run
+
+
 # --- the probe table --------------------------------------------------------------------------
 
 
@@ -355,10 +419,30 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("gil-stall", "min_silent_intervals"): Probe("sl_gil_stall", 5.0, "all-loops-silent episodes: 2 -> 1"),
     ("gil-stall", "min_silence_s"): Probe("sl_gil_stall", 2.0, "all-loops-silent episodes: 2 -> 1"),
     ("gil-stall", "min_blocked_submit_s"): Probe(
-        "sl_steady_slow", 0.1, "30 forward_backward spans over 0.1 s: passed -> fired (confidence low)"
+        submit_blocked_while_sampling, 1.5, "the 1.2 s submit during a stretched round trip no longer counts: passed"
     ),
     ("gil-stall", "round_trip_stretch_ratio"): Probe(
-        submit_blocked_while_sampling, 3.0, "a 2.5x round trip no longer corroborates the blocked submit: medium -> low"
+        submit_blocked_while_sampling, 3.0, "a 2.5x round trip no longer shows the SDK thread stalled too: passed"
+    ),
+    # blocking-call-in-async
+    ("blocking-call-in-async", "min_blocked_s"): Probe(
+        "sl_steady_slow", 0.1, "30 forward_backward submits of 0.16 s block the caller: passed -> fired"
+    ),
+    ("blocking-call-in-async", "min_silent_intervals"): Probe(
+        main_blocked_while_holder_dumps, 4.0, "[main] silent for 3 dump intervals: fired -> passed"
+    ),
+    ("blocking-call-in-async", "min_silence_s"): Probe(
+        main_blocked_while_holder_dumps, 5.0, "[main] silent for 3 s: fired -> passed"
+    ),
+    # server-side-wait
+    ("server-side-wait", "min_cycles_per_wait"): Probe(
+        pipelined_loop_served_late, 5.0, "results 4 cycles late (median): fired -> passed"
+    ),
+    ("server-side-wait", "max_submit_s"): Probe(
+        pipelined_loop_served_late, 0.001, "2 ms hand-offs count as slow submissions: fired -> passed"
+    ),
+    ("server-side-wait", "min_pipelined_share"): Probe(
+        pipelined_loop_served_late, 0.96, "18 of 19 transitions pipelined no longer rule the client out: passed"
     ),
     ("gil-stall", "step_time_max_robust_cv"): Probe(
         "sl_gil_stall", 0.01, "a robust CV of 0.03 becomes a sixth, supporting signal"
@@ -381,6 +465,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("serialization-stall", "min_seconds"): Probe(
         profile_serializing, 3.0, "2.5 s (25%) of serialization: fired -> passed"
+    ),
+    ("serialization-stall", "max_submit_median_s"): Probe(
+        "sl_steady_slow", 0.2, "forward_backward submits of 0.16 s (median) no longer count: fired -> passed"
     ),
     # cpu-bound-main-thread
     ("cpu-bound-main-thread", "min_share"): Probe("demo", 0.5, "43% of the profile in CPU code: fired -> passed"),

@@ -114,7 +114,7 @@ def test_caller_track_strips_private_sdk_call_tracks_only():
     """0.6.1 puts each SDK call on `<caller>:<call>:<tid>` (tid >= 1e6); pairing fb with optim needs the caller."""
     import polars as pl
 
-    from trace_doctor.rules.checks.pipelining_gap import caller_track
+    from trace_doctor.derive.pipelining import caller_track
 
     frame = pl.DataFrame(
         {

@@ -3,7 +3,7 @@
     >>> from trace_doctor import analyze, load_run, sample_run_path
     >>> result = analyze(load_run(sample_run_path()))
     >>> print(result.verdict.headline)  # doctest: +ELLIPSIS
-    1 error, 7 warnings. Worst: Known error: prompt too long. Costliest: ...
+    1 error, 7 warnings. Root cause: Calls awaited one by one instead of pipelined (...); fix it first. ...
 
 The names below are the public API; everything else is internal and may change.
 """

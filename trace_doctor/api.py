@@ -171,8 +171,25 @@ def analyze(
         from trace_doctor.comparison import compare_with_baseline
 
         compare_with_baseline(result, baseline, select=rule_select, ignore=rule_ignore, policy=chosen.policy)
+    _triage(result, ctx)
     _decide(result, chosen)
     return result
+
+
+def _triage(result: Analysis, ctx) -> None:
+    """Link symptoms to causes and give each lost second to one cause (trace_doctor.triage)."""
+    from trace_doctor.triage import triage
+
+    result.findings, account = triage(
+        result.findings,
+        wall_s=ctx.wall_s,
+        spans=ctx.run.spans,
+        step_times=ctx.step_times,
+        trainer=ctx.run.meta.trainer,
+        clock_cycle=ctx.clock_cycle,
+    )
+    result.findings.sort(key=lambda f: f.sort_key())
+    result.summary["account"] = account
 
 
 def compare(

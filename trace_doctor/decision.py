@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_doctor.humanize import format_seconds
+from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES
 from trace_doctor.model import SEVERITY_RANK, Analysis, Finding, RuleOutcome
 
 FAIL_ON_LEVELS = ("never", "info", "warning", "error")
@@ -28,7 +29,7 @@ class Verdict:
     checked: int  # rules that ran to a judgement (passed)
     total: int  # rules selected
     worst: Finding | None = None
-    costliest: Finding | None = None
+    costliest: Finding | None = None  # the root cause: costliest finding no other finding explains
 
     @property
     def limited(self) -> bool:
@@ -57,11 +58,13 @@ class Gate:
         return self.fail_on != "never" and SEVERITY_RANK[finding.severity] >= SEVERITY_RANK[self.fail_on]
 
 
-def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome]) -> Verdict:
-    """Counts by severity, the worst finding, the costliest one; "limited" when little could be checked.
+def decide_verdict(
+    findings: list[Finding], outcomes: list[RuleOutcome], account: dict[str, Any] | None = None
+) -> Verdict:
+    """Counts by severity, the worst finding, the root cause; "limited" when little could be checked.
 
-    Seconds lost are never summed across findings: several rules explain the same idle time (a GIL
-    stall is also a heartbeat stall and a slow step), so a sum would overstate the cost.
+    The root cause is ranked by the triage's non-overlapping seconds (trace_doctor.triage): a symptom
+    that another finding explains is never the headline.
     """
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     checked = sum(1 for o in outcomes if o.status == "passed")
@@ -87,13 +90,48 @@ def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome]) -> Verd
         )
     parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
     worst = findings[0]
-    text = f"{', '.join(parts)}. Worst: {worst.title}."
-    costly = [f for f in findings if f.seconds_lost and f.severity != "info"]
-    top = max(costly, key=lambda f: (f.seconds_lost, f.code)) if costly else None
-    if top is not None:
-        share = f", {top.fraction_of_wall:.0%} of wall time" if top.fraction_of_wall else ""
-        text += f" Costliest: {top.title} (≈{format_seconds(top.seconds_lost)}{share})."
-    return Verdict(worst.severity, text, counts, checked, total, worst=worst, costliest=top)
+    root, root_title, root_seconds = root_cause(findings)
+    text = f"{', '.join(parts)}."
+    if root is not None:
+        share = f", {root_seconds / account['wall_time_s']:.0%} of wall time" if account else ""
+        text += f" Root cause: {root_title} (≈{format_seconds(root_seconds)}{share}); fix it first."
+        if worst is not root and worst.severity == "error":
+            text += f" Also: {worst.title}."
+    else:
+        text += f" Worst: {worst.title}."
+    if account and root is not None:
+        low, high = account["counterfactual"]["range_s"]
+        wall = account["wall_time_s"]
+        around = (
+            format_seconds(low) if abs(high - low) < 0.05 * wall else f"{format_seconds(low)}–{format_seconds(high)}"
+        )
+        text += f" With every fix: ≈{around} instead of {format_seconds(wall)}."
+    return Verdict(worst.severity, text, counts, checked, total, worst=worst, costliest=root)
+
+
+def root_cause(findings: list[Finding]) -> tuple[Finding | None, str, float]:
+    """The cause to fix first, its name and its seconds: the rule whose findings no other finding
+    explains and together cost the most (not warm-up or scheduled work, not a comparison with a
+    baseline). One rule's facets (optim_step awaited, next step awaited) are one fix, so they are
+    ranked together; the seconds are the triage's non-overlapping ones."""
+    by_rule: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.seconds_lost and not f.explained_by and f.severity != "info":
+            if f.rule not in BENIGN_TIME | COMPARISON_RULES:
+                by_rule.setdefault(f.rule, []).append(f)
+    if not by_rule:
+        return None, "", 0.0
+    rule, group = max(by_rule.items(), key=lambda kv: (sum(f.seconds_lost for f in kv[1]), kv[0]))
+    top = max(group, key=lambda f: (f.seconds_lost, f.code))
+    title = top.title if len(group) == 1 else rule_title(rule, top.title)
+    return top, title, sum(f.seconds_lost for f in group)
+
+
+def rule_title(slug: str, fallback: str) -> str:
+    from trace_doctor.rules.engine import lookup
+
+    rule = lookup(slug)
+    return rule.title if rule is not None else fallback
 
 
 def decide_gate(
@@ -133,7 +171,7 @@ def decide_gate(
 
 def decide(result: Analysis, *, fail_on: str = "never", fail_on_inconclusive: bool = False) -> Analysis:
     """Set `result.verdict` and `result.gate` from its findings, outcomes and baseline comparison."""
-    result.verdict = decide_verdict(result.findings, result.outcomes)
+    result.verdict = decide_verdict(result.findings, result.outcomes, result.summary.get("account"))
     result.gate = decide_gate(
         result.findings, result.baseline, fail_on=fail_on, fail_on_inconclusive=fail_on_inconclusive
     )

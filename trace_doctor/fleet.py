@@ -194,6 +194,10 @@ def _analyze_into(
     if lead is not None:
         report.main_finding = {"rule": lead.rule, "code": lead.code, "title": lead.title, "severity": lead.severity}
         report.seconds_lost = lead.seconds_lost
+    account = result.summary.get("account")
+    if account and account["lost_s"]:
+        # The triage's seconds never overlap, so a run's loss is their sum (problems only, not warm-up).
+        report.seconds_lost = account["lost_s"]
     report.config = _config_subset(run.meta.config, run.meta.to_dict())
     report.step_series = _series(result.derived.get("step_times"))
     if fmt in PER_RUN_FORMATS:

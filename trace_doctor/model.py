@@ -253,6 +253,8 @@ class Finding:
     fraction_of_wall: float | None = None
     confidence: str | None = None  # low | medium | high, where a rule combines evidence
     fingerprint: str | None = None  # rule + what it is about, stable across runs (baseline)
+    # Keys (fingerprints) of the findings that explain this one: a symptom names its causes (triage).
+    explained_by: list[str] = field(default_factory=list)
 
     def sort_key(self) -> tuple:
         return (
@@ -277,6 +279,7 @@ class Finding:
             "fix": self.fix,
             "confidence": self.confidence,
             "fingerprint": self.fingerprint or self.rule,
+            "explained_by": list(self.explained_by),
         }
 
 

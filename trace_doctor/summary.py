@@ -7,41 +7,19 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.derive.wall import step_totals
 from trace_doctor.rules.context import RuleContext
 
 
-def _finite(value: Any) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def trace_wall_time_s(spans: pl.DataFrame) -> float | None:
-    """Wall time covered by the trace: the extent of each segment's spans, summed."""
-    if spans.is_empty():
-        return None
-    extent = spans.group_by("segment").agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
-    total = (extent["b"] - extent["a"]).sum()
-    return _finite(total / 1e6) if total is not None else None
-
-
 def _rounded(value: Any) -> float | None:
-    value = _finite(value)
-    return None if value is None else round(value, 6)
+    if value is None or not math.isfinite(float(value)):
+        return None
+    return round(float(value), 6)
 
 
 def summarize(ctx: RuleContext) -> dict[str, Any]:
-    times = ctx.step_times
-    totals = (
-        times["total_s"].drop_nulls().drop_nans() if "total_s" in times.columns else pl.Series([], dtype=pl.Float64)
-    )
-    wall = _finite(totals.sum()) if len(totals) else None
-    # The trace is a wall clock; summed step totals are not when timers overlap (legacy pipelined
-    # SFT's time/total spans two iterations) or leave time out (async RL excludes data waits).
-    traced = trace_wall_time_s(ctx.run.spans)
-    if traced is not None:
-        wall = traced
+    totals = step_totals(ctx.step_times)
+    wall = ctx.wall_s
     split = ctx.warmup
     steady = (
         split.steady["total_s"].drop_nulls().drop_nans()

@@ -25,6 +25,8 @@ PAUSED = re.compile(
     r"|The job was paused due to billing status for (?P<seconds>[\d.]+) seconds)"
     r"(?:.*?Reason: (?P<reason>[^.]+))?"
 )
+# tinker.lib.sync_only: a blocking SDK method called on a running event loop (FORMATS.md 3.x table).
+SYNC_FROM_ASYNC = re.compile(r"Synchronous method '?(?P<method>[\w.]+)\(\)'? called from async context")
 STUCK = re.compile(r"No progress made in (?P<seconds>[\d.]+)s")
 SERIALIZATION_VERDICT = re.compile(r"^\s*(?P<verdict>PASS|WARNING|FAIL):")
 
@@ -106,6 +108,17 @@ def heartbeat_lines(log_events: pl.DataFrame) -> list[LogLine]:
                 {"seconds": float(match["seconds"]), "session": match["session"]},
             )
         )
+    return found
+
+
+def sync_from_async_lines(log_events: pl.DataFrame) -> list[LogLine]:
+    """The SDK's own warnings that a synchronous method was called from async code."""
+    found = []
+    for row in _rows(log_events):
+        message = row.get("message") or ""
+        match = SYNC_FROM_ASYNC.search(message)
+        if match:
+            found.append(LogLine(row["source"], row.get("line"), message, {"method": match["method"]}))
     return found
 
 

@@ -6,7 +6,8 @@ is kept when it lowers the squared error by more than a BIC-like penalty `2·σ�
 parameters per split — where and the new level — in −2·log-likelihood units of SSE/σ²), with σ
 estimated robustly as 1.4826·MAD of first differences / √2, so level shifts and a few spikes do
 not inflate it. The warm-up is the longest run of leading segments that are all slower than the
-steps that follow them, capped at the policy's `max_warmup_share` of the segment's steps; nothing
+steps that follow them and decay (a slow block after faster steps is a stall, never warm-up),
+capped at the policy's `max_warmup_share` of the segment's steps; nothing
 is skipped by a fixed count. A resumed segment gets its own warm-up.
 """
 
@@ -59,10 +60,15 @@ def work_seconds(step_times: pl.DataFrame) -> pl.Expr:
     every eval step is slow; it is periodic work, not warm-up. The floor keeps a step whose time
     is almost all eval on the log scale.
     """
-    periodic = [f"phase:{n}" for n in PERIODIC_PHASES if f"phase:{n}" in step_times.columns]
+    # A phase timed top-level or nested inside another (e.g. evals inside the step's window) counts once.
+    periodic = [
+        pl.coalesce([pl.col(c) for c in (f"phase:{n}", f"inner:{n}") if c in step_times.columns]).fill_null(0.0)
+        for n in PERIODIC_PHASES
+        if f"phase:{n}" in step_times.columns or f"inner:{n}" in step_times.columns
+    ]
     if not periodic:
         return pl.col("total_s")
-    scheduled = pl.sum_horizontal([pl.col(c).fill_null(0.0) for c in periodic])
+    scheduled = pl.sum_horizontal(periodic)
     return pl.max_horizontal(pl.col("total_s") - scheduled, pl.col("total_s") * WORK_FLOOR_SHARE)
 
 
@@ -105,15 +111,20 @@ def following_window(n: int, max_share: float) -> int:
     return max(MIN_POINTS * 3, int(math.ceil(max_share * n)))
 
 
-def warmup_length(x: np.ndarray, cps: list[int], max_share: float) -> int:
-    """Number of leading points in the warm-up: leading segments all slower than what follows."""
+def warmup_length(x: np.ndarray, cps: list[int], max_share: float, tolerance: float = 0.0) -> int:
+    """Number of leading points in the warm-up: leading segments all slower than what follows, and
+    decaying — each no faster than the one after it (within `tolerance`, on the log scale). A slow
+    block after faster steps is a stall, not warm-up: the warm-up ends before it."""
     n = len(x)
     limit = max(1, int(math.floor(max_share * n)))
     best = 0
     bounds = [0, *cps, n]
+    levels = [float(np.mean(x[bounds[i] : bounds[i + 1]])) for i in range(len(bounds) - 1)]
     for j in range(1, len(bounds) - 1):
         end = bounds[j]
         if end > limit:
+            break
+        if j >= 2 and levels[j - 1] > levels[j - 2] + tolerance:
             break
         # Compared with the steps that follow it, not the whole rest: a run that slows down
         # later (a mid-run regime change) must not hide its warm-up.
@@ -150,7 +161,7 @@ def split_warmup(
         cps = change_points(x, penalty)
         # A launch's warm-up is at its start; a segment continued after a relaunch rewrote its first
         # steps has none left to judge.
-        length = 0 if segment in continued else warmup_length(x, cps, max_warmup_share)
+        length = 0 if segment in continued else warmup_length(x, cps, max_warmup_share, noise_sigma(x))
         warm_keys += [(segment, s) for s in steps[:length]]
         splits.append(
             SegmentSplit(segment, length, steps[length] if length < len(steps) else None, [steps[c] for c in cps])

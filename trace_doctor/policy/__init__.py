@@ -30,9 +30,10 @@ from trace_doctor.policy.profiles import (
     SerializationStallPolicy,
 )
 from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
-from trace_doctor.policy.service import RequestRetriesPolicy
+from trace_doctor.policy.service import RequestRetriesPolicy, ServerSideWaitPolicy
 from trace_doctor.policy.shared import SharedPolicy
 from trace_doctor.policy.timing import (
+    BlockingCallPolicy,
     GetBatchBottleneckPolicy,
     GilStallPolicy,
     HeartbeatStallPolicy,
@@ -54,6 +55,8 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "warmup-slowness": WarmupSlownessPolicy,
         "steady-slowness": SteadySlownessPolicy,
         "gil-stall": GilStallPolicy,
+        "server-side-wait": ServerSideWaitPolicy,
+        "blocking-call-in-async": BlockingCallPolicy,
         "heartbeat-stall": HeartbeatStallPolicy,
         "serialization-stall": SerializationStallPolicy,
         "cpu-bound-main-thread": CpuBoundMainThreadPolicy,

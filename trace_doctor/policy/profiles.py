@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trace_doctor.policy.schema import SHARE, threshold
+from trace_doctor.policy.schema import POSITIVE, SHARE, threshold
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,15 @@ class SerializationStallPolicy:
         bounds=SHARE,
     )
     min_seconds: float = threshold(0.2, unit="s", why="Less in absolute terms is not worth a finding.")
+    max_submit_median_s: float = threshold(
+        0.05,
+        unit="s",
+        why=(
+            "forward_backward/optim_step only build the request and hand it to the SDK thread (milliseconds); "
+            "a median this long on every call is the payload being built and serialized on the caller."
+        ),
+        bounds=POSITIVE,
+    )
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, threshold
+from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, SHARE, threshold
 
 
 @dataclass(frozen=True)
@@ -22,4 +22,30 @@ class RequestRetriesPolicy:
         why="With timestamped log lines: a burst this dense in one minute is throttling even when the run's "
         "total stays under frequent_retries (the SDK's backoff starts at 0.5 s and caps at 10 s).",
         bounds=POSITIVE,
+    )
+
+
+@dataclass(frozen=True)
+class ServerSideWaitPolicy:
+    min_cycles_per_wait: float = threshold(
+        3.0,
+        unit="clock cycles",
+        why=(
+            "A pipelined forward_backward + optim_step is served in one or two clock cycles (the guide's "
+            "clock-cycle model); a median result wait of three or more, with prompt submissions, was spent "
+            "queued on the service side."
+        ),
+        bounds=AT_LEAST_ONE,
+    )
+    max_submit_s: float = threshold(
+        0.05,
+        unit="s",
+        why="Submissions slower than this are a client-side cause (serialization-stall), not the service's.",
+        bounds=POSITIVE,
+    )
+    min_pipelined_share: float = threshold(
+        0.8,
+        unit="share of steps",
+        why="Only a loop that pipelines nearly every step rules out the client: otherwise it is pipelining-gap.",
+        bounds=SHARE,
     )

@@ -121,6 +121,28 @@ class GilStallPolicy:
 
 
 @dataclass(frozen=True)
+class BlockingCallPolicy:
+    min_blocked_s: float = threshold(
+        0.5,
+        unit="s",
+        why=(
+            "A submit-only SDK call or a synchronous main-thread span this long blocked the event loop for "
+            "several scheduling quanta; shorter is payload building noise."
+        ),
+        bounds=POSITIVE,
+    )
+    min_silent_intervals: float = threshold(
+        2.5,
+        unit="dump intervals",
+        why="[main] silent this long while [holder] keeps dumping missed more than scheduling jitter.",
+        bounds=POSITIVE,
+    )
+    min_silence_s: float = threshold(
+        0.5, unit="s", why="A shorter dump silence is scheduling noise, not a blocked loop worth reporting."
+    )
+
+
+@dataclass(frozen=True)
 class HeartbeatStallPolicy:
     min_warnings: int = threshold(
         1,

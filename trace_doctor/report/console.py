@@ -14,6 +14,8 @@ from rich.table import Table
 
 from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, RunTables
+from trace_doctor.triage.locate import finding_key
+from trace_doctor.triage.tree import diagnosis_order
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_WARNINGS_SHOWN = 8
@@ -100,6 +102,27 @@ def ingest_account(run: RunTables) -> str:
     return "\n".join(lines)
 
 
+def _indented(block: str, indent: str) -> str:
+    return "\n".join(indent + line if line else line for line in block.split("\n")) if indent else block
+
+
+def account_line(account: dict) -> str:
+    """Where the wall time went, in one sentence (the triage's account)."""
+    wall = account["wall_time_s"]
+    parts = []
+    if account.get("useful_service_s") is not None:
+        parts.append(f"service work {format_seconds(account['useful_service_s'])}")
+    by_rule: dict[str, float] = {}
+    for row in account["causes"]:
+        by_rule[row["rule"]] = by_rule.get(row["rule"], 0.0) + row["seconds"]
+    parts += [f"{rule} {format_seconds(seconds)}" for rule, seconds in sorted(by_rule.items(), key=lambda kv: -kv[1])]
+    if account["unexplained_s"] >= 0.005 * wall:
+        parts.append(f"unexplained {format_seconds(account['unexplained_s'])}")
+    low, high = account["counterfactual"]["range_s"]
+    fixed = format_seconds(low) if abs(high - low) < 0.05 * wall else f"{format_seconds(low)}–{format_seconds(high)}"
+    return f"{format_seconds(wall)} of wall = " + " + ".join(parts) + f"; with every fix ≈{fixed}."
+
+
 def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     """The terminal report; rules that had no input are one line unless `show_skipped` lists why."""
     buffer = io.StringIO()
@@ -129,22 +152,43 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     out.print(escape(ingest_account(run)), soft_wrap=True)  # paths stay whole, never folded
     out.print()
     out.print(f"[bold]Verdict:[/] {escape(result.verdict.headline)}")
-    for finding in result.findings:
+    account = summary.get("account")
+    if account and account["causes"]:
+        out.print(f"[bold]Time:[/] {escape(account_line(account))}")
+    rule_of = {finding_key(f): f.rule for f in result.findings}
+    for finding, depth in diagnosis_order(result.findings):
         out.print()
+        indent = "    " * min(depth, 2)
         style = SEVERITY_STYLE[finding.severity]
         lost = f" · lost {format_seconds(finding.seconds_lost)}" if finding.seconds_lost else ""
         share = f" ({finding.fraction_of_wall:.0%} of wall)" if finding.fraction_of_wall else ""
         confidence = f" · confidence {finding.confidence}" if finding.confidence else ""
+        arrow = "↳ " if depth else ""
         out.print(
-            f"[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — "
+            f"{indent}{arrow}[{style}]{finding.severity.upper():<7}[/] [bold]{finding.code} {finding.rule}[/] — "
             f"{escape(finding.title)}{lost}{share}{confidence}"
         )
-        out.print(_block(finding.message, width=width))
+        body = width - len(indent)
+        if finding.explained_by:
+            out.print(
+                _indented(
+                    _block(
+                        "explained by: "
+                        + ", ".join(dict.fromkeys(rule_of.get(k, k) for k in finding.explained_by))
+                        + " (its time is counted there)",
+                        width=body,
+                        label="explained by:",
+                        style="cyan",
+                    ),
+                    indent,
+                )
+            )
+        out.print(_indented(_block(finding.message, width=body), indent))
         if finding.steps:
             shown = ", ".join(str(s) for s in finding.steps[:12])
             more = f" … (+{len(finding.steps) - 12})" if len(finding.steps) > 12 else ""
-            out.print(_block(f"steps: {shown}{more}", width=width, label="steps:", style="dim"))
-        out.print(_block(f"fix: {finding.fix}", width=width, label="fix:", style="green"))
+            out.print(_indented(_block(f"steps: {shown}{more}", width=body, label="steps:", style="dim"), indent))
+        out.print(_indented(_block(f"fix: {finding.fix}", width=body, label="fix:", style="green"), indent))
     errors = [o for o in result.outcomes if o.status == "error"]
     skipped = [o for o in result.outcomes if o.status == "not_applicable"]
     quiet = errors + skipped if show_skipped else errors

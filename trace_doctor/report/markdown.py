@@ -11,6 +11,8 @@ import html
 from trace_doctor import __version__
 from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, Finding
+from trace_doctor.triage.locate import finding_key
+from trace_doctor.triage.tree import diagnosis_order
 
 MAX_BYTES = 1024 * 1024
 MAX_FINDINGS = 60
@@ -115,10 +117,19 @@ def _findings(findings: list[Finding]) -> list[str]:
     if not findings:
         return ["", "## Findings", "", "No problems found by the rules that could run."]
     lines = ["", f"## Findings ({len(findings)})", "", "| | code | rule | finding | cost |", "|---|---|---|---|---:|"]
-    for f in findings[:MAX_FINDINGS]:
+    rule_of = {finding_key(f): f.rule for f in findings}
+    ordered = diagnosis_order(findings)
+    findings = [f for f, _ in ordered]
+    for f, depth in ordered[:MAX_FINDINGS]:
+        under = "↳ " * min(depth, 2)
+        cost = (
+            "in " + ", ".join(dict.fromkeys(f"`{rule_of.get(k, k)}`" for k in f.explained_by))
+            if f.explained_by
+            else format_seconds(f.seconds_lost)
+        )
         lines.append(
-            f"| {SEVERITY_ICON[f.severity]} {f.severity} | {f.code} | `{f.rule}` | {cell(f.title, 200)} | "
-            f"{format_seconds(f.seconds_lost)} |"
+            f"| {SEVERITY_ICON[f.severity]} {f.severity} | {f.code} | {under}`{f.rule}` | {cell(f.title, 200)} | "
+            f"{cost} |"
         )
     if len(findings) > MAX_FINDINGS:
         lines.append(f"\n… and {len(findings) - MAX_FINDINGS} more finding(s), all listed in `--format json`.")
@@ -171,9 +182,35 @@ def _warnings(result: Analysis) -> list[str]:
     return lines
 
 
+def _account(result: Analysis) -> list[str]:
+    """Where the wall time went (the triage's account), and the run time with every fix."""
+    account = (result.summary or {}).get("account")
+    if not account or not account["causes"]:
+        return []
+    lines = ["", "## Where the time went", "", "| | seconds | share |", "|---|---:|---:|"]
+    wall = account["wall_time_s"]
+
+    def row(label: str, seconds: float) -> None:
+        lines.append(f"| {label} | {format_seconds(seconds)} | {seconds / wall:.0%} |")
+
+    if account.get("useful_service_s") is not None:
+        row("service work", account["useful_service_s"])
+    for cause in account["causes"]:
+        kind = "" if cause["kind"] == "loss" else f" ({cell(cause['kind'])}, not a problem to fix)"
+        row(f"`{cause['rule']}` — {cell(cause['title'], 120)}{kind}", cause["seconds"])
+    row("unexplained", account["unexplained_s"])
+    low, high = account["counterfactual"]["range_s"]
+    fixed = f"{format_seconds(low)}–{format_seconds(high)}"
+    lines += ["", f"With every fix: **≈{fixed}** instead of {format_seconds(wall)}."]
+    return lines
+
+
 def render_markdown(result: Analysis) -> str:
     lines = ["# trace-doctor", "", gate_line(result), ""]
+    if result.verdict is not None:
+        lines += [f"**Diagnosis:** {cell(result.verdict.headline, 600)}", ""]
     lines += _summary(result)
+    lines += _account(result)
     if result.baseline:
         lines += _baseline(result.baseline)
     lines += _findings(result.findings)

@@ -92,6 +92,13 @@ class RuleContext:
         )
 
     @cached_property
+    def wall_s(self) -> float | None:
+        """The run's wall time, one definition for every rule and output (derive.wall)."""
+        from trace_doctor.derive.wall import wall_time_s
+
+        return wall_time_s(self.run.spans, self.step_times)
+
+    @cached_property
     def clock_cycle(self):
         """Service clock-cycle estimate from the trace, or the configured shared knob (derive.cycles)."""
         from trace_doctor.derive.cycles import estimate_clock_cycle

@@ -18,7 +18,8 @@ from trace_doctor.derive.dump_cadence import process_silences, silences
 from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_lines
 from trace_doctor.derive.profile_stats import StackState, stack_states
 from trace_doctor.derive.robust import median, robust_cv
-from trace_doctor.knowledge.tinker import SAMPLING_CALLS, SUBMIT_ONLY_CALLS
+from trace_doctor.derive.stalls import merge_ranges, overlapping_spans, span_ref, stretched_round_trips
+from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
@@ -26,9 +27,13 @@ from trace_doctor.rules.context import RuleContext
 # Direct readings of a starved or blocked thread weigh 2, readings with one innocent alternative
 # (e.g. a suspended process) 1.5, corroborating ones 1, circumstantial 0.5.
 STRONG, STRONG_ISH, MEDIUM, WEAK = 2.0, 1.5, 1.0, 0.5
-# Sample round trips stretch when the SDK thread cannot poll results.
-ROUND_TRIP = frozenset(SAMPLING_CALLS)
 MAX_CITED = 15
+# Readings of the SDK thread itself being starved: the GIL monitor's own thread woke late, the SDK
+# loop's dumps stopped (alone or with every loop), its round trips stretched while a call blocked.
+# Without one of them there is no GIL stall: the guide's reading is that a GIL stall stops *every*
+# thread, while a main thread blocked in sync code leaves the SDK thread running
+# (blocking-call-in-async). Stack-watchdog blocks, heartbeats and step times only support.
+SDK_STARVED = frozenset({"gil-monitor", "holder-silent", "all-loops-silent", "trace-submit", "trace-sync"})
 
 
 @dataclass
@@ -87,7 +92,6 @@ def _dump_signals(ctx: RuleContext) -> list[Signal]:
         min_seconds=float(ctx.thresholds.min_silence_s),
     )
     holder = [s for s in found if s.label == "holder" and "main" in s.other_dumps]
-    main = [s for s in found if s.label == "main" and "holder" in s.other_dumps]
     signals = []
     if holder:
         total = sum(s.lower_bound_s for s in holder)
@@ -111,18 +115,6 @@ def _dump_signals(ctx: RuleContext) -> list[Signal]:
                 f"(at least {total:.1f} s in all): threads only all stop together when one holds the GIL "
                 "in C code (or the process was suspended)",
                 {"silences": [s.to_dict() for s in together[:MAX_CITED]], "count": len(together)},
-                seconds=total,
-            )
-        )
-    if main:
-        total = sum(s.lower_bound_s for s in main)
-        signals.append(
-            Signal(
-                "main-silent",
-                MEDIUM,
-                f"[main] task dumps stopped {len(main)} time(s) while [holder] kept dumping: the main "
-                f"thread was blocked in synchronous code (at least {total:.1f} s)",
-                {"silences": [s.to_dict() for s in main[:MAX_CITED]], "count": len(main)},
                 seconds=total,
             )
         )
@@ -157,94 +149,47 @@ def _stack_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _merge(ranges: list[list[float]]) -> list[list[float]]:
-    merged: list[list[float]] = []
-    for start, end in sorted(ranges):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return merged
-
-
-def _stretched_round_trips(spans: pl.DataFrame, ratio: float, min_excess_s: float) -> pl.DataFrame:
-    trips = spans.filter(pl.col("name").is_in(list(ROUND_TRIP)))
-    if trips.is_empty():
-        return trips
-    trips = trips.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
-    return trips.filter(
-        (pl.col("dur_us") > ratio * pl.col("typical_us"))
-        & (pl.col("dur_us") - pl.col("typical_us") > min_excess_s * 1e6)
-    )
-
-
-def _overlapping(row: dict, others: pl.DataFrame) -> list[dict]:
-    if others.is_empty():
-        return []
-    hits = others.filter(
-        (pl.col("segment").eq_missing(row["segment"]))
-        & (pl.col("start_us") < row["end_us"])
-        & (pl.col("end_us") > row["start_us"])
-        & ~((pl.col("tid") == row["tid"]) & (pl.col("pid") == row["pid"]))
-    )
-    return hits.to_dicts()
-
-
-def _span_ref(row: dict) -> dict[str, Any]:
-    return {
-        "name": row["name"],
-        "track": row["track"],
-        "thread": row["thread"],
-        "step": row["step"],
-        "start_us": row["start_us"],
-        "end_us": row["end_us"],
-        "dur_s": round(row["dur_us"] / 1e6, 6),
-    }
-
-
 def _trace_signals(ctx: RuleContext) -> list[Signal]:
     spans = ctx.run.spans
     if spans.is_empty():
         return []
     closed = spans.filter(pl.col("closed") & pl.col("dur_us").is_not_null())
     min_s = float(ctx.thresholds.min_blocked_submit_s)
-    stretched = _stretched_round_trips(closed, float(ctx.thresholds.round_trip_stretch_ratio), min_s)
+    stretched = stretched_round_trips(closed, float(ctx.thresholds.round_trip_stretch_ratio), min_s)
     signals = []
 
     submits = closed.filter(pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)))
     if not submits.is_empty():
         submits = submits.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
         long_submits = submits.filter(pl.col("dur_us") > min_s * 1e6).sort("segment", "start_us").to_dicts()
+        # A slow submit alone says only that the calling thread was busy (building or serializing the
+        # payload, a blocking call): blocking-call-in-async. It is a GIL stall when the SDK's own
+        # round trips stretched at the same time.
+        with_stretch = [(row, hits) for row in long_submits if (hits := overlapping_spans(row, stretched))]
+        long_submits = [row for row, _ in with_stretch]
         if long_submits:
-            with_stretch = [(row, _overlapping(row, stretched)) for row in long_submits]
-            corroborated = [row for row, hits in with_stretch if hits]
             excess = sum((row["dur_us"] - row["typical_us"]) / 1e6 for row in long_submits)
             signals.append(
                 Signal(
                     "trace-submit",
-                    STRONG if corroborated else MEDIUM,
+                    STRONG,
                     f"{len(long_submits)} submit-only SDK span(s) "
                     f"({', '.join(sorted({r['name'] for r in long_submits}))}) "
-                    f"took over {min_s:g} s (longest {max(r['dur_us'] for r in long_submits) / 1e6:.2f} s); "
-                    "handing a request to the SDK takes milliseconds unless the calling thread is blocked"
-                    + (
-                        f", and {len(corroborated)} of them overlap stretched sample round trips"
-                        if corroborated
-                        else ""
-                    ),
+                    f"took over {min_s:g} s (longest {max(r['dur_us'] for r in long_submits) / 1e6:.2f} s) while "
+                    "sample round trips on another thread stretched at the same time: neither thread could run",
                     {
                         "spans": [
                             dict(
-                                _span_ref(r),
+                                span_ref(r),
                                 typical_s=round(r["typical_us"] / 1e6, 6),
-                                overlapping_round_trips=[_span_ref(h) for h in hits[:3]],
+                                overlapping_round_trips=[span_ref(h) for h in hits[:3]],
                             )
                             for r, hits in with_stretch[:MAX_CITED]
                         ],
                         "count": len(long_submits),
                     },
                     seconds=excess,
-                    time_ranges_us=_merge([[r["start_us"], r["end_us"]] for r in long_submits]),
+                    time_ranges_us=merge_ranges([[r["start_us"], r["end_us"]] for r in long_submits]),
                     steps=sorted({r["step"] for r in long_submits if r["step"] is not None}),
                 )
             )
@@ -258,9 +203,9 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
         .sort("segment", "start_us")
         .to_dicts()
     )
-    corroborated_sync = [(row, hits) for row in sync_main if (hits := _overlapping(row, stretched))]
+    corroborated_sync = [(row, hits) for row in sync_main if (hits := overlapping_spans(row, stretched))]
     if corroborated_sync:
-        ranges = _merge([[r["start_us"], r["end_us"]] for r, _ in corroborated_sync])
+        ranges = merge_ranges([[r["start_us"], r["end_us"]] for r, _ in corroborated_sync])
         signals.append(
             Signal(
                 "trace-sync",
@@ -269,7 +214,7 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
                 "trips stretched well beyond their median",
                 {
                     "spans": [
-                        dict(_span_ref(r), overlapping_round_trips=[_span_ref(h) for h in hits[:3]])
+                        dict(span_ref(r), overlapping_round_trips=[span_ref(h) for h in hits[:3]])
                         for r, hits in corroborated_sync[:MAX_CITED]
                     ],
                     "count": len(corroborated_sync),
@@ -393,10 +338,14 @@ def check(ctx: RuleContext) -> list[Finding]:
         if signal is not None:
             signals.append(signal)
     signals += _dump_signals(ctx) + _trace_signals(ctx)
-    direct = [s for s in signals if s.strength >= MEDIUM]
+    direct = [s for s in signals if s.kind in SDK_STARVED]
     if not direct:
         looked = ", ".join(name for name, present in inputs.items() if present)
-        return ctx.passed(f"no sign of a blocked thread in {looked}")
+        seen = ", ".join(s.kind for s in signals)
+        return ctx.passed(
+            f"no sign that the SDK thread itself was starved in {looked}"
+            + (f" (only {seen}: not enough alone; a blocked main thread is blocking-call-in-async)" if seen else "")
+        )
     for supporting in (_trace_gap_signal(ctx), _step_time_signal(ctx)):
         if supporting is not None:
             signals.append(supporting)
@@ -404,13 +353,12 @@ def check(ctx: RuleContext) -> list[Finding]:
     level = confidence(signals)
     estimates = [s.seconds for s in signals if s.seconds is not None]
     lost = max(estimates) if estimates else None
-    ranges = _merge([r for s in signals for r in s.time_ranges_us])
+    ranges = merge_ranges([r for s in signals for r in s.time_ranges_us])
     steps = sorted({step for s in signals for step in s.steps})
-    main_blocked_only = {s.kind for s in direct} <= {"main-silent", "trace-sync"}
     return [
         ctx.finding(
             severity="warning",
-            title="Main thread blocked in sync code" if main_blocked_only else "GIL stall starving the SDK thread",
+            title="GIL stall starving the SDK thread",
             message=(
                 f"{len(signals)} independent signal(s), confidence {level}: "
                 + "; ".join(s.summary for s in signals)
@@ -440,7 +388,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             },
             seconds_lost=round(lost, 3) if lost else None,
             confidence=level,
-            fingerprint="gil-stall:main-blocked" if main_blocked_only else "gil-stall",
+            fingerprint="gil-stall",
         )
     ]
 

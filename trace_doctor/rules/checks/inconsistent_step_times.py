@@ -190,7 +190,7 @@ def check(ctx) -> list[Finding]:
                 }
             )
         cost = float(unexplained["_excess"].sum()) if unexplained.height else None
-        wall = float(ctx.step_times["total_s"].drop_nulls().sum()) or None
+        wall = ctx.wall_s
         head = details[0] if details else None
         lead = (
             f"Step {head['step']} took {head['total_s']:.0f} s ({head['ratio']}x the steady median of "

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.pipelining import fb_optim_waits, step_transitions
 from trace_doctor.derive.step_times import phase_seconds
-from trace_doctor.knowledge.tinker import FORWARD_BACKWARD_CALLS, OPTIM_STEP_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.policy.timing import PipeliningGapPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -22,84 +22,6 @@ FIX = (
     "Submit forward_backward and optim_step back to back and await both results afterwards; submit step k+1 "
     "before awaiting step k (SFT `submit_ahead >= 1`)."
 )
-
-
-def _closed(spans: pl.DataFrame) -> pl.DataFrame:
-    return spans.filter(pl.col("closed").fill_null(True) & pl.col("end_us").is_not_null())
-
-
-# 0.6.1 gives an SDK call timed to completion a private track `<task>:<method>:<tid>` with
-# tid >= 1_000_000; the calling task is what orders its calls.
-PRIVATE_TRACK_MIN_TID = 1_000_000
-
-
-def caller_track(track: pl.Expr, tid: pl.Expr) -> pl.Expr:
-    """The calling task's track of each span: 0.6.1 runs each SDK call on a private track
-    `<caller>:<call>:<tid>` with a tid >= 1,000,000; other tracks are their own caller."""
-    parts = track.str.extract_groups(r"^(.*):[^:]*:([^:]*)$")
-    private = (tid >= PRIVATE_TRACK_MIN_TID) & (parts.struct.field("2") == tid.cast(pl.String))
-    return pl.when(private.fill_null(False)).then(parts.struct.field("1")).otherwise(track)
-
-
-def fb_optim_waits(spans: pl.DataFrame, min_wait_s: float) -> pl.DataFrame:
-    """Each fb submission with the gap to the next optim submission of the same calling task."""
-    key = ["segment", "pid", "_caller"]
-    calls = (
-        _closed(spans)
-        .filter(pl.col("name").is_in(list(FORWARD_BACKWARD_CALLS + OPTIM_STEP_CALLS)))
-        .with_columns(caller_track(pl.col("track"), pl.col("tid")).alias("_caller"))
-        .sort([*key, "start_us"])
-    )
-    # An optim call right after an fb call of the same caller (in submission order) is one pair.
-    follows_fb = (
-        pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(1)) for c in key)
-        & pl.col("name").shift(1).is_in(list(FORWARD_BACKWARD_CALLS))
-        & pl.col("name").is_in(list(OPTIM_STEP_CALLS))
-    )
-    gap = (pl.col("start_us") - pl.col("end_us").shift(1)) / 1e6
-    return (
-        calls.select(
-            follows_fb.fill_null(False).alias("_pair"),
-            pl.coalesce("step", pl.col("step").shift(1)).cast(pl.Int64).alias("step"),
-            pl.col("segment").cast(pl.Int32),
-            pl.col("end_us").shift(1).alias("fb_end_us"),
-            pl.col("start_us").alias("optim_start_us"),
-            gap.alias("gap_s"),
-            (gap > min_wait_s).alias("sequential"),
-        )
-        .filter("_pair")
-        .drop("_pair")
-    )
-
-
-def step_transitions(spans: pl.DataFrame) -> pl.DataFrame:
-    """SFT submit/finish pairs: was step k+1 submitted only after step k's results arrived?"""
-    closed = _closed(spans).filter(pl.col("step").is_not_null())
-    submit = (
-        closed.filter(pl.col("name") == "submit_batch")
-        .group_by("segment", "step")
-        .agg(pl.col("start_us").min().alias("sub_start"), pl.col("dur_us").sum().alias("sub_dur"))
-    )
-    finish = (
-        closed.filter(pl.col("name") == "finish_batch")
-        .group_by("segment", "step")
-        .agg(pl.col("end_us").max().alias("fin_end"), pl.col("dur_us").sum().alias("fin_dur"))
-    )
-    if submit.is_empty() or finish.is_empty():
-        return pl.DataFrame(
-            schema={"segment": pl.Int32, "step": pl.Int64, "sequential": pl.Boolean, "lost_s": pl.Float64}
-        )
-    nxt = submit.with_columns((pl.col("step") - 1).alias("step")).rename(
-        {"sub_start": "next_start", "sub_dur": "next_dur"}
-    )
-    pairs = finish.join(nxt, on=["segment", "step"], how="inner").sort(["segment", "step"])
-    return pairs.with_columns(
-        (pl.col("next_start") >= pl.col("fin_end")).alias("sequential"),
-        # Pipelined, step k+1's client work would have overlapped step k's result wait.
-        pl.min_horizontal(pl.col("next_dur"), pl.col("fin_dur")).truediv(1e6).alias("lost_s"),
-        pl.col("fin_end").alias("idle_from"),
-        pl.col("next_start").alias("idle_to"),
-    )
 
 
 def worth_reporting(lost: float, wall: float, t: PipeliningGapPolicy) -> bool:
@@ -120,11 +42,7 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
                 pl.col("fin_dur") / 1e6, pl.max_horizontal(pl.col("lost_s"), pl.lit(cycle.seconds))
             ).alias("lost_s")
         )
-    closed = _closed(spans)
-    wall = float(
-        (closed.group_by("segment").agg((pl.col("end_us").max() - pl.col("start_us").min()).alias("w"))["w"].sum())
-        / 1e6
-    )
+    wall = ctx.wall_s or 0.0
     findings: list[Finding] = []
     if waits.height:
         seq = waits.filter(pl.col("sequential"))
@@ -243,7 +161,7 @@ def from_metrics(ctx) -> list[Finding]:
         )
         frame = frame.filter(pl.col("wait").is_not_null() & pl.col("next_client").is_not_null())
         lost = float(frame.select(pl.min_horizontal("wait", "next_client")).to_series().sum()) if frame.height else 0.0
-        wall = float(times["total_s"].drop_nulls().sum()) if "total_s" in times.columns else 0.0
+        wall = ctx.wall_s or 0.0
         return [
             ctx.finding(
                 severity="warning",

@@ -11,7 +11,6 @@ from trace_doctor.knowledge.tinker import PERIODIC_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.requires import requires, values_in
-from trace_doctor.summary import trace_wall_time_s
 
 FIX = {
     "eval": (
@@ -23,15 +22,6 @@ FIX = {
         "(a larger save_every) or save asynchronously without awaiting the save on the training path."
     ),
 }
-
-
-def wall_time_s(ctx) -> float:
-    """The run's wall time as the summary defines it: the trace's extent, else the live steps' totals."""
-    traced = trace_wall_time_s(ctx.run.spans)
-    if traced is not None:
-        return traced
-    totals = ctx.step_times["total_s"].drop_nulls().drop_nans()
-    return float(totals.sum()) if len(totals) else 0.0
 
 
 def _where(phase: ScheduledPhase) -> str:
@@ -55,7 +45,7 @@ def check(ctx) -> list[Finding]:
     work = scheduled_work(ctx.step_times)
     if not work.phases:
         raise NotApplicable("no evaluation or checkpoint timer runs on a step cadence")
-    wall = wall_time_s(ctx)
+    wall = ctx.wall_s or 0.0
     findings: list[Finding] = []
     quiet = []
     for phase in work.phases:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import polars as pl
+
 from trace_doctor.derive.log_signals import serialization_test_lines
 from trace_doctor.derive.profile_stats import breakdown, stack_states
+from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
@@ -98,17 +101,61 @@ def _test_finding(ctx: RuleContext) -> Finding | None:
     )
 
 
+def _trace_finding(ctx: RuleContext) -> Finding | None:
+    """Every training submit slow: the request is built and serialized on the calling thread."""
+    spans = ctx.run.spans
+    if spans.is_empty():
+        return None
+    submits = spans.filter(
+        pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))
+        & pl.col("closed").fill_null(True)
+        & pl.col("dur_us").is_not_null()
+    )
+    if submits.height < 3:
+        return None
+    limit = float(ctx.thresholds.max_submit_median_s)
+    # Judged per call: optim_step requests are tiny, so a slow forward_backward would be diluted.
+    medians = submits.group_by("name").agg((pl.col("dur_us").median() / 1e6).alias("median_s"), pl.len().alias("n"))
+    slow_names = medians.filter((pl.col("median_s") >= limit) & (pl.col("n") >= 3))["name"].to_list()
+    if not slow_names:
+        return None
+    median_s = float(submits.filter(pl.col("name").is_in(slow_names))["dur_us"].median()) / 1e6
+    slow = submits.filter(pl.col("name").is_in(slow_names) & (pl.col("dur_us") >= limit * 1e6))
+    seconds = float(slow["dur_us"].sum()) / 1e6
+    if seconds < float(ctx.thresholds.min_seconds):
+        return None
+    by_name = slow.group_by("name").agg(pl.len().alias("n"), (pl.col("dur_us").median() / 1e6).alias("median_s"))
+    names = ", ".join(f"{n} ({c}x, median {m:.3f} s)" for n, c, m in sorted(by_name.iter_rows()))
+    return ctx.finding(
+        severity="warning",
+        title="Every training submit blocks its caller (payload serialization)",
+        message=(
+            f"{slow.height} of {submits.height} training submits took {limit:g} s or more — {names}; "
+            f"{seconds:.2f} s in all. These calls only build the request and hand it to the SDK thread, which "
+            "takes milliseconds: the time is the payload being built and serialized (pydantic) on the calling "
+            "thread. A profile would show it in model_dump; the trace alone cannot, hence medium confidence."
+        ),
+        fix=FIX,
+        steps=sorted({int(s) for s in slow["step"].drop_nulls().to_list()}),
+        evidence={"submits": submits.height, "slow_submits": slow.height, "median_submit_s": round(median_s, 6)},
+        seconds_lost=round(seconds, 6),
+        fingerprint="serialization-stall:trace-submits",
+        confidence="medium",
+    )
+
+
 def check(ctx: RuleContext) -> list[Finding]:
+    has_trace = not ctx.run.spans.is_empty()
     has_profile = not ctx.run.frames.is_empty()
     has_stacks = not ctx.run.stack_snapshots.is_empty()
     has_test = bool(serialization_test_lines(ctx.run.log_events))
-    if not (has_profile or has_stacks or has_test):
+    if not (has_profile or has_stacks or has_test or has_trace):
         raise NotApplicable(
-            "no pyinstrument profile, stack-watchdog dump or serialization-test output: profile the "
+            "no pyinstrument profile, stack-watchdog dump, trace or serialization-test output: profile the "
             "training loop (pyinstrument Profiler API) or run the debug skill's serialization test"
         )
     findings = _profile_findings(ctx)
-    for extra in (_stack_finding(ctx), _test_finding(ctx)):
+    for extra in (_stack_finding(ctx), _test_finding(ctx), _trace_finding(ctx)):
         if extra is not None:
             findings.append(extra)
     if findings:
@@ -122,6 +169,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         "serialization below the threshold"
         + (f" ({'; '.join(shares)})" if shares else "")
         + ("; no stack caught serializing" if has_stacks else "")
+        + ("; training submits hand off promptly in the trace" if has_trace else "")
     )
 
 

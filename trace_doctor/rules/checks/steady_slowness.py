@@ -89,7 +89,7 @@ def check(ctx) -> list[Finding]:
         excess = (median - 2 * cycle.seconds) * steady.height
     elif share is not None and share > t.max_client_share:
         excess = share * float(steady["total_s"].sum())
-    wall = float(ctx.step_times["total_s"].drop_nulls().sum()) or None
+    wall = ctx.wall_s
     return [
         ctx.finding(
             severity="warning",

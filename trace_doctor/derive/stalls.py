@@ -1,0 +1,65 @@
+"""Trace facts about blocked threads: stretched round trips, overlapping spans, merged ranges.
+
+Shared by the rules that tell a GIL stall (every thread stops, the SDK's round trips stretch) from a
+main thread blocked in synchronous code (the SDK thread lives on).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from trace_doctor.knowledge.tinker import SAMPLING_CALLS
+
+# Sample round trips stretch when the SDK thread cannot poll results.
+ROUND_TRIP = frozenset(SAMPLING_CALLS)
+
+
+def merge_ranges(ranges: list[list[float]]) -> list[list[float]]:
+    """Union of [start, end] ranges, sorted."""
+    merged: list[list[float]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def stretched_round_trips(spans: pl.DataFrame, ratio: float, min_excess_s: float) -> pl.DataFrame:
+    """Sample round trips longer than `ratio` x their median and `min_excess_s` beyond it: the SDK thread
+    that polls results could not run (or the service was slow for them)."""
+    trips = spans.filter(pl.col("name").is_in(list(ROUND_TRIP)))
+    if trips.is_empty():
+        return trips
+    trips = trips.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
+    return trips.filter(
+        (pl.col("dur_us") > ratio * pl.col("typical_us"))
+        & (pl.col("dur_us") - pl.col("typical_us") > min_excess_s * 1e6)
+    )
+
+
+def overlapping_spans(row: dict, others: pl.DataFrame) -> list[dict]:
+    """Spans of `others` on another thread that overlap `row` in time (same launch)."""
+    if others.is_empty():
+        return []
+    hits = others.filter(
+        (pl.col("segment").eq_missing(row["segment"]))
+        & (pl.col("start_us") < row["end_us"])
+        & (pl.col("end_us") > row["start_us"])
+        & ~((pl.col("tid") == row["tid"]) & (pl.col("pid") == row["pid"]))
+    )
+    return hits.to_dicts()
+
+
+def span_ref(row: dict) -> dict[str, Any]:
+    return {
+        "name": row["name"],
+        "track": row["track"],
+        "thread": row["thread"],
+        "step": row["step"],
+        "start_us": row["start_us"],
+        "end_us": row["end_us"],
+        "dur_s": round(row["dur_us"] / 1e6, 6),
+    }

@@ -1,0 +1,45 @@
+"""The run's wall time: one definition, used by the summary, every rule and the time account.
+
+The trace is a wall clock: its extent per launch (segment), summed, is the wall time. Without a
+trace, the live steps' totals summed. Summed totals are not a wall clock when timers overlap (a
+legacy pipelined SFT `time/total` spans two iterations) or leave time out (async RL excludes data
+waits), so the trace wins whenever there is one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+
+def _finite(value) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def trace_wall_time_s(spans: pl.DataFrame) -> float | None:
+    """Wall time covered by the trace: the extent of each segment's spans, summed."""
+    if spans.is_empty():
+        return None
+    extent = spans.group_by("segment").agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
+    total = (extent["b"] - extent["a"]).sum()
+    return _finite(total / 1e6) if total is not None else None
+
+
+def step_totals(step_times: pl.DataFrame) -> pl.Series:
+    """The finite per-step totals of live training rows."""
+    if "total_s" not in step_times.columns:
+        return pl.Series("total_s", [], dtype=pl.Float64)
+    return step_times["total_s"].drop_nulls().drop_nans()
+
+
+def wall_time_s(spans: pl.DataFrame, step_times: pl.DataFrame) -> float | None:
+    """The trace's extent, else the live steps' totals summed; None when neither exists."""
+    traced = trace_wall_time_s(spans)
+    if traced is not None:
+        return traced
+    totals = step_totals(step_times)
+    return _finite(totals.sum()) if len(totals) else None

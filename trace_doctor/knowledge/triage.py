@@ -1,0 +1,99 @@
+"""The debug guide's triage order and which findings are symptoms of which causes.
+
+Data only: the triage (trace_doctor/triage) reads it to link findings and to attribute each lost
+second to one cause. The guide walks a slow run in this order — environment, pipelining, the
+timing breakdown, a profile, the GIL, then the network and the service — because each stage
+explains most of what the later ones would see: an unpipelined loop also looks "slow every
+step", a GIL held by user code also starves the heartbeat. A second of loss two findings both
+claim is therefore given to the earlier stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Stages of the guide's decision tree, in order, with the rules that are causes at that stage.
+TRIAGE_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("environment", ("known-bad-dependency", "decoded-error", "renderer-kl-step0", "kl-drift")),
+    ("pipelining", ("pipelining-gap",)),
+    ("timing breakdown", ("get-batch-bottleneck", "scheduled-work", "warmup-slowness")),
+    (
+        "profile",
+        ("serialization-stall", "cpu-bound-main-thread", "blocking-call-in-async", "profile-without-async-mode"),
+    ),
+    ("GIL", ("gil-stall", "heartbeat-stall")),
+    ("network and service", ("request-retries", "server-side-wait")),
+    # Symptoms that no cause explained stand last: the time they saw is real, its cause unknown.
+    ("symptoms", ("steady-slowness", "inconsistent-step-times")),
+)
+
+# Time that is spent by design, not lost to a problem: it is shown in the account, never "fixed".
+BENIGN_TIME = frozenset({"warmup-slowness", "scheduled-work"})
+# Time the user's code cannot win back: the service's side. Shown, but not in the counterfactual.
+SERVICE_TIME = frozenset({"server-side-wait"})
+# Comparisons with a baseline: their seconds are relative to another run, not part of this run's account.
+COMPARISON_RULES = frozenset({"step-time-regression", "new-finding"})
+
+
+@dataclass(frozen=True)
+class SymptomOf:
+    """A symptom and the causes that can explain it.
+
+    `pervasive`: the symptom is about every step (steady slowness), so only a cause present on most
+    steps (or measured over the whole run) explains it; otherwise a cause explains the symptom where
+    the two overlap in time or steps.
+    """
+
+    symptom: str
+    causes: tuple[str, ...]
+    pervasive: bool = False
+
+
+SYMPTOMS: tuple[SymptomOf, ...] = (
+    # "Every step slower than the work needs" is what an unpipelined loop, slow data loading, CPU
+    # work or serialization on the main thread, a starved SDK thread or a slow service look like.
+    SymptomOf(
+        "steady-slowness",
+        (
+            "pipelining-gap",
+            "get-batch-bottleneck",
+            "serialization-stall",
+            "cpu-bound-main-thread",
+            "blocking-call-in-async",
+            "gil-stall",
+            "server-side-wait",
+        ),
+        pervasive=True,
+    ),
+    # A spike is explained by a stall, a retry storm or slow data loading at that step.
+    SymptomOf(
+        "inconsistent-step-times",
+        (
+            "gil-stall",
+            "blocking-call-in-async",
+            "request-retries",
+            "heartbeat-stall",
+            "get-batch-bottleneck",
+            "serialization-stall",
+        ),
+    ),
+    # The heartbeat runs on the SDK thread: it fails when that thread is starved, or on the network.
+    SymptomOf("heartbeat-stall", ("gil-stall", "blocking-call-in-async", "request-retries")),
+    # A GIL stall is the mechanism; the CPU or serialization work holding the GIL is the cause.
+    SymptomOf("gil-stall", ("cpu-bound-main-thread", "serialization-stall")),
+)
+
+
+def stage_of(rule: str) -> int:
+    """Position of the rule's stage in the triage order (unknown rules last)."""
+    for index, (_, rules) in enumerate(TRIAGE_STAGES):
+        if rule in rules:
+            return index
+    return len(TRIAGE_STAGES)
+
+
+def stage_name(rule: str) -> str | None:
+    for name, rules in TRIAGE_STAGES:
+        if rule in rules:
+            return name
+    return None

@@ -1,0 +1,226 @@
+"""TD111 blocking-call-in-async: the main thread blocked in synchronous code while the SDK thread lived.
+
+The debug guide tells two stalls apart by who stops. In a GIL stall every thread stops (the SDK's
+loop dumps nothing, its round trips stretch): gil-stall. Here only the main thread stops: a sync
+`.result()` on a future, `time.sleep`, a lock, a large payload built or serialized inside a submit,
+or CPU work in a library that releases the GIL (BLAS) — the SDK thread keeps dumping and polling,
+but the event loop submits nothing until the call returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from trace_doctor.derive.dump_cadence import silences
+from trace_doctor.derive.log_signals import sync_from_async_lines
+from trace_doctor.derive.profile_stats import stack_states
+from trace_doctor.derive.stalls import merge_ranges, overlapping_spans, span_ref, stretched_round_trips
+from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
+from trace_doctor.model import Finding
+from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
+
+MAX_CITED = 15
+# Innermost functions of a thread waiting synchronously: Future.result, Event/Condition.wait,
+# time.sleep, Lock.acquire, Thread.join.
+BLOCKING_WAITS = frozenset({"result", "wait", "sleep", "acquire", "join", "_wait_for_tstate_lock"})
+# How the main thread's stall is read: the SDK's own warning and a silent [main] are direct.
+DIRECT, SUPPORTING = 2.0, 1.0
+# A stretched round trip at the same time means the SDK thread could not run either: a GIL stall.
+ROUND_TRIP_STRETCH = 2.0
+
+
+@dataclass
+class Reading:
+    kind: str
+    strength: float
+    summary: str
+    evidence: dict[str, Any]
+    seconds: float | None = None
+    time_ranges_us: list[list[float]] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+
+
+def _sdk_warnings(ctx: RuleContext) -> Reading | None:
+    lines = sync_from_async_lines(ctx.run.log_events)
+    if not lines:
+        return None
+    methods = sorted({ln.values["method"] for ln in lines})
+    return Reading(
+        "sync-from-async",
+        DIRECT,
+        f"the SDK warned {len(lines)} time(s) that a synchronous method ({', '.join(methods[:5])}) was called "
+        "from async code",
+        {"lines": [ln.cite() for ln in lines[:MAX_CITED]], "count": len(lines), "methods": methods},
+    )
+
+
+def _main_silent(ctx: RuleContext) -> Reading | None:
+    t = ctx.thresholds
+    found = silences(
+        ctx.run.task_snapshots, min_intervals=float(t.min_silent_intervals), min_seconds=float(t.min_silence_s)
+    )
+    main = [s for s in found if s.label == "main" and "holder" in s.other_dumps]
+    if not main:
+        return None
+    total = sum(s.lower_bound_s for s in main)
+    return Reading(
+        "main-silent",
+        DIRECT,
+        f"[main] task dumps stopped {len(main)} time(s) while the SDK loop's [holder] kept dumping (at least "
+        f"{total:.1f} s in all, longest {max(s.clock_gap_s for s in main):.1f} s)",
+        {"silences": [s.to_dict() for s in main[:MAX_CITED]], "count": len(main)},
+        seconds=total,
+    )
+
+
+def _stack_waits(ctx: RuleContext) -> Reading | None:
+    blocks: dict[tuple[str, int], dict[str, Any]] = {}
+    for state in stack_states(ctx.run.stack_snapshots):
+        blocks.setdefault((state.source, state.snapshot), {})[state.label] = state
+    waiting = [
+        b["main"]
+        for b in blocks.values()
+        if b.get("main") is not None
+        and b["main"].function.rsplit(".", 1)[-1] in BLOCKING_WAITS
+        and b.get("holder") is not None
+    ]
+    if not waiting:
+        return None
+    calls = sorted({f"{w.function} ({w.file_path.rsplit('/', 1)[-1]}:{w.line_no})" for w in waiting})
+    return Reading(
+        "stack-watchdog",
+        SUPPORTING,
+        f"{len(waiting)} stack-watchdog block(s) show [main] waiting synchronously in {', '.join(calls[:3])} "
+        "while the SDK thread has its own stack",
+        {"blocks": [w.to_dict() for w in waiting[:MAX_CITED]], "count": len(waiting)},
+    )
+
+
+def _trace_blocks(ctx: RuleContext) -> Reading | None:
+    spans = ctx.run.spans
+    if spans.is_empty():
+        return None
+    min_s = float(ctx.thresholds.min_blocked_s)
+    closed = spans.filter(pl.col("closed") & pl.col("dur_us").is_not_null())
+    stretched = stretched_round_trips(closed, ROUND_TRIP_STRETCH, min_s)
+    long = closed.filter(
+        (pl.col("dur_us") > min_s * 1e6)
+        & (
+            pl.col("name").is_in(list(SUBMIT_ONLY_CALLS))
+            | (pl.col("track").str.starts_with("sync:") & (pl.col("thread") == "MainThread"))
+        )
+    )
+    # Those overlapping stretched round trips are gil-stall's: the SDK thread stalled too.
+    rows = [r for r in long.sort("segment", "start_us").to_dicts() if not overlapping_spans(r, stretched)]
+    if not rows:
+        return None
+    typical = (
+        closed.filter(pl.col("name").is_in([r["name"] for r in rows]))
+        .group_by("name")
+        .agg(pl.col("dur_us").median().alias("typical_us"))
+    )
+    typical_us = dict(typical.iter_rows())
+    excess = sum(max(r["dur_us"] - min(typical_us.get(r["name"], 0.0), r["dur_us"]), 0.0) for r in rows) / 1e6
+    names = sorted({r["name"] for r in rows})
+    return Reading(
+        "trace-blocked",
+        SUPPORTING,
+        f"{len(rows)} span(s) of submit-only SDK calls or synchronous main-thread work ({', '.join(names[:4])}) "
+        f"took over {min_s:g} s (longest {max(r['dur_us'] for r in rows) / 1e6:.2f} s) while sample round trips "
+        "kept their usual pace: handing a request over takes milliseconds unless the calling thread is busy "
+        "(building or serializing a large payload, or a blocking call)",
+        {"spans": [span_ref(r) for r in rows[:MAX_CITED]], "count": len(rows)},
+        seconds=excess,
+        time_ranges_us=merge_ranges([[r["start_us"], r["end_us"]] for r in rows]),
+        steps=sorted({int(r["step"]) for r in rows if r["step"] is not None}),
+    )
+
+
+def _confidence(readings: list[Reading]) -> str:
+    direct = sum(1 for r in readings if r.strength >= DIRECT)
+    if direct and len(readings) >= 2:
+        return "high"
+    if direct or len(readings) >= 2:
+        return "medium"
+    return "low"
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    run = ctx.run
+    if run.task_snapshots.is_empty() and run.stack_snapshots.is_empty() and run.spans.is_empty():
+        if not sync_from_async_lines(run.log_events):
+            raise NotApplicable(
+                "no task dumps, stack dumps, trace or SDK sync-from-async warnings to see the main thread blocked"
+            )
+    readings = [r for r in (_sdk_warnings(ctx), _main_silent(ctx), _stack_waits(ctx), _trace_blocks(ctx)) if r]
+    if not readings:
+        return ctx.passed("the main thread was never seen blocked while the SDK thread ran")
+    readings.sort(key=lambda r: (-r.strength, r.kind))
+    level = _confidence(readings)
+    estimates = [r.seconds for r in readings if r.seconds is not None]
+    lost = max(estimates) if estimates else None
+    return [
+        ctx.finding(
+            title="Main thread blocked by a synchronous call",
+            message=(
+                f"{len(readings)} reading(s), confidence {level}: "
+                + "; ".join(r.summary for r in readings)
+                + (f". About {lost:.1f} s of event-loop time were lost" if lost else "")
+                + ". The SDK thread kept running, so this is not a GIL stall: the event loop itself was held."
+            ),
+            fix=(
+                "Await the SDK's futures instead of calling `.result()` in async code (use the `*_async` method); "
+                "replace `time.sleep` with `await asyncio.sleep`; run blocking work in `asyncio.to_thread` or a "
+                "process pool; build and serialize large payloads off the event loop."
+            ),
+            steps=sorted({s for r in readings for s in r.steps}),
+            time_ranges_us=merge_ranges([rng for r in readings for rng in r.time_ranges_us]),
+            evidence={
+                "readings": [
+                    {
+                        "kind": r.kind,
+                        "summary": r.summary,
+                        "seconds": round(r.seconds, 3) if r.seconds is not None else None,
+                        **r.evidence,
+                    }
+                    for r in readings
+                ]
+            },
+            seconds_lost=round(lost, 3) if lost else None,
+            confidence=level,
+            fingerprint="blocking-call-in-async",
+        )
+    ]
+
+
+RULE = register(
+    Rule(
+        slug="blocking-call-in-async",
+        code="TD111",
+        title="Main thread blocked by a synchronous call (not a GIL stall)",
+        severity="warning",
+        needs="any of: asyncio task dumps, stack-watchdog dumps, trace_events.jsonl, SDK sync_only warnings",
+        docs=RuleDocs(
+            what=(
+                "The event loop / main thread blocked by a synchronous call (sync `.result()`, `time.sleep`, a "
+                "lock, payload building, CPU work with the GIL released) while the SDK thread keeps running."
+            ),
+            why=(
+                "Nothing is submitted while the loop is held, so the service idles for whole clock cycles; unlike "
+                "a GIL stall the SDK thread is fine, so the fix is in the calling code, not the GIL."
+            ),
+            evidence=(
+                "The SDK's `Synchronous method ... called from async context` warnings; [main] task dumps that stop "
+                "while [holder] keeps dumping; stack-watchdog blocks with [main] in result/wait/sleep/acquire; "
+                "submit-only or sync main-thread spans over min_blocked_s while sample round trips keep pace."
+            ),
+            fix="Await futures, asyncio.sleep, asyncio.to_thread / a process pool for blocking work.",
+        ),
+        check=check,
+        tags=("gil", "dumps", "trace", "logs"),
+    )
+)

@@ -1,0 +1,233 @@
+"""One account of time: each lost second given to one cause, and where the run's wall time went.
+
+Rules estimate what their problem cost on their own, so two rules that see the same idle second
+both claim it (an unpipelined loop is also "slow every step"). Here each finding's claim is made
+non-overlapping, in the debug guide's triage order (knowledge/triage.TRIAGE_STAGES):
+
+1. a symptom that other findings explain claims nothing itself: its seconds are its causes'; what
+   its causes do not cover stays "unexplained" in the account;
+2. a claim with time ranges gives up the part another (earlier) claim's ranges already hold; a
+   claim without (a profile's CPU time) is taken as spread evenly over the time it can occur in,
+   and gives up the share the earlier claims' ranges cover;
+3. the claims together never exceed the wall time less the clock-cycle floor (a loop can not run
+   faster than one service cycle per step however much is fixed).
+
+The counterfactual is the wall time less the fixable losses, with a range: the low end assumes
+every fix works, including diagnoses of low confidence; the high end counts only the confident
+ones (a medium-confidence one by half) and rounds each step up to whole clock cycles, as the service
+works in them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import polars as pl
+
+from trace_doctor.derive.step_times import phase_seconds
+from trace_doctor.derive.wall import step_totals, trace_wall_time_s
+from trace_doctor.knowledge.tinker import RESULT_WAIT_PHASES, SAMPLE_CALLS
+from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, stage_of
+from trace_doctor.model import Finding
+from trace_doctor.triage.locate import finding_key, length, merge, overlap
+
+# Trainers whose step is forward-backward + optimizer only: one clock cycle per step is the optimum
+# when the loop is pipelined (the guide's clock-cycle model).
+CYCLE_FLOOR_TRAINERS = ("sl", "dpo")
+# Losses that happen inside the waits for results: the service late by cycles, requests retried
+# inside an SDK call. Everything else is client-side time outside the waits.
+# Spans that are nothing but waiting for the service: result waits and sample round trips (not
+# `train_step`, which also holds the client's own work between calls).
+SERVICE_WAIT_SPANS = (*RESULT_WAIT_PHASES, *SAMPLE_CALLS)
+# How much of a loss the pessimistic end of the counterfactual assumes a fix wins back: all of a
+# confident diagnosis, half of one without a stated or with a medium confidence, none of a guess.
+CONFIDENCE_WEIGHT = {"high": 1.0, "medium": 0.5, None: 0.5, "low": 0.0}
+SERVICE_SIDE_RULES = frozenset({*SERVICE_TIME, "request-retries"})
+# Losses of client work on the critical path (outside the waits for results). A pipelining gap is
+# not among them: the time a request is awaited one by one is partly the service's (the awaited
+# result) and partly the client's, so it only has the overall budget.
+CLIENT_SIDE_RULES = frozenset(
+    {
+        "get-batch-bottleneck",
+        "serialization-stall",
+        "cpu-bound-main-thread",
+        "blocking-call-in-async",
+        "gil-stall",
+    }
+)
+
+
+def cycle_floor_s(step_times: pl.DataFrame, trainer: str, clock_cycle) -> float:
+    """The fastest the timed steps could run: one cycle each (SL/DPO, a confident cycle), else 0."""
+    if clock_cycle is None or clock_cycle.confidence == "low" or trainer not in CYCLE_FLOOR_TRAINERS:
+        return 0.0
+    return len(step_totals(step_times)) * float(clock_cycle.seconds)
+
+
+def _order(f: Finding) -> tuple:
+    return (bool(f.explained_by), stage_of(f.rule), -(f.seconds_lost or 0.0), f.code, finding_key(f))
+
+
+def _claims_time(f: Finding) -> bool:
+    return f.seconds_lost is not None and math.isfinite(f.seconds_lost) and f.rule not in COMPARISON_RULES
+
+
+def attribute(
+    findings: list[Finding],
+    *,
+    wall_s: float | None,
+    spans: pl.DataFrame,
+    step_times: pl.DataFrame,
+    trainer: str,
+    clock_cycle,
+) -> tuple[list[Finding], float]:
+    """Findings with non-overlapping `seconds_lost` (and `fraction_of_wall` of the one wall time), and
+    the clock-cycle floor used. The rule's own estimate stays in `evidence.own_estimate_s` when changed."""
+    if not wall_s or wall_s <= 0:
+        return findings, 0.0
+    floor = min(cycle_floor_s(step_times, trainer, clock_cycle), wall_s)
+    service, _ = service_time_s(spans, step_times)
+    # Three budgets: every loss together fits in the wall time above the cycle floor; client-side
+    # fixes can at best hide client work behind the service's waits, so together they never win back
+    # more than the time outside the waits; service-side losses live inside the waits. A loss of
+    # unknown place (a symptom no cause explained, warm-up, scheduled work) only has the first.
+    waits = min(service, wall_s) if service is not None else None
+    budget = {
+        "all": wall_s - floor,
+        "client": wall_s - max(floor, waits) if waits is not None else wall_s - floor,
+        "service": max(waits - floor, 0.0) if waits is not None else wall_s - floor,
+    }
+    budget_scope = dict(budget)
+    held: list[tuple[float, float]] = []
+    given: dict[str, float] = {}
+    out: dict[int, Finding] = {}
+    for f in sorted(findings, key=_order):
+        if not _claims_time(f):
+            out[id(f)] = f
+            continue
+        raw = max(float(f.seconds_lost), 0.0)
+        evidence = dict(f.evidence)
+        if f.explained_by:
+            covered = sum(given.get(k, 0.0) for k in f.explained_by)
+            evidence["own_estimate_s"] = round(raw, 6)
+            evidence["not_covered_by_causes_s"] = round(max(raw - covered, 0.0), 6)
+            out[id(f)] = dataclasses.replace(f, seconds_lost=None, fraction_of_wall=None, evidence=evidence)
+            continue
+        claim = min(raw, wall_s)
+        ranges = merge([(float(r[0]), float(r[1])) for r in f.time_ranges_us if len(r) >= 2])
+        if ranges and held:
+            span = length(ranges)
+            shared = overlap(ranges, held)
+            if span > 0 and shared > 0:
+                claim *= 1.0 - shared / span
+                evidence["overlapping_earlier_causes_s"] = round(raw * shared / span, 6)
+        elif held and not ranges:
+            # A claim measured over the whole run (a profile's CPU time, a log count) has no place on
+            # the timeline: it is taken as spread evenly over the time it can occur in (outside the
+            # waits for a client-side cause), so the share earlier claims already hold is theirs.
+            scope = budget_scope["client"] if f.rule in CLIENT_SIDE_RULES else wall_s
+            if scope > 0:
+                shared_share = min(length(held) / 1e6 / scope, 1.0)
+                claim *= 1.0 - shared_share
+                evidence["overlapping_earlier_causes_s"] = round(raw * shared_share, 6)
+        pools = ["all"] + (
+            ["client"] if f.rule in CLIENT_SIDE_RULES else ["service"] if f.rule in SERVICE_SIDE_RULES else []
+        )
+        seconds = max(min(claim, *(budget[p] for p in pools)), 0.0)
+        for p in pools:
+            budget[p] -= seconds
+        held = merge(held + ranges)
+        given[finding_key(f)] = given.get(finding_key(f), 0.0) + seconds
+        if abs(seconds - raw) > 1e-6:
+            evidence["own_estimate_s"] = round(raw, 6)
+        out[id(f)] = dataclasses.replace(
+            f, seconds_lost=round(seconds, 6), fraction_of_wall=round(seconds / wall_s, 4), evidence=evidence
+        )
+    return [out[id(f)] for f in findings], floor
+
+
+def service_time_s(spans: pl.DataFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
+    """Time the client waited on the service's results: the union of result-wait spans (trace), else
+    the summed `time/step` waits of the metrics."""
+    if not spans.is_empty():
+        waits = spans.filter(pl.col("name").is_in(list(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True))
+        if waits.height:
+            union = merge(list(zip(waits["start_us"].to_list(), waits["end_us"].to_list(), strict=True)))
+            return length(union) / 1e6, "union of result-wait spans in the trace"
+    if step_times.height:
+        waits = phase_seconds(step_times, "step").drop_nulls().drop_nans()
+        if len(waits):
+            return float(waits.sum()), "time/step (result waits) in metrics"
+    return None, "no result-wait spans or time/step"
+
+
+def _quantized(seconds: float, steps: int, cycle_s: float | None) -> float:
+    if not cycle_s or steps <= 0:
+        return seconds
+    per_step = seconds / steps
+    return steps * math.ceil(per_step / cycle_s - 1e-9) * cycle_s
+
+
+def time_account(
+    findings: list[Finding],
+    *,
+    wall_s: float | None,
+    spans: pl.DataFrame,
+    step_times: pl.DataFrame,
+    clock_cycle,
+    floor_s: float,
+) -> dict | None:
+    """Where the wall time went, and the run time if every fix were applied (None without a wall time)."""
+    if not wall_s or wall_s <= 0:
+        return None
+    rows = []
+    for f in sorted(findings, key=lambda f: (-(f.seconds_lost or 0.0), stage_of(f.rule), finding_key(f))):
+        if not _claims_time(f) or f.explained_by or not f.seconds_lost:
+            continue
+        kind = "benign" if f.rule in BENIGN_TIME else "service" if f.rule in SERVICE_TIME else "loss"
+        rows.append(
+            {
+                "finding": finding_key(f),
+                "rule": f.rule,
+                "title": f.title,
+                "kind": kind,
+                "seconds": f.seconds_lost,
+                "share": f.fraction_of_wall,
+                "confidence": f.confidence,
+            }
+        )
+    accounted = sum(r["seconds"] for r in rows)
+    service, service_basis = service_time_s(spans, step_times)
+    # Service-side losses (late results, retries inside a call) are inside the waits: the useful part
+    # is what is left of the waits once they are taken out.
+    inside_waits = sum(r["seconds"] for r in rows if r["rule"] in SERVICE_SIDE_RULES)
+    useful = None if service is None else max(min(service - inside_waits, wall_s - accounted), 0.0)
+    unexplained = max(wall_s - accounted - (useful or 0.0), 0.0)
+    fixable = [r for r in rows if r["kind"] == "loss"]
+    steps = len(step_totals(step_times))
+    cycle_s = float(clock_cycle.seconds) if clock_cycle is not None and clock_cycle.confidence != "low" else None
+    low = max(wall_s - sum(r["seconds"] for r in fixable), floor_s)
+    confident = sum(r["seconds"] * CONFIDENCE_WEIGHT.get(r["confidence"], 0.5) for r in fixable)
+    high = min(max(_quantized(wall_s - confident, steps, cycle_s), low), wall_s)
+    return {
+        "wall_time_s": round(wall_s, 6),
+        "wall_basis": "trace extent per launch" if trace_wall_time_s(spans) is not None else "sum of step totals",
+        "useful_service_s": None if useful is None else round(useful, 6),
+        "useful_basis": service_basis,
+        "causes": rows,
+        "lost_s": round(sum(r["seconds"] for r in fixable), 6),
+        "unexplained_s": round(unexplained, 6),
+        "counterfactual": {
+            "seconds": round(low, 6),
+            "range_s": [round(low, 6), round(high, 6)],
+            "speedup": round(wall_s / low, 3) if low > 0 else None,
+            "floor_s": round(floor_s, 6),
+            "clock_cycle_s": cycle_s,
+            "note": (
+                "low end: every fix works, including diagnoses of low confidence; high end: confident diagnoses "
+                "win back all of their loss, medium half, low none"
+                + (", each step rounded up to whole clock cycles" if cycle_s else "")
+            ),
+        },
+    }
