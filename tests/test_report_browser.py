@@ -177,6 +177,42 @@ def test_show_on_timeline_moves_the_demo_gantt(browser, tmp_path):
     before = _gantt_range(page)
     buttons.first.click()
     assert _gantt_range(page) != before
+    assert_reads_the_diagnosis(page, result)
+
+
+def assert_reads_the_diagnosis(page: Page, result: Analysis) -> None:
+    """Symptoms sit under a cause that explains them; the time account's segments fill the wall time,
+    each cause in the colour of the chip on its finding's card."""
+    from trace_doctor.triage.locate import finding_key
+
+    order = page.eval_on_selector_all(
+        "article.card", "els => els.map(e => [parseInt(e.dataset.finding), parseInt(e.dataset.depth)])"
+    )
+    assert sorted(i for i, _ in order) == list(range(len(result.findings)))
+    key_of = {i: finding_key(f) for i, f in enumerate(result.findings)}
+    for position, (index, depth) in enumerate(order):
+        finding = result.findings[index]
+        if not depth:
+            continue
+        above = [key_of[i] for i, d in reversed(order[:position]) if d < depth]
+        assert above and above[0] in finding.explained_by, (finding.rule, above[:1], finding.explained_by)
+    account = result.summary.get("account")
+    if not account or not account["causes"]:
+        assert page.locator("#time-account").count() == 0
+        return
+    widths = page.eval_on_selector_all(
+        "#time-account .account-bar:not(.fixed) .seg", "els => els.map(e => e.getBoundingClientRect().width)"
+    )
+    bar = page.locator("#time-account .account-bar:not(.fixed)").bounding_box()
+    assert sum(widths) == pytest.approx(bar["width"], abs=2)
+    chips = page.eval_on_selector_all(
+        "#time-account td.part a.finding-swatch",
+        "els => els.map(e => [e.getAttribute('href'), getComputedStyle(e).backgroundColor])",
+    )
+    assert len(chips) == len(account["causes"])
+    for href, colour in chips:
+        card_chip = page.locator(f"{href} .card-head .finding-swatch")
+        assert card_chip.evaluate("e => getComputedStyle(e).backgroundColor") == colour
 
 
 def test_injection_strings_stay_text(browser, tmp_path):
@@ -294,7 +330,7 @@ def test_each_finding_has_its_own_colour_on_the_timeline_matching_its_card(brows
     assert sorted(colours) == list(range(len(result.findings)))
     assert len(set(colours.values())) == len(colours), colours
     for lane in lanes:
-        swatch = page.locator(f"#finding-{lane['finding']} button.show-on-timeline .finding-swatch")
+        swatch = page.locator(f"#finding-{lane['finding']} .card-head .finding-swatch")
         assert swatch.evaluate("e => getComputedStyle(e).backgroundColor") == _rgb(lane["colour"])
         key = page.locator(f".lane-key .finding-swatch[data-finding='{lane['finding']}']")
         assert key.evaluate("e => getComputedStyle(e).backgroundColor") == _rgb(lane["colour"])

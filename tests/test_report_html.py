@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from trace_doctor.decision import decide
+from trace_doctor.humanize import format_seconds
 from trace_doctor.model import (
     FRAMES_SCHEMA,
     LOG_EVENTS_SCHEMA,
@@ -680,3 +681,136 @@ def test_gantt_keeps_full_row_names_for_tooltips_and_sizes_its_margin_to_the_lab
     narrow = layout["meta"]["narrow"]
     assert all(len(line) <= 12 for tick in narrow["ticktext"] for line in tick.split("<br>"))
     assert narrow["margin_l"] < layout["margin"]["l"]
+
+
+# ---- the diagnosis: symptoms under their causes, the time account ---------------------------------
+
+
+def _triaged_analysis() -> Analysis:
+    """build_analysis with the triage's output: a steady-slowness symptom explained by pipelining-gap,
+    and the account of the run's wall time (numbers as the triage writes them)."""
+    result = build_analysis(steps=12)
+    pipelining, spikes, warmup = result.findings
+    pipelining.fingerprint = "pipelining-gap:sequential-fb-optim"
+    symptom = Finding(
+        rule="steady-slowness",
+        code="TD104",
+        severity="warning",
+        title="Every steady step is slower than the work needs",
+        message="Steady steps take 6.2 s: 40% of each step is client-side work outside the result wait.",
+        fix="Pipeline submissions.",
+        evidence={"own_estimate_s": 30.0},
+        fingerprint="steady-slowness:client",
+        explained_by=["pipelining-gap:sequential-fb-optim"],
+    )
+    result.findings = [pipelining, spikes, warmup, symptom]
+    wall = result.summary["wall_time_s"]
+    result.summary["account"] = {
+        "wall_time_s": wall,
+        "wall_basis": "trace extent per launch",
+        "useful_service_s": 40.0,
+        "useful_basis": "union of result-wait spans in the trace",
+        "causes": [
+            {
+                "finding": "pipelining-gap:sequential-fb-optim",
+                "rule": "pipelining-gap",
+                "title": pipelining.title,
+                "kind": "loss",
+                "seconds": 41.0,
+                "share": 41.0 / wall,
+                "confidence": "high",
+            },
+            {
+                "finding": "warmup-slowness",
+                "rule": "warmup-slowness",
+                "title": warmup.title,
+                "kind": "benign",
+                "seconds": 23.8,
+                "share": 23.8 / wall,
+                "confidence": None,
+            },
+        ],
+        "lost_s": 41.0,
+        "unexplained_s": wall - 40.0 - 41.0 - 23.8,
+        "counterfactual": {
+            "seconds": wall - 41.0,
+            "range_s": [wall - 41.0, wall - 20.5],
+            "speedup": wall / (wall - 41.0),
+            "floor_s": 0.0,
+            "clock_cycle_s": None,
+            "note": "low end: every fix works",
+        },
+    }
+    return decide(result)
+
+
+def _card_order(html: str) -> list[tuple[str, str]]:
+    return re.findall(
+        r'<article class="card sev-\w+" id="finding-(\d+)" data-rule="[\w-]+" data-finding="\d+" '
+        r'data-depth="(\d)"',
+        html,
+    )
+
+
+def test_a_symptom_is_shown_under_the_cause_that_explains_it():
+    result = _triaged_analysis()
+    html = render_html(result)
+    # Finding 3 (steady-slowness) reads right after finding 0 (pipelining-gap), one level in.
+    assert _card_order(html) == [("0", "0"), ("3", "1"), ("1", "0"), ("2", "0")]
+    symptom = re.search(r'id="finding-3".*?</article>', html, re.S).group(0)
+    assert (
+        'A symptom, explained by <a href="#finding-0">#1 TD101 pipelining-gap</a>: its time is counted there.'
+        in symptom
+    )
+    assert "lost" not in re.search(r'<header class="card-head">.*?</header>', symptom, re.S).group(0)
+    # Cards are numbered in reading order; the glance list says where a symptom's time went.
+    assert re.findall(r'<span class="finding-swatch[^"]*"[^>]*>(\d+)</span>', html)[:4] == ["1", "2", "3", "4"]
+    assert '<span class="glance-cost">in #1</span>' in html
+    # The JSON document keeps its own order and carries explained_by as the analysis wrote it.
+    document = embedded_document(html)
+    assert document["findings"][3]["explained_by"] == ["pipelining-gap:sequential-fb-optim"]
+
+
+def test_time_account_is_a_stacked_bar_and_a_table_near_the_verdict():
+    result = _triaged_analysis()
+    html = render_html(result)
+    account = re.search(r'<div class="account" id="time-account">.*?<p class="sub">.*?</p>', html, re.S)
+    assert account, "no time account"
+    block = account.group(0)
+    assert html.index('class="verdict') < html.index('id="time-account"') < html.index('id="findings"')
+    segments = re.findall(
+        r'<span class="seg[^"]*" style="width: ([\d.]+)%; background-color: (#[0-9A-Fa-f]{6})" '
+        r'title="([^"]*)"',
+        block,
+    )
+    labels = [title.split(":")[0] for _, _, title in segments]
+    assert labels == ["service work", "#1 pipelining-gap", "#4 warmup-slowness", "unexplained"]
+    assert sum(float(w) for w, _, _ in segments) == pytest.approx(100.0, abs=0.01)  # the parts fill the wall time
+    wall = result.summary["wall_time_s"]
+    assert float(segments[1][0]) == pytest.approx(100 * 41.0 / wall, abs=0.001)
+    # Each cause's segment has its finding's colour, the colour of the chip on its card.
+    chips = dict((i, c) for i, c in _swatch_colours_any(html).items())
+    assert segments[1][1] == chips[0] and segments[2][1] == chips[2]
+    assert len({c for _, c, _ in segments}) == 4
+    assert "(expected, not a problem to fix)" in block
+    low, high = result.summary["account"]["counterfactual"]["range_s"]
+    assert f"≈ {format_seconds(low)}–{format_seconds(high)}" in block
+    assert f"(up to {wall / low:.1f}× faster)" in block
+
+
+def _swatch_colours_any(html: str) -> dict[int, str]:
+    """Finding index -> the colour of the number chip on its card."""
+    return {
+        int(i): c
+        for i, c in re.findall(
+            r'id="finding-(\d+)"[^>]*>\s*(?:<p class="explained">.*?</p>\s*)?<header class="card-head">\s*'
+            r'<span class="finding-swatch[^"]*" style="background-color: (#[0-9A-Fa-f]{6})',
+            html,
+            re.S,
+        )
+    }
+
+
+def test_no_account_no_panel():
+    html = render_html(build_analysis())
+    assert 'id="time-account"' not in html

@@ -22,7 +22,7 @@ from trace_doctor.derive.timekeys import parent_of
 from trace_doctor.humanize import format_seconds, json_dumps, printable
 from trace_doctor.knowledge.tinker import KL_SAMPLE_TRAIN_SUFFIXES, TEACHER_KL
 from trace_doctor.model import Analysis, Finding
-from trace_doctor.report import downsample, figures, timeline_figure
+from trace_doctor.report import downsample, figures, findings_view, timeline_figure
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
 
@@ -296,11 +296,22 @@ def _finding_anchor_steps(finding: Finding, spans: pl.DataFrame) -> list[int]:
 
 
 def _timeline(
-    result: Analysis, budget: Budget, notes: Summarised, colours: dict[str, str]
+    result: Analysis,
+    budget: Budget,
+    notes: Summarised,
+    colours: dict[str, str],
+    read: findings_view.Reading,
+    accounted: set[int],
 ) -> tuple[Chart | None, dict[int, dict[str, Any]], dict[str, Any]]:
-    """The Gantt chart, each finding's target x range on it, and the step buttons and colour key around it."""
+    """The Gantt chart, each finding's target x range on it, the step buttons and colour key around it,
+    and the colour of every finding drawn in colour (a lane here, a segment of the time account)."""
     spans = result.run.spans
-    none: dict[str, Any] = {"buttons": [], "legend": [], "lanes": {}}
+    none: dict[str, Any] = {
+        "buttons": [],
+        "legend": [],
+        "lanes": {},
+        "painted": findings_view.colours(read, accounted),
+    }
     if spans.is_empty():
         return None, {}, none
     spans = spans.filter(pl.col("start_us").is_not_null() & pl.col("end_us").is_not_null())
@@ -331,6 +342,10 @@ def _timeline(
     ]
     window_of = {w["step"]: w for w in window_rows}
     overlays = _finding_overlays(result, window_of, origin, notes)
+    painted = findings_view.colours(read, {o["finding"] for o in overlays} | accounted)
+    for overlay in overlays:
+        overlay.update(colour=painted[overlay["finding"]]["colour"], number=read.number[overlay["finding"]])
+    overlays.sort(key=lambda o: o["number"])  # lanes top-down in the order the cards read
     targets = {}
     for i, finding in enumerate(result.findings):
         anchored = [window_of[s] for s in anchors[i] if s in window_of][:2]
@@ -362,25 +377,26 @@ def _timeline(
         .head(GANTT_LEGEND_NAMES)
     )
     legend = [{"name": n, "colour": colours.get(n) or figures.phase_colour(n)} for n in busiest["name"].to_list()]
-    lanes = {
-        o["finding"]: {
-            "colour": o["colour"],
-            "ink": timeline_figure.ink_on(o["colour"]),
+    lanes = [
+        {
+            "index": o["finding"],
             "number": o["number"],
             "label": f"{o['code']} {o['rule']}",
             "hatched": not o["ranges_s"],
+            **painted[o["finding"]],
         }
         for o in overlays
-    }
+    ]
     targets_by_finding = {i: {"chart": "chart-gantt", "range": r} for i, r in targets.items()}
-    return _figure("chart-gantt", fig), targets_by_finding, {"buttons": step_buttons, "legend": legend, "lanes": lanes}
+    extras = {"buttons": step_buttons, "legend": legend, "lanes": lanes, "painted": painted}
+    return _figure("chart-gantt", fig), targets_by_finding, extras
 
 
 def _finding_overlays(
     result: Analysis, window_of: dict[int, dict[str, Any]], origin_us: float, notes: Summarised
 ) -> list[dict[str, Any]]:
-    """One lane per finding the timeline can show, in card order, each with its own colour: its time
-    ranges, or else the drawn steps it names (marked whole)."""
+    """One lane per finding the timeline can show: its time ranges, or else the drawn steps it names
+    (marked whole). The caller gives each its number and colour."""
     overlays: list[dict[str, Any]] = []
     for i, finding in enumerate(result.findings):
         ranges_s = _overlay_ranges(finding, origin_us, notes)
@@ -394,11 +410,9 @@ def _finding_overlays(
         overlays.append(
             {
                 "finding": i,
-                "number": i + 1,
                 "code": finding.code,
                 "rule": finding.rule,
                 "title": finding.title,
-                "colour": timeline_figure.finding_colour(len(overlays)),
                 "ranges_s": ranges_s,
                 "steps_s": steps_s,
             }
@@ -555,11 +569,18 @@ def _evidence_items(evidence: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _finding_cards(
-    result: Analysis, targets: dict[int, dict[str, Any]], lanes: dict[int, dict[str, Any]], has_step_chart: bool
+    result: Analysis,
+    read: findings_view.Reading,
+    targets: dict[int, dict[str, Any]],
+    extras: dict[str, Any],
+    has_step_chart: bool,
 ) -> list[dict[str, Any]]:
-    """What each finding card shows; `lanes` holds the colour and number of the findings on the timeline."""
+    """The finding cards in reading order: each cause followed by the symptoms it explains (`depth`),
+    numbered, in the colour the timeline and the time account give the finding."""
+    hatched = {lane["index"] for lane in extras["lanes"] if lane["hatched"]}
     cards = []
-    for i, finding in enumerate(result.findings):
+    for i, depth in read.order:
+        finding = result.findings[i]
         target = targets.get(i)
         if target is None and has_step_chart and finding.steps:
             lo, hi = min(finding.steps), max(finding.steps)
@@ -567,13 +588,17 @@ def _finding_cards(
         cards.append(
             {
                 "index": i,
+                "number": read.number[i],
+                "depth": depth,
                 "finding": finding,
+                "paint": extras["painted"].get(i),
+                "hatched": i in hatched,
+                "explained_by": findings_view.causes_of(finding, read, result.findings),
                 "seconds_lost": format_seconds(finding.seconds_lost) if finding.seconds_lost else None,
                 "share": f"{finding.fraction_of_wall * 100:.0f}% of wall time" if finding.fraction_of_wall else None,
                 "steps": _steps_text(finding.steps),
                 "evidence": _evidence_items(finding.evidence),
                 "target": target,
-                "lane": lanes.get(i),
                 "target_label": "Show on timeline" if target and target["chart"] == "chart-gantt" else "Show steps",
             }
         )
@@ -622,7 +647,11 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
     budget = budget or Budget()
     notes = Summarised()
     colours = figures.assign_phase_colours(_colour_names(result))
-    gantt, targets, gantt_extras = _timeline(result, budget, notes, colours)
+    read = findings_view.reading(result.findings)
+    account = result.summary.get("account")
+    gantt, targets, gantt_extras = _timeline(
+        result, budget, notes, colours, read, findings_view.accounted(account, read)
+    )
     whole_run = _whole_run_charts(result, budget, notes, colours)
     kl = _kl_chart(result)
     profiles = _profiles(result, budget, notes)
@@ -649,7 +678,8 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         # The page's colour class for the verdict (the stylesheet calls a clear run "ok").
         "worst": "ok" if decided.status == "clear" else decided.status,
         "counts": decided.counts,
-        "cards": _finding_cards(result, targets, gantt_extras["lanes"], bool(whole_run)),
+        "cards": _finding_cards(result, read, targets, gantt_extras, bool(whole_run)),
+        "account": findings_view.account_view(account, read, gantt_extras["painted"]),
         "gantt": gantt,
         "step_buttons": gantt_extras["buttons"],
         "gantt_legend": gantt_extras["legend"],
