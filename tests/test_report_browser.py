@@ -88,10 +88,17 @@ OVERFLOWING = (
 )
 
 
+CHARTS_FIT = """() => [...document.querySelectorAll('.plot')].every(p => {
+  const svg = p.querySelector('.main-svg');
+  return !svg || svg.getBoundingClientRect().width <= p.getBoundingClientRect().width + 1;
+})"""
+
+
 def assert_fits_a_phone(page: Page) -> None:
     """At 375 px nothing widens the page: wide content wraps, reflows or scrolls in its own box."""
     page.set_viewport_size(PHONE)
-    page.wait_for_timeout(250)  # the charts' resize handlers are debounced
+    # Every chart redraws at its new width (plotly's and the page's resize handlers are debounced).
+    page.wait_for_function(CHARTS_FIT, timeout=10_000)
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     assert page.evaluate(OVERFLOWING) == []
 
@@ -407,7 +414,14 @@ def test_long_row_names_are_never_clipped_and_keep_their_full_text(browser, tmp_
     page = open_report(browser, result, tmp_path / "labels.html").page
     for width, line_chars in ((1366, 22), (PHONE["width"], 12)):
         page.set_viewport_size({"width": width, "height": 900})
-        page.wait_for_timeout(300)
+        # The label set for this width is swapped in after a debounced resize: wait for it.
+        page.wait_for_function(
+            "([want]) => { const c = document.getElementById('chart-gantt');"
+            " return c.dataset.rows === want && c._fullLayout.margin.l === c.layout.meta[want].margin_l; }",
+            arg=["wide" if width > 600 else "narrow"],
+            timeout=10_000,
+        )
+        page.wait_for_function(CHARTS_FIT, timeout=10_000)
         ticks = page.evaluate(TICKS)
         assert len(ticks) == 3
         for tick in ticks:
