@@ -1,8 +1,9 @@
 """The Gantt of the HTML report: spans per thread/track row, each finding in a lane of its own colour.
 
 Like the other figures it only draws what `html._timeline` chose. Two things are its own job: the
-finding colours (one per finding on the timeline, shared with the swatch on the finding's card) and
-row labels that fit (wrapped, shortened with the full name kept for a tooltip, margin sized to them).
+finding palette (handed out by `findings_view.colours`, shared by a finding's lane, the number chip on
+its card and its segment of the time account) and row labels that fit (wrapped, shortened with the
+full name kept for a tooltip, margin sized to them).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from trace_doctor.humanize import format_seconds
 from trace_doctor.report.figures import MAX_DEPTH_LAYERS, base_layout, phase_colour, plot_text, with_alpha
 
 # The Okabe-Ito palette (Wong, "Color blindness", Nature Methods 8:441, 2011): its eight colours
-# stay apart under protanopia, deuteranopia and tritanopia. Findings take them in card order.
+# stay apart under protanopia, deuteranopia and tritanopia. Findings take them in reading order.
 # Colour is never the only cue: each finding also has its own lane, labelled with its card number.
 FINDING_COLOURS = ("#E69F00", "#56B4E9", "#009E73", "#CC79A7", "#0072B2", "#D55E00", "#F0E442", "#000000")
 
@@ -49,9 +50,9 @@ LANE_OUTLINE = "rgba(31, 35, 40, 0.45)"
 BREAK_CHARS = re.compile(r"[\s/_.:\-]")
 
 
-def finding_colour(lane: int) -> str:
-    """The colour of the finding in the given lane (0 = first card drawn on the timeline)."""
-    return FINDING_COLOURS[lane % len(FINDING_COLOURS)]
+def finding_colour(k: int) -> str:
+    """The colour of the k-th finding drawn in colour (0 = the first in reading order)."""
+    return FINDING_COLOURS[k % len(FINDING_COLOURS)]
 
 
 def ink_on(hex_colour: str) -> str:
