@@ -16,6 +16,7 @@ if not CHROMIUM.exists():
         allow_module_level=True,
     )
 
+import polars as pl  # noqa: E402
 from conftest import CORPUS, FIXTURE_RUNS  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 from test_report_html import XSS, build_analysis  # noqa: E402
@@ -79,6 +80,29 @@ def analysed(path: Path) -> Analysis:
     return analyze(load_run(path))
 
 
+PHONE = {"width": 375, "height": 812}
+OVERFLOWING = (
+    "() => { const w = document.documentElement.clientWidth; return [...document.querySelectorAll('main *')]\n"
+    "  .filter(e => !e.closest('svg') && e.getBoundingClientRect().right > w + 1)"
+    ".map(e => e.tagName + '.' + e.className); }"
+)
+
+
+CHARTS_FIT = """() => [...document.querySelectorAll('.plot')].every(p => {
+  const svg = p.querySelector('.main-svg');
+  return !svg || svg.getBoundingClientRect().width <= p.getBoundingClientRect().width + 1;
+})"""
+
+
+def assert_fits_a_phone(page: Page) -> None:
+    """At 375 px nothing widens the page: wide content wraps, reflows or scrolls in its own box."""
+    page.set_viewport_size(PHONE)
+    # Every chart redraws at its new width (plotly's and the page's resize handlers are debounced).
+    page.wait_for_function(CHARTS_FIT, timeout=10_000)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert page.evaluate(OVERFLOWING) == []
+
+
 def assert_healthy_page(opened: Opened, result: Analysis) -> None:
     page = opened.page
     assert opened.errors == []
@@ -111,6 +135,7 @@ def test_fixture_reports_load_offline_and_draw_every_chart(browser, tmp_path, sc
     assert_healthy_page(opened, result)
     if not result.run.spans.is_empty():
         assert opened.page.locator("#chart-gantt .main-svg").count() > 0
+    assert_fits_a_phone(opened.page)
 
 
 @pytest.mark.parametrize("relative", CORPUS_RUNS)
@@ -124,6 +149,7 @@ def test_corpus_reports_read_well_without_a_trace(browser, tmp_path, relative):
     body = opened.page.inner_text("body")
     assert "No trace in this run." in body
     assert opened.page.locator("#chart-step-time .main-svg").count() > 0
+    assert_fits_a_phone(opened.page)
 
 
 def _gantt_range(page: Page) -> list[float]:
@@ -158,6 +184,42 @@ def test_show_on_timeline_moves_the_demo_gantt(browser, tmp_path):
     before = _gantt_range(page)
     buttons.first.click()
     assert _gantt_range(page) != before
+    assert_reads_the_diagnosis(page, result)
+
+
+def assert_reads_the_diagnosis(page: Page, result: Analysis) -> None:
+    """Symptoms sit under a cause that explains them; the time account's segments fill the wall time,
+    each cause in the colour of the chip on its finding's card."""
+    from trace_doctor.triage.locate import finding_key
+
+    order = page.eval_on_selector_all(
+        "article.card", "els => els.map(e => [parseInt(e.dataset.finding), parseInt(e.dataset.depth)])"
+    )
+    assert sorted(i for i, _ in order) == list(range(len(result.findings)))
+    key_of = {i: finding_key(f) for i, f in enumerate(result.findings)}
+    for position, (index, depth) in enumerate(order):
+        finding = result.findings[index]
+        if not depth:
+            continue
+        above = [key_of[i] for i, d in reversed(order[:position]) if d < depth]
+        assert above and above[0] in finding.explained_by, (finding.rule, above[:1], finding.explained_by)
+    account = result.summary.get("account")
+    if not account or not account["causes"]:
+        assert page.locator("#time-account").count() == 0
+        return
+    widths = page.eval_on_selector_all(
+        "#time-account .account-bar:not(.fixed) .seg", "els => els.map(e => e.getBoundingClientRect().width)"
+    )
+    bar = page.locator("#time-account .account-bar:not(.fixed)").bounding_box()
+    assert sum(widths) == pytest.approx(bar["width"], abs=2)
+    chips = page.eval_on_selector_all(
+        "#time-account td.part a.finding-swatch",
+        "els => els.map(e => [e.getAttribute('href'), getComputedStyle(e).backgroundColor])",
+    )
+    assert len(chips) == len(account["causes"])
+    for href, colour in chips:
+        card_chip = page.locator(f"{href} .card-head .finding-swatch")
+        assert card_chip.evaluate("e => getComputedStyle(e).backgroundColor") == colour
 
 
 def test_injection_strings_stay_text(browser, tmp_path):
@@ -188,6 +250,9 @@ def test_demo_screenshots_for_review(browser, tmp_path):
     for section in ("findings", "timeline", "whole-run"):
         page.locator(f"#{section}").screenshot(path=str(ARTIFACTS / f"report-demo-{section}.png"))
     assert (ARTIFACTS / "report-demo-full.png").stat().st_size > 10_000
+    assert_fits_a_phone(page)
+    for section in ("findings", "timeline"):
+        page.locator(f"#{section}").screenshot(path=str(ARTIFACTS / f"report-demo-phone-{section}.png"))
 
 
 def test_log_scale_toggle_switches_the_step_time_axis(browser, tmp_path):
@@ -229,3 +294,144 @@ def test_nothing_overflows_the_page_at_laptop_widths(browser, tmp_path, width):
     model = page.locator(".fact dd.name").first
     assert model.get_attribute("title") == result.run.meta.model_name
     assert model.evaluate("e => e.scrollWidth <= e.clientWidth")  # wrapped, not cut off
+
+
+# ---- findings on the timeline ------------------------------------------------------------
+
+
+LANES = """() => {
+  const chart = document.getElementById('chart-gantt');
+  const bars = chart.querySelectorAll('.barlayer .trace');
+  return chart.data.map((t, k) => [t, k]).filter(([t]) => t.meta && t.meta.finding !== undefined).map(([t, k]) => ({
+    finding: t.meta.finding, colour: t.marker.color, opacity: chart._fullData[k].opacity,
+    drawn: getComputedStyle(bars[k].querySelector('path')).fill,
+    drawnOpacity: getComputedStyle(bars[k]).opacity,
+  }));
+}"""
+SHADING = """() => (document.getElementById('chart-gantt').layout.shapes || [])
+  .filter(s => /^finding-/.test(s.name || '')).map(s => [s.name, s.opacity])"""
+
+
+def _rgb(hex_colour: str) -> str:
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
+
+
+def _selection(page: Page) -> tuple[list[str], list[str]]:
+    cards = page.eval_on_selector_all("article.card.selected", "els => els.map(e => e.id)")
+    pressed = page.eval_on_selector_all(
+        "button.show-on-timeline[aria-pressed='true']", "els => els.map(e => e.dataset.finding)"
+    )
+    return cards, pressed
+
+
+def _opacity_by_finding(page: Page) -> dict[int, float]:
+    return {lane["finding"]: lane["opacity"] for lane in page.evaluate(LANES)}
+
+
+def test_each_finding_has_its_own_colour_on_the_timeline_matching_its_card(browser, tmp_path):
+    result = build_analysis(steps=20)
+    page = open_report(browser, result, tmp_path / "lanes.html").page
+    lanes = page.evaluate(LANES)
+    colours = {lane["finding"]: lane["colour"] for lane in lanes}
+    assert sorted(colours) == list(range(len(result.findings)))
+    assert len(set(colours.values())) == len(colours), colours
+    for lane in lanes:
+        swatch = page.locator(f"#finding-{lane['finding']} .card-head .finding-swatch")
+        assert swatch.evaluate("e => getComputedStyle(e).backgroundColor") == _rgb(lane["colour"])
+        key = page.locator(f".lane-key .finding-swatch[data-finding='{lane['finding']}']")
+        assert key.evaluate("e => getComputedStyle(e).backgroundColor") == _rgb(lane["colour"])
+        # What plotly drew: the measured range in the colour itself, a named step hatched in it.
+        assert lane["drawn"] == _rgb(lane["colour"]) or lane["drawn"].startswith("url(")
+    solid = [lane for lane in lanes if not lane["drawn"].startswith("url(")]
+    assert solid, "no finding drawn with its measured time range"
+
+
+def test_show_on_timeline_marks_the_selected_finding_and_dims_the_others(browser, tmp_path):
+    result = build_analysis(steps=20)
+    page = open_report(browser, result, tmp_path / "select.html").page
+    assert _selection(page) == ([], [])
+    assert set(_opacity_by_finding(page).values()) == {1}
+    resting = dict(page.evaluate(SHADING))
+
+    page.locator("#finding-0 button.show-on-timeline").click()
+    assert _selection(page) == (["finding-0"], ["0"])
+    opacity = _opacity_by_finding(page)
+    assert opacity[0] == 1 and all(v < 0.5 for f, v in opacity.items() if f != 0)
+    assert all(v == 1 for _, v in page.evaluate(SHADING))  # finding 0 owns the only shaded range
+    lane_0 = next(lane for lane in page.evaluate(LANES) if lane["finding"] == 0)
+    assert float(lane_0["drawnOpacity"]) == 1.0
+    dimmed = next(lane for lane in page.evaluate(LANES) if lane["finding"] == 1)
+    assert float(dimmed["drawnOpacity"]) < 0.5  # the page shows it, not only the figure data
+
+    page.locator("#finding-1 button.show-on-timeline").click()  # another one moves the selection
+    assert _selection(page) == (["finding-1"], ["1"])
+    opacity = _opacity_by_finding(page)
+    assert opacity[1] == 1 and opacity[0] < 0.5
+    assert all(v < resting[name] for name, v in page.evaluate(SHADING))
+
+    page.locator("#finding-1 button.show-on-timeline").click()  # the same one again clears it
+    assert _selection(page) == ([], [])
+    assert set(_opacity_by_finding(page).values()) == {1}
+    assert dict(page.evaluate(SHADING)) == resting
+
+    # Keyboard: the buttons are real buttons (Tab reaches them; Enter and Space press them) and
+    # Escape clears the selection.
+    page.locator("#finding-2 button.show-on-timeline").focus()
+    page.keyboard.press("Enter")
+    assert _selection(page) == (["finding-2"], ["2"])
+    page.keyboard.press("Escape")
+    assert _selection(page) == ([], [])
+    page.locator("#finding-0 button.show-on-timeline").focus()
+    page.keyboard.press("Space")
+    assert _selection(page) == (["finding-0"], ["0"])
+
+
+TICKS = """() => {
+  const chart = document.getElementById('chart-gantt');
+  const svg = chart.querySelector('.main-svg').getBoundingClientRect();
+  const plotLeft = svg.left + chart._fullLayout.margin.l;
+  return [...chart.querySelectorAll('.ytick text')].map(t => {
+    const box = t.getBoundingClientRect();
+    const title = t.querySelector('title');
+    return {text: [...t.querySelectorAll('tspan.line')].map(l => l.textContent).join('|') || t.textContent,
+            left: box.left - svg.left, right: plotLeft - box.right, title: title ? title.textContent : null};
+  });
+}"""
+
+
+def test_long_row_names_are_never_clipped_and_keep_their_full_text(browser, tmp_path):
+    result = build_analysis(steps=8)
+    long_track = "do_group_rollout_and_filter_constant_reward_groups_for_policy_0"
+    long_thread = "ThreadPoolExecutor-0_0 worker with a long name"
+    result.run.spans = result.run.spans.with_columns(
+        pl.when(pl.col("track") == "sample_task_0").then(pl.lit(long_track)).otherwise(pl.col("track")).alias("track"),
+        pl.when(pl.col("track") == "sample_task_1")
+        .then(pl.lit(long_thread))
+        .otherwise(pl.col("thread"))
+        .alias("thread"),
+    )
+    page = open_report(browser, result, tmp_path / "labels.html").page
+    for width, line_chars in ((1366, 22), (PHONE["width"], 12)):
+        page.set_viewport_size({"width": width, "height": 900})
+        # The label set for this width is swapped in after a debounced resize: wait for it.
+        page.wait_for_function(
+            "([want]) => { const c = document.getElementById('chart-gantt');"
+            " return c.dataset.rows === want && c._fullLayout.margin.l === c.layout.meta[want].margin_l; }",
+            arg=["wide" if width > 600 else "narrow"],
+            timeout=10_000,
+        )
+        page.wait_for_function(CHARTS_FIT, timeout=10_000)
+        ticks = page.evaluate(TICKS)
+        assert len(ticks) == 3
+        for tick in ticks:
+            assert tick["left"] >= 0, tick  # inside the chart, not cut at its left edge
+            assert tick["right"] >= -2, tick  # and ends at the plot area (glyph bounds may touch it)
+            assert all(len(line) <= line_chars for line in tick["text"].split("|")), tick
+        full = {tick["title"] for tick in ticks if tick["title"]}
+        assert {f"MainThread · {long_track}", f"{long_thread} · sample_task_1"} <= full
+        assert any(t["text"] == "MainThread|main" for t in ticks)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    # Hovering a shortened label shows its full name (the tooltip needs pointer events on the text).
+    title_text = page.locator("#chart-gantt .ytick text", has=page.locator("title")).first
+    assert title_text.evaluate("e => getComputedStyle(e).pointerEvents") != "none"

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from trace_doctor.decision import decide
+from trace_doctor.humanize import format_seconds
 from trace_doctor.model import (
     FRAMES_SCHEMA,
     LOG_EVENTS_SCHEMA,
@@ -531,3 +532,285 @@ def test_long_names_in_the_header_keep_their_full_text_on_hover():
     result.run.meta.model_name = "Qwen/Qwen3-30B-A3B-Instruct-2507-with-a-long-suffix"
     html = render_html(result)
     assert '<dd class="name" title="Qwen/Qwen3-30B-A3B-Instruct-2507-with-a-long-suffix">' in html
+
+
+# ---- findings on the timeline: own colour, own lane, same swatch on the card ---------------------
+
+
+def _lane_traces(figure: dict) -> list[dict]:
+    return [t for t in figure["data"] if (t.get("meta") or {}).get("finding") is not None]
+
+
+def _swatch_colours(html: str) -> dict[int, str]:
+    """Finding index -> the background colour of the swatch on its card's "show on timeline" button."""
+    colours = {}
+    for index, card in re.findall(r'<article class="card[^"]*" id="finding-(\d+)"(.*?)</article>', html, re.S):
+        swatch = re.search(r'<span class="finding-swatch[^"]*" style="background-color: (#[0-9A-Fa-f]{6})', card)
+        if swatch:
+            colours[int(index)] = swatch.group(1)
+    return colours
+
+
+def test_each_finding_on_the_timeline_has_its_own_colour_lane_and_the_same_swatch_on_its_card():
+    from trace_doctor.report.timeline_figure import FINDING_COLOURS
+
+    result = build_analysis(steps=12)
+    html = render_html(result)
+    lanes = _lane_traces(embedded_figure(html, "chart-gantt"))
+    colour_of = {t["meta"]["finding"]: t["marker"]["color"] for t in lanes}
+    # All three findings are on the timeline: pipelining-gap by its idle range, the other two by
+    # the steps they name (drawn hatched, a whole step each).
+    assert sorted(colour_of) == [0, 1, 2]
+    assert len(set(colour_of.values())) == 3
+    assert set(colour_of.values()) <= set(FINDING_COLOURS)
+    assert _swatch_colours(html) == colour_of
+    lane_of = {t["meta"]["finding"]: set(t["y"]) for t in lanes}
+    assert all(len(ys) == 1 for ys in lane_of.values())
+    assert len({ys.pop() for ys in lane_of.values()}) == 3, "two findings share a lane"
+    by_finding = {t["meta"]["finding"]: t for t in lanes}
+    assert "pattern" not in by_finding[0]["marker"] and by_finding[1]["marker"]["pattern"]["shape"] == "/"
+    # The measured range is also shaded behind the spans, in the same colour and named for the page.
+    shading = [s for s in embedded_figure(html, "chart-gantt")["layout"]["shapes"] if s.get("name") == "finding-0"]
+    assert len(shading) == 1 and shading[0]["fillcolor"].startswith("rgba(230, 159, 0,")
+
+
+def test_findings_off_the_timeline_get_no_colour():
+    result = build_analysis(steps=12)
+    result.findings[1].steps = []  # names no step: nothing to mark on the Gantt
+    html = render_html(result)
+    colours = {t["meta"]["finding"]: t["marker"]["color"] for t in _lane_traces(embedded_figure(html, "chart-gantt"))}
+    assert sorted(colours) == [0, 2]
+    assert _swatch_colours(html) == colours
+    assert len(set(colours.values())) == 2
+    # Without a trace there are no lanes and no swatches; the cards still point at the step chart.
+    bare = render_html(build_analysis(with_trace=False))
+    assert _swatch_colours(bare) == {} and 'class="lane-key"' not in bare
+
+
+def _simulated_lab(hex_colour: str, matrix: tuple) -> tuple[float, float, float]:
+    """CIELAB of a colour as seen with a colour-vision deficiency (Machado et al. 2009, severity 1)."""
+
+    def linear(c: int) -> float:
+        c = c / 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    rgb = [linear(int(hex_colour[i : i + 2], 16)) for i in (1, 3, 5)]
+    r, g, b = (min(max(sum(row[k] * rgb[k] for k in range(3)), 0.0), 1.0) for row in matrix)
+    x, y, z = (
+        0.4124 * r + 0.3576 * g + 0.1805 * b,
+        0.2126 * r + 0.7152 * g + 0.0722 * b,
+        0.0193 * r + 0.1192 * g + 0.9505 * b,
+    )
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    fx, fy, fz = f(x / 0.95047), f(y), f(z / 1.08883)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+CVD_MATRICES = {
+    "protanopia": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216), (-0.003882, -0.048116, 1.051998)),
+    "deuteranopia": ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413), (-0.011820, 0.042940, 0.968881)),
+    "tritanopia": ((1.255528, -0.076749, -0.178779), (-0.078411, 0.930809, 0.147602), (0.004733, 0.691367, 0.303900)),
+}
+
+
+@pytest.mark.parametrize("deficiency", sorted(CVD_MATRICES))
+def test_finding_colours_stay_apart_for_colour_blind_readers(deficiency: str):
+    import itertools
+    import math
+
+    from trace_doctor.report.timeline_figure import FINDING_COLOURS
+
+    matrix = CVD_MATRICES[deficiency]
+    closest = min(
+        (math.dist(_simulated_lab(a, matrix), _simulated_lab(b, matrix)), a, b)
+        for a, b in itertools.combinations(FINDING_COLOURS, 2)
+    )
+    # Okabe-Ito's closest pair is ~16 ΔE76 apart; plotly's default (tab10) palette has pairs at 5.
+    assert closest[0] > 12, closest
+
+
+def test_swatch_numbers_are_legible_on_their_colour():
+    from trace_doctor.report.timeline_figure import FINDING_COLOURS, ink_on
+
+    assert ink_on("#F0E442") == "#000000" and ink_on("#0072B2") == "#ffffff" and ink_on("#000000") == "#ffffff"
+    assert {ink_on(c) for c in FINDING_COLOURS} == {"#000000", "#ffffff"}
+
+
+# ---- Gantt row labels: wrapped or shortened, never clipped ---------------------------------------
+
+
+def test_row_labels_wrap_at_the_thread_track_separator_and_never_exceed_their_width():
+    from trace_doctor.report.timeline_figure import label_lines
+
+    assert label_lines("MainThread · main") == ["MainThread · main"]
+    assert label_lines("MainThread · main", split=True) == ["MainThread", "main"]
+    assert label_lines("ThreadPoolExecutor-0_0 · Task-12") == ["ThreadPoolExecutor-0_0", "Task-12"]
+    # A long thread name never pushes the track (what tells rows apart) off the label.
+    assert label_lines("ThreadPoolExecutor-0_0 worker with a long name · sample_task_1") == [
+        "ThreadPoolExecutor-0_…",
+        "sample_task_1",
+    ]
+    one_word = "do_group_rollout_and_filter_constant_reward_groups"
+    lines = label_lines(one_word)
+    assert lines == ["do_group_rollout_and_", "filter_constant_rewar…"]
+    for label in (one_word, "a · " + one_word, "x" * 300, "pid 12 · ?"):
+        for width in (12, 22):
+            assert all(len(line) <= width for line in label_lines(label, width)), (label, width)
+            assert 1 <= len(label_lines(label, width)) <= 2
+
+
+def test_gantt_keeps_full_row_names_for_tooltips_and_sizes_its_margin_to_the_labels():
+    result = build_analysis(steps=6)
+    long_track = "do_group_rollout_and_filter_constant_reward_groups_for_policy_0"
+    result.run.spans = result.run.spans.with_columns(
+        pl.when(pl.col("track") == "sample_task_0").then(pl.lit(long_track)).otherwise(pl.col("track")).alias("track")
+    )
+    figure = embedded_figure(render_html(result), "chart-gantt")
+    layout = figure["layout"]
+    full = f"MainThread · {long_track}"
+    assert full in layout["yaxis"]["tickvals"]  # the category is the full name (every bar's hover shows it)
+    shown = layout["yaxis"]["ticktext"][layout["yaxis"]["tickvals"].index(full)]
+    assert shown == "MainThread<br>do_group_rollout_and_…"
+    assert layout["meta"]["row_tooltips"]["MainThreaddo_group_rollout_and_…"] == full
+    assert layout["yaxis"]["automargin"] is True
+    widest = max(len(line) for tick in layout["yaxis"]["ticktext"] for line in tick.split("<br>"))
+    assert layout["margin"]["l"] >= widest * 6  # room for the longest line at the 11 px tick font
+    narrow = layout["meta"]["narrow"]
+    assert all(len(line) <= 12 for tick in narrow["ticktext"] for line in tick.split("<br>"))
+    assert narrow["margin_l"] < layout["margin"]["l"]
+
+
+# ---- the diagnosis: symptoms under their causes, the time account ---------------------------------
+
+
+def _triaged_analysis() -> Analysis:
+    """build_analysis with the triage's output: a steady-slowness symptom explained by pipelining-gap,
+    and the account of the run's wall time (numbers as the triage writes them)."""
+    result = build_analysis(steps=12)
+    pipelining, spikes, warmup = result.findings
+    pipelining.fingerprint = "pipelining-gap:sequential-fb-optim"
+    symptom = Finding(
+        rule="steady-slowness",
+        code="TD104",
+        severity="warning",
+        title="Every steady step is slower than the work needs",
+        message="Steady steps take 6.2 s: 40% of each step is client-side work outside the result wait.",
+        fix="Pipeline submissions.",
+        evidence={"own_estimate_s": 30.0},
+        fingerprint="steady-slowness:client",
+        explained_by=["pipelining-gap:sequential-fb-optim"],
+    )
+    result.findings = [pipelining, spikes, warmup, symptom]
+    wall = result.summary["wall_time_s"]
+    result.summary["account"] = {
+        "wall_time_s": wall,
+        "wall_basis": "trace extent per launch",
+        "useful_service_s": 40.0,
+        "useful_basis": "union of result-wait spans in the trace",
+        "causes": [
+            {
+                "finding": "pipelining-gap:sequential-fb-optim",
+                "rule": "pipelining-gap",
+                "title": pipelining.title,
+                "kind": "loss",
+                "seconds": 41.0,
+                "share": 41.0 / wall,
+                "confidence": "high",
+            },
+            {
+                "finding": "warmup-slowness",
+                "rule": "warmup-slowness",
+                "title": warmup.title,
+                "kind": "benign",
+                "seconds": 23.8,
+                "share": 23.8 / wall,
+                "confidence": None,
+            },
+        ],
+        "lost_s": 41.0,
+        "unexplained_s": wall - 40.0 - 41.0 - 23.8,
+        "counterfactual": {
+            "seconds": wall - 41.0,
+            "range_s": [wall - 41.0, wall - 20.5],
+            "speedup": wall / (wall - 41.0),
+            "floor_s": 0.0,
+            "clock_cycle_s": None,
+            "note": "low end: every fix works",
+        },
+    }
+    return decide(result)
+
+
+def _card_order(html: str) -> list[tuple[str, str]]:
+    return re.findall(
+        r'<article class="card sev-\w+" id="finding-(\d+)" data-rule="[\w-]+" data-finding="\d+" '
+        r'data-depth="(\d)"',
+        html,
+    )
+
+
+def test_a_symptom_is_shown_under_the_cause_that_explains_it():
+    result = _triaged_analysis()
+    html = render_html(result)
+    # Finding 3 (steady-slowness) reads right after finding 0 (pipelining-gap), one level in.
+    assert _card_order(html) == [("0", "0"), ("3", "1"), ("1", "0"), ("2", "0")]
+    symptom = re.search(r'id="finding-3".*?</article>', html, re.S).group(0)
+    assert (
+        'A symptom, explained by <a href="#finding-0">#1 TD101 pipelining-gap</a>: its time is counted there.'
+        in symptom
+    )
+    assert "lost" not in re.search(r'<header class="card-head">.*?</header>', symptom, re.S).group(0)
+    # Cards are numbered in reading order; the glance list says where a symptom's time went.
+    assert re.findall(r'<span class="finding-swatch[^"]*"[^>]*>(\d+)</span>', html)[:4] == ["1", "2", "3", "4"]
+    assert '<span class="glance-cost">in #1</span>' in html
+    # The JSON document keeps its own order and carries explained_by as the analysis wrote it.
+    document = embedded_document(html)
+    assert document["findings"][3]["explained_by"] == ["pipelining-gap:sequential-fb-optim"]
+
+
+def test_time_account_is_a_stacked_bar_and_a_table_near_the_verdict():
+    result = _triaged_analysis()
+    html = render_html(result)
+    account = re.search(r'<div class="account" id="time-account">.*?<p class="sub">.*?</p>', html, re.S)
+    assert account, "no time account"
+    block = account.group(0)
+    assert html.index('class="verdict') < html.index('id="time-account"') < html.index('id="findings"')
+    segments = re.findall(
+        r'<span class="seg[^"]*" style="width: ([\d.]+)%; background-color: (#[0-9A-Fa-f]{6})" '
+        r'title="([^"]*)"',
+        block,
+    )
+    labels = [title.split(":")[0] for _, _, title in segments]
+    assert labels == ["service work", "#1 pipelining-gap", "#4 warmup-slowness", "unexplained"]
+    assert sum(float(w) for w, _, _ in segments) == pytest.approx(100.0, abs=0.01)  # the parts fill the wall time
+    wall = result.summary["wall_time_s"]
+    assert float(segments[1][0]) == pytest.approx(100 * 41.0 / wall, abs=0.001)
+    # Each cause's segment has its finding's colour, the colour of the chip on its card.
+    chips = dict((i, c) for i, c in _swatch_colours_any(html).items())
+    assert segments[1][1] == chips[0] and segments[2][1] == chips[2]
+    assert len({c for _, c, _ in segments}) == 4
+    assert "(expected, not a problem to fix)" in block
+    low, high = result.summary["account"]["counterfactual"]["range_s"]
+    assert f"≈ {format_seconds(low)}–{format_seconds(high)}" in block
+    assert f"(up to {wall / low:.1f}× faster)" in block
+
+
+def _swatch_colours_any(html: str) -> dict[int, str]:
+    """Finding index -> the colour of the number chip on its card."""
+    return {
+        int(i): c
+        for i, c in re.findall(
+            r'id="finding-(\d+)"[^>]*>\s*(?:<p class="explained">.*?</p>\s*)?<header class="card-head">\s*'
+            r'<span class="finding-swatch[^"]*" style="background-color: (#[0-9A-Fa-f]{6})',
+            html,
+            re.S,
+        )
+    }
+
+
+def test_no_account_no_panel():
+    html = render_html(build_analysis())
+    assert 'id="time-account"' not in html

@@ -34,8 +34,6 @@ MAX_DEPTH_LAYERS = 6
 LOG_SCALE_RATIO = 20.0
 # In a stacked chart (which a log axis would distort) bars above this many medians run off the top.
 CLIP_RATIO = 5.0
-# Finding overlays on the Gantt: a strip along the top of the plot, from this height (0-1) up.
-OVERLAY_STRIP_FROM = 0.95
 
 # One colour family per kind of work, shared by the Gantt bars and the per-phase breakdown, so
 # violet means data loading everywhere in the report. Red, amber and green are left out: red and
@@ -106,7 +104,7 @@ def assign_phase_colours(names: list[str]) -> dict[str, str]:
     return colours
 
 
-def _layout(height: int, **extra: Any) -> dict[str, Any]:
+def base_layout(height: int, **extra: Any) -> dict[str, Any]:
     layout: dict[str, Any] = {
         "height": height,
         "margin": {"l": 64, "r": 24, "t": 16, "b": 48},
@@ -261,7 +259,7 @@ def step_time_figure(
     linear = {"yaxis.type": "linear", "yaxis.title.text": "seconds", "yaxis.autorange": True, "yaxis.dtick": None}
     log = {"yaxis.type": "log", "yaxis.title.text": "seconds (log scale)", "yaxis.autorange": True, "yaxis.dtick": 1}
     fig.update_layout(
-        _layout(300, shapes=shapes, annotations=annotations, showlegend=True, bargap=0.15),
+        base_layout(300, shapes=shapes, annotations=annotations, showlegend=True, bargap=0.15),
         xaxis_title="step",
         yaxis={
             "type": "log" if log_first else "linear",
@@ -335,7 +333,7 @@ def phase_figure(
     # The colour key is HTML under the chart: plotly's legend turns long nested names into a
     # scrolling box that squeezes the plot.
     fig.update_layout(
-        _layout(320, barmode="stack", bargap=0.15, showlegend=False, margin={"l": 64, "r": 24, "t": 12, "b": 48}),
+        base_layout(320, barmode="stack", bargap=0.15, showlegend=False, margin={"l": 64, "r": 24, "t": 12, "b": 48}),
         xaxis_title="step",
         yaxis_title="seconds",
     )
@@ -468,144 +466,9 @@ def kl_figure(steps: list[int], series: dict[str, list[float | None]], band: flo
     else:
         axis = {"rangemode": "tozero"}
     fig.update_layout(
-        _layout(280, shapes=shapes, annotations=annotations), xaxis_title="step", yaxis_title="KL (nats/token)"
+        base_layout(280, shapes=shapes, annotations=annotations), xaxis_title="step", yaxis_title="KL (nats/token)"
     )
     fig.update_yaxes(**axis)
-    return fig
-
-
-def gantt_figure(
-    spans: pl.DataFrame,
-    *,
-    origin_us: float,
-    rows: list[str],
-    row_of: list[str],
-    overlays: list[dict[str, Any]],
-    windows: list[dict[str, Any]],
-    initial_range: list[float] | None,
-    colours: dict[str, str],
-) -> go.Figure:
-    """Spans as bars per thread/track row (nested spans drawn thinner on top), with finding overlays.
-
-    A finding's time ranges are shaded lightly behind the bars (so the spans stay readable) and
-    marked by a strip of its severity colour along the top whose hover names the rule.
-    """
-    fig = go.Figure()
-    start_s = ((spans["start_us"] - origin_us) / 1e6).to_list()
-    dur_s = (spans["dur_us"] / 1e6).to_list()
-    names = spans["name"].to_list()
-    depths = spans["depth"].fill_null(0).to_list()
-    steps = spans["step"].to_list()
-    closed = spans["closed"].fill_null(True).to_list()
-    layers: dict[int, list[int]] = {}
-    for i, depth in enumerate(depths):
-        layers.setdefault(min(int(depth), MAX_DEPTH_LAYERS), []).append(i)
-    for depth in sorted(layers):
-        idx = layers[depth]
-        fig.add_trace(
-            go.Bar(
-                orientation="h",
-                base=[start_s[i] for i in idx],
-                x=[dur_s[i] for i in idx],
-                y=[row_of[i] for i in idx],
-                width=0.78 * (0.8**depth),
-                marker={"color": [colours.get(names[i]) or phase_colour(names[i]) for i in idx], "line": {"width": 0}},
-                hovertext=[
-                    f"<b>{plot_text(names[i])}</b><br>{format_seconds(dur_s[i])} from {start_s[i]:.3f} s"
-                    + (f"<br>step {steps[i]}" if steps[i] is not None else "")
-                    + ("" if closed[i] else "<br>never closed (no end event)")
-                    + f"<br>{row_of[i]}"
-                    for i in idx
-                ],
-                hoverinfo="text",
-                showlegend=False,
-                name=f"depth {depth}",
-            )
-        )
-    shading: list[dict[str, Any]] = []
-    for overlay in overlays:
-        xs: list[float | None] = []
-        ys: list[float | None] = []
-        colour = SEVERITY_COLOUR.get(overlay["severity"], "#57606a")
-        for x0, x1 in overlay["ranges_s"]:
-            xs += [x0, x1, x1, x0, x0, None]
-            ys += [OVERLAY_STRIP_FROM, OVERLAY_STRIP_FROM, 1, 1, OVERLAY_STRIP_FROM, None]
-            shading.append(
-                {
-                    "type": "rect",
-                    "x0": x0,
-                    "x1": x1,
-                    "yref": "paper",
-                    "y0": 0,
-                    "y1": 1,
-                    "fillcolor": with_alpha(colour, 0.10),
-                    "line": {"width": 0},
-                    "layer": "below",
-                }
-            )
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                yaxis="y2",
-                fill="toself",
-                mode="lines",
-                line={"width": 1, "color": colour},
-                fillcolor=with_alpha(colour, 0.55),
-                hoveron="fills",
-                hoverinfo="text",
-                text=f"{overlay['code']} {overlay['rule']}: {plot_text(overlay['title'])}",
-                name=f"{overlay['code']} {overlay['rule']}",
-                legendgroup=overlay["rule"],
-                showlegend=False,
-            )
-        )
-    annotations = [
-        {
-            "x": w["x0"],
-            "yref": "paper",
-            "y": 1,
-            "yanchor": "bottom",
-            "xanchor": "left",
-            "text": w["label"],
-            "showarrow": False,
-            "font": {"size": 11, "color": "#57606a"},
-        }
-        for w in windows
-    ]
-    shapes = shading + [
-        {
-            "type": "line",
-            "x0": w["x0"],
-            "x1": w["x0"],
-            "yref": "paper",
-            "y0": 0,
-            "y1": 1,
-            "line": {"color": "#afb8c1", "width": 1, "dash": "dot"},
-        }
-        for w in windows
-    ]
-    height = max(260, 64 + 26 * len(rows))
-    fig.update_layout(
-        _layout(
-            height, barmode="overlay", annotations=annotations, shapes=shapes, showlegend=False, hovermode="closest"
-        ),
-        margin={"l": 210, "r": 24, "t": 40, "b": 48},
-        xaxis={
-            "title": "seconds since the trace began",
-            "range": initial_range,
-            "gridcolor": "#eef1f4",
-            "zeroline": False,
-        },
-        yaxis={
-            "type": "category",
-            "categoryorder": "array",
-            "categoryarray": list(reversed(rows)),
-            "automargin": False,
-            "tickfont": {"size": 11},
-        },
-        yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
-    )
     return fig
 
 
@@ -649,7 +512,7 @@ def icicle_figure(frames: pl.DataFrame) -> go.Figure:
             maxdepth=12,
         )
     )
-    fig.update_layout(_layout(440, margin={"l": 8, "r": 8, "t": 8, "b": 8}))
+    fig.update_layout(base_layout(440, margin={"l": 8, "r": 8, "t": 8, "b": 8}))
     return fig
 
 
@@ -673,7 +536,7 @@ def dump_cadence_figure(per_label: dict[str, tuple[list[Any], list[int]]]) -> go
             )
         )
     fig.update_layout(
-        _layout(90 + 44 * len(labels), margin={"l": 80, "r": 24, "t": 12, "b": 48}),
+        base_layout(90 + 44 * len(labels), margin={"l": 80, "r": 24, "t": 12, "b": 48}),
         xaxis_title="time (local, from the dump headers)",
         yaxis={
             "type": "category",

@@ -22,7 +22,7 @@ from trace_doctor.derive.timekeys import parent_of
 from trace_doctor.humanize import format_seconds, json_dumps, printable
 from trace_doctor.knowledge.tinker import KL_SAMPLE_TRAIN_SUFFIXES, TEACHER_KL
 from trace_doctor.model import Analysis, Finding
-from trace_doctor.report import downsample, figures
+from trace_doctor.report import downsample, figures, findings_view, timeline_figure
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
 
@@ -256,14 +256,11 @@ def kl_band(result: Analysis) -> float:
 
 
 def _row_labels(spans: pl.DataFrame) -> tuple[list[str], list[str]]:
-    """Row label per span (thread · track), and the rows in display order, folding quiet tracks."""
+    """Row label per span (thread · track, raw text), and the rows in display order, folding quiet tracks."""
     threads = spans["thread"].to_list() if "thread" in spans.columns else [None] * len(spans)
     pids = spans["pid"].to_list()
     tracks = spans["track"].to_list() if "track" in spans.columns else [None] * len(spans)
-    labels = [
-        f"{figures.plot_text(t or f'pid {p}')} · {figures.plot_text(k or '?')}"
-        for t, p, k in zip(threads, pids, tracks, strict=True)
-    ]
+    labels = [f"{t or f'pid {p}'} · {k or '?'}" for t, p, k in zip(threads, pids, tracks, strict=True)]
     busy: dict[str, float] = {}
     first: dict[str, tuple[int, float]] = {}
     for label, pid, start, dur in zip(
@@ -299,11 +296,22 @@ def _finding_anchor_steps(finding: Finding, spans: pl.DataFrame) -> list[int]:
 
 
 def _timeline(
-    result: Analysis, budget: Budget, notes: Summarised, colours: dict[str, str]
+    result: Analysis,
+    budget: Budget,
+    notes: Summarised,
+    colours: dict[str, str],
+    read: findings_view.Reading,
+    accounted: set[int],
 ) -> tuple[Chart | None, dict[int, dict[str, Any]], dict[str, Any]]:
-    """The Gantt chart, each finding's target x range on it, and the step buttons and colour key around it."""
+    """The Gantt chart, each finding's target x range on it, the step buttons and colour key around it,
+    and the colour of every finding drawn in colour (a lane here, a segment of the time account)."""
     spans = result.run.spans
-    none: dict[str, Any] = {"buttons": [], "legend": []}
+    none: dict[str, Any] = {
+        "buttons": [],
+        "legend": [],
+        "lanes": {},
+        "painted": findings_view.colours(read, accounted),
+    }
     if spans.is_empty():
         return None, {}, none
     spans = spans.filter(pl.col("start_us").is_not_null() & pl.col("end_us").is_not_null())
@@ -332,38 +340,26 @@ def _timeline(
         }
         for s, a, b in windows.iter_rows()
     ]
-    overlays, targets = [], {}
     window_of = {w["step"]: w for w in window_rows}
+    overlays = _finding_overlays(result, window_of, origin, notes)
+    painted = findings_view.colours(read, {o["finding"] for o in overlays} | accounted)
+    for overlay in overlays:
+        overlay.update(colour=painted[overlay["finding"]]["colour"], number=read.number[overlay["finding"]])
+    overlays.sort(key=lambda o: o["number"])  # lanes top-down in the order the cards read
+    targets = {}
     for i, finding in enumerate(result.findings):
-        ranges = sorted(r[:2] for r in finding.time_ranges_us if len(r) >= 2 and r[0] is not None and r[1] is not None)
-        if len(ranges) > OVERLAY_RANGES_MAX:
-            notes.add(
-                f"Finding {finding.code} shades its first {OVERLAY_RANGES_MAX} of {len(ranges):,} time ranges "
-                "on the timeline."
-            )
-            ranges = ranges[:OVERLAY_RANGES_MAX]
-        ranges_s = [[(a - origin) / 1e6, (b - origin) / 1e6] for a, b in ranges]
-        if ranges_s:
-            overlays.append(
-                {
-                    "code": finding.code,
-                    "rule": finding.rule,
-                    "title": finding.title,
-                    "severity": finding.severity,
-                    "ranges_s": ranges_s,
-                }
-            )
         anchored = [window_of[s] for s in anchors[i] if s in window_of][:2]
         if not finding.time_ranges_us:
             anchored = anchored[:1]
-        edges = [(w["x0"], w["x1"]) for w in anchored] + ranges_s[:1]
+        first_range = [o["ranges_s"][0] for o in overlays if o["finding"] == i and o["ranges_s"]]
+        edges = [(w["x0"], w["x1"]) for w in anchored] + first_range
         if edges:
             targets[i] = _padded(min(e[0] for e in edges), max(e[1] for e in edges))
     first_view = next(iter(targets.values()), None)
     if first_view is None and window_rows:
         typical = next((w for w in window_rows if "typical" in w["label"]), window_rows[0])
         first_view = _padded(typical["x0"], typical["x1"])
-    fig = figures.gantt_figure(
+    fig = timeline_figure.gantt_figure(
         shown,
         origin_us=origin,
         rows=rows,
@@ -381,16 +377,59 @@ def _timeline(
         .head(GANTT_LEGEND_NAMES)
     )
     legend = [{"name": n, "colour": colours.get(n) or figures.phase_colour(n)} for n in busiest["name"].to_list()]
-    shaded = {o["rule"]: o for o in overlays}
-    legend += [
+    lanes = [
         {
-            "name": f"{o['code']} {o['rule']} (shaded)",
-            "colour": figures.with_alpha(figures.SEVERITY_COLOUR[o["severity"]], 0.35),
+            "index": o["finding"],
+            "number": o["number"],
+            "label": f"{o['code']} {o['rule']}",
+            "hatched": not o["ranges_s"],
+            **painted[o["finding"]],
         }
-        for o in sorted(shaded.values(), key=lambda o: o["code"])
+        for o in overlays
     ]
     targets_by_finding = {i: {"chart": "chart-gantt", "range": r} for i, r in targets.items()}
-    return _figure("chart-gantt", fig), targets_by_finding, {"buttons": step_buttons, "legend": legend}
+    extras = {"buttons": step_buttons, "legend": legend, "lanes": lanes, "painted": painted}
+    return _figure("chart-gantt", fig), targets_by_finding, extras
+
+
+def _finding_overlays(
+    result: Analysis, window_of: dict[int, dict[str, Any]], origin_us: float, notes: Summarised
+) -> list[dict[str, Any]]:
+    """One lane per finding the timeline can show: its time ranges, or else the drawn steps it names
+    (marked whole). The caller gives each its number and colour."""
+    overlays: list[dict[str, Any]] = []
+    for i, finding in enumerate(result.findings):
+        ranges_s = _overlay_ranges(finding, origin_us, notes)
+        steps_s = (
+            []
+            if ranges_s
+            else [[window_of[s]["x0"], window_of[s]["x1"], s] for s in sorted(set(finding.steps)) if s in window_of]
+        )
+        if not ranges_s and not steps_s:
+            continue
+        overlays.append(
+            {
+                "finding": i,
+                "code": finding.code,
+                "rule": finding.rule,
+                "title": finding.title,
+                "ranges_s": ranges_s,
+                "steps_s": steps_s,
+            }
+        )
+    return overlays
+
+
+def _overlay_ranges(finding: Finding, origin_us: float, notes: Summarised) -> list[list[float]]:
+    """A finding's time ranges in seconds on the Gantt's clock, at most OVERLAY_RANGES_MAX of them."""
+    ranges = sorted(r[:2] for r in finding.time_ranges_us if len(r) >= 2 and r[0] is not None and r[1] is not None)
+    if len(ranges) > OVERLAY_RANGES_MAX:
+        notes.add(
+            f"Finding {finding.code} shades its first {OVERLAY_RANGES_MAX} of {len(ranges):,} time ranges "
+            "on the timeline."
+        )
+        ranges = ranges[:OVERLAY_RANGES_MAX]
+    return [[(a - origin_us) / 1e6, (b - origin_us) / 1e6] for a, b in ranges]
 
 
 def _padded(x0: float, x1: float) -> list[float]:
@@ -529,9 +568,19 @@ def _evidence_items(evidence: dict[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
-def _finding_cards(result: Analysis, targets: dict[int, dict[str, Any]], has_step_chart: bool) -> list[dict[str, Any]]:
+def _finding_cards(
+    result: Analysis,
+    read: findings_view.Reading,
+    targets: dict[int, dict[str, Any]],
+    extras: dict[str, Any],
+    has_step_chart: bool,
+) -> list[dict[str, Any]]:
+    """The finding cards in reading order: each cause followed by the symptoms it explains (`depth`),
+    numbered, in the colour the timeline and the time account give the finding."""
+    hatched = {lane["index"] for lane in extras["lanes"] if lane["hatched"]}
     cards = []
-    for i, finding in enumerate(result.findings):
+    for i, depth in read.order:
+        finding = result.findings[i]
         target = targets.get(i)
         if target is None and has_step_chart and finding.steps:
             lo, hi = min(finding.steps), max(finding.steps)
@@ -539,7 +588,12 @@ def _finding_cards(result: Analysis, targets: dict[int, dict[str, Any]], has_ste
         cards.append(
             {
                 "index": i,
+                "number": read.number[i],
+                "depth": depth,
                 "finding": finding,
+                "paint": extras["painted"].get(i),
+                "hatched": i in hatched,
+                "explained_by": findings_view.causes_of(finding, read, result.findings),
                 "seconds_lost": format_seconds(finding.seconds_lost) if finding.seconds_lost else None,
                 "share": f"{finding.fraction_of_wall * 100:.0f}% of wall time" if finding.fraction_of_wall else None,
                 "steps": _steps_text(finding.steps),
@@ -593,7 +647,11 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
     budget = budget or Budget()
     notes = Summarised()
     colours = figures.assign_phase_colours(_colour_names(result))
-    gantt, targets, gantt_extras = _timeline(result, budget, notes, colours)
+    read = findings_view.reading(result.findings)
+    account = result.summary.get("account")
+    gantt, targets, gantt_extras = _timeline(
+        result, budget, notes, colours, read, findings_view.accounted(account, read)
+    )
     whole_run = _whole_run_charts(result, budget, notes, colours)
     kl = _kl_chart(result)
     profiles = _profiles(result, budget, notes)
@@ -620,10 +678,12 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         # The page's colour class for the verdict (the stylesheet calls a clear run "ok").
         "worst": "ok" if decided.status == "clear" else decided.status,
         "counts": decided.counts,
-        "cards": _finding_cards(result, targets, bool(whole_run)),
+        "cards": _finding_cards(result, read, targets, gantt_extras, bool(whole_run)),
+        "account": findings_view.account_view(account, read, gantt_extras["painted"]),
         "gantt": gantt,
         "step_buttons": gantt_extras["buttons"],
         "gantt_legend": gantt_extras["legend"],
+        "lanes": gantt_extras["lanes"],
         "last_dumps": _last_dumps(result),
         "whole_run": {c.id: c for c in whole_run},
         "kl": kl,
