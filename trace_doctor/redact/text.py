@@ -1,0 +1,232 @@
+"""Redact one string, or one JSON-like value, in a single pass of the scanner (shapes.py).
+
+What is kept on purpose, so a bundle stays useful: numbers (step ids, counts), UUIDs (session and
+training-run ids), hex digests under weak words (a checkpoint's sha256, a cache key, a commit id),
+names made of words (`optim/kl_sample_train_v1`, `Qwen/Qwen3-8B`). None of them has a vendor prefix,
+a userinfo `@`, or a strong word (`api_key`, `password`, `secret`, ...) in front of it; a weak word
+(`key`, `token`) redacts only a value that looks like a credential (`credential_like`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trace_doctor.redact.shapes import KEY_BLOCK_END, PASSWORD_WORDS, REDACTED, SCANNER, STRONG_WORDS, TOKENS
+
+# Key-name suffixes that say the value is about a credential, not the credential itself.
+NOT_SECRET_SUFFIXES = frozenset(
+    {
+        "error",
+        "exception",
+        "warning",
+        "count",
+        "counts",
+        "len",
+        "length",
+        "size",
+        "id",
+        "ids",
+        "name",
+        "names",
+        "path",
+        "file",
+        "dir",
+        "type",
+        "env",
+        "var",
+        "url",
+        "endpoint",
+        "limit",
+        "budget",
+        "usage",
+        "expiry",
+        "expires",
+        "ttl",
+    }
+)
+_STRONG = re.compile(f"(?i){STRONG_WORDS}")
+_WORDS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9+/=_\-.~%]+")
+_NAME_PIECE = re.compile(r"[A-Za-z]+[0-9]{0,2}|[0-9]{1,4}|[0-9]+[A-Za-z]")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_NUMBER = re.compile(r"-?[0-9][0-9_,]*(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+# Values that stand for a secret without being one: already redacted, masked, empty, a reference.
+_PLACEHOLDER = re.compile(r"(?i)\[?redacted\]?.*|\**|x{3,}|<[^>]*>?|none|null|nil|true|false|undefined|\$\{?\w+\}?")
+
+
+def credential_like(value: str, *, hex_ok: bool = False) -> bool:
+    """Whether a value looks like a token: 16+ token characters, letters and digits, not a name or path.
+
+    A pure-hex value counts only with `hex_ok` (a weak word before a hex string names a digest).
+    """
+    if len(value) < 16 or not _TOKEN_CHARS.fullmatch(value):
+        return False
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False
+    if value.startswith(("/", "./", "~/")) or "://" in value:
+        return False
+    if _HEX.fullmatch(value):
+        return hex_ok
+    pieces = [p for p in re.split(r"[/_.\-:]+", value) if p]
+    # `optim/kl_sample_train_v1`, `Qwen/Qwen3-8B`, `2024-05-01`: words and small numbers.
+    return not (len(pieces) > 1 and all(_NAME_PIECE.fullmatch(p) for p in pieces))
+
+
+def _words(name: str) -> list[str]:
+    return [w.lower() for w in _WORDS.split(name) if w]
+
+
+def _is_word_end(word: str, tail: str) -> bool:
+    """`token` in `token_limit` or `hfTokenCount` ends a word; in `tokenizer` or `TOKENIZER` it does not."""
+    if not tail or not tail[0].isalpha():
+        return True
+    return word[-1].islower() and tail[0].isupper()
+
+
+def _keyword(match: re.Match) -> str:
+    word, tail, sep = match["kw_word"], match["kw_tail"], match["kw_sep"]
+    value = match["kw_quoted"] if match["kw_quoted"] is not None else match["kw_value"]
+    start = match.start("kw_quoted") if match["kw_quoted"] is not None else match.start("kw_value")
+    whole = match[0]
+    head = whole[: start - match.start()]
+    if _secret_value(word, tail, sep, value):
+        return head + REDACTED
+    # Not named a secret: the value may still be one by its shape (`token ghp_…`).
+    return head + TOKENS.sub(REDACTED, value)
+
+
+def _secret_value(word: str, tail: str, sep: str, value: str) -> bool:
+    if not _is_word_end(word, tail):
+        return False
+    words = _words(tail)
+    if (words and words[-1] in NOT_SECRET_SUFFIXES) or _PLACEHOLDER.fullmatch(value):
+        return False
+    if _STRONG.fullmatch(word) is None:
+        return credential_like(value)  # a weak word: only a value that looks like a token
+    lower = word.lower()
+    if lower == "pwd" and value.startswith(("/", "~")):
+        return False  # the shell's PWD: a working directory
+    if not sep.strip():
+        # `password <value>` with no `=` or `:`: a netrc line, or prose (`password authentication failed`).
+        return credential_like(value, hex_ok=True) or _short_secret(value)
+    if _NUMBER.fullmatch(value):
+        return lower in PASSWORD_WORDS or len(value) >= 12
+    return True
+
+
+def _short_secret(value: str) -> bool:
+    """After `password ` with no `=`/`:`: a netrc-style value (letters and digits, 8+ characters)."""
+    return len(value) >= 8 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def _url(match: re.Match) -> str:
+    whole, base = match[0], match.start()
+    password, user = match["url_password"], match["url_user"]
+    if password:
+        start, end = match.start("url_password") - base, match.end("url_password") - base
+        return whole[:start] + REDACTED + whole[end:]
+    if user and (credential_like(user, hex_ok=True) or TOKENS.fullmatch(user)):
+        start, end = match.start("url_user") - base, match.end("url_user") - base
+        return whole[:start] + REDACTED + whole[end:]
+    return whole
+
+
+def _wandb(match: re.Match) -> str:
+    return TOKENS.sub(REDACTED, match["wandb_context"]) + REDACTED
+
+
+_HANDLERS = {
+    "url": _url,
+    "token": lambda match: REDACTED,
+    "wandb_key": _wandb,
+    "kw_word": _keyword,
+}
+
+
+def redact_text(text: str) -> str:
+    """`text` with every credential replaced by [REDACTED]; the same object when there is none."""
+    if not text:
+        return text
+    match = SCANNER.search(text)
+    if match is None:
+        return text
+    out: list[str] = []
+    pos = 0
+    no_block_end_after = len(text) + 1  # once END is missing after a point, it is missing after any later one
+    while match is not None:
+        out.append(text[pos : match.start()])
+        if match["block"] is not None:
+            end = -1 if match.end() >= no_block_end_after else text.find(KEY_BLOCK_END, match.end())
+            if end < 0:
+                no_block_end_after = min(no_block_end_after, match.end())
+                out.append(match[0] + REDACTED)
+                pos = len(text)
+                break
+            close = text.find("-----", end + len(KEY_BLOCK_END))
+            pos = len(text) if close < 0 else close + 5
+            out.append(match[0] + REDACTED + text[end:pos])
+        else:
+            group = next(name for name in _HANDLERS if match[name] is not None)
+            out.append(_HANDLERS[group](match))
+            pos = match.end()
+        match = SCANNER.search(text, pos)
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def is_secret_key(name: str, value: Any = None) -> bool:
+    """Whether a key or variable name says its value is a credential.
+
+    Strong words (`api_key`, `password`, `secret`, `credentials`, ...) always; weak ones (`key`,
+    `token`, `auth`, `sig`) only for a credential-looking string value. Whole words only, so
+    `max_tokens`, `tokenizer` and `monkey` are not; `key_path` or `TokenError` name no secret.
+    """
+    words = _words(str(name))
+    if not words or words[-1] in NOT_SECRET_SUFFIXES:
+        return False
+    for i, word in enumerate(words):
+        # Words joined back pairwise, so `api_key` / `apiKey` / `API-KEY` are found as one word.
+        pair = word + (words[i + 1] if i + 1 < len(words) else "")
+        if _STRONG.fullmatch(pair) or _STRONG.fullmatch(word):
+            return True
+        if word in ("token", "key", "auth", "sig", "signature") or pair in ("accesstoken", "authtoken"):
+            return isinstance(value, str) and credential_like(value)
+    return False
+
+
+def redact_value(value: Any) -> Any:
+    """A JSON-like value with secrets removed: values under secret keys, secrets in keys and strings.
+
+    Numbers and booleans under secret keys are kept (`max_tokens: 512`, `use_auth: true`); a dict
+    or list under a secret key keeps its shape with every leaf redacted.
+    """
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            name = redact_text(key) if isinstance(key, str) else key
+            if item is None or isinstance(item, (bool, int, float)) or not is_secret_key(str(key), item):
+                out[name] = redact_value(item)
+            elif isinstance(item, (dict, list, tuple)):
+                out[name] = _blank(item)
+            elif isinstance(item, str) and _PLACEHOLDER.fullmatch(item):
+                out[name] = item
+            else:
+                out[name] = REDACTED
+        return out
+    if isinstance(value, list):
+        return [redact_value(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(redact_value(v) for v in value)
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def _blank(value: Any) -> Any:
+    """Everything under a secret key: the shape kept (support may need it), every leaf dropped."""
+    if isinstance(value, dict):
+        return {k: _blank(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_blank(v) for v in value]
+    return REDACTED
