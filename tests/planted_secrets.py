@@ -166,7 +166,7 @@ def write_secret_run(root: Path) -> Path:
         "root:10 [INFO] Starting training",
         f"tinker.lib.public_interfaces.service_client:87 [INFO] ServiceClient initialized for session {SESSION_ID}",
         f"root:12 [INFO] Saved checkpoint tinker://{TRAINING_RUN}/weights/000020 sha256={CHECKPOINT_SHA256}",
-        f"root:13 [INFO] tinker-cookbook commit {GIT_COMMIT}",
+        f"root:13 [WARNING] running tinker-cookbook commit {GIT_COMMIT} with local changes",
     ]
     for label, context in CONTEXTS.items():
         level = "ERROR" if label in ("slack", "github", "stripe", "jwt") else "WARNING"
@@ -182,12 +182,12 @@ def write_secret_run(root: Path) -> Path:
     for step in range(12):
         t0 = 1_000_000.0 + step * 1_100_000.0
         name = f"train_step {SECRETS['github']}" if step == 3 else "train_step"
-        args = {"step": step, "track": "main", "thread": "MainThread"}
+        args = {"track": "main", "thread": "MainThread"}
         if step == 2:
             args["headers"] = {"Authorization": f"Bearer {SECRETS['bearer']}", "X-API-Key": SECRETS["api_header"]}
             args["note"] = f"\n{SECRETS['openai_legacy']}"
         trace.append({"name": name, "ph": "B", "pid": 0, "tid": tid, "ts": t0, "args": args, "cat": "async"})
-        end = {"track": "main", "thread": "MainThread"}
+        end = {"track": "main", "thread": "MainThread", "step": step}  # the cookbook puts the step on E
         trace.append({"name": name, "ph": "E", "pid": 0, "tid": tid, "ts": t0 + 900_000.0, "args": end, "cat": "async"})
     (root / "trace_events.jsonl").write_text("\n".join(json.dumps(e) for e in trace) + "\n", encoding="utf-8")
 

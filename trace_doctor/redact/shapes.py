@@ -3,9 +3,10 @@ values named by key-like words. One spelling of each, compiled into one scanner.
 
 `SCANNER` is a single alternation that finds every candidate in one left-to-right pass; text.py
 decides per match. It runs in linear time: every branch starts at a boundary that a run of the
-same characters cannot repeat (a lookbehind), every repetition is bounded or spans one character
-class with nothing after it that could give back characters, so a failed attempt costs a bounded
-number of steps and the scan never restarts inside a run it already read.
+same characters cannot repeat (a lookbehind), and every repetition is bounded, possessive (`{m,n}+`:
+what follows can never be one of its characters, so giving some back could not help), or spans one
+character class with nothing after it; a failed attempt costs a bounded number of steps and the
+scan never restarts inside a run it already read.
 
 `TRIGGER` is the same vocabulary without lookarounds (polars' Rust regex has none), looser than
 the scanner: a string it does not match cannot hold anything the scanner would redact, so tables
@@ -51,18 +52,47 @@ VENDOR_TOKENS: dict[str, str] = {
     "jwt": r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{8,}",
 }
 TOKEN = f"{START}(?:{'|'.join(VENDOR_TOKENS.values())})"
+# The literal every vendor shape starts with (the polars prefilter's vocabulary, TRIGGER below).
+VENDOR_PREFIXES = (
+    API_KEY_PREFIX,
+    "sk-",
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "rk_test_",
+    "whsec_",
+    "hf_",
+    *(f"xox{c}-" for c in "abeoprs"),
+    "xapp-",
+    *(f"gh{c}_" for c in "opsur"),
+    "github_pat_",
+    "glpat-",
+    "AKIA",
+    "ASIA",
+    "ABIA",
+    "ACCA",
+    "AIza",
+    "npm_",
+    "pypi-",
+    "gsk_",
+    "xai-",
+    "r8_",
+    "SG.",
+    "eyJ",
+)
 
 # `scheme://user:password@host` (database URLs, git remotes with a token, proxies). The password
 # may hold `@` (greedy up to the last one before the host); a user part alone is redacted only
 # when it looks like a token (text.py), so `ssh://git@github.com` stays.
 URL_USERINFO = (
-    r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{1,30}://"
-    r"(?P<url_user>[^\s/?#@:'\"<>\\]{0,256})(?::(?P<url_password>[^\s/?#'\"<>\\]{0,256}))?@"
+    r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{1,30}+://"
+    r"(?P<url_user>[^\s/?#@:'\"<>\\]{0,256}+)(?::(?P<url_password>[^\s/?#'\"<>\\]{0,256}))?@"
 )
 
 # `-----BEGIN RSA PRIVATE KEY-----` (PKCS#1/#8, EC, OpenSSH, encrypted, PGP): text.py redacts from
 # here to the matching END line, or to the end of the text when it was cut off.
-KEY_BLOCK = r"-----BEGIN (?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
+KEY_BLOCK_START = "-----BEGIN "
+KEY_BLOCK = re.escape(KEY_BLOCK_START) + r"(?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
 KEY_BLOCK_END = "-----END "
 
 # W&B API keys are 40 lowercase hex characters: the shape of a git commit id too, so one is
@@ -85,7 +115,7 @@ PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd"})
 # look like credentials). A name starts a word, or a camelCase part of one (`dbPassword`).
 KEYWORD = (
     rf"(?P<kw_word>(?i:{STRONG_WORDS}|{WEAK_WORDS}))"
-    r"(?P<kw_tail>[A-Za-z0-9_.\-]{0,40})"
+    r"(?P<kw_tail>[A-Za-z0-9_.\-]{0,40}+)"
     r"(?P<kw_sep>\\?[\"']?[ \t]{0,3}(?::=|=>|[:=])[ \t]{0,3}|[ \t]{1,3}(?i:is|was)[ \t]{1,3}|[ \t]{1,3})"
     r"(?P<kw_scheme>(?i:bearer|basic|token|digest)[ \t]{1,3})?"
     r"(?:(?P<kw_quote>\\?[\"'])(?P<kw_quoted>[^\"'\\\n]{1,512})|(?P<kw_value>[^\s\"'`<>,;&)}\]\\]{1,512}))"
@@ -102,36 +132,27 @@ SCANNER = re.compile(
         ]
     )
 )
+# Private-key blocks alone: redacted over a whole text before it is scanned line by line (text.py).
+KEY_BLOCKS = re.compile(f"(?P<block>{KEY_BLOCK})")
 # The shapes alone: what is left of a value the keyword rule kept, or of the text between a W&B
 # mention and its key, is scanned with these (never the whole scanner again: linear time).
 TOKENS = re.compile(TOKEN)
 
-# The scanner's vocabulary for polars: every branch of SCANNER needs one of these substrings
-# (case-insensitively), so a string without any is left alone without entering Python.
-TRIGGER = "(?i)" + "|".join(
+# The scanner's vocabulary for polars (Rust regex: no lookarounds), looser than each branch it
+# stands for, so every string the scanner would change matches it: the block's first line; a
+# userinfo `@` after `://`; W&B and 40 hex characters later on the line; a vendor prefix (those
+# starting lower-case after a non-alphanumeric character or a JSON escape, as START requires); a
+# key-like word that ends there (not followed by a lower-case letter: `tokens`, `keyboard` never
+# match) and is followed by a separator. tests/test_redaction.py checks the superset property.
+_LOWER_PREFIXES = [p for p in VENDOR_PREFIXES if p[0].islower()]
+_UPPER_PREFIXES = [p for p in VENDOR_PREFIXES if not p[0].islower()]
+TRIGGER = "|".join(
     [
-        "-----BEGIN ",
-        "://",
-        re.escape(API_KEY_PREFIX),
-        "sk-",
-        "[rs]k_",
-        "whsec_",
-        "hf_",
-        "xox",
-        "xapp-",
-        "gh[opsur]_",
-        "github_pat_",
-        "glpat-",
-        "AKIA|ASIA|ABIA|ACCA",
-        "AIza",
-        "npm_",
-        "pypi-",
-        "gsk_",
-        "xai-",
-        "r8_",
-        r"SG\.",
-        "eyJ",
-        "wandb|w&b",
-        "key|token|auth|sig|secret|credential|passw|passphrase|pwd|cookie|bearer",
+        re.escape(KEY_BLOCK_START),
+        r"://[^\s/?#'\"<>\\]*@",
+        r"(?i:wandb|w&b)[^\n]*[0-9a-f]{40}",
+        r"(?:^|[^A-Za-z0-9]|\\[nrtbf]|\\u[0-9A-Fa-f]{4})(?:" + "|".join(map(re.escape, _LOWER_PREFIXES)) + ")",
+        "(?:" + "|".join(map(re.escape, _UPPER_PREFIXES)) + ")",
+        rf"(?i:{STRONG_WORDS}|{WEAK_WORDS})(?:[A-Z0-9_.\-][A-Za-z0-9_.\-]{{0,39}})?(?:\\?[\"']?[ \t]{{0,3}}[:=]|[ \t])",
     ]
 )

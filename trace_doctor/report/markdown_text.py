@@ -86,4 +86,4 @@ def prose(text: object, limit: int | None = None, *, table: bool = True) -> str:
 
 def html_text(text: object, limit: int | None = None) -> str:
     """Text inside raw HTML (`<summary>`): HTML-escaped, on one line (a blank line would end the HTML block)."""
-    return html.escape(_LINE_BREAKS.sub(" ", _cut(text, limit)), quote=True)
+    return html.escape(_LINE_BREAKS.sub(" ", _cut(text, limit)), quote=False)
