@@ -63,6 +63,24 @@ def test_vendor_shapes_are_redacted_without_any_word_before_them(label, template
     assert leaks(clean, {label: SECRETS[label]}) == [], clean
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("key: https://user:pw123@host/x", f"key: https://user:{REDACTED}@host/x"),
+        ("token: password=abc123", f"token: password={REDACTED}"),
+        (
+            "wandb via https://u:p@proxy " + "0123456789abcdef" * 2 + "01234567",
+            f"wandb via https://u:{REDACTED}@proxy {REDACTED}",
+        ),
+        (f"https://x-{SECRETS['github']}@github.com/o/r", f"https://{REDACTED}@github.com/o/r"),
+        (f"sort key {SECRETS['google']}", f"sort key {REDACTED}"),
+    ],
+)
+def test_a_credential_inside_a_value_that_is_not_named_one(text, expected):
+    """A value the keyword rule keeps (or a URL user it keeps) is still scanned for what it holds."""
+    assert redact_text(text) == expected
+
+
 KEPT = [
     f"tinker.lib.public_interfaces.service_client:87 [INFO] ServiceClient initialized for session {SESSION_ID}",
     f"Saved checkpoint tinker://{TRAINING_RUN}/sampler_weights/000020",

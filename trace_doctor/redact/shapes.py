@@ -51,7 +51,6 @@ VENDOR_TOKENS: dict[str, str] = {
     # A JWT (header.payload.signature, base64url): Tinker also accepts one as its API key.
     "jwt": r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{8,}",
 }
-TOKEN = f"{START}(?:{'|'.join(VENDOR_TOKENS.values())})"
 # The literal every vendor shape starts with (the polars prefilter's vocabulary, TRIGGER below).
 VENDOR_PREFIXES = (
     API_KEY_PREFIX,
@@ -134,9 +133,6 @@ SCANNER = re.compile(
 )
 # Private-key blocks alone: redacted over a whole text before it is scanned line by line (text.py).
 KEY_BLOCKS = re.compile(f"(?P<block>{KEY_BLOCK})")
-# The shapes alone: what is left of a value the keyword rule kept, or of the text between a W&B
-# mention and its key, is scanned with these (never the whole scanner again: linear time).
-TOKENS = re.compile(TOKEN)
 
 # The scanner's vocabulary for polars (Rust regex: no lookarounds), looser than each branch it
 # stands for, so every string the scanner would change matches it: the block's first line; a

@@ -10,6 +10,7 @@ a userinfo `@`, or a strong word (`api_key`, `password`, `secret`, ...) in front
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import Any
 
 from trace_doctor.redact.shapes import (
@@ -20,7 +21,6 @@ from trace_doctor.redact.shapes import (
     REDACTED,
     SCANNER,
     STRONG_WORDS,
-    TOKENS,
     TRIGGER,
 )
 
@@ -94,16 +94,20 @@ def _is_word_end(word: str, tail: str) -> bool:
     return word[-1].islower() and tail[0].isupper()
 
 
-def _keyword(match: re.Match) -> str:
+# A branch's handler returns what replaces the text from the match's start up to `resume`, where
+# the scan goes on: the match's end, or an earlier point when part of it was not a secret and must
+# still be scanned (so `key: https://user:pw@host` loses its password). The scan only moves forward.
+
+
+def _keyword(match: re.Match) -> tuple[str, int]:
     word, tail, sep = match["kw_word"], match["kw_tail"], match["kw_sep"]
-    value = match["kw_quoted"] if match["kw_quoted"] is not None else match["kw_value"]
-    start = match.start("kw_quoted") if match["kw_quoted"] is not None else match.start("kw_value")
-    whole = match[0]
-    head = whole[: start - match.start()]
+    quoted = match["kw_quoted"] is not None
+    value = match["kw_quoted"] if quoted else match["kw_value"]
+    start = match.start("kw_quoted") if quoted else match.start("kw_value")
+    head = match[0][: start - match.start()]
     if _secret_value(word, tail, sep, value):
-        return head + REDACTED
-    # Not named a secret: the value may still be one by its shape (`token ghp_…`).
-    return head + TOKENS.sub(REDACTED, value)
+        return head + REDACTED, match.end()
+    return head, start  # not named a secret: the value may still hold one (`token ghp_…`)
 
 
 def _secret_value(word: str, tail: str, sep: str, value: str) -> bool:
@@ -130,32 +134,34 @@ def _short_secret(value: str) -> bool:
     return len(value) >= 8 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
 
 
-def _url(match: re.Match) -> str:
+def _url(match: re.Match) -> tuple[str, int]:
     whole, base = match[0], match.start()
     password, user = match["url_password"], match["url_user"]
     if password:
         start, end = match.start("url_password") - base, match.end("url_password") - base
-        return whole[:start] + REDACTED + whole[end:]
-    if user and (credential_like(user, hex_ok=True) or TOKENS.fullmatch(user)):
+        return whole[:start] + REDACTED + whole[end:], match.end()
+    if user and credential_like(user, hex_ok=True):
         start, end = match.start("url_user") - base, match.end("url_user") - base
-        return whole[:start] + REDACTED + whole[end:]
-    return whole
+        return whole[:start] + REDACTED + whole[end:], match.end()
+    return whole[: match.start("url_user") - base], match.start("url_user")  # a token shape in it is found next
 
 
-def _wandb(match: re.Match) -> str:
-    return TOKENS.sub(REDACTED, match["wandb_context"]) + REDACTED
+def _wandb(match: re.Match) -> tuple[str, int]:
+    # The text between the mention and the key is at most 80 characters: scanned on its own.
+    context = match["wandb_context"]
+    return context[:1] + _scan(context[1:]) + REDACTED, match.end()
 
 
 _HANDLERS = {
     "url": _url,
-    "token": lambda match: REDACTED,
+    "token": lambda match: (REDACTED, match.end()),
     "wandb_key": _wandb,
     "kw_word": _keyword,
 }
 
 
 # Above this many characters a text is scanned line by line, and only the lines polars finds the
-# scanner's vocabulary in (shapes.TRIGGER, native code) go through the Python scanner: ~10x the
+# scanner's vocabulary in (shapes.TRIGGER, native code) go through the Python scanner: 25-35x the
 # throughput on logs (benchmarks/RESULTS.md). No match of the scanner crosses a newline except a
 # private-key block, so those are redacted over the whole text first.
 LINE_SPLIT_CHARS = 64 * 1024
@@ -203,8 +209,8 @@ def _scan(text: str, scanner: re.Pattern = SCANNER) -> str:
             out.append(match[0] + REDACTED + text[end:pos])
         else:
             group = next(name for name in _HANDLERS if match[name] is not None)
-            out.append(_HANDLERS[group](match))
-            pos = match.end()
+            replacement, pos = _HANDLERS[group](match)
+            out.append(replacement)
         match = scanner.search(text, pos)
     out.append(text[pos:])
     return "".join(out)
@@ -220,13 +226,12 @@ def is_secret_key(name: str, value: Any = None) -> bool:
     words = _words(str(name))
     if not words or words[-1] in NOT_SECRET_SUFFIXES:
         return False
-    for i, word in enumerate(words):
-        # Words joined back pairwise, so `api_key` / `apiKey` / `API-KEY` are found as one word.
-        pair = word + (words[i + 1] if i + 1 < len(words) else "")
-        if _STRONG.fullmatch(pair) or _STRONG.fullmatch(word):
-            return True
-        if word in ("token", "key", "auth", "sig", "signature") or pair in ("accesstoken", "authtoken"):
-            return isinstance(value, str) and credential_like(value)
+    # Words joined back pairwise too, so `api_key` / `apiKey` / `API-KEY` are found as one word.
+    pairs = [a + b for a, b in pairwise(words)]
+    if any(_STRONG.fullmatch(w) for w in (*words, *pairs)):
+        return True
+    if any(w in ("token", "key", "auth", "sig", "signature") for w in words):
+        return isinstance(value, str) and credential_like(value)
     return False
 
 
@@ -264,7 +269,7 @@ def redact_value(value: Any) -> Any:
 def _blank(value: Any) -> Any:
     """Everything under a secret key: the shape kept (support may need it), every leaf dropped."""
     if isinstance(value, dict):
-        return {k: _blank(v) for k, v in value.items()}
+        return {redact_text(k) if isinstance(k, str) else k: _blank(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_blank(v) for v in value]
     return REDACTED
