@@ -14,8 +14,8 @@ from conftest import fixture_run
 
 from trace_doctor.api import analyze, load_run
 from trace_doctor.model import LOG_EVENTS_SCHEMA
+from trace_doctor.redact import REDACTED, is_secret_key, redact_text, redact_value
 from trace_doctor.report.bundle import safe_member, write_bundle
-from trace_doctor.report.redact import REDACTED, is_secret_key, redact_text, redact_value
 
 
 def members(path) -> dict[str, bytes]:
@@ -130,7 +130,9 @@ def test_safe_member_names(name, expected):
 
 def test_redaction_keeps_what_is_not_a_secret():
     assert not is_secret_key("max_tokens") and not is_secret_key("tokenizer") and not is_secret_key("KeyError")
-    assert is_secret_key("TINKER_API_KEY") and is_secret_key("hfToken") and is_secret_key("db_password")
+    assert is_secret_key("TINKER_API_KEY") and is_secret_key("db_password")
+    # A weak word (`token`, `key`) names a secret only when the value looks like one.
+    assert is_secret_key("hfToken", SECRETS["hf"]) and not is_secret_key("sort_key", "prompt_length")
     assert redact_text("KeyError: 'step'") == "KeyError: 'step'"
     assert redact_text("Saved tinker://run-1/weights/000020") == "Saved tinker://run-1/weights/000020"
     assert redact_value({"max_tokens": 512, "secret": {"a": "b"}}) == {"max_tokens": 512, "secret": {"a": REDACTED}}

@@ -14,7 +14,14 @@ import trace_doctor
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-DOCTEST_MODULES = ("trace_doctor", "trace_doctor.api", "trace_doctor.policy", "trace_doctor.rules.requires")
+DOCTEST_MODULES = (
+    "trace_doctor",
+    "trace_doctor.api",
+    "trace_doctor.policy",
+    "trace_doctor.rules.requires",
+    "trace_doctor.redact",
+    "trace_doctor.report.markdown_text",
+)
 
 
 def python_blocks(text: str) -> list[str]:

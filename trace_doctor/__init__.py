@@ -22,6 +22,7 @@ _EXPORTS = {
     "compare": "trace_doctor.api",
     "sample_run_path": "trace_doctor.api",
     "NothingToAnalyze": "trace_doctor.api",
+    "redact_run": "trace_doctor.redact",
     "load_settings": "trace_doctor.settings",
     "Settings": "trace_doctor.settings",
     "Policy": "trace_doctor.policy",
@@ -44,6 +45,7 @@ __all__ = [
     "compare",
     "sample_run_path",
     "NothingToAnalyze",
+    "redact_run",
     "load_settings",
     "Settings",
     "Policy",
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     from trace_doctor.decision import Gate, Verdict
     from trace_doctor.model import Analysis, Finding, IngestWarning, InputFile, RuleOutcome, RunMeta, RunTables
     from trace_doctor.policy import Policy, PolicyError
+    from trace_doctor.redact import redact_run
     from trace_doctor.settings import Settings, load_settings
 
 

@@ -98,7 +98,9 @@ def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:
     return paths
 
 
-def _analysis(paths: tuple[str, ...], settings: Settings, baseline: str | None = None) -> Analysis:
+def _analysis(
+    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False
+) -> Analysis:
     run = _load(paths, ANALYSIS_MODULES)
     base = None
     if baseline:
@@ -106,6 +108,11 @@ def _analysis(paths: tuple[str, ...], settings: Settings, baseline: str | None =
             base = load_run(baseline)
         except NothingToAnalyze as exc:
             _fail(f"baseline: {exc}")
+    if redact:
+        # Before the rules, which normalise quoted lines (trace_doctor/redact/__init__.py says why).
+        from trace_doctor.redact import redact_run
+
+        run, base = redact_run(run), redact_run(base) if base is not None else None
     try:
         return analyze(run, settings=settings, baseline=base)
     except (KeyError, PolicyError) as exc:
@@ -133,6 +140,7 @@ def _analyze(
     config: str | None,
     jobs: int | None,
     show_skipped: bool,
+    redact: bool,
 ) -> None:
     settings = _settings(
         config,
@@ -153,9 +161,10 @@ def _analyze(
             output=output,
             baseline=baseline,
             jobs=jobs,
+            redact=redact,
         )
         return
-    result = _analysis(paths, settings, baseline)
+    result = _analysis(paths, settings, baseline, redact=redact)
     from trace_doctor.report import formats
 
     text = formats.render(result, fmt, show_skipped=show_skipped)
@@ -174,7 +183,15 @@ def _analyze(
 
 
 def _analyze_fleet(
-    split, settings: Settings, *, html: str | None, fmt: str, output: str | None, baseline: str | None, jobs: int | None
+    split,
+    settings: Settings,
+    *,
+    html: str | None,
+    fmt: str,
+    output: str | None,
+    baseline: str | None,
+    jobs: int | None,
+    redact: bool = False,
 ) -> None:
     """Several runs: each analysed alone in its own process, then one table, one document, one gate."""
     from trace_doctor.fleet import analyze_sources
@@ -182,6 +199,10 @@ def _analyze_fleet(
 
     if jobs is not None and jobs < 1:
         _fail("--jobs must be at least 1")
+    if redact:
+        from trace_doctor.redact import redact_split
+
+        split = redact_split(split)  # the runs' names and paths, as every fleet output shows them
     if baseline:
         try:
             load_run(baseline)
@@ -191,7 +212,9 @@ def _analyze_fleet(
     if html:
         target = Path(html)
         html_dir = str(target.with_name(f"{target.stem}-runs"))
-    fleet = analyze_sources(split.runs, settings, jobs=jobs, fmt=fmt, html_dir=html_dir, baseline=baseline)
+    fleet = analyze_sources(
+        split.runs, settings, jobs=jobs, fmt=fmt, html_dir=html_dir, baseline=baseline, redact=redact
+    )
     fleet.passed_over = split.passed_over
     if not fleet.analysed:
         _fail(
@@ -251,6 +274,11 @@ def _analyze_options(func):
             "--show-skipped",
             is_flag=True,
             help="List every rule that had no input, with what it needs (text output; collapsed by default).",
+        ),
+        click.option(
+            "--redact",
+            is_flag=True,
+            help="Remove credentials (API keys, tokens, passwords, URL credentials, private keys) from every output.",
         ),
         click.option(
             "--jobs",
@@ -376,7 +404,7 @@ def bundle_command(paths, output: str, config: str | None) -> None:
     """Write an escalation bundle: report, findings, environment, profiles, config — secrets redacted."""
     from trace_doctor.report.bundle import write_bundle
 
-    result = _analysis(_one_run(paths), _settings(config))
+    result = _analysis(_one_run(paths), _settings(config), redact=True)
     manifest = write_bundle(result, Path(output))
     click.echo(f"Escalation bundle: {Path(output).resolve()} ({len(manifest)} files, secrets redacted)")
 

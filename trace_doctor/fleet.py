@@ -152,15 +152,26 @@ def analyze_source(
     html_dir: str | None = None,
     baseline: str | None = None,
     dataset_dir: str | None = None,
+    redact: bool = False,
 ) -> RunReport:
-    """Analyse one run (in a worker process): its document, verdict, gate, row and own rendering."""
+    """Analyse one run (in a worker process): its document, verdict, gate, row and own rendering.
+
+    `redact`: the run (and the baseline) lose their credentials before the rules read them, and a
+    failed run's reason (which may quote a path or a line) is redacted too.
+    """
     report = RunReport(source=source)
     try:
-        return _analyze_into(report, settings, fmt=fmt, html_dir=html_dir, baseline=baseline, dataset_dir=dataset_dir)
+        _analyze_into(
+            report, settings, fmt=fmt, html_dir=html_dir, baseline=baseline, dataset_dir=dataset_dir, redact=redact
+        )
     except Exception as exc:  # noqa: BLE001 - one broken run never breaks the fleet
         report.status, report.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         report.headline = f"not analysed: {report.error}"
-        return report
+    if redact and report.error:
+        from trace_doctor.redact import redact_text
+
+        report.error, report.headline = redact_text(report.error), redact_text(report.headline)
+    return report
 
 
 def _analyze_into(
@@ -171,6 +182,7 @@ def _analyze_into(
     html_dir: str | None,
     baseline: str | None,
     dataset_dir: str | None,
+    redact: bool,
 ) -> RunReport:
     from trace_doctor.api import NothingToAnalyze, analyze, load_run
     from trace_doctor.report import formats
@@ -182,10 +194,14 @@ def _analyze_into(
         run.meta.path = source.path
         if not source.whole_folder:
             run.passed_over = [*source.passed_over, *run.passed_over]
-        base = _baseline_run(baseline) if baseline else None
+        base = _baseline_run(baseline, redact) if baseline else None
     except NothingToAnalyze as exc:
         report.error, report.headline = str(exc), f"not analysed: {exc}"
         return report
+    if redact:
+        from trace_doctor.redact import redact_run
+
+        run = redact_run(run)
     result = analyze(run, settings=settings, baseline=base)
     report.document = build_document(result)
     report.status, report.headline = result.verdict.status, result.verdict.headline
@@ -216,11 +232,16 @@ def _analyze_into(
 
 
 @functools.cache
-def _baseline_run(path: str):
-    """The baseline's tables, read once per process however many runs compare against it."""
+def _baseline_run(path: str, redact: bool = False):
+    """The baseline's tables, read (and redacted) once per process however many runs compare against it."""
     from trace_doctor.api import load_run
 
-    return load_run(path)
+    run = load_run(path)
+    if redact:
+        from trace_doctor.redact import redact_run
+
+        run = redact_run(run)
+    return run
 
 
 def default_jobs() -> int:
@@ -236,6 +257,7 @@ def analyze_sources(
     html_dir: str | None = None,
     baseline: str | None = None,
     dataset_dir: str | None = None,
+    redact: bool = False,
 ) -> Fleet:
     """Analyse every run, `jobs` at a time in separate processes; reports sorted for attention."""
     cores = default_jobs()
@@ -245,7 +267,7 @@ def analyze_sources(
         # A worker costs ~0.4 s to start (python + polars): small fleets are faster in one process
         # (benchmarks/RESULTS.md, many runs). An explicit --jobs is obeyed.
         jobs = min(jobs, max(1, math.ceil(_input_bytes(sources) / BYTES_PER_WORKER)))
-    options = {"fmt": fmt, "html_dir": html_dir, "baseline": baseline, "dataset_dir": dataset_dir}
+    options = {"fmt": fmt, "html_dir": html_dir, "baseline": baseline, "dataset_dir": dataset_dir, "redact": redact}
     if jobs == 1:
         reports = [analyze_source(source, settings, **options) for source in sources]
     else:

@@ -208,6 +208,8 @@ class RunTables:
     launches: list[Any] = field(default_factory=list)
     passed_over: list[PassedOver] = field(default_factory=list)
     warnings: list[IngestWarning] = field(default_factory=list)
+    # Whether credentials were removed from every string read from the files (trace_doctor.redact).
+    redacted: bool = False
 
     TABLE_NAMES = (
         "steps",

@@ -92,6 +92,9 @@ SESSION_ID = r"[\w-]+"
 # `<uuid>:train:<n>` in every real checkpoints.jsonl and logs.log (FORMATS.md 3.4); the SDK logs
 # the same id as the TrainingClient's model id (`TrainingClient initialized for model …`, 3.5).
 RUN_ID = r"[\w-]+(?::train:\d+)?"
+# A Tinker API key starts with this prefix: the SDK refuses any other key unless it is a JWT
+# (`eyJ…`, a dynamic credential) — tinker/lib/auth ApiKeyAuthProvider; it is sent as `X-API-Key`.
+API_KEY_PREFIX = "tml-"
 # A tinker:// checkpoint path and the run id in it (FORMATS.md 3.4).
 TINKER_URI = re.compile(rf"tinker://(?P<run_id>{RUN_ID})")
 # A session id named in free text (`session <id>`, `session ID: <id>`, `session_id=<id>`); at least

@@ -24,7 +24,8 @@ import polars as pl
 from trace_doctor import __version__
 from trace_doctor.knowledge.tinker import SESSION_MENTION, TINKER_URI
 from trace_doctor.model import Analysis
-from trace_doctor.report.redact import redact_analysis, redact_text, redact_tokens
+from trace_doctor.redact import redact_analysis
+from trace_doctor.report.markdown_text import code, inline, prose
 
 WORST_STEPS = 3
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps keep the archive reproducible
@@ -111,16 +112,22 @@ def _walk(value: Any, prefix: str = ""):
 
 
 def support_summary(result: Analysis) -> str:
-    """The Markdown a support engineer reads first: ids, timing, findings, versions, environment."""
+    """The Markdown a support engineer reads first: ids, timing, findings, versions, environment.
+
+    What came from the run (ids, names, messages, paths) is inert Markdown (markdown_text).
+    """
     meta, summary = result.run.meta, result.summary or {}
     lines = ["# trace-doctor escalation bundle", ""]
     lines += ["## Identifiers", ""]
     sessions, runs = session_ids(result), tinker_run_ids(result)
-    lines.append(f"- Tinker session id(s): {', '.join(f'`{s}`' for s in sessions) or 'none found in logs or config'}")
-    lines.append(f"- Training run id(s) (tinker:// checkpoints): {', '.join(f'`{r}`' for r in runs) or 'none found'}")
+    found_sessions = ", ".join(code(s, table=False) for s in sessions)
+    lines.append(f"- Tinker session id(s): {found_sessions or 'none found in logs or config'}")
     lines.append(
-        f"- Model: {meta.model_name or 'unknown'}; renderer: {meta.renderer_name or 'unknown'}; "
-        f"trainer: {meta.trainer}{' (' + meta.trainer_mode + ')' if meta.trainer_mode else ''}; "
+        f"- Training run id(s) (tinker:// checkpoints): {', '.join(code(r, table=False) for r in runs) or 'none found'}"
+    )
+    lines.append(
+        f"- Model: {inline(meta.model_name or 'unknown')}; renderer: {inline(meta.renderer_name or 'unknown')}; "
+        f"trainer: {meta.trainer}{' (' + inline(meta.trainer_mode) + ')' if meta.trainer_mode else ''}; "
         f"LoRA rank: {meta.lora_rank if meta.lora_rank is not None else 'unknown'}"
     )
     lines += ["", "## Step timing", ""]
@@ -136,15 +143,17 @@ def support_summary(result: Analysis) -> str:
             f"{value if value is not None else 'unknown'}{' s' if key.endswith('_s') and value is not None else ''}"
         )
     if result.baseline:
-        lines.append(f"- against baseline: **{result.baseline.get('verdict')}** — {result.baseline.get('message')}")
+        message = prose(result.baseline.get("message"), table=False)
+        lines.append(f"- against baseline: **{result.baseline.get('verdict')}** — {message}")
     lines += ["", f"## Findings ({len(result.findings)})", ""]
     for f in result.findings:
         lost = f"; ~{f.seconds_lost:.1f} s lost" if f.seconds_lost else ""
-        lines.append(f"- **{f.severity}** {f.code} `{f.rule}` — {f.title}{lost}. {f.message}")
+        title, message = prose(f.title, table=False), prose(f.message, table=False)
+        lines.append(f"- **{f.severity}** {f.code} `{f.rule}` — {title}{lost}. {message}")
     if not result.findings:
         lines.append("- none")
     lines += ["", "## Dependency versions found in the logs", ""]
-    lines += [f"- {v}" for v in dependency_versions(result)] or [
+    lines += [f"- {inline(v)}" for v in dependency_versions(result)] or [
         "- none recorded (see FORMATS: runs record versions nowhere explicit)"
     ]
     lines += [
@@ -158,7 +167,7 @@ def support_summary(result: Analysis) -> str:
         "",
     ]
     for info in result.run.inputs:
-        lines.append(f"- {info.kind}: `{info.path}` ({info.records} records, {info.skipped} skipped)")
+        lines.append(f"- {info.kind}: {code(info.path, table=False)} ({info.records} records, {info.skipped} skipped)")
     lines += ["", "Secrets (API keys, tokens, passwords, bearer headers) were redacted before writing this bundle.", ""]
     return "\n".join(lines)
 
@@ -238,7 +247,11 @@ def _html_report(result: Analysis) -> bytes | None:
 
 
 def bundle_members(result: Analysis) -> dict[str, bytes]:
-    """Every member of the bundle (except the manifest), from a redacted copy of the analysis."""
+    """Every member of the bundle (except the manifest), from a redacted copy of the analysis.
+
+    The CLI analyses a redacted run (`redact_run` before the rules); an analysis of a run that was
+    not redacted is redacted here after the fact (see `redact_analysis`).
+    """
     from trace_doctor.report.json_doc import render_json
 
     clean = redact_analysis(result)
@@ -258,14 +271,10 @@ def bundle_members(result: Analysis) -> dict[str, bytes]:
     trace_slice = worst_steps_slice(clean)
     if trace_slice is not None:
         members["trace/worst_steps.json"] = trace_slice
-    # Last line of defence: scrub every member once more. Generated code and JSON get only the
-    # unmistakable token shapes, so the report's scripts and the JSON syntax are never rewritten.
-    return {
-        safe_member(name): (redact_text if name.endswith(".md") else redact_tokens)(
-            data.decode("utf-8", "replace")
-        ).encode("utf-8")
-        for name, data in members.items()
-    }
+    # Every member is rendered from the redacted analysis and from nothing else, so no pass over
+    # the rendered bytes is needed (one would rewrite the report's scripts and miss keys that JSON
+    # escaping or truncation had already cut apart).
+    return {safe_member(name): data for name, data in members.items()}
 
 
 def write_bundle(result: Analysis, path: Path) -> list[dict[str, Any]]:

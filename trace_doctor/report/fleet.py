@@ -19,6 +19,7 @@ from trace_doctor.humanize import format_seconds, json_dumps
 from trace_doctor.report.console import _console, terminal_width
 from trace_doctor.report.json_doc import SCHEMA_VERSION, _clean
 from trace_doctor.report.markdown import _fit, cell
+from trace_doctor.report.markdown_text import code, html_text
 from trace_doctor.report.sarif import SCHEMA_URI
 
 # A fleet table has eight columns: it takes the terminal's width, and at least this many columns.
@@ -110,7 +111,7 @@ def render_fleet_markdown(fleet: Fleet) -> str:
         row = report.row
         gate = " (gate)" if report.gate_tripped else ""
         lines.append(
-            f"| `{cell(report.source.label, 120)}` | {cell(row['trainer'] or '–')} | {row['steps'] or '–'} "
+            f"| {code(report.source.label, 120)} | {cell(row['trainer'] or '–')} | {row['steps'] or '–'} "
             f"| {format_seconds(row['steady_step_time_s'])} | {cell(report.status)}{gate} | {cell(_main(report))} "
             f"| {_lost(report)} |"
         )
@@ -121,7 +122,8 @@ def render_fleet_markdown(fleet: Fleet) -> str:
         body = report.rendered.replace("\n# trace-doctor\n", "\n").removeprefix("# trace-doctor\n")
         lines += [
             "",
-            f"<details><summary><code>{cell(report.source.label, 200)}</code> — {cell(report.headline)}</summary>",
+            f"<details><summary><code>{html_text(report.source.label, 200)}</code> — "
+            f"{html_text(report.headline, 600)}</summary>",
             "",
             body.strip(),
             "",

@@ -325,7 +325,8 @@ def _config(fleet: Fleet) -> dict[str, Any]:
 
 
 def _common_path(fleet: Fleet) -> str:
-    paths = [str(r.source.root) for r in fleet.reports]
+    # The runs' paths as the documents name them (redacted with --redact), not where the files are.
+    paths = [r.source.path or str(r.source.root) for r in fleet.reports]
     if not paths:
         return ""
     try:

@@ -1,16 +1,16 @@
 """GitHub-flavoured Markdown for a CI job summary: verdict, gate, baseline comparison, findings.
 
 Always under 1 MiB (GitHub's job-summary limit): long lists are cut with a note saying how many
-items were left out and where the full list is (--format json).
+items were left out and where the full list is (--format json). Everything that can come from
+input goes through markdown_text (`cell`, `code`, `html_text`), so it renders as plain text.
 """
 
 from __future__ import annotations
 
-import html
-
 from trace_doctor import __version__
 from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, Finding
+from trace_doctor.report.markdown_text import code, html_text, prose
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
 
@@ -22,19 +22,17 @@ MAX_MESSAGE = 600
 SEVERITY_ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
 
-def cell(text: object, limit: int = MAX_MESSAGE) -> str:
-    """Text safe inside a table cell: HTML escaped, pipes and newlines neutralised, length capped."""
-    value = "" if text is None else str(text)
-    if len(value) > limit:
-        value = value[: limit - 1] + "…"
-    return html.escape(value, quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")
+def cell(text: object, limit: int = MAX_MESSAGE, *, table: bool = True) -> str:
+    """Text safe in a table cell (or, `table=False`, a line of prose): inert Markdown and HTML, code
+    spans kept as code, newlines as <br>, length capped."""
+    return prose(text, limit, table=table)
 
 
 def gate_line(result: Analysis) -> str:
     """Whether the CI gate tripped, and because of what (decided by the analysis, shown here)."""
     gate = result.gate
     if gate.tripped:
-        return f"**Gate: FAILED** — {cell(' and '.join(gate.reasons))}."
+        return f"**Gate: FAILED** — {cell(' and '.join(gate.reasons), table=False)}."
     if not gate.set:
         return "Gate: not set (`--fail-on never`)."
     return f"**Gate: passed** (`--fail-on {gate.fail_on}`)."
@@ -43,7 +41,7 @@ def gate_line(result: Analysis) -> str:
 def _summary(result: Analysis) -> list[str]:
     meta, summary = result.run.meta, result.summary or {}
     lines = ["| | |", "|---|---|"]
-    lines.append(f"| run | `{cell(meta.path, 200)}` |")
+    lines.append(f"| run | {code(meta.path, 200)} |")
     lines.append(
         f"| trainer | {cell(meta.trainer)}{' (' + cell(meta.trainer_mode) + ')' if meta.trainer_mode else ''} |"
     )
@@ -68,7 +66,7 @@ def _number(value: object, digits: str = ".3g") -> str:
 def _baseline(block: dict) -> list[str]:
     verdict = block.get("verdict", "inconclusive")
     icon = {"regression": "🔴", "inconclusive": "⚪", "no regression": "🟢"}.get(verdict, "")
-    lines = ["", "## Baseline comparison", "", f"{icon} **{verdict}** — {cell(block.get('message'))}", ""]
+    lines = ["", "## Baseline comparison", "", f"{icon} **{verdict}** — {cell(block.get('message'), table=False)}", ""]
     stats = block.get("statistics") or {}
     if stats:
         unit = stats.get("unit", "s")
@@ -107,7 +105,7 @@ def _baseline(block: dict) -> list[str]:
     fresh = block.get("new_fingerprints") or []
     if fresh:
         shown = fresh[:MAX_FINDINGS]
-        lines += ["", f"New since the baseline: {', '.join(f'`{cell(f, 120)}`' for f in shown)}"]
+        lines += ["", f"New since the baseline: {', '.join(code(f, 120, table=False) for f in shown)}"]
         if len(fresh) > len(shown):
             lines.append(f"… and {len(fresh) - len(shown)} more (see `--format json`).")
     return lines
@@ -137,11 +135,11 @@ def _findings(findings: list[Finding]) -> list[str]:
     for f in findings[:MAX_DETAILS]:
         steps = f" Steps: {_steps(f.steps)}." if f.steps else ""
         lines += [
-            f"<details><summary><b>{f.code} {html.escape(f.rule)}</b> — {html.escape(f.title)}</summary>",
+            f"<details><summary><b>{f.code} {html_text(f.rule)}</b> — {html_text(f.title)}</summary>",
             "",
-            f"{cell(f.message)}{steps}",
+            f"{cell(f.message, table=False)}{steps}",
             "",
-            f"**Fix:** {cell(f.fix)}",
+            f"**Fix:** {cell(f.fix, table=False)}",
             "",
             "</details>",
         ]
@@ -164,7 +162,7 @@ def _rules(result: Analysis) -> list[str]:
     lines = ["", f"Rules: {', '.join(parts) or 'none ran'}."]
     broken = [o for o in result.outcomes if o.status == "error"]
     for outcome in broken[:MAX_WARNINGS]:
-        lines.append(f"- rule `{outcome.rule}` failed: {cell(outcome.reason, 300)}")
+        lines.append(f"- rule `{outcome.rule}` failed: {cell(outcome.reason, 300, table=False)}")
     return lines
 
 
@@ -175,7 +173,7 @@ def _warnings(result: Analysis) -> list[str]:
     lines = ["", f"<details><summary>{len(warnings)} ingest warning(s)</summary>", ""]
     for w in warnings[:MAX_WARNINGS]:
         where = f"{w.path}:{w.line}" if w.line else w.path
-        lines.append(f"- `{cell(where, 200)}` {cell(w.problem, 300)}")
+        lines.append(f"- {code(where, 200, table=False)} {cell(w.problem, 300, table=False)}")
     if len(warnings) > MAX_WARNINGS:
         lines.append(f"- … and {len(warnings) - MAX_WARNINGS} more (see `--format json`)")
     lines += ["", "</details>"]
@@ -208,7 +206,7 @@ def _account(result: Analysis) -> list[str]:
 def render_markdown(result: Analysis) -> str:
     lines = ["# trace-doctor", "", gate_line(result), ""]
     if result.verdict is not None:
-        lines += [f"**Diagnosis:** {cell(result.verdict.headline, 600)}", ""]
+        lines += [f"**Diagnosis:** {cell(result.verdict.headline, 600, table=False)}", ""]
     lines += _summary(result)
     lines += _account(result)
     if result.baseline:

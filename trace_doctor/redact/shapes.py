@@ -1,0 +1,154 @@
+"""What a credential looks like in text: vendor token shapes, URL credentials, private-key blocks,
+values named by key-like words. One spelling of each, compiled into one scanner.
+
+`SCANNER` is a single alternation that finds every candidate in one left-to-right pass; text.py
+decides per match. It runs in linear time: every branch starts at a boundary that a run of the
+same characters cannot repeat (a lookbehind), and every repetition is bounded, possessive (`{m,n}+`:
+what follows can never be one of its characters, so giving some back could not help), or spans one
+character class with nothing after it; a failed attempt costs a bounded number of steps and the
+scan never restarts inside a run it already read.
+
+`TRIGGER` is the same vocabulary without lookarounds (polars' Rust regex has none), looser than
+the scanner: a string it does not match cannot hold anything the scanner would redact, so tables
+only send the strings it matches through the Python scanner.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trace_doctor.knowledge.tinker import API_KEY_PREFIX
+
+REDACTED = "[REDACTED]"
+
+# A token starts where no letter or digit precedes it, or right after a JSON escape (`\n`,
+# `\u0022`): span arguments and parsed log fields are kept as JSON text, where a key after an
+# escaped newline is preceded by the letter `n`.
+START = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrtbf])|(?<=\\u[0-9A-Fa-f]{4}))"
+
+# Vendor credentials recognisable by their shape alone, wherever they appear (a value, a metric
+# name, a file name). Lengths are the vendors' minimums or less, never more, so no real key is
+# too short to match; the prefixes make them precise (an id or a digest never starts with them).
+VENDOR_TOKENS: dict[str, str] = {
+    # The SDK's own keys (knowledge.tinker.API_KEY_PREFIX).
+    "tinker": re.escape(API_KEY_PREFIX) + r"[A-Za-z0-9_\-]{8,}",
+    "anthropic": r"sk-ant-[A-Za-z0-9_\-]{20,}",
+    "openai": r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",
+    "stripe": r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,}",
+    "huggingface": r"hf_[A-Za-z0-9]{20,}",
+    "slack": r"xox[abeoprs]-[A-Za-z0-9\-]{10,}|xapp-[A-Za-z0-9\-]{10,}",
+    "github": r"gh[opsur]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}",
+    "gitlab": r"glpat-[A-Za-z0-9_\-]{20,}",
+    # Access key ids of long-lived (AKIA) and temporary (ASIA) credentials: exactly 20 characters.
+    "aws": r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+    "google": r"AIza[A-Za-z0-9_\-]{35}",
+    "npm": r"npm_[A-Za-z0-9]{36}",
+    "pypi": r"pypi-[A-Za-z0-9_\-]{50,}",
+    "groq": r"gsk_[A-Za-z0-9]{40,}",
+    "xai": r"xai-[A-Za-z0-9]{40,}",
+    "replicate": r"r8_[A-Za-z0-9]{30,}",
+    "sendgrid": r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}",
+    # A JWT (header.payload.signature, base64url): Tinker also accepts one as its API key.
+    "jwt": r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{8,}",
+}
+# The literal every vendor shape starts with (the polars prefilter's vocabulary, TRIGGER below).
+VENDOR_PREFIXES = (
+    API_KEY_PREFIX,
+    "sk-",
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "rk_test_",
+    "whsec_",
+    "hf_",
+    *(f"xox{c}-" for c in "abeoprs"),
+    "xapp-",
+    *(f"gh{c}_" for c in "opsur"),
+    "github_pat_",
+    "glpat-",
+    "AKIA",
+    "ASIA",
+    "ABIA",
+    "ACCA",
+    "AIza",
+    "npm_",
+    "pypi-",
+    "gsk_",
+    "xai-",
+    "r8_",
+    "SG.",
+    "eyJ",
+)
+
+# `scheme://user:password@host` (database URLs, git remotes with a token, proxies). The password
+# may hold `@` (greedy up to the last one before the host); a user part alone is redacted only
+# when it looks like a token (text.py), so `ssh://git@github.com` stays.
+URL_USERINFO = (
+    r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{1,30}+://"
+    r"(?P<url_user>[^\s/?#@:'\"<>\\]{0,256}+)(?::(?P<url_password>[^\s/?#'\"<>\\]{0,256}))?@"
+)
+
+# `-----BEGIN RSA PRIVATE KEY-----` (PKCS#1/#8, EC, OpenSSH, encrypted, PGP): text.py redacts from
+# here to the matching END line, or to the end of the text when it was cut off.
+KEY_BLOCK_START = "-----BEGIN "
+KEY_BLOCK = re.escape(KEY_BLOCK_START) + r"(?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
+KEY_BLOCK_END = "-----END "
+
+# W&B API keys are 40 lowercase hex characters: the shape of a git commit id too, so one is
+# redacted only within a line that names W&B before it (`WANDB_API_KEY=…`, `wandb login …`,
+# a netrc line for api.wandb.ai).
+WANDB_KEY = r"(?P<wandb_context>(?i:wandb|w&b)[^\n]{0,80}?)(?<![0-9a-f])(?P<wandb_key>[0-9a-f]{40})(?![0-9a-f])"
+
+# Words that name a credential in a key, a variable, a header or prose. Strong words name a secret
+# whatever its value looks like; weak ones (`key`, `token`, ...) also name harmless things (a sort
+# key, a token count), so their value is redacted only when it looks like a credential.
+STRONG_WORDS = (
+    r"api[_\-]?key|access[_\-]?key|secret[_\-]?key|private[_\-]?key|account[_\-]?key"
+    r"|shared[_\-]?access[_\-]?(?:key|signature)|(?:access|refresh|auth|id|session|bearer)[_\-]?token"
+    r"|client[_\-]?secret|secrets?|credentials?|passw(?:or)?d|passphrase|pwd|authorization|cookie|bearer"
+)
+WEAK_WORDS = r"token|key|auth|sig(?:nature)?"
+PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd"})
+# `name<sep>value`: `=`, `:`, `:=`, `=>` (quotes around the name allowed, JSON-escaped ones too),
+# prose `is` / `was`, or plain spaces (CLI flags, netrc lines, `Bearer <token>`: only values that
+# look like credentials). A name starts a word, or a camelCase part of one (`dbPassword`).
+KEYWORD = (
+    rf"(?P<kw_word>(?i:{STRONG_WORDS}|{WEAK_WORDS}))"
+    r"(?P<kw_tail>[A-Za-z0-9_.\-]{0,40}+)"
+    r"(?P<kw_sep>\\?[\"']?[ \t]{0,3}(?::=|=>|[:=])[ \t]{0,3}|[ \t]{1,3}(?i:is|was)[ \t]{1,3}|[ \t]{1,3})"
+    r"(?P<kw_scheme>(?i:bearer|basic|token|digest)[ \t]{1,3})?"
+    r"(?:(?P<kw_quote>\\?[\"'])(?P<kw_quoted>[^\"'\\\n]{1,512})|(?P<kw_value>[^\s\"'`<>,;&)}\]\\]{1,512}))"
+)
+# Vendor tokens and key-like names share one start test (evaluated once per position, not once
+# per branch: most positions are inside a word and fail it at once).
+SCANNER = re.compile(
+    "|".join(
+        [
+            f"(?P<block>{KEY_BLOCK})",
+            f"(?P<url>{URL_USERINFO})",
+            WANDB_KEY,
+            rf"(?:{START}|(?<=[a-z0-9])(?=[A-Z]))(?:(?P<token>{'|'.join(VENDOR_TOKENS.values())})|{KEYWORD})",
+        ]
+    )
+)
+# Private-key blocks alone: redacted over a whole text before it is scanned line by line (text.py).
+KEY_BLOCKS = re.compile(f"(?P<block>{KEY_BLOCK})")
+
+# The scanner's vocabulary for polars (Rust regex: no lookarounds), looser than each branch it
+# stands for, so every string the scanner would change matches it: the block's first line; a
+# userinfo `@` after `://`; W&B and 40 hex characters later on the line; a vendor prefix (those
+# starting lower-case after a non-alphanumeric character or a JSON escape, as START requires); a
+# key-like word that ends there (not followed by a lower-case letter: `tokens`, `keyboard` never
+# match) and is followed by a separator. tests/test_redaction.py checks the superset property.
+_LOWER_PREFIXES = [p for p in VENDOR_PREFIXES if p[0].islower()]
+_UPPER_PREFIXES = [p for p in VENDOR_PREFIXES if not p[0].islower()]
+TRIGGER = "|".join(
+    [
+        re.escape(KEY_BLOCK_START),
+        r"://[^\s/?#'\"<>\\]*@",
+        r"(?i:wandb|w&b)[^\n]*[0-9a-f]{40}",
+        r"(?:^|[^A-Za-z0-9]|\\[nrtbf]|\\u[0-9A-Fa-f]{4})(?:" + "|".join(map(re.escape, _LOWER_PREFIXES)) + ")",
+        "(?:" + "|".join(map(re.escape, _UPPER_PREFIXES)) + ")",
+        rf"(?i:{STRONG_WORDS}|{WEAK_WORDS})(?:[A-Z0-9_.\-][A-Za-z0-9_.\-]{{0,39}})?(?:\\?[\"']?[ \t]{{0,3}}[:=]|[ \t])",
+    ]
+)

@@ -1,0 +1,275 @@
+"""Redact one string, or one JSON-like value, in a single pass of the scanner (shapes.py).
+
+What is kept on purpose, so a bundle stays useful: numbers (step ids, counts), UUIDs (session and
+training-run ids), hex digests under weak words (a checkpoint's sha256, a cache key, a commit id),
+names made of words (`optim/kl_sample_train_v1`, `Qwen/Qwen3-8B`). None of them has a vendor prefix,
+a userinfo `@`, or a strong word (`api_key`, `password`, `secret`, ...) in front of it; a weak word
+(`key`, `token`) redacts only a value that looks like a credential (`credential_like`).
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import pairwise
+from typing import Any
+
+from trace_doctor.redact.shapes import (
+    KEY_BLOCK_END,
+    KEY_BLOCK_START,
+    KEY_BLOCKS,
+    PASSWORD_WORDS,
+    REDACTED,
+    SCANNER,
+    STRONG_WORDS,
+    TRIGGER,
+)
+
+# Key-name suffixes that say the value is about a credential, not the credential itself.
+NOT_SECRET_SUFFIXES = frozenset(
+    {
+        "error",
+        "exception",
+        "warning",
+        "count",
+        "counts",
+        "len",
+        "length",
+        "size",
+        "id",
+        "ids",
+        "name",
+        "names",
+        "path",
+        "file",
+        "dir",
+        "type",
+        "env",
+        "var",
+        "url",
+        "endpoint",
+        "limit",
+        "budget",
+        "usage",
+        "expiry",
+        "expires",
+        "ttl",
+    }
+)
+_STRONG = re.compile(f"(?i){STRONG_WORDS}")
+_WORDS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9+/=_\-.~%]+")
+_NAME_PIECE = re.compile(r"[A-Za-z]+[0-9]{0,2}|[0-9]{1,4}|[0-9]+[A-Za-z]")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_NUMBER = re.compile(r"-?[0-9][0-9_,]*(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+# Values that stand for a secret without being one: already redacted, masked, empty, a reference.
+_PLACEHOLDER = re.compile(r"(?i)\[?redacted\]?.*|\**|x{3,}|<[^>]*>?|none|null|nil|true|false|undefined|\$\{?\w+\}?")
+
+
+def credential_like(value: str, *, hex_ok: bool = False) -> bool:
+    """Whether a value looks like a token: 16+ token characters, letters and digits, not a name or path.
+
+    A pure-hex value counts only with `hex_ok` (a weak word before a hex string names a digest).
+    """
+    if len(value) < 16 or not _TOKEN_CHARS.fullmatch(value):
+        return False
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False
+    if value.startswith(("/", "./", "~/")) or "://" in value:
+        return False
+    if _HEX.fullmatch(value):
+        return hex_ok
+    pieces = [p for p in re.split(r"[/_.\-:]+", value) if p]
+    # `optim/kl_sample_train_v1`, `Qwen/Qwen3-8B`, `2024-05-01`: words and small numbers.
+    return not (len(pieces) > 1 and all(_NAME_PIECE.fullmatch(p) for p in pieces))
+
+
+def _words(name: str) -> list[str]:
+    return [w.lower() for w in _WORDS.split(name) if w]
+
+
+def _is_word_end(word: str, tail: str) -> bool:
+    """`token` in `token_limit` or `hfTokenCount` ends a word; in `tokenizer` or `TOKENIZER` it does not."""
+    if not tail or not tail[0].isalpha():
+        return True
+    return word[-1].islower() and tail[0].isupper()
+
+
+# A branch's handler returns what replaces the text from the match's start up to `resume`, where
+# the scan goes on: the match's end, or an earlier point when part of it was not a secret and must
+# still be scanned (so `key: https://user:pw@host` loses its password). The scan only moves forward.
+
+
+def _keyword(match: re.Match) -> tuple[str, int]:
+    word, tail, sep = match["kw_word"], match["kw_tail"], match["kw_sep"]
+    quoted = match["kw_quoted"] is not None
+    value = match["kw_quoted"] if quoted else match["kw_value"]
+    start = match.start("kw_quoted") if quoted else match.start("kw_value")
+    head = match[0][: start - match.start()]
+    if _secret_value(word, tail, sep, value):
+        return head + REDACTED, match.end()
+    return head, start  # not named a secret: the value may still hold one (`token ghp_…`)
+
+
+def _secret_value(word: str, tail: str, sep: str, value: str) -> bool:
+    if not _is_word_end(word, tail):
+        return False
+    words = _words(tail)
+    if (words and words[-1] in NOT_SECRET_SUFFIXES) or _PLACEHOLDER.fullmatch(value):
+        return False
+    if _STRONG.fullmatch(word) is None:
+        return credential_like(value)  # a weak word: only a value that looks like a token
+    lower = word.lower()
+    if lower == "pwd" and value.startswith(("/", "~")):
+        return False  # the shell's PWD: a working directory
+    if not sep.strip():
+        # `password <value>` with no `=` or `:`: a netrc line, or prose (`password authentication failed`).
+        return credential_like(value, hex_ok=True) or _short_secret(value)
+    if _NUMBER.fullmatch(value):
+        return lower in PASSWORD_WORDS or len(value) >= 12
+    return True
+
+
+def _short_secret(value: str) -> bool:
+    """After `password ` with no `=`/`:`: a netrc-style value (letters and digits, 8+ characters)."""
+    return len(value) >= 8 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def _url(match: re.Match) -> tuple[str, int]:
+    whole, base = match[0], match.start()
+    password, user = match["url_password"], match["url_user"]
+    if password:
+        start, end = match.start("url_password") - base, match.end("url_password") - base
+        return whole[:start] + REDACTED + whole[end:], match.end()
+    if user and credential_like(user, hex_ok=True):
+        start, end = match.start("url_user") - base, match.end("url_user") - base
+        return whole[:start] + REDACTED + whole[end:], match.end()
+    return whole[: match.start("url_user") - base], match.start("url_user")  # a token shape in it is found next
+
+
+def _wandb(match: re.Match) -> tuple[str, int]:
+    # The text between the mention and the key is at most 80 characters: scanned on its own.
+    context = match["wandb_context"]
+    return context[:1] + _scan(context[1:]) + REDACTED, match.end()
+
+
+_HANDLERS = {
+    "url": _url,
+    "token": lambda match: (REDACTED, match.end()),
+    "wandb_key": _wandb,
+    "kw_word": _keyword,
+}
+
+
+# Above this many characters a text is scanned line by line, and only the lines polars finds the
+# scanner's vocabulary in (shapes.TRIGGER, native code) go through the Python scanner: 25-35x the
+# throughput on logs (benchmarks/RESULTS.md). No match of the scanner crosses a newline except a
+# private-key block, so those are redacted over the whole text first.
+LINE_SPLIT_CHARS = 64 * 1024
+
+
+def redact_text(text: str) -> str:
+    """`text` with every credential replaced by [REDACTED]; the same object when there is none."""
+    if not text:
+        return text
+    if len(text) <= LINE_SPLIT_CHARS:
+        return _scan(text)
+    if KEY_BLOCK_START in text:
+        text = _scan(text, KEY_BLOCKS)  # the one match that spans lines, first
+    return _redact_lines(text)
+
+
+def _redact_lines(text: str) -> str:
+    import polars as pl
+
+    lines = text.split("\n")
+    hits = pl.Series(lines, dtype=pl.String).str.contains(TRIGGER).arg_true().to_list()
+    if not hits:
+        return text
+    for i in hits:
+        lines[i] = _scan(lines[i])
+    return "\n".join(lines)
+
+
+def _scan(text: str, scanner: re.Pattern = SCANNER) -> str:
+    """One left-to-right pass of `scanner` over `text`, each match replaced as its branch says."""
+    match = scanner.search(text)
+    if match is None:
+        return text
+    out: list[str] = []
+    pos = 0
+    while match is not None:
+        out.append(text[pos : match.start()])
+        if match["block"] is not None:
+            end = text.find(KEY_BLOCK_END, match.end())
+            if end < 0:  # cut off before its END line: everything after it goes
+                out.append(match[0] + REDACTED)
+                return "".join(out)
+            close = text.find("-----", end + len(KEY_BLOCK_END))
+            pos = len(text) if close < 0 else close + 5
+            out.append(match[0] + REDACTED + text[end:pos])
+        else:
+            group = next(name for name in _HANDLERS if match[name] is not None)
+            replacement, pos = _HANDLERS[group](match)
+            out.append(replacement)
+        match = scanner.search(text, pos)
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def is_secret_key(name: str, value: Any = None) -> bool:
+    """Whether a key or variable name says its value is a credential.
+
+    Strong words (`api_key`, `password`, `secret`, `credentials`, ...) always; weak ones (`key`,
+    `token`, `auth`, `sig`) only for a credential-looking string value. Whole words only, so
+    `max_tokens`, `tokenizer` and `monkey` are not; `key_path` or `TokenError` name no secret.
+    """
+    words = _words(str(name))
+    if not words or words[-1] in NOT_SECRET_SUFFIXES:
+        return False
+    # Words joined back pairwise too, so `api_key` / `apiKey` / `API-KEY` are found as one word.
+    pairs = [a + b for a, b in pairwise(words)]
+    if any(_STRONG.fullmatch(w) for w in (*words, *pairs)):
+        return True
+    if any(w in ("token", "key", "auth", "sig", "signature") for w in words):
+        return isinstance(value, str) and credential_like(value)
+    return False
+
+
+def redact_value(value: Any) -> Any:
+    """A JSON-like value with secrets removed: values under secret keys, secrets in keys and strings.
+
+    Booleans, and numbers except under a password word, are kept (`max_tokens: 512`, `use_auth:
+    true`); a dict or list under a secret key keeps its shape with every leaf redacted.
+    """
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            name = redact_text(key) if isinstance(key, str) else key
+            number = isinstance(item, (int, float)) and not isinstance(item, bool)
+            if number and PASSWORD_WORDS.intersection(_words(str(key))):
+                out[name] = REDACTED  # a numeric password is still a password
+            elif item is None or isinstance(item, (bool, int, float)) or not is_secret_key(str(key), item):
+                out[name] = redact_value(item)
+            elif isinstance(item, (dict, list, tuple)):
+                out[name] = _blank(item)
+            elif isinstance(item, str) and _PLACEHOLDER.fullmatch(item):
+                out[name] = item
+            else:
+                out[name] = REDACTED
+        return out
+    if isinstance(value, list):
+        return [redact_value(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(redact_value(v) for v in value)
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def _blank(value: Any) -> Any:
+    """Everything under a secret key: the shape kept (support may need it), every leaf dropped."""
+    if isinstance(value, dict):
+        return {redact_text(k) if isinstance(k, str) else k: _blank(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_blank(v) for v in value]
+    return REDACTED
