@@ -339,7 +339,8 @@ def rules_command(slug: str | None, config: str | None) -> None:
 @click.option("--out", "out", required=True, metavar="DIR", help="Directory of the Parquet dataset.")
 @click.option("--config", metavar="FILE", help=CONFIG_HELP)
 @click.option("--jobs", "-j", type=int, default=None, metavar="N", help="Runs ingested at a time (default: cores).")
-def ingest_command(paths, out: str, config: str | None, jobs: int | None) -> None:
+@click.option("--redact", is_flag=True, help="Remove credentials from what is written (names and values).")
+def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact: bool) -> None:
     """Write every table as a Parquet dataset partitioned by run: DIR/<table>/run=<run id>/part-0.parquet.
 
     Findings and a one-row-per-run `runs` table are included, so a folder of runs is one queryable dataset.
@@ -355,7 +356,11 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None) -> Non
         _fail(f"no trace-doctor input found in {', '.join(paths)}")
     if jobs is not None and jobs < 1:
         _fail("--jobs must be at least 1")
-    fleet = analyze_sources(split.runs, settings, jobs=jobs, dataset_dir=out)
+    if redact:
+        from trace_doctor.redact import redact_split
+
+        split = redact_split(split)
+    fleet = analyze_sources(split.runs, settings, jobs=jobs, dataset_dir=out, redact=redact)
     if not fleet.analysed:
         _fail("; ".join(f"{r.source.label}: {r.error}" for r in fleet.reports[:3]))
     tables: dict[str, int] = {}
@@ -381,13 +386,14 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None) -> Non
 @click.option("--perfetto", "perfetto_file", metavar="FILE", help="Write a native Perfetto trace (.pftrace).")
 @click.option("--chrome-json", "chrome_file", metavar="FILE", help="Write a Chrome trace JSON array.")
 @click.option("--config", metavar="FILE", help=CONFIG_HELP)
-def export_command(paths, perfetto_file: str | None, chrome_file: str | None, config: str | None) -> None:
+@click.option("--redact", is_flag=True, help="Remove credentials from what is written (names and values).")
+def export_command(paths, perfetto_file: str | None, chrome_file: str | None, config: str | None, redact: bool) -> None:
     """Export the run's spans and the findings for the Perfetto UI or chrome://tracing."""
     if not perfetto_file and not chrome_file:
         _fail("give --perfetto FILE and/or --chrome-json FILE")
     from trace_doctor.report.export import write_chrome_json, write_perfetto
 
-    result = _analysis(_one_run(paths), _settings(config))
+    result = _analysis(_one_run(paths), _settings(config), redact=redact)
     if perfetto_file:
         write_perfetto(result, Path(perfetto_file))
         click.echo(f"Perfetto trace: {Path(perfetto_file).resolve()}")
