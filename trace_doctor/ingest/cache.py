@@ -2,27 +2,60 @@
 
 Entries live outside the run directory (run directories may be read-only or under version
 control): `$TRACE_DOCTOR_CACHE_DIR`, else `$XDG_CACHE_HOME/trace-doctor`, else
-`~/.cache/trace-doctor`, one folder per input path. An entry is valid only while the file's
-size, mtime, first and last 64 KiB, and the parser's own source are unchanged. Set
-`TRACE_DOCTOR_CACHE=off` to disable. Small files are never cached: parsing them is cheaper
-than the bookkeeping. Any cache failure falls back to parsing; the cache never loses a warning.
+`~/.cache/trace-doctor`; one file per input path and table. `TRACE_DOCTOR_CACHE=off` disables it.
+
+An entry holds the table together with the length and the hash of the bytes the parser actually
+read, so it answers only for exactly those bytes:
+- a file still being written (the main use: a run that is still going) grows while it is parsed;
+  the entry records what was read, and the next analysis sees a longer file and parses it again;
+- an edit that keeps the size and the modification time changes the content hash (the whole file
+  is hashed on every lookup: xxh3 at several GB/s, ~0.04 s for a 156 MB trace that takes ~1.6 s
+  to parse);
+- whatever is in the cache folder (a truncated entry, another version's, garbage) is a miss,
+  never a crash, and entries are replaced atomically, so concurrent writers cannot mix two.
+The folder is kept under `TRACE_DOCTOR_CACHE_MAX_MB` (default 1024 MB, ~70 entries of a
+million-event trace), least recently used entries evicted first. A folder that cannot be written
+turns the cache off for the process with one note. Small files are never cached: parsing them is
+cheaper than the bookkeeping.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import re
+import shutil
 import tempfile
+import time
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import polars as pl
+import xxhash
 
 from trace_doctor.model import IngestWarning, InputFile
 
 MIN_CACHED_BYTES = 4 * 1024 * 1024
-EDGE_BYTES = 64 * 1024
-FORMAT_VERSION = "1"
+DEFAULT_MAX_MB = 1024
+FORMAT_VERSION = "2"
+# An entry: one JSON line of metadata, then the table as Parquet.
+ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parquet")
+MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
+# Bytes a parser may read again after rewinding (a format sniff, gzip's rewind): kept in memory
+# so the second read sees the bytes that were hashed, even if the file changes meanwhile.
+REREAD_BYTES = 1024 * 1024
+HASH_BLOCK = 8 * 1024 * 1024
+# A temporary file this old is a writer's leftover (a killed process), not a write in progress.
+STALE_TEMP_SECONDS = 3600
+# The previous format: one folder per entry, named by 24 hex digits, with a meta.json.
+LEGACY_ENTRY = re.compile(r"[0-9a-f]{24}")
+
+_notes: list[str] = []
+_unwritable: str | None = None  # why this process stopped writing entries
 
 
 def enabled() -> bool:
@@ -39,6 +72,157 @@ def cache_root() -> Path:
     return Path(base) / "trace-doctor"
 
 
+def max_bytes() -> int:
+    """The folder's size cap: TRACE_DOCTOR_CACHE_MAX_MB, or the default when unset or not a number."""
+    raw = os.environ.get("TRACE_DOCTOR_CACHE_MAX_MB", "").strip()
+    try:
+        megabytes = float(raw) if raw else DEFAULT_MAX_MB
+    except ValueError:
+        _note_once(f"TRACE_DOCTOR_CACHE_MAX_MB={raw!r} is not a number of MB; using {DEFAULT_MAX_MB}")
+        megabytes = DEFAULT_MAX_MB
+    return max(0, int(megabytes * 1024 * 1024))
+
+
+def take_notes() -> list[str]:
+    """Notes for the user about the cache (e.g. a folder that cannot be written), each given once."""
+    notes = list(_notes)
+    _notes.clear()
+    return notes
+
+
+def _note_once(text: str) -> None:
+    if text not in _notes:
+        _notes.append(text)
+
+
+@dataclass(frozen=True)
+class Content:
+    """What a parser read of a file: its length and xxh3-128 hash."""
+
+    size: int
+    digest: str
+
+
+class DigestingReader:
+    """A binary file that hashes the bytes as its reader consumes them, from the first byte on.
+
+    `content` is what was read when the reader went through to the end of the file in one pass
+    (rewinds within the first REREAD_BYTES are served from memory, so they see the hashed bytes);
+    None when it did not (it stopped early, or skipped or re-read beyond that). Only the calls the
+    trace reader and `gzip.GzipFile` make are provided: read, seek, tell, fileno, close.
+    """
+
+    mode = "rb"
+
+    def __init__(self, path: Path):
+        self.name = os.fspath(path)
+        self._file = open(path, "rb")
+        self._hash = xxhash.xxh3_128()
+        self._hashed = 0  # bytes [0, _hashed) are hashed: what the parser has seen
+        self._head = bytearray()  # the first REREAD_BYTES of them
+        self._pos = 0
+        self._file_pos = 0
+        self._complete = False
+        self._void = False
+
+    def __enter__(self) -> DigestingReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._pos
+        elif whence == io.SEEK_END:
+            offset += os.fstat(self._file.fileno()).st_size
+        self._pos = max(0, offset)
+        return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        whole = size is None or size < 0
+        parts = []
+        if self._pos < self._hashed:
+            # A re-read: from memory, so the parser sees again exactly what was hashed.
+            if self._hashed > len(self._head):
+                self._void = True
+            else:
+                end = self._hashed if whole else min(self._hashed, self._pos + size)
+                parts.append(bytes(self._head[self._pos : end]))
+                self._pos = end
+                if not whole:
+                    size -= len(parts[0])
+        if whole or size > 0:
+            parts.append(self._read_file(-1 if whole else size))
+        return b"".join(parts) if len(parts) != 1 else parts[0]
+
+    def _read_file(self, size: int) -> bytes:
+        if self._file_pos != self._pos:
+            self._file.seek(self._pos)
+        data = self._file.read(size)
+        start, self._pos = self._pos, self._pos + len(data)
+        self._file_pos = self._pos
+        if start > self._hashed:
+            self._void = True  # a skipped stretch was never hashed
+        elif self._pos > self._hashed:
+            fresh = memoryview(data)[self._hashed - start :]
+            self._hash.update(fresh)
+            if len(self._head) < REREAD_BYTES:
+                self._head += fresh[: REREAD_BYTES - len(self._head)]
+            self._hashed = self._pos
+        if size < 0 or (size > 0 and not data):
+            self._complete = True
+        return data
+
+    @property
+    def content(self) -> Content | None:
+        if not self._complete or self._void:
+            return None
+        return Content(self._hashed, self._hash.hexdigest())
+
+
+def open_for_parse(path: Path) -> BinaryIO | DigestingReader:
+    """The file for a parser to read: hashed as it is read when the table may be cached."""
+    if not enabled() or _unwritable is not None or not _large(path):
+        return open(path, "rb")
+    return DigestingReader(path)
+
+
+def read_content(reader: object) -> Content | None:
+    """What a reader from `open_for_parse` hashed, when it read the whole file."""
+    return reader.content if isinstance(reader, DigestingReader) else None
+
+
+def _large(path: Path) -> bool:
+    try:
+        return path.stat().st_size >= MIN_CACHED_BYTES
+    except OSError:
+        return False
+
+
+def file_content(path: Path, expected_size: int) -> Content | None:
+    """The file's current content (read whole), or None when it is not `expected_size` bytes long."""
+    digest = xxhash.xxh3_128()
+    size = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(HASH_BLOCK):
+            size += len(block)
+            if size > expected_size:
+                return None
+            digest.update(block)
+    return Content(size, digest.hexdigest()) if size == expected_size else None
+
+
+@cache
 def _parser_fingerprint() -> str:
     # The parsers' source text: a code change invalidates every entry without a version bump.
     digest = hashlib.sha256(FORMAT_VERSION.encode())
@@ -63,63 +247,96 @@ def _parser_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def fingerprint(path: Path) -> str | None:
-    """Key of the file's current content, or None when it is too small or unreadable."""
-    try:
-        stat = path.stat()
-        if stat.st_size < MIN_CACHED_BYTES:
-            return None
-        with open(path, "rb") as fh:
-            head = fh.read(EDGE_BYTES)
-            fh.seek(max(0, stat.st_size - EDGE_BYTES))
-            tail = fh.read(EDGE_BYTES)
-    except OSError:
-        return None
-    digest = hashlib.sha256()
-    for part in (str(path.resolve()), str(stat.st_size), str(stat.st_mtime_ns), _parser_fingerprint()):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    digest.update(head)
-    digest.update(tail)
-    return digest.hexdigest()
-
-
-def _entry_dir(path: Path, table: str) -> Path:
-    name = hashlib.sha256(f"{path.resolve()}\0{table}".encode()).hexdigest()[:24]
-    return cache_root() / name
+def _entry_path(path: Path, table: str) -> Path:
+    # The path as given is part of the key: the cached input record and warnings name the file
+    # that way, and a file named two ways (relative, absolute) must not answer with the other name.
+    identity = f"{os.fspath(path.resolve())}\0{os.fspath(path)}\0{table}"
+    name = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return cache_root() / f"{table}-{name}.parquet"
 
 
 def load(path: Path, table: str) -> tuple[pl.DataFrame, InputFile, list[IngestWarning]] | None:
-    """The cached table, input record and warnings for `path`, if its content is unchanged."""
+    """The cached table, input record and warnings for `path`, if its content is what was parsed."""
     if not enabled():
         return None
-    key = fingerprint(path)
-    if key is None:
-        return None
-    entry = _entry_dir(path, table)
     try:
-        meta = json.loads((entry / "meta.json").read_text())
-        if meta.get("key") != key:
-            return None
-        frame = pl.read_parquet(entry / f"{table}.parquet")
-    except (OSError, ValueError, pl.exceptions.PolarsError):
+        size = path.stat().st_size
+    except OSError:
         return None
-    info = InputFile(**meta["input"])
-    warnings = [IngestWarning(w["path"], w["line"], w["problem"]) for w in meta["warnings"]]
+    if size < MIN_CACHED_BYTES:
+        return None
+    entry = _entry_path(path, table)
+    try:
+        with open(entry, "rb") as fh:
+            meta = json.loads(fh.readline(MAX_META_BYTES))
+            if not _matches(meta, path, table, size) or file_content(path, size) != Content(size, meta["digest"]):
+                return None
+            info = InputFile(**_input_fields(meta["input"]))
+            warnings = [_warning(w) for w in meta["warnings"]]
+            frame = pl.read_parquet(io.BytesIO(fh.read()))
+        os.utime(entry)  # recently used: evicted last
+    except Exception:  # noqa: BLE001 - anything wrong with an entry (or the file) is a miss
+        return None
     return frame, info, warnings
 
 
-def store(path: Path, table: str, frame: pl.DataFrame, info: InputFile, warnings: list[IngestWarning]) -> bool:
-    """Save a parsed table for `path`; False (and nothing written) when that is not possible."""
-    if not enabled():
+def _matches(meta: Any, path: Path, table: str, size: int) -> bool:
+    return (
+        isinstance(meta, dict)
+        and meta.get("parser") == _parser_fingerprint()
+        and meta.get("table") == table
+        and meta.get("path") == os.fsencode(path).hex()
+        and meta.get("size") == size
+        and isinstance(meta.get("digest"), str)
+        and isinstance(meta.get("warnings"), list)
+    )
+
+
+def _input_fields(raw: Any) -> dict[str, Any]:
+    fields = {
+        "kind": str,
+        "path": str,
+        "records": int,
+        "skipped": int,
+        "note": (str, type(None)),
+    }
+    if not isinstance(raw, dict) or set(raw) != set(fields):
+        raise ValueError("malformed input record")
+    for key, kind in fields.items():
+        if not isinstance(raw[key], kind) or isinstance(raw[key], bool):
+            raise ValueError(f"malformed input record field {key}")
+    return raw
+
+
+def _warning(raw: Any) -> IngestWarning:
+    if not (
+        isinstance(raw, dict)
+        and isinstance(raw.get("path"), str)
+        and isinstance(raw.get("problem"), str)
+        and (raw.get("line") is None or (isinstance(raw["line"], int) and not isinstance(raw["line"], bool)))
+    ):
+        raise ValueError("malformed warning")
+    return IngestWarning(raw["path"], raw["line"], raw["problem"])
+
+
+def store(
+    path: Path,
+    table: str,
+    frame: pl.DataFrame,
+    info: InputFile,
+    warnings: list[IngestWarning],
+    content: Content | None,
+) -> bool:
+    """Save the table parsed from `content` (what the parser read of `path`); False when not saved."""
+    global _unwritable
+    if content is None or content.size < MIN_CACHED_BYTES or not enabled() or _unwritable is not None:
         return False
-    key = fingerprint(path)
-    if key is None:
-        return False
-    entry = _entry_dir(path, table)
     meta = {
-        "key": key,
-        "path": str(path.resolve()),
+        "parser": _parser_fingerprint(),
+        "table": table,
+        "path": os.fsencode(path).hex(),
+        "size": content.size,
+        "digest": content.digest,
         "input": {
             "kind": info.kind,
             "path": info.path,
@@ -129,15 +346,71 @@ def store(path: Path, table: str, frame: pl.DataFrame, info: InputFile, warnings
         },
         "warnings": [w.to_dict() for w in warnings],
     }
+    root = cache_root()
+    entry = _entry_path(path, table)
+    temp = None
     try:
-        entry.mkdir(parents=True, exist_ok=True)
-        # Write then rename: a concurrent reader sees the old entry or the new one, never half.
-        with tempfile.NamedTemporaryFile(dir=entry, suffix=".parquet", delete=False) as tmp:
-            frame.write_parquet(tmp.name, compression="lz4")
-        os.replace(tmp.name, entry / f"{table}.parquet")
-        with tempfile.NamedTemporaryFile("w", dir=entry, suffix=".json", delete=False) as tmp:
-            json.dump(meta, tmp)
-        os.replace(tmp.name, entry / "meta.json")
-    except (OSError, pl.exceptions.PolarsError):
+        root.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".parquet")
+        with os.fdopen(handle, "wb") as out:
+            out.write(json.dumps(meta, ensure_ascii=True).encode() + b"\n")
+            frame.write_parquet(out, compression="lz4")
+        # Renamed into place whole: a concurrent reader sees the previous entry or this one.
+        os.replace(temp, entry)
+    except OSError as exc:
+        _discard(temp)
+        _unwritable = f"{root}: {exc.strerror or exc}"
+        _note_once(
+            f"table cache disabled: cannot write to {_unwritable} "
+            "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
+        )
         return False
+    except Exception:  # noqa: BLE001 - a table the cache cannot hold is simply not cached
+        _discard(temp)
+        return False
+    evict(root, max_bytes(), keep=entry)
     return True
+
+
+def _discard(temp: str | None) -> None:
+    if temp is not None:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+
+
+def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
+    """Delete the least recently used entries until the folder's entries total at most `limit` bytes.
+
+    Only trace-doctor's own files are touched (the folder may be one the user shares): entries,
+    temporary files left by a killed writer, and the previous format's entry folders.
+    """
+    entries: list[tuple[float, int, str]] = []
+    now = time.time()
+    try:
+        listing = list(os.scandir(root))
+    except OSError:
+        return
+    for item in listing:
+        try:
+            if ENTRY.fullmatch(item.name) and item.is_file(follow_symlinks=False):
+                stat = item.stat(follow_symlinks=False)
+                entries.append((stat.st_mtime, stat.st_size, item.path))
+            elif item.name.startswith(".tmp-") and now - item.stat(follow_symlinks=False).st_mtime > STALE_TEMP_SECONDS:
+                os.unlink(item.path)
+            elif LEGACY_ENTRY.fullmatch(item.name) and os.path.isfile(os.path.join(item.path, "meta.json")):
+                shutil.rmtree(item.path, ignore_errors=True)
+        except OSError:
+            continue  # removed by another process meanwhile
+    total = sum(size for _, size, _ in entries)
+    keep_path = os.fspath(keep) if keep is not None else None
+    # Oldest first; the entry just written goes last, and only if it alone is over the limit.
+    for _, size, entry in sorted(entries, key=lambda e: (e[2] == keep_path, e[0])):
+        if total <= limit:
+            break
+        try:
+            os.unlink(entry)
+        except OSError:
+            continue
+        total -= size

@@ -8,8 +8,10 @@ attribution). This module composes the two per file, with the table cache and th
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import polars as pl
 
@@ -63,20 +65,33 @@ def parse_trace_file(
         warnings.extend(cached_warnings)
         return frame, info
     before = len(warnings)
-    frame, info = _parse_trace_file(path, warnings, progress, on_read)
-    cache.store(path, "spans", frame, info, warnings[before:])
+    # The entry is keyed by the bytes the reader consumed, not by the file as it is afterwards: a
+    # trace still being written grows while it is parsed.
+    read: list[object] = []
+
+    def open_file(target: Path):
+        read.append(cache.open_for_parse(target))
+        return read[-1]
+
+    frame, info = _parse_trace_file(path, warnings, progress, on_read, open_file)
+    content = cache.read_content(read[0]) if len(read) == 1 else None
+    cache.store(path, "spans", frame, info, warnings[before:], content)
     return frame, info
 
 
 def _parse_trace_file(
-    path: Path, warnings: list[IngestWarning], progress: Progress | None, on_read: Callable[[], None] | None
+    path: Path,
+    warnings: list[IngestWarning],
+    progress: Progress | None,
+    on_read: Callable[[], None] | None,
+    open_file: Callable[[Path], BinaryIO],
 ) -> tuple[pl.DataFrame, InputFile]:
     info = InputFile(kind="trace", path=str(path))
     source = str(path)
     bad: list[IngestWarning] = []
     try:
-        events, meta = read_trace_events(path, bad, progress)
-    except (OSError, EOFError) as exc:
+        events, meta = read_trace_events(path, bad, progress, open_file=open_file)
+    except (OSError, EOFError, zlib.error) as exc:
         # An unreadable or corrupt (e.g. truncated gzip) file: one warning for the whole file.
         warnings.append(IngestWarning(source, None, f"cannot read file: {getattr(exc, 'strerror', None) or exc}"))
         info.skipped = 1
