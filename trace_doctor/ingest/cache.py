@@ -213,12 +213,14 @@ def file_content(path: Path, expected_size: int) -> Content | None:
     """The file's current content (read whole), or None when it is not `expected_size` bytes long."""
     digest = xxhash.xxh3_128()
     size = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(HASH_BLOCK):
-            size += len(block)
+    block = bytearray(HASH_BLOCK)  # one buffer, filled again and again: no copy per read
+    view = memoryview(block)
+    with open(path, "rb", buffering=0) as fh:
+        while count := fh.readinto(block):
+            size += count
             if size > expected_size:
                 return None
-            digest.update(block)
+            digest.update(view[:count])
     return Content(size, digest.hexdigest()) if size == expected_size else None
 
 
