@@ -4,15 +4,15 @@ Entries live outside the run directory (run directories may be read-only or unde
 control): `$TRACE_DOCTOR_CACHE_DIR`, else `$XDG_CACHE_HOME/trace-doctor`, else
 `~/.cache/trace-doctor`; one file per input path and table. `TRACE_DOCTOR_CACHE=off` disables it.
 
-An entry holds the table together with the length and the hash of the bytes the parser actually
-read, so it answers only for exactly those bytes:
-- a file still being written (the main use: a run that is still going) grows while it is parsed;
-  the entry records what was read, and the next analysis sees a longer file and parses it again;
-- an edit that keeps the size and the modification time changes the content hash (the whole file
-  is hashed on every lookup: xxh3 at several GB/s, ~0.04 s for a 156 MB trace that takes ~1.6 s
-  to parse);
-- whatever is in the cache folder (a truncated entry, another version's, garbage) is a miss,
-  never a crash, and entries are replaced atomically, so concurrent writers cannot mix two.
+An entry answers only for the exact bytes it was parsed from:
+- the file is hashed whole before it is parsed (xxh3 at several GB/s: ~0.06 s for a 156 MB trace
+  that takes ~1.6 s to parse), and the table is stored only if the file is still the same
+  afterwards (same hash, and the same inode, size, mtime and ctime: any write in between changes
+  the ctime). A trace still being written (the main use: a run that is still going) grows while it
+  is parsed, so that parse is not stored and the next analysis reads the longer file;
+- every lookup hashes the file again, so an edit that keeps the size and the mtime is a miss;
+- whatever is in the cache folder (a truncated entry, another version's, garbage) is a miss, never
+  a crash, and an entry is one file renamed into place, so concurrent writers cannot mix two.
 The folder is kept under `TRACE_DOCTOR_CACHE_MAX_MB` (default 1024 MB, ~70 entries of a
 million-event trace), least recently used entries evicted first. A folder that cannot be written
 turns the cache off for the process with one note. Small files are never cached: parsing them is
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import polars as pl
 import xxhash
@@ -45,9 +45,6 @@ FORMAT_VERSION = "2"
 # An entry: one JSON line of metadata, then the table as Parquet.
 ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parquet")
 MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
-# Bytes a parser may read again after rewinding (a format sniff, gzip's rewind): kept in memory
-# so the second read sees the bytes that were hashed, even if the file changes meanwhile.
-REREAD_BYTES = 1024 * 1024
 HASH_BLOCK = 8 * 1024 * 1024
 # A temporary file this old is a writer's leftover (a killed process), not a write in progress.
 STALE_TEMP_SECONDS = 3600
@@ -96,121 +93,49 @@ def _note_once(text: str) -> None:
 
 
 @dataclass(frozen=True)
-class Content:
-    """What a parser read of a file: its length and xxh3-128 hash."""
+class Snapshot:
+    """A file as it was looked at: its length and xxh3-128 hash, and the stat fields any write changes."""
 
     size: int
     digest: str
+    stamp: tuple[int, int, int, int]  # device, inode, mtime_ns, ctime_ns
 
 
-class DigestingReader:
-    """A binary file that hashes the bytes as its reader consumes them, from the first byte on.
-
-    `content` is what was read when the reader went through to the end of the file in one pass
-    (rewinds within the first REREAD_BYTES are served from memory, so they see the hashed bytes);
-    None when it did not (it stopped early, or skipped or re-read beyond that). Only the calls the
-    trace reader and `gzip.GzipFile` make are provided: read, seek, tell, fileno, close.
-    """
-
-    mode = "rb"
-
-    def __init__(self, path: Path):
-        self.name = os.fspath(path)
-        self._file = open(path, "rb")
-        self._hash = xxhash.xxh3_128()
-        self._hashed = 0  # bytes [0, _hashed) are hashed: what the parser has seen
-        self._head = bytearray()  # the first REREAD_BYTES of them
-        self._pos = 0
-        self._file_pos = 0
-        self._complete = False
-        self._void = False
-
-    def __enter__(self) -> DigestingReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._file.close()
-
-    def fileno(self) -> int:
-        return self._file.fileno()
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_CUR:
-            offset += self._pos
-        elif whence == io.SEEK_END:
-            offset += os.fstat(self._file.fileno()).st_size
-        self._pos = max(0, offset)
-        return self._pos
-
-    def read(self, size: int | None = -1) -> bytes:
-        whole = size is None or size < 0
-        parts = []
-        if self._pos < self._hashed:
-            # A re-read: from memory, so the parser sees again exactly what was hashed.
-            if self._hashed > len(self._head):
-                self._void = True
-            else:
-                end = self._hashed if whole else min(self._hashed, self._pos + size)
-                parts.append(bytes(self._head[self._pos : end]))
-                self._pos = end
-                if not whole:
-                    size -= len(parts[0])
-        if whole or size > 0:
-            parts.append(self._read_file(-1 if whole else size))
-        return b"".join(parts) if len(parts) != 1 else parts[0]
-
-    def _read_file(self, size: int) -> bytes:
-        if self._file_pos != self._pos:
-            self._file.seek(self._pos)
-        data = self._file.read(size)
-        start, self._pos = self._pos, self._pos + len(data)
-        self._file_pos = self._pos
-        if start > self._hashed:
-            self._void = True  # a skipped stretch was never hashed
-        elif self._pos > self._hashed:
-            fresh = memoryview(data)[self._hashed - start :]
-            self._hash.update(fresh)
-            if len(self._head) < REREAD_BYTES:
-                self._head += fresh[: REREAD_BYTES - len(self._head)]
-            self._hashed = self._pos
-        if size < 0 or (size > 0 and not data):
-            self._complete = True
-        return data
-
-    @property
-    def content(self) -> Content | None:
-        if not self._complete or self._void:
-            return None
-        return Content(self._hashed, self._hash.hexdigest())
+def _stamp(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
-def open_for_parse(path: Path) -> BinaryIO | DigestingReader:
-    """The file for a parser to read: hashed as it is read when the table may be cached."""
-    if not enabled() or _unwritable is not None or not _large(path):
-        return open(path, "rb")
-    return DigestingReader(path)
-
-
-def read_content(reader: object) -> Content | None:
-    """What a reader from `open_for_parse` hashed, when it read the whole file."""
-    return reader.content if isinstance(reader, DigestingReader) else None
-
-
-def _large(path: Path) -> bool:
+def snapshot(path: Path) -> Snapshot | None:
+    """The file's content now, when its table may be cached (None: cache off, file small or unreadable,
+    or written to while it was being hashed)."""
+    if not enabled():
+        return None
     try:
-        return path.stat().st_size >= MIN_CACHED_BYTES
+        before = path.stat()
+        if before.st_size < MIN_CACHED_BYTES:
+            return None
+        digest = file_digest(path, before.st_size)
+        after = path.stat()
+    except OSError:
+        return None
+    if digest is None or _stamp(after) != _stamp(before) or after.st_size != before.st_size:
+        return None
+    return Snapshot(before.st_size, digest, _stamp(before))
+
+
+def _unchanged_since(path: Path, taken: Snapshot) -> bool:
+    """True when the file is still exactly what `taken` saw (so a parse in between read those bytes)."""
+    try:
+        stat = path.stat()
+        if _stamp(stat) != taken.stamp or stat.st_size != taken.size:
+            return False
+        return file_digest(path, taken.size) == taken.digest
     except OSError:
         return False
 
 
-def file_content(path: Path, expected_size: int) -> Content | None:
-    """The file's current content (read whole), or None when it is not `expected_size` bytes long."""
+def file_digest(path: Path, expected_size: int) -> str | None:
+    """xxh3-128 of the whole file, or None when it is not `expected_size` bytes long."""
     digest = xxhash.xxh3_128()
     size = 0
     block = bytearray(HASH_BLOCK)  # one buffer, filled again and again: no copy per read
@@ -221,7 +146,7 @@ def file_content(path: Path, expected_size: int) -> Content | None:
             if size > expected_size:
                 return None
             digest.update(view[:count])
-    return Content(size, digest.hexdigest()) if size == expected_size else None
+    return digest.hexdigest() if size == expected_size else None
 
 
 @cache
@@ -257,39 +182,37 @@ def _entry_path(path: Path, table: str) -> Path:
     return cache_root() / f"{table}-{name}.parquet"
 
 
-def load(path: Path, table: str) -> tuple[pl.DataFrame, InputFile, list[IngestWarning]] | None:
-    """The cached table, input record and warnings for `path`, if its content is what was parsed."""
-    if not enabled():
-        return None
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return None
-    if size < MIN_CACHED_BYTES:
+def load(
+    path: Path, table: str, taken: Snapshot | None = None
+) -> tuple[pl.DataFrame, InputFile, list[IngestWarning]] | None:
+    """The cached table, input record and warnings for `path`, if its content (`taken`, or as it is
+    now) is the one the entry was parsed from."""
+    taken = taken or snapshot(path)
+    if taken is None:
         return None
     entry = _entry_path(path, table)
     try:
         with open(entry, "rb") as fh:
             meta = json.loads(fh.readline(MAX_META_BYTES))
-            if not _matches(meta, path, table, size) or file_content(path, size) != Content(size, meta["digest"]):
+            if not _matches(meta, path, table, taken):
                 return None
             info = InputFile(**_input_fields(meta["input"]))
             warnings = [_warning(w) for w in meta["warnings"]]
             frame = pl.read_parquet(io.BytesIO(fh.read()))
         os.utime(entry)  # recently used: evicted last
-    except Exception:  # noqa: BLE001 - anything wrong with an entry (or the file) is a miss
+    except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
         return None
     return frame, info, warnings
 
 
-def _matches(meta: Any, path: Path, table: str, size: int) -> bool:
+def _matches(meta: Any, path: Path, table: str, taken: Snapshot) -> bool:
     return (
         isinstance(meta, dict)
         and meta.get("parser") == _parser_fingerprint()
         and meta.get("table") == table
         and meta.get("path") == os.fsencode(path).hex()
-        and meta.get("size") == size
-        and isinstance(meta.get("digest"), str)
+        and meta.get("size") == taken.size
+        and meta.get("digest") == taken.digest
         and isinstance(meta.get("warnings"), list)
     )
 
@@ -327,18 +250,19 @@ def store(
     frame: pl.DataFrame,
     info: InputFile,
     warnings: list[IngestWarning],
-    content: Content | None,
+    taken: Snapshot | None,
 ) -> bool:
-    """Save the table parsed from `content` (what the parser read of `path`); False when not saved."""
+    """Save the table parsed from `path` as `taken` saw it; False (nothing written) when the file has
+    changed since (the parse may have read other bytes) or the entry cannot be written."""
     global _unwritable
-    if content is None or content.size < MIN_CACHED_BYTES or not enabled() or _unwritable is not None:
+    if taken is None or not enabled() or _unwritable is not None or not _unchanged_since(path, taken):
         return False
     meta = {
         "parser": _parser_fingerprint(),
         "table": table,
         "path": os.fsencode(path).hex(),
-        "size": content.size,
-        "digest": content.digest,
+        "size": taken.size,
+        "digest": taken.digest,
         "input": {
             "kind": info.kind,
             "path": info.path,

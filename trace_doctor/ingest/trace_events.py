@@ -11,7 +11,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import polars as pl
 
@@ -59,39 +58,28 @@ def parse_trace_file(
     """Parse one trace file, from the table cache when it is unchanged."""
     from trace_doctor.ingest import cache
 
-    cached = cache.load(path, "spans")
+    # The file as it is before parsing: the entry is stored only if it is still so afterwards.
+    snapshot = cache.snapshot(path)
+    cached = cache.load(path, "spans", snapshot)
     if cached is not None:
         frame, info, cached_warnings = cached
         warnings.extend(cached_warnings)
         return frame, info
     before = len(warnings)
-    # The entry is keyed by the bytes the reader consumed, not by the file as it is afterwards: a
-    # trace still being written grows while it is parsed.
-    read: list[object] = []
-
-    def open_file(target: Path):
-        read.append(cache.open_for_parse(target))
-        return read[-1]
-
-    frame, info = _parse_trace_file(path, warnings, progress, on_read, open_file)
-    content = cache.read_content(read[0]) if len(read) == 1 else None
-    cache.store(path, "spans", frame, info, warnings[before:], content)
+    frame, info = _parse_trace_file(path, warnings, progress, on_read)
+    cache.store(path, "spans", frame, info, warnings[before:], snapshot)
     return frame, info
 
 
 def _parse_trace_file(
-    path: Path,
-    warnings: list[IngestWarning],
-    progress: Progress | None,
-    on_read: Callable[[], None] | None,
-    open_file: Callable[[Path], BinaryIO],
+    path: Path, warnings: list[IngestWarning], progress: Progress | None, on_read: Callable[[], None] | None
 ) -> tuple[pl.DataFrame, InputFile]:
     info = InputFile(kind="trace", path=str(path))
     source = str(path)
     bad: list[IngestWarning] = []
     try:
-        events, meta = read_trace_events(path, bad, progress, open_file=open_file)
-    except (OSError, EOFError, zlib.error) as exc:
+        events, meta = read_trace_events(path, bad, progress)
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error (a corrupt deflate stream) is no OSError
         # An unreadable or corrupt (e.g. truncated gzip) file: one warning for the whole file.
         warnings.append(IngestWarning(source, None, f"cannot read file: {getattr(exc, 'strerror', None) or exc}"))
         info.skipped = 1

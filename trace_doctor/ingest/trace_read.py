@@ -8,6 +8,7 @@ object, a converted `trace.json`) is decoded whole and validated event by event.
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections import deque
 from collections.abc import Callable
@@ -17,7 +18,6 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
-from trace_doctor.ingest.gzip_stream import GzipUntilCorrupt
 from trace_doctor.ingest.jsonl import decode_json, iter_line_chunks
 from trace_doctor.ingest.trace_parse import (
     EVENT_COLUMNS,
@@ -44,24 +44,18 @@ READ_AHEAD_CHUNKS = 3
 
 
 def read_trace_events(
-    path: Path,
-    bad: list[IngestWarning],
-    progress: Progress | None,
-    *,
-    open_file: Callable[[Path], BinaryIO] = lambda path: open(path, "rb"),
+    path: Path, bad: list[IngestWarning], progress: Progress | None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(span events, metadata rows) of one trace file, each row with its line; unreadable records go to `bad`.
 
-    `open_file` opens the file for binary reading (the table cache hashes what is read through it).
-    Raises OSError when the file cannot be read; gzip data that is corrupt or cut off ends the
-    stream there, with a warning in `bad`.
+    Raises OSError or EOFError when the file itself cannot be read (e.g. a truncated gzip).
     """
     source = str(path)
-    with open_file(path) as raw:
+    with open(path, "rb") as raw:
         compressed = raw.read(2) == b"\x1f\x8b"
         raw.seek(0)
         total = os.fstat(raw.fileno()).st_size
-        stream: BinaryIO = GzipUntilCorrupt(raw, source, bad) if compressed else raw
+        stream: BinaryIO = gzip.GzipFile(fileobj=raw) if compressed else raw
         head = stream.read(65536)
         stream.seek(0)
         if _is_json_document(head):
