@@ -268,3 +268,15 @@ def test_the_cap_setting_that_is_not_a_number_is_a_note(monkeypatch):
     cache.take_notes()
     assert cache.max_bytes() == cache.DEFAULT_MAX_MB * 1024 * 1024
     assert cache.take_notes() == ["TRACE_DOCTOR_CACHE_MAX_MB='lots' is not a number of MB; using 1024"]
+
+
+def test_a_read_only_cache_still_answers(cached, tmp_path, monkeypatch):
+    path = write(tmp_path / "trace_events.jsonl", steps(0, 10))
+    first = parse(path)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "utime", read_only)  # marking the entry as recently used fails
+    monkeypatch.setattr(te, "_parse_trace_file", lambda *a: pytest.fail("parsed again despite a valid entry"))
+    assert parse(path)[0].equals(first[0])

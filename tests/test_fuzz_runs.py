@@ -11,7 +11,7 @@ internal error: a bug), print no traceback, print strict JSON for `analyze --for
 account for every record: records read + skipped = the lines (or events) of each line-oriented
 input.
 
-`make test` runs FUZZ_EXAMPLES (default 30, ~20 s); `make fuzz` runs thousands
+`make test` runs FUZZ_EXAMPLES (default 60, ~15 s); `make fuzz` runs thousands
 (TRACE_DOCTOR_FUZZ_EXAMPLES). A failure prints the mutations and the crash's traceback file.
 """
 
@@ -40,7 +40,7 @@ from trace_doctor.humanize import printable
 BASES = sorted(p for p in FIXTURE_RUNS.glob("*") if (p / "metrics.jsonl").exists()) + [sample_run_path()]
 pytestmark = pytest.mark.skipif(len(BASES) < 2, reason="fixture runs have not been generated (make fixtures)")
 
-FUZZ_EXAMPLES = int(os.environ.get("TRACE_DOCTOR_FUZZ_EXAMPLES", "30"))
+FUZZ_EXAMPLES = int(os.environ.get("TRACE_DOCTOR_FUZZ_EXAMPLES", "60"))
 # One command on a mutated run takes well under a second; a minute is a hang.
 HANG_SECONDS = int(os.environ.get("TRACE_DOCTOR_FUZZ_HANG_SECONDS", "60"))
 FUZZ = settings(
@@ -51,6 +51,11 @@ FUZZ = settings(
 )
 
 LINE_INPUTS = {"metrics", "trace", "spans", "checkpoints"}
+# Crashes found by this fuzzer in the ingest readers, which the ingest rewrite (issue 14 part C, branch
+# h14-ingest) fixes: a trace event whose pid, tid, ts or name is a list nested 1,100 deep
+# (RecursionError in trace_parse.validate_event). The property does not draw them until then, and
+# test_known_ingest_crashes_still_crash pins each: once it fails (XPASS: the fix is merged), empty this.
+KNOWN_INGEST_CRASHES = {"name", "pid", "tid", "ts"}
 HUGE_INTS = (2**63, 2**63 + 1, 2**64, -(2**63) - 1, 10**30, -(10**40))
 NON_FINITE = ("NaN", "Infinity", "-Infinity")
 ODD_NAMES = (
@@ -222,7 +227,8 @@ def deep_nesting(run: Mutated, draw) -> None:
     if not rows:
         return
     index, value = draw(st.sampled_from(rows))
-    key = draw(st.sampled_from(["pid", "ts", "dur", "name", "tid", "args.step", "step"]))
+    keys = ["pid", "ts", "dur", "name", "tid", "args.step", "step"]
+    key = draw(st.sampled_from([k for k in keys if "ph" not in value or k not in KNOWN_INGEST_CRASHES]))
     depth = draw(st.sampled_from([1000, 1100]))
     replace_line(path, index, with_raw(value, key, b"[" * depth + b"]" * depth))
     run.done.append(f"{key} nested {depth} deep in line {index} of {path.name}")
@@ -459,12 +465,19 @@ def worker():
 
 @pytest.fixture(scope="module")
 def cache_env(tmp_path_factory) -> dict[str, str]:
-    # The cache is on, small: its keys, entries and eviction are fuzzed with everything else.
+    # The cache is on, small: its keys, entries and eviction are fuzzed with everything else. A
+    # crash's traceback goes to a temporary folder of the test session's.
     return {
         "TRACE_DOCTOR_CACHE": "on",
         "TRACE_DOCTOR_CACHE_DIR": str(tmp_path_factory.mktemp("fuzz-cache")),
         "TRACE_DOCTOR_CACHE_MAX_MB": "1",
+        "TMPDIR": str(tmp_path_factory.mktemp("fuzz-tmp")),
     }
+
+
+@pytest.fixture(autouse=True)
+def _tracebacks_in_tmp_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 @FUZZ
@@ -516,3 +529,14 @@ def test_the_fuzzer_can_see_a_crash(monkeypatch, tmp_path):
     assert "internal error (a bug in trace-doctor" in result.stderr and "RuntimeError: a bug" in crash_log(
         result.stderr
     )
+
+
+@pytest.mark.xfail(strict=True, reason="fixed by the ingest rewrite (h14-ingest): remove it from KNOWN_INGEST_CRASHES")
+@pytest.mark.parametrize("key", sorted(KNOWN_INGEST_CRASHES))
+def test_known_ingest_crashes_still_crash(key, tmp_path):
+    run = Mutated(Path(shutil.copytree(BASES[0], tmp_path / "run")))
+    trace = run.root / "trace_events.jsonl"
+    index, value = next((i, v) for i, v in json_lines(trace) if "ph" in v)
+    replace_line(trace, index, with_raw(value, key, b"[" * 1100 + b"]" * 1100))
+    result = CliRunner().invoke(main, command_args("analyze", run.root, tmp_path))
+    assert result.exit_code in (0, 1, 2), result.stderr

@@ -44,11 +44,11 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def _write_output(path: str, write, what: str) -> None:
-    """Write a file the user named (--output, --perfetto, -o ...): one that cannot be written is a usage
-    error (exit 2) naming it, not a traceback."""
+def _write_output(path: str, write, what: str):
+    """`write()` a file the user named (--output, --perfetto, -o ...) and return what it returns; a file
+    that cannot be written is a usage error (exit 2) naming it, not a traceback."""
     try:
-        write()
+        return write()
     except OSError as exc:
         _fail(f"cannot write {what} to {path}: {exc.strerror or exc}")
 
@@ -300,7 +300,8 @@ def _fleet_internal_errors(fleet) -> None:
     click.echo(
         printable(
             f"trace-doctor: internal error (a bug in trace-doctor, not a problem with your runs) in "
-            f"{len(crashed)} of {len(fleet.reports)} run(s) ({names}): {crashed[0].error}; {logs}; please report it"
+            f"{len(crashed)} of {len(fleet.reports)} run(s) ({names}): "
+            f"{crashed[0].error.removeprefix('internal error: ')}; {logs}; please report it"
         ),
         err=True,
     )
@@ -477,8 +478,7 @@ def bundle_command(paths, output: str, config: str | None) -> None:
     from trace_doctor.report.bundle import write_bundle
 
     result = _analysis(_one_run(paths), _settings(config))
-    manifest: list = []
-    _write_output(output, lambda: manifest.extend(write_bundle(result, Path(output))), "the bundle")
+    manifest = _write_output(output, lambda: write_bundle(result, Path(output)), "the bundle")
     click.echo(f"Escalation bundle: {printable(str(Path(output).resolve()))} ({len(manifest)} files, secrets redacted)")
 
 

@@ -21,6 +21,7 @@ cheaper than the bookkeeping.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -199,9 +200,10 @@ def load(
             info = InputFile(**_input_fields(meta["input"]))
             warnings = [_warning(w) for w in meta["warnings"]]
             frame = pl.read_parquet(io.BytesIO(fh.read()))
-        os.utime(entry)  # recently used: evicted last
     except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
         return None
+    with contextlib.suppress(OSError):  # a read-only cache still answers
+        os.utime(entry)  # recently used: evicted last
     return frame, info, warnings
 
 
@@ -300,10 +302,8 @@ def store(
 
 def _discard(temp: str | None) -> None:
     if temp is not None:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temp)
-        except OSError:
-            pass
 
 
 def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
