@@ -6,10 +6,11 @@ applies one to four mutations of the classes seen in the wild or in issue 14 —
 garbage bytes, NaN/Infinity, empty and missing files, duplicate and unmatched B/E events, integers
 of 2^63 and more in args.step/ts/dur, lists nested 1,000 deep in pid/ts/dur/name, file and folder
 names that are not UTF-8, corrupt gzip, odd file names, metrics rows of thousands of keys,
-profiles 200 calls deep — and runs a command on it, in process. It must exit 0, 1 or 2 (3 is an
-internal error: a bug), print no traceback, print strict JSON for `analyze --format json`, and
-account for every record: records read + skipped = the lines (or events) of each line-oriented
-input.
+profiles 200 calls deep — and runs a command on it (analyze, bundle, export or ingest) in a worker
+process, so a hang is stopped and a dying process is seen. It must exit 0, 1 or 2 (3 is an internal
+error: a bug), print no traceback, print strict JSON for `analyze --format json`, and account for
+every record: records read + skipped = the non-blank lines of each JSONL input (a gzipped file or a
+JSON-document trace aside), one document for config.json.
 
 `make test` runs FUZZ_EXAMPLES (default 60, ~15 s); `make fuzz` runs thousands
 (TRACE_DOCTOR_FUZZ_EXAMPLES). A failure prints the mutations and the crash's traceback file.
