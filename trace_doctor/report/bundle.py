@@ -51,7 +51,7 @@ def _json_bytes(value: Any) -> bytes:
     except orjson.JSONEncodeError:
         # A profile 127 or more calls deep nests past orjson's 255 levels (a frame is an object in a
         # list): written without recursion, unindented.
-        return dumps_deep(value, sort_keys=True).encode("utf-8", "surrogatepass") + b"\n"
+        return dumps_deep(value, sort_keys=True).encode() + b"\n"
 
 
 def session_ids(result: Analysis) -> list[str]:
