@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench fixtures clean
+.PHONY: demo test lint fuzz bench fixtures clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ demo: $(STAMP)
 # The linter runs first: a tree ruff rejects does not pass `make test` (nor CI, which calls it).
 test: lint
 	$(BIN)/python -m pytest -q tests
+
+# The fuzzer of tests/test_fuzz_runs.py with a large budget (make test runs 30 examples of it).
+FUZZ_EXAMPLES ?= 2000
+fuzz: $(STAMP)
+	TRACE_DOCTOR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -x tests/test_fuzz_runs.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check --quiet .

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_doctor.discover import discover
+from trace_doctor.file_names import input_path
 from trace_doctor.ingest.checkpoints import parse_checkpoint_files
 from trace_doctor.ingest.config import parse_config, trainer_from_metric_keys
 from trace_doctor.ingest.dumps import parse_dump_files
@@ -95,8 +96,7 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
     run.inputs += infos + later_inputs
     warnings += trace_warnings + later_warnings
 
-    first = Path(flat[0])
-    meta.path = str(first)
+    meta.path = str(input_path(flat[0]))
     if meta.trainer == "unknown":
         meta.trainer = trainer_from_metric_keys(run.steps.columns)
     run.meta = meta

@@ -24,6 +24,7 @@ import click  # noqa: E402
 
 from trace_doctor import __version__  # noqa: E402
 from trace_doctor.api import NothingToAnalyze, analyze, load_run  # noqa: E402
+from trace_doctor.crash_report import EXIT_INTERNAL_ERROR, one_line, write_traceback  # noqa: E402
 from trace_doctor.humanize import printable  # noqa: E402
 from trace_doctor.model import Analysis  # noqa: E402
 from trace_doctor.policy import PolicyError  # noqa: E402
@@ -39,8 +40,62 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 
 def _fail(message: str) -> None:
-    click.echo(f"trace-doctor: {message}", err=True)
+    click.echo(f"trace-doctor: {printable(message)}", err=True)
     sys.exit(2)
+
+
+def _write_output(path: str, write, what: str):
+    """`write()` a file the user named (--output, --perfetto, -o ...) and return what it returns; a file
+    that cannot be written is a usage error (exit 2) naming it, not a traceback."""
+    try:
+        return write()
+    except OSError as exc:
+        _fail(f"cannot write {what} to {path}: {exc.strerror or exc}")
+
+
+def _write_html(write, target: Path, *, named: bool) -> bool:
+    """Write an HTML report. When the user named the file, failing to is a usage error (exit 2); the
+    default file in the working directory is a by-product of the analysis already printed, so a
+    read-only directory costs a message on stderr and leaves the exit code to the gate."""
+    try:
+        write()
+    except OSError as exc:
+        _html_not_written(f"cannot write the HTML report to {target}: {exc.strerror or exc}", named=named)
+        return False
+    return True
+
+
+def _html_not_written(reason: str, *, named: bool) -> None:
+    if named:
+        _fail(reason)
+    click.echo(f"trace-doctor: {printable(reason)} (use --html FILE to write it elsewhere, or --no-html)", err=True)
+
+
+def _internal_error(exc: BaseException) -> None:
+    """A bug: one line on stderr saying so and where its traceback is, and exit 3 (never 1, the gate)."""
+    click.echo(f"trace-doctor: {one_line(exc, write_traceback(exc))}", err=True)
+    sys.exit(EXIT_INTERNAL_ERROR)
+
+
+class Commands(click.Group):
+    """The command group: whatever a command raises that is not a usage error becomes `_internal_error`."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Abort, click.exceptions.Exit):
+            raise
+        except KeyboardInterrupt:
+            # click would report Ctrl-C as "Aborted!" with exit 1, which CI reads as a tripped gate.
+            click.echo("trace-doctor: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:  # noqa: BLE001 - every bug ends as one line and exit 3
+            _internal_error(exc)
+        finally:
+            # Notes about this machine (not the run), e.g. a cache folder that cannot be written.
+            cache = sys.modules.get("trace_doctor.ingest.cache")
+            if cache is not None:
+                _echo_notes(cache.take_notes())
 
 
 def _progress():
@@ -119,7 +174,7 @@ def _analysis(
         _fail(str(exc).strip("'\""))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="trace-doctor")
 def main() -> None:
     """Diagnose slow, hung or badly-training Tinker runs from their log directory."""
@@ -157,6 +212,7 @@ def _analyze(
             split,
             settings,
             html=None if no_html else (html or DEFAULT_HTML),
+            html_named=bool(html),
             fmt=fmt,
             output=output,
             baseline=baseline,
@@ -169,15 +225,15 @@ def _analyze(
 
     text = formats.render(result, fmt, show_skipped=show_skipped)
     if output:
-        Path(output).write_text(printable(text), encoding="utf-8")
+        _write_output(output, lambda: Path(output).write_text(printable(text), encoding="utf-8"), f"the {fmt} report")
     else:
         _echo_report(text, fmt)
     if not no_html:
         from trace_doctor.report.html import write_html
 
         target = Path(html or DEFAULT_HTML)
-        write_html(result, target)
-        click.echo(f"HTML report: {target.resolve()}", err=fmt != "text" or bool(output))
+        if _write_html(lambda: write_html(result, target), target, named=bool(html)):
+            click.echo(f"HTML report: {printable(str(target.resolve()))}", err=fmt != "text" or bool(output))
     if result.gate.tripped:
         sys.exit(1)
 
@@ -187,6 +243,7 @@ def _analyze_fleet(
     settings: Settings,
     *,
     html: str | None,
+    html_named: bool,
     fmt: str,
     output: str | None,
     baseline: str | None,
@@ -216,26 +273,60 @@ def _analyze_fleet(
         split.runs, settings, jobs=jobs, fmt=fmt, html_dir=html_dir, baseline=baseline, redact=redact
     )
     fleet.passed_over = split.passed_over
+    _echo_notes(fleet.notes)
     if not fleet.analysed:
+        _fleet_internal_errors(fleet)
         _fail(
             "none of the runs could be analysed: "
             + "; ".join(f"{r.source.label}: {r.error}" for r in fleet.reports[:3])
         )
     text = render_fleet(fleet, fmt)
     if output:
-        Path(output).write_text(printable(text), encoding="utf-8")
+        _write_output(output, lambda: Path(output).write_text(printable(text), encoding="utf-8"), f"the {fmt} report")
     else:
         _echo_report(text, fmt)
     if html:
         from trace_doctor.report.fleet_html import write_fleet_html
 
-        write_fleet_html(fleet, Path(html))
-        click.echo(
-            f"HTML overview: {Path(html).resolve()} (each run's report in {Path(html_dir).resolve()})",
-            err=fmt != "text" or bool(output),
-        )
+        unwritten = [r.html_error for r in fleet.reports if r.html_error]
+        if unwritten:
+            count = f"{len(unwritten)} of {len(fleet.reports)} run reports"
+            _html_not_written(f"{count} not written: {unwritten[0]}", named=html_named)
+        if _write_html(lambda: write_fleet_html(fleet, Path(html)), Path(html), named=html_named):
+            click.echo(
+                f"HTML overview: {printable(str(Path(html).resolve()))} "
+                f"(each run's report in {printable(str(Path(html_dir).resolve()))})",
+                err=fmt != "text" or bool(output),
+            )
+    _fleet_internal_errors(fleet)
     if fleet.gate_tripped:
         sys.exit(1)
+
+
+def _fleet_internal_errors(fleet) -> None:
+    """Exit 3 with one line when a run hit a bug; the other runs have been reported by then. A bug wins
+    over a tripped gate: CI must know the fleet's answer is incomplete."""
+    crashed = fleet.internal_errors
+    if not crashed:
+        return
+    from trace_doctor.crash_report import where_written
+
+    names = ", ".join(r.source.label for r in crashed[:3]) + (", ..." if len(crashed) > 3 else "")
+    logs = "; ".join(where_written(r.crash_log) for r in crashed[:3])
+    click.echo(
+        printable(
+            f"trace-doctor: internal error (a bug in trace-doctor, not a problem with your runs) in "
+            f"{len(crashed)} of {len(fleet.reports)} run(s) ({names}): "
+            f"{crashed[0].error.removeprefix('internal error: ')}; {logs}; please report it"
+        ),
+        err=True,
+    )
+    sys.exit(EXIT_INTERNAL_ERROR)
+
+
+def _echo_notes(notes: list[str]) -> None:
+    for note in notes:
+        click.echo(f"trace-doctor: note: {printable(note)}", err=True)
 
 
 def _analyze_options(func):
@@ -361,7 +452,9 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact
 
         split = redact_split(split)
     fleet = analyze_sources(split.runs, settings, jobs=jobs, dataset_dir=out, redact=redact)
+    _echo_notes(fleet.notes)
     if not fleet.analysed:
+        _fleet_internal_errors(fleet)
         _fail("; ".join(f"{r.source.label}: {r.error}" for r in fleet.reports[:3]))
     tables: dict[str, int] = {}
     for report in sorted(fleet.reports, key=lambda r: r.source.label):
@@ -376,9 +469,10 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact
         )
         for name, rows in report.dataset_rows.items():
             tables[name] = tables.get(name, 0) + rows
-    click.echo(f"Parquet dataset in {Path(out).resolve()} ({len(fleet.analysed)} run(s)):")
+    click.echo(f"Parquet dataset in {printable(str(Path(out).resolve()))} ({len(fleet.analysed)} run(s)):")
     for name, rows in tables.items():
         click.echo(f"  {name}/  {rows:,} rows")
+    _fleet_internal_errors(fleet)
 
 
 @main.command("export")
@@ -395,11 +489,11 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None, co
 
     result = _analysis(_one_run(paths), _settings(config), redact=redact)
     if perfetto_file:
-        write_perfetto(result, Path(perfetto_file))
-        click.echo(f"Perfetto trace: {Path(perfetto_file).resolve()}")
+        _write_output(perfetto_file, lambda: write_perfetto(result, Path(perfetto_file)), "the Perfetto trace")
+        click.echo(f"Perfetto trace: {printable(str(Path(perfetto_file).resolve()))}")
     if chrome_file:
-        write_chrome_json(result, Path(chrome_file))
-        click.echo(f"Chrome trace JSON: {Path(chrome_file).resolve()}")
+        _write_output(chrome_file, lambda: write_chrome_json(result, Path(chrome_file)), "the Chrome trace JSON")
+        click.echo(f"Chrome trace JSON: {printable(str(Path(chrome_file).resolve()))}")
 
 
 @main.command("bundle")
@@ -411,8 +505,8 @@ def bundle_command(paths, output: str, config: str | None) -> None:
     from trace_doctor.report.bundle import write_bundle
 
     result = _analysis(_one_run(paths), _settings(config), redact=True)
-    manifest = write_bundle(result, Path(output))
-    click.echo(f"Escalation bundle: {Path(output).resolve()} ({len(manifest)} files, secrets redacted)")
+    manifest = _write_output(output, lambda: write_bundle(result, Path(output)), "the bundle")
+    click.echo(f"Escalation bundle: {printable(str(Path(output).resolve()))} ({len(manifest)} files, secrets redacted)")
 
 
 def run() -> None:
@@ -430,11 +524,14 @@ def run() -> None:
         code = 0
     except SystemExit as exc:
         if isinstance(exc.code, str):
-            sys.stderr.write(exc.code + "\n")
-            code = 1
+            # A message as exit status is no verdict: never 1, which CI reads as a tripped gate.
+            sys.stderr.write(printable(exc.code) + "\n")
+            code = EXIT_INTERNAL_ERROR
         else:
             code = exc.code or 0
-    # Anything else (a bug, Ctrl-C) propagates and exits the ordinary way, traceback included.
+    except Exception as exc:  # noqa: BLE001 - outside any command (the group catches theirs): still one line
+        sys.stderr.write(f"trace-doctor: {one_line(exc, write_traceback(exc))}\n")
+        code = EXIT_INTERNAL_ERROR
     if "logging" in sys.modules:
         import logging
 

@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trace_doctor.file_names import input_path
 from trace_doctor.model import PassedOver
 
 KINDS = ("metrics", "trace", "spans", "config", "checkpoints", "profile", "dump", "log", "code_diff")
@@ -155,19 +156,22 @@ def _walk(root: Path, passed_over: list[PassedOver]) -> list[Path]:
     root_depth = len(root.parts)
 
     def unlistable(exc: OSError) -> None:
-        passed_over.append(PassedOver(str(exc.filename), f"cannot list directory: {exc.strerror or exc}"))
+        passed_over.append(PassedOver(str(input_path(exc.filename)), f"cannot list directory: {exc.strerror or exc}"))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         depth = len(Path(dirpath).parts) - root_depth
         if depth >= MAX_DEPTH:
             # Said, not silently skipped: a tree this deep is unusual enough to name.
             passed_over.extend(
-                PassedOver(str(Path(dirpath) / d), f"folder more than {MAX_DEPTH} levels below {root}: not searched")
+                PassedOver(
+                    str(input_path(os.path.join(dirpath, d))),
+                    f"folder more than {MAX_DEPTH} levels below {root}: not searched",
+                )
                 for d in sorted(dirnames)
                 if d not in SKIP_DIRS
             )
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and depth < MAX_DEPTH)
-        found.extend(Path(dirpath) / f for f in sorted(filenames))
+        found.extend(input_path(os.path.join(dirpath, f)) for f in sorted(filenames))
     return found
 
 
@@ -175,7 +179,7 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovered:
     """Classify every file under the given directories and files."""
     result = Discovered()
     for raw in paths:
-        path = Path(raw)
+        path = input_path(raw)
         if not path.exists():
             result.missing.append(f"{path} (a broken symbolic link)" if path.is_symlink() else str(path))
             continue

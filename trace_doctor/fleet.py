@@ -13,10 +13,12 @@ import math
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_doctor.crash_report import describe, write_traceback
 from trace_doctor.ingest.config import find_setting
 from trace_doctor.model import PassedOver
 from trace_doctor.runs import RunSource
@@ -62,6 +64,12 @@ class RunReport:
     html_path: str | None = None
     dataset_rows: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    # A bug while analysing the run (not a problem with its files): the fleet still reports, the
+    # command exits 3. `crash_log` is where the traceback was written (None: nowhere could be).
+    internal_error: bool = False
+    crash_log: str | None = None
+    html_error: str | None = None  # the run's HTML report could not be written (the analysis stands)
+    notes: list[str] = field(default_factory=list)  # about the machine, not the run (e.g. the cache)
 
     @property
     def sort_key(self) -> tuple:
@@ -103,6 +111,15 @@ class Fleet:
     @property
     def analysed(self) -> list[RunReport]:
         return [r for r in self.reports if r.document is not None]
+
+    @property
+    def internal_errors(self) -> list[RunReport]:
+        return [r for r in self.reports if r.internal_error]
+
+    @property
+    def notes(self) -> list[str]:
+        """Every worker's notes, each once."""
+        return list(dict.fromkeys(note for r in self.reports for note in r.notes))
 
     def summary(self) -> dict[str, Any]:
         """The `fleet` block of the multi-run JSON document."""
@@ -159,18 +176,28 @@ def analyze_source(
     `redact`: the run (and the baseline) lose their credentials before the rules read them, and a
     failed run's reason (which may quote a path or a line) is redacted too.
     """
+    from trace_doctor.ingest import cache
+
     report = RunReport(source=source)
     try:
         _analyze_into(
             report, settings, fmt=fmt, html_dir=html_dir, baseline=baseline, dataset_dir=dataset_dir, redact=redact
         )
     except Exception as exc:  # noqa: BLE001 - one broken run never breaks the fleet
-        report.status, report.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
-        report.headline = f"not analysed: {report.error}"
+        _internal_error(report, describe(exc), write_traceback(exc, context=f"analysing {source.label}"))
     if redact and report.error:
         from trace_doctor.redact import redact_text
 
         report.error, report.headline = redact_text(report.error), redact_text(report.headline)
+    report.notes = cache.take_notes()
+    return report
+
+
+def _internal_error(report: RunReport, what: str, crash_log: str | None) -> RunReport:
+    report.document = None
+    report.status, report.error = "failed", f"internal error: {what}"
+    report.headline = f"not analysed: {report.error}"
+    report.internal_error, report.crash_log = True, crash_log
     return report
 
 
@@ -221,13 +248,21 @@ def _analyze_into(
     if dataset_dir is not None:
         from trace_doctor.report.parquet import write_run_partition
 
-        report.dataset_rows = write_run_partition(result, Path(dataset_dir), source.run_id, source.path)
+        try:
+            report.dataset_rows = write_run_partition(result, Path(dataset_dir), source.run_id, source.path)
+        except OSError as exc:
+            report.document, report.status = None, "failed"
+            report.error = f"cannot write its tables to {dataset_dir}: {exc.strerror or exc}"
+            return report
     if html_dir is not None:
         from trace_doctor.report.html import write_html
 
         target = Path(html_dir) / f"{source.run_id}.html"
-        write_html(result, target)
-        report.html_path = str(target)
+        try:
+            write_html(result, target)
+            report.html_path = str(target)
+        except OSError as exc:  # the analysis stands without its page; the command says so once
+            report.html_error = f"cannot write {target}: {exc.strerror or exc}"
     return report
 
 
@@ -279,15 +314,45 @@ def analyze_sources(
         if saved is None:
             os.environ["POLARS_MAX_THREADS"] = str(max(1, cores // jobs))
         try:
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-                # Largest runs first, so a big one never starts last while the other workers idle.
-                order = sorted(sources, key=lambda s: -_input_bytes([s]))
-                futures = [pool.submit(analyze_source, source, settings, **options) for source in order]
-                reports = [future.result() for future in futures]
+            # Largest runs first, so a big one never starts last while the other workers idle.
+            order = sorted(sources, key=lambda s: -_input_bytes([s]))
+            reports, unfinished = _in_pool(order, settings, jobs, context, options)
+            # A worker that died (killed for memory, a crash in native code) breaks the whole pool:
+            # the runs it took down with it are analysed again, each in a process of its own, so
+            # only the run that kills its worker is a failed row.
+            reports += [_in_own_process(source, settings, context, options) for source in unfinished]
         finally:
             if saved is None:
                 os.environ.pop("POLARS_MAX_THREADS", None)
     return Fleet(sorted(reports, key=lambda r: r.sort_key))
+
+
+def _in_pool(sources: list[RunSource], settings: Settings, jobs: int, context, options: dict[str, Any]):
+    """(reports, runs left unfinished because a worker died and broke the pool)."""
+    reports: list[RunReport] = []
+    unfinished: list[RunSource] = []
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [(source, pool.submit(analyze_source, source, settings, **options)) for source in sources]
+        for source, future in futures:
+            try:
+                reports.append(future.result())
+            except BrokenProcessPool:
+                unfinished.append(source)
+            except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be sent back: that run's row
+                reports.append(_internal_error(RunReport(source=source), describe(exc), write_traceback(exc)))
+    return reports, unfinished
+
+
+def _in_own_process(source: RunSource, settings: Settings, context, options: dict[str, Any]) -> RunReport:
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        future = pool.submit(analyze_source, source, settings, **options)
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            what = "the worker process analysing it died (killed, out of memory, or a crash in native code)"
+            return _internal_error(RunReport(source=source), what, None)
+        except Exception as exc:  # noqa: BLE001 - as in _in_pool
+            return _internal_error(RunReport(source=source), describe(exc), write_traceback(exc))
 
 
 # Input bytes one worker is worth starting for (a worker's start-up is ~0.4 s; runs are ~20 MB/s).

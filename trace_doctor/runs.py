@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trace_doctor.discover import discover
+from trace_doctor.file_names import input_path
+from trace_doctor.humanize import printable
 from trace_doctor.model import PassedOver
 
 # Kinds whose file marks the folder it is in as a run's folder.
@@ -140,7 +142,7 @@ def _split_folder(top: Path, out: RunSplit, *, named: bool) -> None:
             relative = ()
         parts = [top.name if named or not relative else "", *relative]
         several = name and len(anchors.get(folder, ())) > 1
-        label = "/".join(p for p in [*parts, f"{name}*" if several else ""] if p) or top.name
+        label = printable("/".join(p for p in [*parts, f"{name}*" if several else ""] if p) or top.name)
         out.runs.append(
             RunSource(
                 run_id=_run_id([*parts, name if several else ""]),
@@ -159,7 +161,7 @@ def split_runs(paths: list[str | os.PathLike[str]]) -> RunSplit:
     out = RunSplit()
     loose: list[Path] = []
     for raw in paths:
-        path = Path(raw)
+        path = input_path(raw)
         if not path.exists():
             out.missing.append(f"{path} (a broken symbolic link)" if path.is_symlink() else str(path))
         elif path.is_dir():

@@ -2,27 +2,58 @@
 
 Entries live outside the run directory (run directories may be read-only or under version
 control): `$TRACE_DOCTOR_CACHE_DIR`, else `$XDG_CACHE_HOME/trace-doctor`, else
-`~/.cache/trace-doctor`, one folder per input path. An entry is valid only while the file's
-size, mtime, first and last 64 KiB, and the parser's own source are unchanged. Set
-`TRACE_DOCTOR_CACHE=off` to disable. Small files are never cached: parsing them is cheaper
-than the bookkeeping. Any cache failure falls back to parsing; the cache never loses a warning.
+`~/.cache/trace-doctor`; one file per input path and table. `TRACE_DOCTOR_CACHE=off` disables it.
+
+An entry answers only for the exact bytes it was parsed from:
+- the file is hashed whole before it is parsed (xxh3 at several GB/s: ~0.06 s for a 156 MB trace
+  that takes ~1.6 s to parse), and the table is stored only if the file is still the same
+  afterwards (same hash, and the same inode, size, mtime and ctime: any write in between changes
+  the ctime). A trace still being written (the main use: a run that is still going) grows while it
+  is parsed, so that parse is not stored and the next analysis reads the longer file;
+- every lookup hashes the file again, so an edit that keeps the size and the mtime is a miss;
+- whatever is in the cache folder (a truncated entry, another version's, garbage) is a miss, never
+  a crash, and an entry is one file renamed into place, so concurrent writers cannot mix two.
+The folder is kept under `TRACE_DOCTOR_CACHE_MAX_MB` (default 1024 MB, ~70 entries of a
+million-event trace), least recently used entries evicted first. A folder that cannot be written
+turns the cache off for the process with one note. Small files are never cached: parsing them is
+cheaper than the bookkeeping.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
+import re
+import shutil
 import tempfile
+import time
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import polars as pl
+import xxhash
 
 from trace_doctor.model import IngestWarning, InputFile
 
 MIN_CACHED_BYTES = 4 * 1024 * 1024
-EDGE_BYTES = 64 * 1024
-FORMAT_VERSION = "1"
+DEFAULT_MAX_MB = 1024
+FORMAT_VERSION = "2"
+# An entry: one JSON line of metadata, then the table as Parquet.
+ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parquet")
+MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
+HASH_BLOCK = 8 * 1024 * 1024
+# A temporary file this old is a writer's leftover (a killed process), not a write in progress.
+STALE_TEMP_SECONDS = 3600
+# The previous format: one folder per entry, named by 24 hex digits, with a meta.json.
+LEGACY_ENTRY = re.compile(r"[0-9a-f]{24}")
+
+_notes: list[str] = []
+_unwritable: str | None = None  # why this process stopped writing entries
 
 
 def enabled() -> bool:
@@ -39,6 +70,87 @@ def cache_root() -> Path:
     return Path(base) / "trace-doctor"
 
 
+def max_bytes() -> int:
+    """The folder's size cap: TRACE_DOCTOR_CACHE_MAX_MB, or the default when unset or not a number."""
+    raw = os.environ.get("TRACE_DOCTOR_CACHE_MAX_MB", "").strip()
+    try:
+        megabytes = float(raw) if raw else DEFAULT_MAX_MB
+    except ValueError:
+        _note_once(f"TRACE_DOCTOR_CACHE_MAX_MB={raw!r} is not a number of MB; using {DEFAULT_MAX_MB}")
+        megabytes = DEFAULT_MAX_MB
+    return max(0, int(megabytes * 1024 * 1024))
+
+
+def take_notes() -> list[str]:
+    """Notes for the user about the cache (e.g. a folder that cannot be written), each given once."""
+    notes = list(_notes)
+    _notes.clear()
+    return notes
+
+
+def _note_once(text: str) -> None:
+    if text not in _notes:
+        _notes.append(text)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A file as it was looked at: its length and xxh3-128 hash, and the stat fields any write changes."""
+
+    size: int
+    digest: str
+    stamp: tuple[int, int, int, int]  # device, inode, mtime_ns, ctime_ns
+
+
+def _stamp(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def snapshot(path: Path) -> Snapshot | None:
+    """The file's content now, when its table may be cached (None: cache off, file small or unreadable,
+    or written to while it was being hashed)."""
+    if not enabled():
+        return None
+    try:
+        before = path.stat()
+        if before.st_size < MIN_CACHED_BYTES:
+            return None
+        digest = file_digest(path, before.st_size)
+        after = path.stat()
+    except OSError:
+        return None
+    if digest is None or _stamp(after) != _stamp(before) or after.st_size != before.st_size:
+        return None
+    return Snapshot(before.st_size, digest, _stamp(before))
+
+
+def _unchanged_since(path: Path, taken: Snapshot) -> bool:
+    """True when the file is still exactly what `taken` saw (so a parse in between read those bytes)."""
+    try:
+        stat = path.stat()
+        if _stamp(stat) != taken.stamp or stat.st_size != taken.size:
+            return False
+        return file_digest(path, taken.size) == taken.digest
+    except OSError:
+        return False
+
+
+def file_digest(path: Path, expected_size: int) -> str | None:
+    """xxh3-128 of the whole file, or None when it is not `expected_size` bytes long."""
+    digest = xxhash.xxh3_128()
+    size = 0
+    block = bytearray(HASH_BLOCK)  # one buffer, filled again and again: no copy per read
+    view = memoryview(block)
+    with open(path, "rb", buffering=0) as fh:
+        while count := fh.readinto(block):
+            size += count
+            if size > expected_size:
+                return None
+            digest.update(view[:count])
+    return digest.hexdigest() if size == expected_size else None
+
+
+@cache
 def _parser_fingerprint() -> str:
     # The parsers' source text: a code change invalidates every entry without a version bump.
     digest = hashlib.sha256(FORMAT_VERSION.encode())
@@ -63,63 +175,96 @@ def _parser_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def fingerprint(path: Path) -> str | None:
-    """Key of the file's current content, or None when it is too small or unreadable."""
+def _entry_path(path: Path, table: str) -> Path:
+    # The path as given is part of the key: the cached input record and warnings name the file
+    # that way, and a file named two ways (relative, absolute) must not answer with the other name.
+    identity = f"{os.fspath(path.resolve())}\0{os.fspath(path)}\0{table}"
+    name = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return cache_root() / f"{table}-{name}.parquet"
+
+
+def load(
+    path: Path, table: str, taken: Snapshot | None = None
+) -> tuple[pl.DataFrame, InputFile, list[IngestWarning]] | None:
+    """The cached table, input record and warnings for `path`, if its content (`taken`, or as it is
+    now) is the one the entry was parsed from."""
+    taken = taken or snapshot(path)
+    if taken is None:
+        return None
+    entry = _entry_path(path, table)
     try:
-        stat = path.stat()
-        if stat.st_size < MIN_CACHED_BYTES:
-            return None
-        with open(path, "rb") as fh:
-            head = fh.read(EDGE_BYTES)
-            fh.seek(max(0, stat.st_size - EDGE_BYTES))
-            tail = fh.read(EDGE_BYTES)
-    except OSError:
+        with open(entry, "rb") as fh:
+            meta = json.loads(fh.readline(MAX_META_BYTES))
+            if not _matches(meta, path, table, taken):
+                return None
+            info = InputFile(**_input_fields(meta["input"]))
+            warnings = [_warning(w) for w in meta["warnings"]]
+            frame = pl.read_parquet(io.BytesIO(fh.read()))
+    except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
         return None
-    digest = hashlib.sha256()
-    for part in (str(path.resolve()), str(stat.st_size), str(stat.st_mtime_ns), _parser_fingerprint()):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    digest.update(head)
-    digest.update(tail)
-    return digest.hexdigest()
-
-
-def _entry_dir(path: Path, table: str) -> Path:
-    name = hashlib.sha256(f"{path.resolve()}\0{table}".encode()).hexdigest()[:24]
-    return cache_root() / name
-
-
-def load(path: Path, table: str) -> tuple[pl.DataFrame, InputFile, list[IngestWarning]] | None:
-    """The cached table, input record and warnings for `path`, if its content is unchanged."""
-    if not enabled():
-        return None
-    key = fingerprint(path)
-    if key is None:
-        return None
-    entry = _entry_dir(path, table)
-    try:
-        meta = json.loads((entry / "meta.json").read_text())
-        if meta.get("key") != key:
-            return None
-        frame = pl.read_parquet(entry / f"{table}.parquet")
-    except (OSError, ValueError, pl.exceptions.PolarsError):
-        return None
-    info = InputFile(**meta["input"])
-    warnings = [IngestWarning(w["path"], w["line"], w["problem"]) for w in meta["warnings"]]
+    with contextlib.suppress(OSError):  # a read-only cache still answers
+        os.utime(entry)  # recently used: evicted last
     return frame, info, warnings
 
 
-def store(path: Path, table: str, frame: pl.DataFrame, info: InputFile, warnings: list[IngestWarning]) -> bool:
-    """Save a parsed table for `path`; False (and nothing written) when that is not possible."""
-    if not enabled():
+def _matches(meta: Any, path: Path, table: str, taken: Snapshot) -> bool:
+    return (
+        isinstance(meta, dict)
+        and meta.get("parser") == _parser_fingerprint()
+        and meta.get("table") == table
+        and meta.get("path") == os.fsencode(path).hex()
+        and meta.get("size") == taken.size
+        and meta.get("digest") == taken.digest
+        and isinstance(meta.get("warnings"), list)
+    )
+
+
+def _input_fields(raw: Any) -> dict[str, Any]:
+    fields = {
+        "kind": str,
+        "path": str,
+        "records": int,
+        "skipped": int,
+        "note": (str, type(None)),
+    }
+    if not isinstance(raw, dict) or set(raw) != set(fields):
+        raise ValueError("malformed input record")
+    for key, kind in fields.items():
+        if not isinstance(raw[key], kind) or isinstance(raw[key], bool):
+            raise ValueError(f"malformed input record field {key}")
+    return raw
+
+
+def _warning(raw: Any) -> IngestWarning:
+    if not (
+        isinstance(raw, dict)
+        and isinstance(raw.get("path"), str)
+        and isinstance(raw.get("problem"), str)
+        and (raw.get("line") is None or (isinstance(raw["line"], int) and not isinstance(raw["line"], bool)))
+    ):
+        raise ValueError("malformed warning")
+    return IngestWarning(raw["path"], raw["line"], raw["problem"])
+
+
+def store(
+    path: Path,
+    table: str,
+    frame: pl.DataFrame,
+    info: InputFile,
+    warnings: list[IngestWarning],
+    taken: Snapshot | None,
+) -> bool:
+    """Save the table parsed from `path` as `taken` saw it; False (nothing written) when the file has
+    changed since (the parse may have read other bytes) or the entry cannot be written."""
+    global _unwritable
+    if taken is None or not enabled() or _unwritable is not None or not _unchanged_since(path, taken):
         return False
-    key = fingerprint(path)
-    if key is None:
-        return False
-    entry = _entry_dir(path, table)
     meta = {
-        "key": key,
-        "path": str(path.resolve()),
+        "parser": _parser_fingerprint(),
+        "table": table,
+        "path": os.fsencode(path).hex(),
+        "size": taken.size,
+        "digest": taken.digest,
         "input": {
             "kind": info.kind,
             "path": info.path,
@@ -129,15 +274,69 @@ def store(path: Path, table: str, frame: pl.DataFrame, info: InputFile, warnings
         },
         "warnings": [w.to_dict() for w in warnings],
     }
+    root = cache_root()
+    entry = _entry_path(path, table)
+    temp = None
     try:
-        entry.mkdir(parents=True, exist_ok=True)
-        # Write then rename: a concurrent reader sees the old entry or the new one, never half.
-        with tempfile.NamedTemporaryFile(dir=entry, suffix=".parquet", delete=False) as tmp:
-            frame.write_parquet(tmp.name, compression="lz4")
-        os.replace(tmp.name, entry / f"{table}.parquet")
-        with tempfile.NamedTemporaryFile("w", dir=entry, suffix=".json", delete=False) as tmp:
-            json.dump(meta, tmp)
-        os.replace(tmp.name, entry / "meta.json")
-    except (OSError, pl.exceptions.PolarsError):
+        root.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".parquet")
+        with os.fdopen(handle, "wb") as out:
+            out.write(json.dumps(meta, ensure_ascii=True).encode() + b"\n")
+            frame.write_parquet(out, compression="lz4")
+        # Renamed into place whole: a concurrent reader sees the previous entry or this one.
+        os.replace(temp, entry)
+    except OSError as exc:
+        _discard(temp)
+        _unwritable = f"{root}: {exc.strerror or exc}"
+        _note_once(
+            f"table cache disabled: cannot write to {_unwritable} "
+            "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
+        )
         return False
+    except Exception:  # noqa: BLE001 - a table the cache cannot hold is simply not cached
+        _discard(temp)
+        return False
+    evict(root, max_bytes(), keep=entry)
     return True
+
+
+def _discard(temp: str | None) -> None:
+    if temp is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+
+
+def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
+    """Delete the least recently used entries until the folder's entries total at most `limit` bytes.
+
+    Only trace-doctor's own files are touched (the folder may be one the user shares): entries,
+    temporary files left by a killed writer, and the previous format's entry folders.
+    """
+    entries: list[tuple[float, int, str]] = []
+    now = time.time()
+    try:
+        listing = list(os.scandir(root))
+    except OSError:
+        return
+    for item in listing:
+        try:
+            if ENTRY.fullmatch(item.name) and item.is_file(follow_symlinks=False):
+                stat = item.stat(follow_symlinks=False)
+                entries.append((stat.st_mtime, stat.st_size, item.path))
+            elif item.name.startswith(".tmp-") and now - item.stat(follow_symlinks=False).st_mtime > STALE_TEMP_SECONDS:
+                os.unlink(item.path)
+            elif LEGACY_ENTRY.fullmatch(item.name) and os.path.isfile(os.path.join(item.path, "meta.json")):
+                shutil.rmtree(item.path, ignore_errors=True)
+        except OSError:
+            continue  # removed by another process meanwhile
+    total = sum(size for _, size, _ in entries)
+    keep_path = os.fspath(keep) if keep is not None else None
+    # Oldest first; the entry just written goes last, and only if it alone is over the limit.
+    for _, size, entry in sorted(entries, key=lambda e: (e[2] == keep_path, e[0])):
+        if total <= limit:
+            break
+        try:
+            os.unlink(entry)
+        except OSError:
+            continue
+        total -= size

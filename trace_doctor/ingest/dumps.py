@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.file_names import input_path
 from trace_doctor.ingest.textfile import int64, read_text_lines, strip_ansi
 from trace_doctor.model import STACK_SNAPSHOTS_SCHEMA, TASK_SNAPSHOTS_SCHEMA, IngestWarning, InputFile
 
@@ -428,7 +429,7 @@ def parse_dump_files(
     tasks: list[dict[str, Any]] = []
     frames: list[dict[str, Any]] = []
     inputs: list[InputFile] = []
-    for path in sorted(Path(p) for p in paths):
+    for path in sorted(input_path(p) for p in paths):
         info = InputFile("dump", str(path))
         inputs.append(info)
         lines = read_text_lines(path, warnings)

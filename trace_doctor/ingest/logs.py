@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from trace_doctor.file_names import input_path
 from trace_doctor.ingest.dumps import dump_block_lines
 from trace_doctor.ingest.log_kinds import (
     Classified,
@@ -250,7 +251,7 @@ def parse_log_files(paths: Iterable[Path], warnings: list[IngestWarning]) -> tup
     """Lines of interest from every text log, in file then line order."""
     rows: list[dict[str, Any]] = []
     inputs: list[InputFile] = []
-    for path in sorted(set(Path(p) for p in paths)):
+    for path in sorted(set(input_path(p) for p in paths)):
         info = InputFile("code_diff" if path.name == "code.diff" else "log", str(path))
         inputs.append(info)
         # A dump file is read here too (its log lines) after the dump parser warned about it.

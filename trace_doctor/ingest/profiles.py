@@ -14,6 +14,7 @@ any child plus its `[self]` leaves, so summing `self_time_s` over non-synthetic 
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from trace_doctor.file_names import input_path
 from trace_doctor.ingest.jsonl import INT64_MAX, UTF8_BOM, decode_json_text, read_bytes
 from trace_doctor.model import FRAMES_SCHEMA, PROFILES_SCHEMA, IngestWarning, InputFile
 
@@ -392,7 +394,7 @@ def _read(path: Path, warnings: list[IngestWarning]) -> bytes | None:
     if data is not None and data[:2] == b"\x1f\x8b":
         try:
             return gzip.decompress(data)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # zlib.error (a corrupt deflate stream) is no OSError
             warnings.append(IngestWarning(str(path), None, f"corrupt gzip: {exc}"))
             return None
     return data
@@ -405,7 +407,7 @@ def parse_profile_files(
     columns = _Columns()
     header_rows: list[dict[str, Any]] = []
     inputs: list[InputFile] = []
-    for path in sorted(Path(p) for p in paths):
+    for path in sorted(input_path(p) for p in paths):
         source = str(path)
         info = InputFile("profile", source)
         inputs.append(info)

@@ -8,6 +8,7 @@ attribution). This module composes the two per file, with the table cache and th
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,14 +58,16 @@ def parse_trace_file(
     """Parse one trace file, from the table cache when it is unchanged."""
     from trace_doctor.ingest import cache
 
-    cached = cache.load(path, "spans")
+    # The file as it is before parsing: the entry is stored only if it is still so afterwards.
+    snapshot = cache.snapshot(path)
+    cached = cache.load(path, "spans", snapshot)
     if cached is not None:
         frame, info, cached_warnings = cached
         warnings.extend(cached_warnings)
         return frame, info
     before = len(warnings)
     frame, info = _parse_trace_file(path, warnings, progress, on_read)
-    cache.store(path, "spans", frame, info, warnings[before:])
+    cache.store(path, "spans", frame, info, warnings[before:], snapshot)
     return frame, info
 
 
@@ -76,7 +79,7 @@ def _parse_trace_file(
     bad: list[IngestWarning] = []
     try:
         events, meta = read_trace_events(path, bad, progress)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error (a corrupt deflate stream) is no OSError
         # An unreadable or corrupt (e.g. truncated gzip) file: one warning for the whole file.
         warnings.append(IngestWarning(source, None, f"cannot read file: {getattr(exc, 'strerror', None) or exc}"))
         info.skipped = 1

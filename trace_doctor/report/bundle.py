@@ -22,6 +22,7 @@ import orjson
 import polars as pl
 
 from trace_doctor import __version__
+from trace_doctor.ingest.deep_json import dumps_deep
 from trace_doctor.knowledge.tinker import SESSION_MENTION, TINKER_URI
 from trace_doctor.model import Analysis
 from trace_doctor.redact import redact_analysis
@@ -41,10 +42,17 @@ def safe_member(name: str) -> str:
 
 
 def _json_bytes(value: Any) -> bytes:
-    return (
-        orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
-        + b"\n"
-    )
+    try:
+        return (
+            orjson.dumps(
+                value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
+            )
+            + b"\n"
+        )
+    except orjson.JSONEncodeError:
+        # A profile 127 or more calls deep nests past orjson's 255 levels (a frame is an object in a
+        # list): written without recursion, unindented.
+        return dumps_deep(value, sort_keys=True).encode() + b"\n"
 
 
 def session_ids(result: Analysis) -> list[str]:

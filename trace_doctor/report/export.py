@@ -316,8 +316,15 @@ def perfetto_trace_bytes(result: Analysis) -> bytes:
     return builder.serialize()
 
 
+# Perfetto timestamps are unsigned 64-bit nanoseconds. A trace's `ts` can be any number (a corrupt
+# one of 2^63 µs, a negative one): what does not fit is pinned to the nearest end, not refused.
+MAX_PERFETTO_NS = 2**64 - 1
+
+
 def _ns(us: float) -> int:
-    return int(round(us * 1000))
+    if not math.isfinite(us):
+        return MAX_PERFETTO_NS if us > 0 else 0
+    return min(max(int(round(us * 1000)), 0), MAX_PERFETTO_NS)
 
 
 def write_perfetto(result: Analysis, path: Path) -> Path:

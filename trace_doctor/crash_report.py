@@ -1,0 +1,60 @@
+"""An internal error (a bug in trace-doctor) as one line for people and a traceback in a file.
+
+CI reads the exit code: 1 means "the gate tripped", so a crash must never exit 1 (nor print a
+bare traceback a CI log buries the verdict under). A bug exits 3 with one line that says it is a
+bug and where the traceback was written, so the report someone files has everything.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import tempfile
+import traceback
+
+from trace_doctor.humanize import printable
+
+EXIT_INTERNAL_ERROR = 3
+# The exception's own message is shown up to this length: the file has the rest.
+MESSAGE_CHARS = 200
+
+
+def write_traceback(exc: BaseException, *, context: str = "") -> str | None:
+    """Write `exc`'s traceback to a new file in the temporary directory: its path, or None when
+    nothing could be written there (a read-only or full /tmp)."""
+    from trace_doctor import __version__
+
+    try:
+        handle, path = tempfile.mkstemp(prefix="trace-doctor-crash-", suffix=".txt")
+        with os.fdopen(handle, "w", encoding="utf-8", errors="replace") as out:
+            out.write(f"trace-doctor {__version__}, Python {platform.python_version()} on {platform.platform()}\n")
+            out.write(f"command: {printable(' '.join(sys.argv))}\n")
+            if context:
+                out.write(f"while: {printable(context)}\n")
+            out.write("\n")
+            out.write(printable("".join(traceback.format_exception(exc))))
+    except OSError:
+        return None
+    return path
+
+
+def describe(exc: BaseException) -> str:
+    """`TypeError: first line of the message`, short enough for one line."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    if len(text) > MESSAGE_CHARS:
+        text = text[: MESSAGE_CHARS - 1] + "…"
+    return printable(text)
+
+
+def where_written(path: str | None) -> str:
+    return f"traceback in {path}" if path else "the traceback could not be written to the temporary directory"
+
+
+def one_line(exc: BaseException, path: str | None) -> str:
+    """What the user reads: it is a bug, what broke, where the traceback is."""
+    return (
+        f"internal error (a bug in trace-doctor, not a problem with your run): {describe(exc)}; "
+        f"{where_written(path)}; please report it"
+    )
