@@ -77,6 +77,10 @@ def _internal_error(exc: BaseException) -> None:
     sys.exit(EXIT_INTERNAL_ERROR)
 
 
+# 128 + SIGPIPE: what a shell reports for a writer whose reader closed the pipe.
+EXIT_BROKEN_PIPE = 141
+
+
 class Commands(click.Group):
     """The command group: whatever a command raises that is not a usage error becomes `_internal_error`."""
 
@@ -89,6 +93,12 @@ class Commands(click.Group):
             # click would report Ctrl-C as "Aborted!" with exit 1, which CI reads as a tripped gate.
             click.echo("trace-doctor: interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            # The reader went away (`trace-doctor ... | head`): not a bug. Quiet, with the shell's code
+            # for a process ended by SIGPIPE; stdout goes to /dev/null so the final flush cannot fail again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(EXIT_BROKEN_PIPE)
         except Exception as exc:  # noqa: BLE001 - every bug ends as one line and exit 3
             _internal_error(exc)
         finally:
