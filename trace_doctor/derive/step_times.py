@@ -68,7 +68,8 @@ def continued_segments(steps: pl.DataFrame, rows: pl.DataFrame) -> set[int]:
 
 def _numeric(frame: pl.DataFrame, column: str) -> pl.Expr:
     """Seconds of a timer column; NaN, infinite and negative values are no measurement (null)."""
-    if column in frame.columns and frame.schema[column].is_numeric():
+    dtype = frame.schema.get(column)
+    if dtype is not None and dtype.is_numeric():
         value = pl.col(column).cast(pl.Float64)
         return pl.when(value.is_finite() & (value >= 0)).then(value).otherwise(None)
     # A text timer ("1.5s" in every row) is no measurement; repeat the null to the frame's height.
@@ -80,7 +81,9 @@ def step_times(run: RunTables) -> pl.DataFrame:
     rows = live_training_rows(run.steps)
     if rows.is_empty():
         return pl.DataFrame(schema=BASE_SCHEMA)
-    numeric_columns = [c for c in rows.columns if rows.schema[c].is_numeric()]
+    # The schema once: `rows.schema` builds all of it on every call (quadratic in a 20,000-key row).
+    schema = rows.schema
+    numeric_columns = [c for c, dtype in schema.items() if dtype.is_numeric()]
     sources = phase_sources(numeric_columns)
 
     seconds = {
@@ -109,8 +112,8 @@ def step_times(run: RunTables) -> pl.DataFrame:
     timed_sum = pl.sum_horizontal([pl.col(c) for c in phase_cols]) if phase_cols else pl.lit(None, dtype=pl.Float64)
     any_phase = pl.any_horizontal([pl.col(c).is_not_null() for c in phase_cols]) if phase_cols else pl.lit(False)
 
-    whole = [(_numeric(rows, key), key) for key in WHOLE_STEP_KEYS if key in rows.columns]
-    markers = [m for m in RECONSTRUCTABLE_MARKERS if m in rows.columns and rows.schema[m].is_numeric()]
+    whole = [(_numeric(rows, key), key) for key in WHOLE_STEP_KEYS if key in schema]
+    markers = [m for m in RECONSTRUCTABLE_MARKERS if m in schema and schema[m].is_numeric()]
     if markers:
         parts = parts.with_columns(
             rows.select(pl.any_horizontal([pl.col(m).is_not_null() for m in markers]).alias("_rebuild")).to_series()

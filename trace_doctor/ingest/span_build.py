@@ -15,11 +15,12 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.span_args import with_track_thread
 from trace_doctor.ingest.span_pairing import complete_spans, constant, pair_begin_end
 from trace_doctor.ingest.span_steps import attribute_steps
 from trace_doctor.ingest.trace_parse import SPAN_PHASES
-from trace_doctor.model import SPANS_SCHEMA, IngestWarning
+from trace_doctor.model import SPANS_SCHEMA
 
 # Phases other than spans and metadata are counted, not read: their names make the warning readable.
 PHASE_NAMES = {
@@ -58,9 +59,7 @@ def empty_spans() -> pl.DataFrame:
     return pl.DataFrame(schema=SPAN_COLUMNS)
 
 
-def build_spans(
-    holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, warnings: list[IngestWarning]
-) -> pl.DataFrame:
+def build_spans(holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, warnings: FileWarnings) -> pl.DataFrame:
     """The spans of one file's events (taken out of `holder`, so the last reference to them can go
     early) and metadata rows (trace_parse's SPAN_EVENT_COLUMNS and META_COLUMNS)."""
     events = holder.pop()
@@ -90,7 +89,7 @@ def build_spans(
     return spans.with_columns(pl.lit(source).alias("source")).select(list(SPAN_COLUMNS))
 
 
-def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
+def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: FileWarnings) -> pl.DataFrame:
     """Events that are neither spans nor metadata are dropped, with one warning per phase."""
     known = events.get_column("ph").is_in([*SPAN_PHASES, "M"])
     if bool(known.all()):
@@ -104,7 +103,7 @@ def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: list[In
             f"{n} event(s) of phase {ph!r} ({kind}) ignored, first at line/event {first}: "
             "only B/E/X spans and M metadata are read"
         )
-        warnings.append(IngestWarning(source, None, problem))
+        warnings.add(None, problem)
     return events.filter(known)
 
 

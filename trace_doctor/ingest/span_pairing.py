@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.jsonl import json_text
 from trace_doctor.ingest.span_args import merge_args, remaining_args
-from trace_doctor.model import IngestWarning
 
 # What a track is: events pair only within one, and a resumed process (a segment) reuses pids and tids.
 KEY = ["segment", "pid", "pid_label", "tid", "tid_label", "track"]
@@ -84,7 +84,7 @@ def _track_ids(events: pl.DataFrame) -> pl.Series:
     return events.select(pl.struct(key).rank("dense").alias("_id")).get_column("_id").cast(pl.UInt64)
 
 
-def pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
+def pair_begin_end(events: pl.DataFrame, source: str, warnings: FileWarnings) -> pl.DataFrame:
     """Match the B/E events among `events` as a per-track stack, vectorised with whole-column (not per-group) scans."""
     phase = events.get_column("ph")
     narrow = pl.DataFrame(
@@ -137,10 +137,12 @@ def pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarni
     unmatched = narrow.filter(is_end & (pl.col("_before") == 0))
     if unmatched.height:
         rows = events[unmatched.get_column("_row").sort()].select("name", "line", "track")  # in file order
-        for name, line, track in rows.iter_rows():
-            warnings.append(
-                IngestWarning(source, line, f"unmatched E event {name!r} on track {track!r}: no open B; not a span")
-            )
+        # Only the warnings that will be listed are written (a file of lone E events has millions).
+        listed = min(warnings.room, rows.height)
+        for name, line, track in rows.head(listed).iter_rows():
+            warnings.add(line, f"unmatched E event {name!r} on track {track!r}: no open B; not a span")
+        if rows.height > listed:
+            warnings.count_unlisted(rows.height - listed, rows.get_column("line")[listed])
     stacked = (
         narrow.filter(~(is_end & (pl.col("_before") == 0)))
         .with_columns(

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from trace_doctor.ingest.bisected_read import Refused, read_bisected
-from trace_doctor.ingest.jsonl import decode_line, finite_float, json_text
+from trace_doctor.ingest.file_warnings import FileWarnings
+from trace_doctor.ingest.jsonl import certainly_not_an_object, decode_line, finite_float, json_text, shown
 from trace_doctor.ingest.trace_layout import LAYOUT_COLUMNS, read_layout
-from trace_doctor.model import IngestWarning
 
 SPAN_PHASES = ("B", "E", "X")
 
@@ -51,14 +51,14 @@ class ChunkRead(NamedTuple):
 
     events: list[pl.DataFrame]
     meta: list[pl.DataFrame]
-    bad: list[IngestWarning]
+    bad: FileWarnings
     lines: int
 
 
 def read_chunk(chunk: bytes, source: str, unterminated: bool) -> ChunkRead:
     """Read a chunk: lines in the cookbook's fixed layout are typed without JSON decoding, the rest
     are read generally; metadata rows are set apart here, on the reading threads."""
-    bad: list[IngestWarning] = []
+    bad = FileWarnings(source)
     layout = read_layout(chunk, EVENT_COLUMNS)
     if layout is not None and layout.others.is_empty():
         return ChunkRead(*_split_lists([layout.rows]), bad, layout.lines)
@@ -103,20 +103,56 @@ def split_metadata(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _read_lines(
-    lines: list[bytes], numbers: list[int], source: str, bad: list[IngestWarning], truncated_line: int | None
+    lines: list[bytes], numbers: list[int], source: str, bad: FileWarnings, truncated_line: int | None
 ) -> list[pl.DataFrame]:
-    """Read lines with polars' typed JSON reader; the lines it refuses are decoded one by one, in place."""
+    """Read lines with polars' typed JSON reader; the lines it refuses are decoded one by one, in place.
+
+    Lines that cannot be events (they do not start with `{`: garbage, a log line) never go to polars:
+    each would refuse the whole read around it and cost a bisection. They, and runs of real lines
+    too short to be worth a read of their own, go straight to the per-line decoder.
+    """
     frames = []
-    for piece in read_bisected(lines, numbers, _typed_rows, min_lines=MIN_BISECT_LINES):
-        if isinstance(piece, Refused):
-            rows = [
-                _decode_line(raw, number, source, bad, truncated_line)
-                for raw, number in zip(piece.lines, piece.numbers, strict=True)
-            ]
-            frames.append(rows_frame([r for r in rows if r is not None]))
+    for run_lines, run_numbers, candidates in _runs(lines, numbers):
+        pieces = (
+            read_bisected(run_lines, run_numbers, _typed_rows, min_lines=MIN_BISECT_LINES)
+            if candidates
+            else [Refused(run_lines, run_numbers)]
+        )
+        for piece in pieces:
+            if isinstance(piece, Refused):
+                rows = [
+                    _decode_line(raw, number, source, bad, truncated_line)
+                    for raw, number in zip(piece.lines, piece.numbers, strict=True)
+                ]
+                frames.append(rows_frame([r for r in rows if r is not None]))
+            else:
+                frames.append(piece)
+    return [f for f in frames if f.height] or frames[:1]
+
+
+def _runs(lines: list[bytes], numbers: list[int]) -> list[tuple[list[bytes], list[int], bool]]:
+    """The lines in order as runs: (lines, numbers, whether polars should try them).
+
+    A run polars tries holds at least MIN_BISECT_LINES lines that may be events; everything else is
+    one run for the per-line decoder.
+    """
+    maybe = [not certainly_not_an_object(raw) for raw in lines]
+    if all(maybe):
+        return [(lines, numbers, True)]
+    runs: list[tuple[list[bytes], list[int], bool]] = []
+    start = 0
+    while start < len(lines):
+        end = start
+        while end < len(lines) and maybe[end] == maybe[start]:
+            end += 1
+        candidates = maybe[start] and end - start >= MIN_BISECT_LINES
+        if runs and not candidates and not runs[-1][2]:
+            runs[-1][0].extend(lines[start:end])
+            runs[-1][1].extend(numbers[start:end])
         else:
-            frames.append(piece)
-    return frames
+            runs.append((lines[start:end], numbers[start:end], candidates))
+        start = end
+    return runs
 
 
 def _typed_rows(data: bytes, numbers: list[int]) -> pl.DataFrame | None:
@@ -138,7 +174,7 @@ def _typed_rows(data: bytes, numbers: list[int]) -> pl.DataFrame | None:
 
 
 def _decode_line(
-    raw: bytes, line: int, source: str, bad: list[IngestWarning], truncated_line: int | None
+    raw: bytes, line: int, source: str, bad: FileWarnings, truncated_line: int | None
 ) -> dict[str, Any] | None:
     parsed = decode_line(raw, line, source, bad, truncated=line == truncated_line, expect_object=False)
     if parsed is None:
@@ -146,29 +182,33 @@ def _decode_line(
     value = parsed.value
     row, problem = validate_event(value)
     if problem is not None:
-        bad.append(IngestWarning(source, line, problem))
+        bad.add(line, problem)
         return None
     row["line"] = line
     return row
 
 
-def drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]) -> pl.DataFrame:
+def drop_incomplete(events: pl.DataFrame, source: str, bad: FileWarnings, *, prefix: str = "") -> pl.DataFrame:
     """`events` without the rows polars typed but that cannot be used (no phase, a span event without
-    a timestamp, an X event without a duration), each reported in `bad`."""
+    a timestamp, an X event without a duration), each reported in `bad` (`prefix`: see read_line_chunks)."""
     incomplete = (
         pl.col("ph").is_null()
         | (pl.col("ph").is_in(SPAN_PHASES) & pl.col("ts").is_null())
         | ((pl.col("ph") == "X") & (pl.col("dur").is_null() | (pl.col("dur") < 0)))
     )
     dropped = events.filter(incomplete)
-    for ph, line, dur in dropped.select("ph", "line", "dur").iter_rows():
+    # Only the warnings that will be listed are written; the rest are counted.
+    listed = min(bad.room, dropped.height)
+    for ph, line, dur in dropped.head(listed).select("ph", "line", "dur").iter_rows():
         if ph is None:
             problem = "event without a string `ph` (phase)"
         elif ph == "X" and (dur is None or dur < 0):
             problem = f"X event `dur` is not a non-negative number ({dur!r})"
         else:
             problem = "`ts` is missing"
-        bad.append(IngestWarning(source, line, problem))
+        bad.add(line, f"{prefix}{line}: {problem}" if prefix else problem)
+    if dropped.height > listed:
+        bad.count_unlisted(dropped.height - listed, dropped.get_column("line")[listed])
     return events.filter(~incomplete) if dropped.height else events
 
 
@@ -200,24 +240,24 @@ def validate_event(value: Any) -> tuple[dict[str, Any], str | None]:
     pid, pid_label, pid_ok = _ident(value.get("pid"))
     tid, tid_label, tid_ok = _ident(value.get("tid"))
     if not (pid_ok and tid_ok):
-        return {}, f"`pid`/`tid` of unexpected type ({str(value.get('pid'))[:20]!r}, {str(value.get('tid'))[:20]!r})"
+        return {}, f"`pid`/`tid` of unexpected type ({shown(value.get('pid'), 20)!r}, {shown(value.get('tid'), 20)!r})"
     ts = finite_float(value.get("ts"))
     if ph in SPAN_PHASES and ts is None:
-        return {}, f"`ts` is not a finite number ({str(value.get('ts'))[:40]!r})"
+        return {}, f"`ts` is not a finite number ({shown(value.get('ts'), 40)!r})"
     dur = finite_float(value.get("dur"))
     if ph == "X" and (dur is None or dur < 0):
-        return {}, f"X event `dur` is not a non-negative number ({str(value.get('dur'))[:40]!r})"
+        return {}, f"X event `dur` is not a non-negative number ({shown(value.get('dur'), 40)!r})"
     name = value.get("name")
     args = value.get("args")
     cat = value.get("cat")
     return {
-        "name": name if isinstance(name, str) or name is None else str(name),
+        "name": name if isinstance(name, str) or name is None else shown(name),
         "ph": ph,
         "pid": pid,
         "tid": tid,
         "ts": ts,
         "dur": dur,
-        "cat": cat if isinstance(cat, str) or cat is None else str(cat),
+        "cat": cat if isinstance(cat, str) or cat is None else shown(cat),
         "args": None if args is None else json_text(args),
         "pid_label": pid_label,
         "tid_label": tid_label,
