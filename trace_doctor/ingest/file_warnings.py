@@ -86,6 +86,10 @@ class FileWarnings:
             if self.first_unlisted is None and other.first_unlisted is not None:
                 self.first_unlisted = other.first_unlisted + line_offset
 
+    def sort_listed(self) -> None:
+        """Put the listed warnings in line order (whole-file ones first), e.g. after two readers each added theirs."""
+        self.listed.sort(key=lambda w: -1 if w.line is None else w.line)
+
     def close(self) -> list[IngestWarning]:
         """The listed warnings, then one saying how many more there were (when some were not listed)."""
         unlisted = self.total - len(self.listed)

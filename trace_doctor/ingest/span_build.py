@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.ingest.columnwise import gather_releasing
 from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.span_args import with_track_thread
 from trace_doctor.ingest.span_pairing import complete_spans, constant, pair_begin_end
@@ -70,13 +71,19 @@ def build_spans(holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, war
     events = events.with_columns(segment.alias("segment"))
     meta = meta.with_columns(segment.alias("segment"))
     events = with_track_thread(events)
-    if bool((events.get_column("ph") == "X").any()):
-        paired = pair_begin_end(events.filter(pl.col("ph") != "X"), source, warnings)
-        complete = complete_spans(events.filter(pl.col("ph") == "X"))
-    else:  # the cookbook writes no X events
-        paired = pair_begin_end(events, source, warnings)
+    # Pairing takes its events over (the only reference to them), so they go as their spans are made.
+    complete_events = events.get_column("ph") == "X"
+    if not bool(complete_events.any()):  # the cookbook writes no X events
         complete = complete_spans(events.clear())
-    del events  # ~100 MB at 1M events: not held past pairing
+        holder.append(events)
+    elif bool(complete_events.all()):  # a profiler's trace: no copy of the events to split them
+        complete = complete_spans(events)
+        holder.append(events.clear())
+    else:
+        complete = complete_spans(events.filter(complete_events))
+        holder.append(events.filter(~complete_events))
+    del events, complete_events
+    paired = pair_begin_end(holder, source, warnings)
     spans = pl.concat([paired, complete], how="vertical")
     spans = _name_from_metadata(spans, meta)
     # Sorted before steps are attributed, whose lookup by start time then needs no sort of its own.
@@ -84,7 +91,10 @@ def build_spans(holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, war
     keys = (
         ["start_us", "line_begin"] if constant(spans.get_column("segment")) else ["segment", "start_us", "line_begin"]
     )
-    spans = spans[spans.select(pl.arg_sort_by(keys)).to_series()]
+    order = spans.select(pl.arg_sort_by(keys)).to_series()
+    holder.append(spans)
+    del spans
+    spans = gather_releasing(holder, order)
     spans = attribute_steps(spans)
     return spans.with_columns(pl.lit(source).alias("source")).select(list(SPAN_COLUMNS))
 
