@@ -29,9 +29,9 @@ class WarningSink(Protocol):
 class FileWarnings:
     """A file's warnings as `append`ed: the first `limit` kept, every one counted (see module docstring)."""
 
-    def __init__(self, path: str, *, limit: int = MAX_LISTED) -> None:
+    def __init__(self, path: str, *, limit: int | None = None) -> None:
         self.path = path
-        self.limit = limit
+        self.limit = MAX_LISTED if limit is None else limit
         self.listed: list[IngestWarning] = []
         self.total = 0  # every warning added, listed or not
         self.lined = 0  # of those, the ones with a line number

@@ -33,7 +33,7 @@ class InputStream:
     where it breaks (`error` says why), so what was read before it is kept.
     """
 
-    def __init__(self, path: Path, *, max_expansion: int = MAX_EXPANSION, min_cap: int = MIN_CAP_BYTES) -> None:
+    def __init__(self, path: Path, *, max_expansion: int | None = None, min_cap: int | None = None) -> None:
         self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by close() / the context manager
         try:
             self.size = os.fstat(self._raw.fileno()).st_size
@@ -43,8 +43,9 @@ class InputStream:
             self._raw.close()
             raise
         self._stream: BinaryIO = gzip.GzipFile(fileobj=self._raw) if self.compressed else self._raw
-        self.max_expansion = max_expansion
-        self.cap = max(min_cap, max_expansion * self.size) if self.compressed else None
+        self.max_expansion = MAX_EXPANSION if max_expansion is None else max_expansion
+        floor = MIN_CAP_BYTES if min_cap is None else min_cap
+        self.cap = max(floor, self.max_expansion * self.size) if self.compressed else None
         self.produced = 0  # bytes handed out (decompressed)
         self.capped = False  # reading stopped at the cap with more data left
         self.error: str | None = None  # reading stopped at a corrupt or truncated compressed stream

@@ -252,12 +252,13 @@ def read_bytes(path: Path, warnings: WarningSink) -> bytes | None:
         return None
 
 
-def iter_line_chunks(stream: ByteStream, size: int, *, max_line: int = MAX_LINE_BYTES) -> Iterator[LineChunk]:
+def iter_line_chunks(stream: ByteStream, size: int, *, max_line: int | None = None) -> Iterator[LineChunk]:
     """The stream as pieces of whole lines of about `size` bytes (a longer line is one piece).
 
     A line longer than `max_line` is not held: its bytes are dropped as they are read and it comes
     as one `oversized` piece, so a file without newlines (a bomb of zeros) costs no memory.
     """
+    max_line = MAX_LINE_BYTES if max_line is None else max_line
     leftover = b""
     skipping = 0  # inside an over-long line: its bytes so far
     while True:

@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from trace_doctor.ingest.jsonl import JSON_WHITESPACE, MAX_LINE_BYTES, UTF8_BOM, ByteStream
+from trace_doctor.ingest import jsonl
+from trace_doctor.ingest.jsonl import JSON_WHITESPACE, UTF8_BOM, ByteStream
 
 # Bytes scanned at once: numpy's per-call cost vanishes, and the temporaries stay ~10x this.
 BLOCK_BYTES = 8 * 1024 * 1024
@@ -130,10 +131,10 @@ class DocumentEvents:
     it ended early), and `truncated` is the 1-based index of an event the document ended inside.
     """
 
-    def __init__(self, stream: ByteStream, *, block_bytes: int = BLOCK_BYTES, max_event: int = MAX_LINE_BYTES):
+    def __init__(self, stream: ByteStream, *, block_bytes: int | None = None, max_event: int | None = None):
         self._stream = stream
-        self._block_bytes = block_bytes
-        self._max_event = max_event
+        self._block_bytes = BLOCK_BYTES if block_bytes is None else block_bytes
+        self._max_event = jsonl.MAX_LINE_BYTES if max_event is None else max_event
         self.problem: str | None = None
         self.truncated: int | None = None
         self.found = False  # the event array was found (its elements may follow)
