@@ -281,10 +281,10 @@ def test_trace_events_must_be_a_top_level_key():
 def test_deep_values_are_rejected_or_kept_as_text_never_a_recursion_error(tmp_path):
     lines = [
         ev("ok", "B", 1.0),
-        '{"name": "p", "ph": "B", "pid": %s, "tid": 1, "ts": 2.0}' % DEEP,
-        '{"name": "t", "ph": "B", "pid": 0, "tid": 1, "ts": %s}' % DEEP,
-        '{"name": "d", "ph": "X", "pid": 0, "tid": 1, "ts": 2.0, "dur": %s}' % DEEP,
-        '{"name": %s, "cat": %s, "ph": "X", "pid": 0, "tid": 1, "ts": 2.0, "dur": 1}' % (DEEP, DEEP),
+        '{"name": "p", "ph": "B", "pid": DEEP, "tid": 1, "ts": 2.0}'.replace("DEEP", DEEP),
+        '{"name": "t", "ph": "B", "pid": 0, "tid": 1, "ts": DEEP}'.replace("DEEP", DEEP),
+        '{"name": "d", "ph": "X", "pid": 0, "tid": 1, "ts": 2.0, "dur": DEEP}'.replace("DEEP", DEEP),
+        '{"name": DEEP, "cat": DEEP, "ph": "X", "pid": 0, "tid": 1, "ts": 2.0, "dur": 1}'.replace("DEEP", DEEP),
         ev("ok", "E", 9.0),
     ]
     path = tmp_path / "trace_events.jsonl"
@@ -298,12 +298,12 @@ def test_deep_values_are_rejected_or_kept_as_text_never_a_recursion_error(tmp_pa
 
 def test_deep_checkpoint_name_and_metric_value_are_kept_as_json_text(tmp_path):
     checkpoints = tmp_path / "checkpoints.jsonl"
-    checkpoints.write_text('{"name": %s, "batch": 1, "state_path": "tinker://x"}\n' % DEEP)
+    checkpoints.write_text('{"name": DEEP, "batch": 1, "state_path": "tinker://x"}\n'.replace("DEEP", DEEP))
     warnings: list[IngestWarning] = []
     frame, [info] = parse_checkpoint_files([checkpoints], warnings)
     assert info.records == 1 and warnings == [] and frame["name"][0] == DEEP
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text('{"step": 0, "x": %s}\n{"step": %s, "x": 1.0}\n' % (DEEP, DEEP))
+    metrics.write_text('{"step": 0, "x": DEEP}\n{"step": DEEP, "x": 1.0}\n'.replace("DEEP", DEEP))
     frame, info = parse_metrics_file(metrics, warnings)
     assert info.records == 2 and frame["step"].to_list() == [0, None]
     assert "`step` is not a 64-bit integer" in warnings[0].problem
@@ -314,7 +314,7 @@ def test_integers_beyond_64_bits_are_no_crash(tmp_path):
     lines = [
         ev("a", "B", 1.0),
         ev("a", "E", 2.0).replace('"thread": "MainThread"', f'"thread": "MainThread", "step": {big}'),
-        '{"name": "x", "ph": "X", "pid": %s, "tid": %s, "ts": %s, "dur": %s}' % (big, big, big, big),
+        '{"name": "x", "ph": "X", "pid": BIG, "tid": BIG, "ts": BIG, "dur": BIG}'.replace("BIG", big),
     ]
     path = tmp_path / "trace_events.jsonl"
     path.write_text("\n".join(lines) + "\n")
