@@ -28,6 +28,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/many_runs.py
+	$(BIN)/python benchmarks/ingest_limits.py
 
 fixtures: $(STAMP)
 	$(BIN)/python fixtures/generate.py

@@ -60,6 +60,24 @@ print(json.dumps({
 """
 # The load child returns freed memory at once, so what it still holds after load_run is the tables.
 LOAD_ALLOCATOR = "dirty_decay_ms:0,muzzy_decay_ms:0"
+# Each child reports its own high-water mark (VmHWM) as it exits. The rusage of a child carries the
+# parent's size at fork across exec, so a parent that ever held a large output would set a floor.
+# The CLI leaves through os._exit (no atexit), hence the wrapper.
+PEAK_PROLOGUE = """
+import atexit, os, sys
+def _peak(_exit=os._exit):
+    def report(code=0):
+        if not getattr(report, "done", False):
+            report.done = True
+            with open("/proc/self/status") as fh:
+                sys.stderr.write(next(line for line in fh if line.startswith("VmHWM")))
+            sys.stderr.flush()
+        if code is not None:
+            _exit(code)
+    os._exit = report
+    atexit.register(report, None)
+_peak()
+"""
 
 
 @dataclass
@@ -212,21 +230,25 @@ CASES = [
 
 
 def ensure(case: Case, scale: float) -> Path:
+    """The case's run directory, generated (in a child process) if it is not there yet."""
     out = DATA / f"{case.name}@{scale:g}"
     done = out / ".complete"
     if not done.exists():
         out.mkdir(parents=True, exist_ok=True)
         print(f"generating {out.name} ...", file=sys.stderr, flush=True)
-        case.make(out, scale)
+        # In a child: a child forked from a parent that grew while generating would report the
+        # parent's size as its own peak (Linux carries the high-water mark across exec).
+        subprocess.run([PYTHON, __file__, "--generate", case.name, "--scale", str(scale)], check=True)
         done.touch()
     return out
 
 
-def run_child(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, float, str, int | None]:
-    """Wall seconds, peak RSS (MB), stdout and exit code of one child (None: killed at the timeout)."""
-    with tempfile.TemporaryFile() as out_file:
+def run_child(code: str, args: list[str], env: dict[str, str], timeout: float) -> tuple[float, float, str, int | None]:
+    """Wall seconds, peak RSS (MB), stdout and exit code of `python -c code args` (None: killed at the timeout)."""
+    argv = [PYTHON, "-c", PEAK_PROLOGUE + code, *args]
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=out_file, stderr=subprocess.DEVNULL, env=env, cwd=tempfile.gettempdir())
+        proc = subprocess.Popen(argv, stdout=out_file, stderr=err_file, env=env, cwd=tempfile.gettempdir())
         deadline = start + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -239,12 +261,10 @@ def run_child(argv: list[str], env: dict[str, str], timeout: float) -> tuple[flo
             time.sleep(0.05)
         seconds = time.perf_counter() - start
         out_file.seek(0)
-        return (
-            seconds,
-            usage.ru_maxrss / 1024,
-            out_file.read().decode(errors="replace"),
-            os.waitstatus_to_exitcode(status),
-        )
+        err_file.seek(0)
+        reported = [line for line in err_file.read().decode(errors="replace").splitlines() if line.startswith("VmHWM")]
+        peak = int(reported[-1].split()[1]) / 1024 if reported else usage.ru_maxrss / 1024
+        return seconds, peak, out_file.read().decode(errors="replace"), os.waitstatus_to_exitcode(status)
 
 
 def input_mb(path: Path) -> float:
@@ -253,24 +273,14 @@ def input_mb(path: Path) -> float:
 
 def measure(case: Case, path: Path, root: Path, timeout: float) -> dict:
     env = {**os.environ, "TRACE_DOCTOR_CACHE": "off", "PYTHONPATH": str(root)}
-    cli = [
-        PYTHON,
-        "-c",
-        "from trace_doctor.cli import run; run()",
-        "analyze",
-        str(path),
-        "--no-html",
-        "--format",
-        "json",
-    ]
-    wall, peak, out, code = run_child(cli, env, timeout)
+    cli = ["analyze", str(path), "--no-html", "--format", "json"]
+    wall, peak, out, code = run_child("from trace_doctor.cli import run; run()", cli, env, timeout)
     result = {"case": case.name, "what": case.what, "input_mb": input_mb(path), "wall": wall, "peak": peak, "rc": code}
     if code in (0, 1):
-        doc = json.loads(out)
-        doc = doc["runs"][0] if "runs" in doc else doc
-        result["warnings_json"] = len(doc["ingest_warnings"])
+        result["warnings_json"] = out.count('"problem":')
+    del out
     load_env = {**env, "_RJEM_MALLOC_CONF": LOAD_ALLOCATOR}
-    load_wall, load_peak, load_out, load_code = run_child([PYTHON, "-c", LOAD, str(path)], load_env, timeout)
+    load_wall, load_peak, load_out, load_code = run_child(LOAD, [str(path)], load_env, timeout)
     result.update(load_wall=load_wall, load_peak=load_peak, load_rc=load_code)
     if load_code == 0:
         result.update(json.loads(load_out.strip().splitlines()[-1]))
@@ -306,7 +316,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a child is killed")
     parser.add_argument("--root", type=Path, action="append", help="checkout whose package is measured (repeatable)")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
+    parser.add_argument("--generate", help=argparse.SUPPRESS)  # ensure() runs this in a child
     args = parser.parse_args()
+    if args.generate:
+        case = next(c for c in CASES if c.name == args.generate)
+        case.make(DATA / f"{case.name}@{args.scale:g}", args.scale)
+        return
     sys.path.insert(0, str(HERE))
     from run import machine
 
