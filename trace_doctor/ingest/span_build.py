@@ -85,6 +85,7 @@ def build_spans(holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, war
     del events, complete_events
     paired = pair_begin_end(holder, source, warnings)
     spans = pl.concat([paired, complete], how="vertical")
+    del paired, complete  # the reordering below releases their columns as it copies them
     spans = _name_from_metadata(spans, meta)
     # Sorted before steps are attributed, whose lookup by start time then needs no sort of its own.
     # One sort key fewer when the file holds one process (the usual case): a third of the sort.
@@ -160,10 +161,21 @@ def _name_from_metadata(spans: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame
         .unique(["segment", "pid", "pid_label"], keep="first", maintain_order=True)
         .select("segment", "pid", "pid_label", pl.col("_label").str.strip_suffix(" Thread").alias("_process_name"))
     )
-    spans = spans.join(
-        thread_names, on=["segment", "pid", "pid_label", "tid", "tid_label"], how="left", nulls_equal=True
+    # Each name is looked up on the key columns alone and attached in row order: a join of the
+    # whole spans table would copy every column of it.
+    thread_keys = ["segment", "pid", "pid_label", "tid", "tid_label"]
+    thread_name = (
+        spans.select(thread_keys)
+        .join(thread_names, on=thread_keys, how="left", nulls_equal=True, maintain_order="left")
+        .get_column("_thread_name")
     )
-    spans = spans.join(process_names, on=["segment", "pid", "pid_label"], how="left", nulls_equal=True)
+    process_keys = ["segment", "pid", "pid_label"]
+    process_name = (
+        spans.select(process_keys)
+        .join(process_names, on=process_keys, how="left", nulls_equal=True, maintain_order="left")
+        .get_column("_process_name")
+    )
+    spans = spans.with_columns(thread_name, process_name)
     return spans.with_columns(
         pl.coalesce("track", "_thread_name", "tid_label", pl.col("tid").cast(pl.String)).alias("track"),
         pl.coalesce("thread", "_process_name", "pid_label").alias("thread"),
