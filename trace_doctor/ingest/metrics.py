@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.input_stream import InputStream
@@ -256,30 +255,31 @@ class StepsBuilder:
         superseded = [self.superseded_from is not None] * n
         if self.superseded_from is None and not interleaved:
             _mark_rewritten(self.step_values, training, segments, superseded)
-        names = ["step", "segment", "line", "source", "superseded", "is_eval_row", "step_key", "interleaved"]
-        arrays = [
-            pa.array(self.step_values, type=pa.int64()),
-            pa.array(segments, type=pa.int32()),
-            pa.array(self.lines, type=pa.int64()),
-            pa.array([self.source] * n, type=pa.string()),
-            pa.array(superseded, type=pa.bool_()),
-            pa.array(self.eval_rows, type=pa.bool_()),
-            pa.array(self.step_keys, type=pa.string()),
-            pa.array([interleaved] * n, type=pa.bool_()),
+        columns = [
+            pl.Series("step", self.step_values, dtype=pl.Int64),
+            pl.Series("segment", segments, dtype=pl.Int32),
+            pl.Series("line", self.lines, dtype=pl.Int64),
+            pl.Series("source", [self.source] * n, dtype=pl.String),
+            pl.Series("superseded", superseded, dtype=pl.Boolean),
+            pl.Series("is_eval_row", self.eval_rows, dtype=pl.Boolean),
+            pl.Series("step_key", self.step_keys, dtype=pl.String),
+            pl.Series("interleaved", [interleaved] * n, dtype=pl.Boolean),
         ]
-        taken = set(names)
+        taken = {column.name for column in columns}
         for key, (rows, values) in zip(self.keys, self._numeric_cells(), strict=True):
             texts = self._texts.get(self.keys[key], [])
-            kind = _column_kind(
-                key, rows.size, [r for r, _ in texts], texts[0][1] if texts else "", self.lines, self.warnings
-            )
+            first = texts[0][1] if texts else ""
+            kind = _column_kind(key, rows.size, [r for r, _ in texts], first, self.lines, self.warnings)
             name = _column_name(key)
             while name in taken:  # `segment` and a literal `metric:segment` in one file: keep both
                 name = "metric:" + name
             taken.add(name)
-            names.append(name)
-            arrays.append(_number_column(rows, values, n) if kind == "number" else _text_column(rows, values, texts, n))
-        return pl.from_arrow(pa.Table.from_arrays(arrays, names=names))  # type: ignore[return-value]
+            columns.append(
+                _number_column(name, rows, values, n)
+                if kind == "number"
+                else _text_column(name, rows, values, texts, n)
+            )
+        return pl.DataFrame(columns)
 
     def _numeric_cells(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(rows, values) of each key's numeric cells, keys in order."""
@@ -293,23 +293,23 @@ class StepsBuilder:
             yield rows[picked], values[picked]
 
 
-def _number_column(rows: np.ndarray, values: np.ndarray, n: int) -> pa.Array:
+def _number_column(name: str, rows: np.ndarray, values: np.ndarray, n: int) -> pl.Series:
     """A Float64 column: `values` at `rows`, null elsewhere (NaN read from the file stays NaN)."""
     column = np.zeros(n, dtype=np.float64)
     column[rows] = values
     missing = np.ones(n, dtype=bool)
     missing[rows] = False
-    return pa.array(column, type=pa.float64(), mask=missing)
+    return pl.Series(name, np.ma.MaskedArray(column, mask=missing), dtype=pl.Float64)
 
 
-def _text_column(rows: np.ndarray, values: np.ndarray, texts: list[tuple[int, str]], n: int) -> pa.Array:
+def _text_column(name: str, rows: np.ndarray, values: np.ndarray, texts: list[tuple[int, str]], n: int) -> pl.Series:
     """A String column: the text values, and the numbers among them as their decimal text."""
     column: list[str | None] = [None] * n
     for row, value in zip(rows.tolist(), values.tolist(), strict=True):
         column[row] = repr(value)
     for row, text in texts:
         column[row] = text
-    return pa.array(column, type=pa.string())
+    return pl.Series(name, column, dtype=pl.String)
 
 
 def build_steps_frame(
