@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/many_runs.py
 	$(BIN)/python benchmarks/redaction.py
+	$(BIN)/python benchmarks/ingest_limits.py
 
 fixtures: $(STAMP)
 	$(BIN)/python fixtures/generate.py

@@ -106,6 +106,12 @@ def _classify_json(head: bytes) -> str | None:
         return "profile"
     if b'"traceEvents"' in window:
         return "trace"
+    if b'"traceEvents"' in head:
+        # A PyTorch profiler trace puts its device and distributed-run metadata first: the key is
+        # a trace's when the head's top-level object reaches it (not text or a nested key).
+        from trace_doctor.ingest.trace_document import has_trace_events
+
+        return "trace" if has_trace_events(stripped) else None
     return None
 
 

@@ -7,7 +7,9 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import as_int64, iter_json_lines, json_text, read_bytes
+from trace_doctor.ingest.file_warnings import FileWarnings
+from trace_doctor.ingest.input_stream import InputStream
+from trace_doctor.ingest.jsonl import as_int64, iter_json_records, json_text, shown
 from trace_doctor.model import CHECKPOINTS_SCHEMA, IngestWarning, InputFile
 
 
@@ -18,17 +20,24 @@ def _str(value: Any) -> str | None:
 def parse_checkpoint_files(paths: list[Path], warnings: list[IngestWarning]) -> tuple[pl.DataFrame, list[InputFile]]:
     rows: list[dict[str, Any]] = []
     inputs: list[InputFile] = []
+    known = {"name", "batch", "epoch", "final", "state_path", "sampler_path", "rolling"}
     for path in paths:
         info = InputFile(kind="checkpoints", path=str(path))
-        before = len(warnings)
-        data = read_bytes(path, warnings)
-        if data is not None:
-            for parsed in iter_json_lines(data, str(path), warnings):
+        inputs.append(info)
+        try:
+            stream = InputStream(path)
+        except OSError as exc:
+            warnings.append(IngestWarning(str(path), None, f"cannot read file: {exc.strerror or exc}"))
+            info.skipped = 1
+            continue
+        log = FileWarnings(str(path))
+        with stream:
+            for parsed in iter_json_records(stream, str(path), log):
                 record = parsed.value
-                known = {"name", "batch", "epoch", "final", "state_path", "sampler_path", "rolling"}
                 rows.append(
                     {
-                        "name": None if record.get("name") is None else str(record.get("name")),
+                        # shown(), not str(): str() of a name nested 1,000 deep raises RecursionError.
+                        "name": None if record.get("name") is None else shown(record.get("name")),
                         "batch": as_int64(record.get("batch")),
                         "epoch": as_int64(record.get("epoch")),
                         "final": bool(record.get("final")) if "final" in record else None,
@@ -41,7 +50,9 @@ def parse_checkpoint_files(paths: list[Path], warnings: list[IngestWarning]) -> 
                     }
                 )
                 info.records += 1
-        info.skipped = len(warnings) - before
-        inputs.append(info)
+            for problem in stream.problems():
+                log.add(None, problem)
+        info.skipped = log.lined + (stream.error is not None)
+        warnings.extend(log.close())
     schema = {**CHECKPOINTS_SCHEMA, "source": pl.String, "extra": pl.String}
     return pl.DataFrame(rows, schema=schema), inputs

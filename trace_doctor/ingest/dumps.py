@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from trace_doctor.file_names import input_path
+from trace_doctor.ingest.file_warnings import FileWarnings, WarningSink
 from trace_doctor.ingest.textfile import int64, read_text_lines, strip_ansi
 from trace_doctor.model import STACK_SNAPSHOTS_SCHEMA, TASK_SNAPSHOTS_SCHEMA, IngestWarning, InputFile
 
@@ -105,7 +106,7 @@ class _Block:
 class _Scanner:
     """A line-by-line state machine over one file."""
 
-    def __init__(self, source: str, warnings: list[IngestWarning]) -> None:
+    def __init__(self, source: str, warnings: WarningSink) -> None:
         self.source = source
         self.warnings = warnings
         self.out = DumpScan()
@@ -404,7 +405,7 @@ def _split_ps_middle(middle: str, has_chain: bool) -> tuple[str, str, str, str]:
     return name, stack, chain, rest
 
 
-def scan_dump_lines(lines: list[str], source: str, warnings: list[IngestWarning]) -> DumpScan:
+def scan_dump_lines(lines: list[str], source: str, warnings: WarningSink) -> DumpScan:
     """Every dump block in a file's lines: task rows, stack-frame rows and the lines they cover."""
     return _Scanner(source, warnings).scan(lines)
 
@@ -432,11 +433,14 @@ def parse_dump_files(
     for path in sorted(input_path(p) for p in paths):
         info = InputFile("dump", str(path))
         inputs.append(info)
-        lines = read_text_lines(path, warnings)
+        log = FileWarnings(str(path))
+        lines = read_text_lines(path, log)
         if lines is None:
             info.skipped = 1
+            warnings.extend(log.close())
             continue
-        scan = scan_dump_lines(lines, str(path), warnings)
+        scan = scan_dump_lines(lines, str(path), log)
+        warnings.extend(log.close())
         tasks.extend(scan.tasks)
         frames.extend(scan.frames)
         info.records = len(scan.tasks) + sum(1 for f in scan.frames if not f["no_frame"])

@@ -13,11 +13,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
 from trace_doctor.ingest.deep_json import dumps_deep, loads_deep
+from trace_doctor.ingest.file_warnings import FileWarnings, WarningSink
 from trace_doctor.model import IngestWarning
 
 # A line this long is almost certainly not a metrics or trace record; report it rather than
@@ -25,6 +26,10 @@ from trace_doctor.model import IngestWarning
 MAX_LINE_BYTES = 64 * 1024 * 1024
 # Editors on Windows start files with a byte-order mark; it is an encoding marker, not data.
 UTF8_BOM = b"\xef\xbb\xbf"
+# Bytes per read of a line-oriented file: one chunk's lines are in memory at a time, never the file.
+CHUNK_BYTES = 8 * 1024 * 1024
+# JSON's own whitespace (what may precede a document's first character).
+JSON_WHITESPACE = b" \t\r\n"
 
 
 @dataclass
@@ -125,35 +130,84 @@ def json_text(value: Any, *, sort_keys: bool = False) -> str:
         return dumps_deep(value, sort_keys=sort_keys)
 
 
+def shown(value: Any, limit: int | None = None) -> str:
+    """`str(value)` (its first `limit` characters) for a message or a text column, at any nesting depth.
+
+    str() of a list nested 1,000 deep raises RecursionError; such a value is shown as JSON text.
+    """
+    try:
+        text = str(value)
+    except RecursionError:
+        text = json_text(value)
+    return text if limit is None else text[:limit]
+
+
 def _describe(exc: Exception) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:200]
 
 
-def iter_json_lines(data: bytes, path: str, warnings: list[IngestWarning]) -> Iterator[ParsedLine]:
-    """Yield each decodable line of a JSONL byte string; report the others as warnings.
+class ByteStream(Protocol):
+    """What the line readers read from: an open binary file or an InputStream."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+class LineChunk(NamedTuple):
+    """Whole lines of a file (`data`), or one line too long to hold (`oversized`: its length; `data` empty).
+
+    `unterminated`: the piece ends the file without a newline.
+    """
+
+    data: bytes
+    unterminated: bool
+    oversized: int = 0
+
+    @property
+    def lines(self) -> int:
+        """How many lines the piece holds."""
+        if self.oversized:
+            return 1
+        return self.data.count(b"\n") + (1 if self.unterminated else 0)
+
+
+def oversized_problem(length: int) -> str:
+    return f"line of {length:,} bytes exceeds the {MAX_LINE_BYTES:,}-byte limit; skipped"
+
+
+def iter_json_records(stream: ByteStream, path: str, warnings: FileWarnings) -> Iterator[ParsedLine]:
+    """Yield each decodable line of a JSONL stream, a chunk at a time; report the others as warnings.
 
     An unterminated final line is kept if it decodes (a file edited by hand) and reported as a
     truncated write if it does not (the writer crashed mid-append).
     """
-    if not data:
-        return
-    lines = data.split(b"\n")
-    terminated = data.endswith(b"\n")
-    if terminated:
-        lines.pop()
-    last = len(lines)
-    for index, raw in enumerate(lines, start=1):
-        parsed = decode_line(raw, index, path, warnings, truncated=index == last and not terminated)
-        if parsed is not None:
-            yield parsed
+    index = 0
+    for chunk in iter_line_chunks(stream, CHUNK_BYTES):
+        if chunk.oversized:
+            index += 1
+            warnings.add(index, oversized_problem(chunk.oversized))
+            continue
+        lines = chunk.data.split(b"\n")
+        if not chunk.unterminated:
+            lines.pop()  # the empty piece after the final newline
+        last = len(lines) - 1
+        for i, raw in enumerate(lines):
+            index += 1
+            parsed = decode_line(raw, index, path, warnings, truncated=chunk.unterminated and i == last)
+            if parsed is not None:
+                yield parsed
+
+
+def certainly_not_an_object(raw: bytes) -> bool:
+    """True when a non-blank line cannot decode to a JSON object (it does not start with `{`)."""
+    return not raw.removeprefix(UTF8_BOM).lstrip(JSON_WHITESPACE).startswith(b"{")
 
 
 def decode_line(
     raw: bytes,
     index: int,
     path: str,
-    warnings: list[IngestWarning],
+    warnings: FileWarnings,
     *,
     truncated: bool = False,
     expect_object: bool = True,
@@ -167,9 +221,12 @@ def decode_line(
     if not raw.strip():
         return None
     if len(raw) > MAX_LINE_BYTES:
-        warnings.append(
-            IngestWarning(path, index, f"line of {len(raw):,} bytes exceeds the {MAX_LINE_BYTES:,}-byte limit; skipped")
-        )
+        warnings.add(index, oversized_problem(len(raw)))
+        return None
+    if not warnings.room and certainly_not_an_object(raw):
+        # Past the listed warnings, a line that is no object (every reader wants one) is only
+        # counted: a file of garbage costs a test per line, not a decode and a message.
+        warnings.count_unlisted(1, index)
         return None
     try:
         value = decode_json(raw)
@@ -178,15 +235,15 @@ def decode_line(
             problem = f"truncated last line (no newline; the writer stopped mid-append): {_describe(exc)}"
         else:
             problem = f"not valid JSON: {_describe(exc)}"
-        warnings.append(IngestWarning(path, index, problem))
+        warnings.add(index, problem)
         return None
     if expect_object and not isinstance(value, dict):
-        warnings.append(IngestWarning(path, index, f"expected a JSON object, got {type(value).__name__}"))
+        warnings.add(index, f"expected a JSON object, got {type(value).__name__}")
         return None
     return ParsedLine(index, value)
 
 
-def read_bytes(path: Path, warnings: list[IngestWarning]) -> bytes | None:
+def read_bytes(path: Path, warnings: WarningSink) -> bytes | None:
     """Read a file whole, turning OS errors into a warning."""
     try:
         return path.read_bytes()
@@ -195,20 +252,39 @@ def read_bytes(path: Path, warnings: list[IngestWarning]) -> bytes | None:
         return None
 
 
-def iter_line_chunks(stream: BinaryIO, size: int) -> Iterator[tuple[bytes, bool]]:
-    """Newline-terminated chunks of about `size` bytes (a longer line is one chunk); the final
-    unterminated piece comes flagged True."""
+def iter_line_chunks(stream: ByteStream, size: int, *, max_line: int | None = None) -> Iterator[LineChunk]:
+    """The stream as pieces of whole lines of about `size` bytes (a longer line is one piece).
+
+    A line longer than `max_line` is not held: its bytes are dropped as they are read and it comes
+    as one `oversized` piece, so a file without newlines (a bomb of zeros) costs no memory.
+    """
+    max_line = MAX_LINE_BYTES if max_line is None else max_line
     leftover = b""
+    skipping = 0  # inside an over-long line: its bytes so far
     while True:
         block = stream.read(size)
         if not block:
             break
+        if skipping:
+            cut = block.find(b"\n")
+            if cut < 0:
+                skipping += len(block)
+                continue
+            yield LineChunk(b"", False, skipping + cut)
+            skipping = 0
+            block = block[cut + 1 :]
+            if not block:
+                continue
         block = leftover + block if leftover else block
         cut = block.rfind(b"\n")
         if cut < 0:
             leftover = block
-            continue
-        yield block[: cut + 1], False
-        leftover = block[cut + 1 :]
-    if leftover:
-        yield leftover, True
+        else:
+            yield LineChunk(block[: cut + 1], False)
+            leftover = block[cut + 1 :]
+        if len(leftover) > max_line:
+            skipping, leftover = len(leftover), b""
+    if skipping:
+        yield LineChunk(b"", True, skipping)
+    elif leftover:
+        yield LineChunk(leftover, True)

@@ -11,6 +11,7 @@ never silently merged: each writer's rows become their own segment.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 # Returns to an earlier sequence before the rows count as written concurrently: one return can be a
@@ -53,22 +54,23 @@ def writer_chains(steps: list[int | None], training: list[bool]) -> tuple[list[i
     sequence), else starts a new one. A relaunch only ever starts new sequences; two concurrent
     writers keep returning to a sequence another row left: those returns are counted.
     """
-    chains: list[int] = []  # last step of each sequence
+    # (last step, sequence) of every sequence, sorted: the one to join is the rightmost entry below
+    # (step, -inf), found by bisection (a scan of every sequence per row is quadratic when steps
+    # keep going down and each row starts a sequence).
+    ends: list[tuple[int, int]] = []
+    count = 0
     owner = [-1] * len(steps)
     previous = -1
     returns = 0
     for i, (step, is_training) in enumerate(zip(steps, training, strict=True)):
         if step is None or not is_training:
             continue
-        best = -1
-        for c, last in enumerate(chains):
-            if last < step and (best < 0 or last >= chains[best]):
-                best = c
-        if best < 0:
-            chains.append(step)
-            best = len(chains) - 1
+        at = bisect.bisect_left(ends, (step, -1)) - 1
+        if at < 0:
+            best, count = count, count + 1
         else:
-            chains[best] = step
+            best = ends.pop(at)[1]
+        bisect.insort(ends, (step, best))
         if previous >= 0 and best != previous and best < previous:
             returns += 1
         owner[i] = best

@@ -13,8 +13,6 @@ any child plus its `[self]` leaves, so summing `self_time_s` over non-synthetic 
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,9 @@ import orjson
 import polars as pl
 
 from trace_doctor.file_names import input_path
-from trace_doctor.ingest.jsonl import INT64_MAX, UTF8_BOM, decode_json_text, read_bytes
+from trace_doctor.ingest.file_warnings import FileWarnings
+from trace_doctor.ingest.input_stream import InputStream
+from trace_doctor.ingest.jsonl import CHUNK_BYTES, INT64_MAX, UTF8_BOM, decode_json_text
 from trace_doctor.model import FRAMES_SCHEMA, PROFILES_SCHEMA, IngestWarning, InputFile
 
 SELF = "[self]"
@@ -166,7 +166,7 @@ def _adapt_trie_node(node: Any) -> _Frame:
     )
 
 
-def _merge_frame_records(records: Any, source: str, warnings: list[IngestWarning]) -> list[_TrieNode]:
+def _merge_frame_records(records: Any, source: str, warnings: FileWarnings) -> list[_TrieNode]:
     """Merge `[stack, seconds]` samples into a forest keyed by frame identity (attributes aside)."""
     roots: dict[str, _TrieNode] = {}
     bad = 0
@@ -206,7 +206,7 @@ def _prefixes(value: Any) -> tuple[str, ...]:
     return tuple(p for p in value if isinstance(p, str) and p) if isinstance(value, list) else ()
 
 
-def _profile_of(doc: Any, source: str, warnings: list[IngestWarning]) -> _Profile | None:
+def _profile_of(doc: Any, source: str, warnings: FileWarnings) -> _Profile | None:
     """Recognise one decoded document as a profile of one of the three formats."""
     if not isinstance(doc, dict):
         return None
@@ -268,9 +268,7 @@ def _is_application_code(file_path: str, parent_is_app: bool | None, sys_prefixe
     return not any(hint in file_path for hint in LIBRARY_PATH_HINTS)
 
 
-def _flatten(
-    profile: _Profile, name: str, out: _Columns, source: str, warnings: list[IngestWarning]
-) -> tuple[int, int, bool]:
+def _flatten(profile: _Profile, name: str, out: _Columns, source: str, warnings: FileWarnings) -> tuple[int, int, bool]:
     """Append one profile's frames (pre-order) to `out`; return (kept, skipped, has_await_frames)."""
     first = len(out)
     data = out.data
@@ -361,7 +359,7 @@ def async_mode_of(profile: _Profile, has_await_frames: bool, frame_count: int) -
     return "disabled" if frame_count else "unknown"
 
 
-def _decode_documents(data: bytes, source: str, warnings: list[IngestWarning]) -> list[tuple[int | None, Any]]:
+def _decode_documents(data: bytes, source: str, warnings: FileWarnings) -> list[tuple[int | None, Any]]:
     """The JSON document(s) in a profile file, each with its line when there is one per line.
 
     One document, or one per line when profiles were appended to one file: then a line that
@@ -389,15 +387,81 @@ def _decode_documents(data: bytes, source: str, warnings: list[IngestWarning]) -
     return documents
 
 
-def _read(path: Path, warnings: list[IngestWarning]) -> bytes | None:
-    data = read_bytes(path, warnings)
-    if data is not None and data[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:  # zlib.error (a corrupt deflate stream) is no OSError
-            warnings.append(IngestWarning(str(path), None, f"corrupt gzip: {exc}"))
-            return None
-    return data
+def _read(path: Path, warnings: FileWarnings) -> bytes | None:
+    """The file's bytes, gunzipped (up to the decompression cap) when compressed; None if unreadable."""
+    try:
+        stream = InputStream(path)
+    except OSError as exc:
+        warnings.add(None, f"cannot read file: {exc.strerror or exc}")
+        return None
+    with stream:
+        blocks = []
+        while block := stream.read(CHUNK_BYTES):
+            blocks.append(block)
+    if stream.error is not None:
+        warnings.add(
+            None, f"corrupt gzip: {stream.error}" if stream.compressed else f"cannot read file: {stream.error}"
+        )
+        return None
+    if stream.capped:
+        # A profile is one document: cut short, it is unreadable, which the decoder will say.
+        warnings.add(None, stream.cap_problem())
+    return b"".join(blocks)
+
+
+def _parse_profile_file(
+    path: Path, info: InputFile, columns: _Columns, header_rows: list[dict[str, Any]], log: FileWarnings
+) -> None:
+    """One profile file's frames into `columns` and its profiles' rows into `header_rows`."""
+    source = str(path)
+    data = _read(path, log)
+    if data is None:
+        info.skipped = 1
+        return
+    if not data.strip():
+        log.add(None, "empty profile file")
+        return
+    before = log.total
+    try:
+        documents = _decode_documents(data, source, log)
+    except ValueError as exc:
+        problem = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        log.append(
+            IngestWarning(source, None, f"not a readable pyinstrument profile (truncated or not JSON): {problem}")
+        )
+        info.skipped = 1
+        return
+    info.skipped += log.total - before
+    if len(documents) == 1 and isinstance(documents[0][1], list):
+        documents = [(None, doc) for doc in documents[0][1]]
+    single = len(documents) == 1
+    for index, (line, doc) in enumerate(documents):
+        profile = _profile_of(doc, source, log)
+        if profile is None:
+            where = line if line is not None else (None if single else index + 1)
+            log.append(
+                IngestWarning(
+                    source, where, "JSON is not a pyinstrument profile (no root_frame, frame_records or frame_tree)"
+                )
+            )
+            info.skipped += 1
+            continue
+        name = source if single else f"{source}#{index}"
+        kept, skipped, has_await = _flatten(profile, name, columns, source, log)
+        info.records += kept
+        info.skipped += skipped
+        header_rows.append(
+            {
+                "profile": name,
+                "format": profile.format,
+                "async_mode": async_mode_of(profile, has_await, kept),
+                "target_description": profile.target_description,
+                "start_time": profile.start_time,
+                "duration_s": profile.duration,
+                "cpu_time_s": profile.cpu_time,
+                "sample_count": profile.sample_count,
+            }
+        )
 
 
 def parse_profile_files(
@@ -411,54 +475,11 @@ def parse_profile_files(
         source = str(path)
         info = InputFile("profile", source)
         inputs.append(info)
-        data = _read(path, warnings)
-        if data is None:
-            info.skipped = 1
-            continue
-        if not data.strip():
-            warnings.append(IngestWarning(source, None, "empty profile file"))
-            continue
-        before = len(warnings)
+        log = FileWarnings(source)
         try:
-            documents = _decode_documents(data, source, warnings)
-        except ValueError as exc:
-            problem = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            warnings.append(
-                IngestWarning(source, None, f"not a readable pyinstrument profile (truncated or not JSON): {problem}")
-            )
-            info.skipped = 1
-            continue
-        info.skipped += len(warnings) - before
-        if len(documents) == 1 and isinstance(documents[0][1], list):
-            documents = [(None, doc) for doc in documents[0][1]]
-        single = len(documents) == 1
-        for index, (line, doc) in enumerate(documents):
-            profile = _profile_of(doc, source, warnings)
-            if profile is None:
-                where = line if line is not None else (None if single else index + 1)
-                warnings.append(
-                    IngestWarning(
-                        source, where, "JSON is not a pyinstrument profile (no root_frame, frame_records or frame_tree)"
-                    )
-                )
-                info.skipped += 1
-                continue
-            name = source if single else f"{source}#{index}"
-            kept, skipped, has_await = _flatten(profile, name, columns, source, warnings)
-            info.records += kept
-            info.skipped += skipped
-            header_rows.append(
-                {
-                    "profile": name,
-                    "format": profile.format,
-                    "async_mode": async_mode_of(profile, has_await, kept),
-                    "target_description": profile.target_description,
-                    "start_time": profile.start_time,
-                    "duration_s": profile.duration,
-                    "cpu_time_s": profile.cpu_time,
-                    "sample_count": profile.sample_count,
-                }
-            )
+            _parse_profile_file(path, info, columns, header_rows, log)
+        finally:
+            warnings.extend(log.close())
     frames = pl.DataFrame(columns.data, schema=FRAMES_SCHEMA)
     profiles_table = (
         pl.DataFrame(header_rows, schema=PROFILES_SCHEMA) if header_rows else pl.DataFrame(schema=PROFILES_SCHEMA)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import polars as pl
 
 from trace_doctor.ingest.jsonl import as_int64, decode_json, json_text
@@ -55,6 +56,33 @@ def remaining_args(texts: list[str | None]) -> dict[str, Any]:
         else:
             merged["args"] = value
     return merged
+
+
+def _own_args_text(text: str | None) -> str:
+    """json_text(remaining_args([text])) of one event, in one decode and one encode for the usual object."""
+    if text is None:
+        return "{}"
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json_text(remaining_args([text]))  # NaN literals, nesting beyond orjson's limit, not JSON
+    if not isinstance(value, dict):
+        return json_text({"args": value})
+    if "track" in value or "thread" in value:
+        value = {k: v for k, v in value.items() if k not in ("track", "thread")}
+    return json_text(value)
+
+
+def own_args_texts(texts: pl.Series, *, batch: int = 65536) -> pl.Series:
+    """Each event's attributes minus track/thread as JSON text (remaining_args of that event alone).
+
+    Decoded a batch at a time, so the Python strings of a million events never exist at once.
+    """
+    parts = [
+        pl.Series(texts.name, [_own_args_text(t) for t in texts.slice(start, batch).to_list()], dtype=pl.String)
+        for start in range(0, texts.len(), batch)
+    ]
+    return pl.concat(parts) if parts else pl.Series(texts.name, [], dtype=pl.String)
 
 
 def _step_of(attrs: dict[str, Any]) -> int | None:

@@ -15,11 +15,13 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.ingest.columnwise import gather_releasing
+from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.span_args import with_track_thread
 from trace_doctor.ingest.span_pairing import complete_spans, constant, pair_begin_end
 from trace_doctor.ingest.span_steps import attribute_steps
 from trace_doctor.ingest.trace_parse import SPAN_PHASES
-from trace_doctor.model import SPANS_SCHEMA, IngestWarning
+from trace_doctor.model import SPANS_SCHEMA
 
 # Phases other than spans and metadata are counted, not read: their names make the warning readable.
 PHASE_NAMES = {
@@ -58,9 +60,7 @@ def empty_spans() -> pl.DataFrame:
     return pl.DataFrame(schema=SPAN_COLUMNS)
 
 
-def build_spans(
-    holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, warnings: list[IngestWarning]
-) -> pl.DataFrame:
+def build_spans(holder: list[pl.DataFrame], meta: pl.DataFrame, source: str, warnings: FileWarnings) -> pl.DataFrame:
     """The spans of one file's events (taken out of `holder`, so the last reference to them can go
     early) and metadata rows (trace_parse's SPAN_EVENT_COLUMNS and META_COLUMNS)."""
     events = holder.pop()
@@ -71,26 +71,36 @@ def build_spans(
     events = events.with_columns(segment.alias("segment"))
     meta = meta.with_columns(segment.alias("segment"))
     events = with_track_thread(events)
-    if bool((events.get_column("ph") == "X").any()):
-        paired = pair_begin_end(events.filter(pl.col("ph") != "X"), source, warnings)
-        complete = complete_spans(events.filter(pl.col("ph") == "X"))
-    else:  # the cookbook writes no X events
-        paired = pair_begin_end(events, source, warnings)
+    # Pairing takes its events over (the only reference to them), so they go as their spans are made.
+    complete_events = events.get_column("ph") == "X"
+    if not bool(complete_events.any()):  # the cookbook writes no X events
         complete = complete_spans(events.clear())
-    del events  # ~100 MB at 1M events: not held past pairing
+        holder.append(events)
+    elif bool(complete_events.all()):  # a profiler's trace: no copy of the events to split them
+        complete = complete_spans(events)
+        holder.append(events.clear())
+    else:
+        complete = complete_spans(events.filter(complete_events))
+        holder.append(events.filter(~complete_events))
+    del events, complete_events
+    paired = pair_begin_end(holder, source, warnings)
     spans = pl.concat([paired, complete], how="vertical")
+    del paired, complete  # the reordering below releases their columns as it copies them
     spans = _name_from_metadata(spans, meta)
     # Sorted before steps are attributed, whose lookup by start time then needs no sort of its own.
     # One sort key fewer when the file holds one process (the usual case): a third of the sort.
     keys = (
         ["start_us", "line_begin"] if constant(spans.get_column("segment")) else ["segment", "start_us", "line_begin"]
     )
-    spans = spans[spans.select(pl.arg_sort_by(keys)).to_series()]
+    order = spans.select(pl.arg_sort_by(keys)).to_series()
+    holder.append(spans)
+    del spans
+    spans = gather_releasing(holder, order)
     spans = attribute_steps(spans)
     return spans.with_columns(pl.lit(source).alias("source")).select(list(SPAN_COLUMNS))
 
 
-def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
+def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: FileWarnings) -> pl.DataFrame:
     """Events that are neither spans nor metadata are dropped, with one warning per phase."""
     known = events.get_column("ph").is_in([*SPAN_PHASES, "M"])
     if bool(known.all()):
@@ -104,7 +114,7 @@ def _account_ignored_phases(events: pl.DataFrame, source: str, warnings: list[In
             f"{n} event(s) of phase {ph!r} ({kind}) ignored, first at line/event {first}: "
             "only B/E/X spans and M metadata are read"
         )
-        warnings.append(IngestWarning(source, None, problem))
+        warnings.add(None, problem)
     return events.filter(known)
 
 
@@ -151,10 +161,21 @@ def _name_from_metadata(spans: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame
         .unique(["segment", "pid", "pid_label"], keep="first", maintain_order=True)
         .select("segment", "pid", "pid_label", pl.col("_label").str.strip_suffix(" Thread").alias("_process_name"))
     )
-    spans = spans.join(
-        thread_names, on=["segment", "pid", "pid_label", "tid", "tid_label"], how="left", nulls_equal=True
+    # Each name is looked up on the key columns alone and attached in row order: a join of the
+    # whole spans table would copy every column of it.
+    thread_keys = ["segment", "pid", "pid_label", "tid", "tid_label"]
+    thread_name = (
+        spans.select(thread_keys)
+        .join(thread_names, on=thread_keys, how="left", nulls_equal=True, maintain_order="left")
+        .get_column("_thread_name")
     )
-    spans = spans.join(process_names, on=["segment", "pid", "pid_label"], how="left", nulls_equal=True)
+    process_keys = ["segment", "pid", "pid_label"]
+    process_name = (
+        spans.select(process_keys)
+        .join(process_names, on=process_keys, how="left", nulls_equal=True, maintain_order="left")
+        .get_column("_process_name")
+    )
+    spans = spans.with_columns(thread_name, process_name)
     return spans.with_columns(
         pl.coalesce("track", "_thread_name", "tid_label", pl.col("tid").cast(pl.String)).alias("track"),
         pl.coalesce("thread", "_process_name", "pid_label").alias("thread"),

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import json_text
-from trace_doctor.ingest.span_args import merge_args, remaining_args
-from trace_doctor.model import IngestWarning
+from trace_doctor.ingest.columnwise import gather_releasing
+from trace_doctor.ingest.file_warnings import FileWarnings
+from trace_doctor.ingest.span_args import merge_args, own_args_texts
 
 # What a track is: events pair only within one, and a resumed process (a segment) reuses pids and tids.
 KEY = ["segment", "pid", "pid_label", "tid", "tid_label", "track"]
@@ -84,8 +84,11 @@ def _track_ids(events: pl.DataFrame) -> pl.Series:
     return events.select(pl.struct(key).rank("dense").alias("_id")).get_column("_id").cast(pl.UInt64)
 
 
-def pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarning]) -> pl.DataFrame:
-    """Match the B/E events among `events` as a per-track stack, vectorised with whole-column (not per-group) scans."""
+def pair_begin_end(holder: list[pl.DataFrame], source: str, warnings: FileWarnings) -> pl.DataFrame:
+    """Match the B/E events among the events in `holder` as a per-track stack, vectorised with
+    whole-column (not per-group) scans. `holder` is emptied, so the events' columns can go as their
+    spans' copies are made."""
+    events = holder.pop()
     phase = events.get_column("ph")
     narrow = pl.DataFrame(
         {
@@ -137,10 +140,12 @@ def pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarni
     unmatched = narrow.filter(is_end & (pl.col("_before") == 0))
     if unmatched.height:
         rows = events[unmatched.get_column("_row").sort()].select("name", "line", "track")  # in file order
-        for name, line, track in rows.iter_rows():
-            warnings.append(
-                IngestWarning(source, line, f"unmatched E event {name!r} on track {track!r}: no open B; not a span")
-            )
+        # Only the warnings that will be listed are written (a file of lone E events has millions).
+        listed = min(warnings.room, rows.height)
+        for name, line, track in rows.head(listed).iter_rows():
+            warnings.add(line, f"unmatched E event {name!r} on track {track!r}: no open B; not a span")
+        if rows.height > listed:
+            warnings.count_unlisted(rows.height - listed, rows.get_column("line")[listed])
     stacked = (
         narrow.filter(~(is_end & (pl.col("_before") == 0)))
         .with_columns(
@@ -159,24 +164,29 @@ def pair_begin_end(events: pl.DataFrame, source: str, warnings: list[IngestWarni
         pl.col("_row").shift(-1).alias("_end_row"),
     ).filter(pl.col("_delta") == 1)
     closed = pairs.get_column("closed")
-    # Gather only the columns each side contributes: these are copies of ~half the events.
-    begin = events.select(
-        "name",
-        "pid",
-        "pid_label",
-        "tid",
-        "tid_label",
-        "track",
-        "thread",
-        "segment",
-        "cat",
-        "ts",
-        "line",
-        "args",
-        "_plain",
-        "_step",
-    )[pairs.get_column("_row")]
+    # Gather only the columns each side contributes: these are copies of ~half the events. The
+    # begin side goes last, a column at a time, each event column released once copied.
     end = events.select("ts", "line", "args", "_plain", "_step")[pairs.get_column("_end_row").fill_null(0)]
+    begin_side = [
+        events.select(
+            "name",
+            "pid",
+            "pid_label",
+            "tid",
+            "tid_label",
+            "track",
+            "thread",
+            "segment",
+            "cat",
+            "ts",
+            "line",
+            "args",
+            "_plain",
+            "_step",
+        )
+    ]
+    del events, phase, narrow, stacked
+    begin = gather_releasing(begin_side, pairs.get_column("_row"))
     result = begin.select(
         "name",
         "pid",
@@ -214,35 +224,56 @@ def complete_spans(events: pl.DataFrame) -> pl.DataFrame:
         pl.lit(True).alias("closed"),
         pl.col("line").alias("line_begin"),
         pl.col("line").alias("line_end"),
-    ).with_row_index("_span")
+    )
     # Order at one instant: ends before begins (siblings touch), longer begins first (parents
-    # enclose children), and a zero-length span's end after its own begin.
-    begins = spans.select(
-        "_span",
-        *KEY,
-        pl.col("start_us").alias("_t"),
-        pl.lit(1).alias("_order"),
-        (-pl.col("dur")).alias("_tie"),
-        pl.lit(1).alias("_delta"),
+    # enclose children), and a zero-length span's end after its own begin. Only the columns the
+    # order needs, with the track as one integer: this table has two rows per span.
+    track = _track_ids(spans)
+    span = pl.int_range(0, spans.height, eager=True, dtype=pl.UInt32)
+    begins = pl.DataFrame(
+        {
+            "_span": span,
+            "_track": track,
+            "_t": spans.get_column("start_us"),
+            "_order": pl.repeat(1, spans.height, dtype=pl.Int8, eager=True),
+            "_tie": -spans.get_column("dur"),
+            "_delta": pl.repeat(1, spans.height, dtype=pl.Int8, eager=True),
+        }
     )
-    ends = spans.select(
-        "_span",
-        *KEY,
-        pl.col("end_us").alias("_t"),
-        pl.when(pl.col("dur") > 0).then(0).otherwise(2).alias("_order"),
-        pl.lit(0.0).alias("_tie"),
-        pl.lit(-1).alias("_delta"),
+    ends = pl.DataFrame(
+        {
+            "_span": span,
+            "_track": track,
+            "_t": spans.get_column("end_us"),
+            "_order": 2 - (spans.get_column("dur") > 0).cast(pl.Int8) * 2,
+            "_tie": pl.repeat(0.0, spans.height, dtype=pl.Float64, eager=True),
+            "_delta": pl.repeat(-1, spans.height, dtype=pl.Int8, eager=True),
+        }
     )
-    points = pl.concat([begins, ends]).sort([*KEY, "_t", "_order", "_tie", "_span"], nulls_last=False)
-    points = points.with_columns(_group_starts(KEY).cum_sum().alias("_track_id"))
-    depths = (
-        points.with_columns(pl.col("_delta").cum_sum().over("_track_id").alias("_level"))
+    del track, span
+    points = pl.concat([begins, ends]).sort(["_track", "_t", "_order", "_tie", "_span"], nulls_last=False)
+    del begins, ends
+    # Per-track running level from one global cumsum minus the sum before the track began.
+    new_track = _group_starts(["_track"])
+    level = pl.col("_delta").cast(pl.Int64).cum_sum()
+    depth = (
+        points.lazy()
+        .with_columns(new_track.alias("_new"), level.alias("_global"))
+        .with_columns(
+            (
+                pl.col("_global") - pl.when(pl.col("_new")).then(pl.col("_global") - pl.col("_delta")).forward_fill()
+            ).alias("_level")
+        )
         .filter(pl.col("_delta") == 1)
-        .select("_span", (pl.col("_level") - 1).clip(lower_bound=0).cast(pl.Int32).alias("depth"))
+        .sort("_span")
+        .select((pl.col("_level") - 1).clip(lower_bound=0).cast(pl.Int32).alias("depth"))
+        .collect()
+        .get_column("depth")
     )
-    spans = spans.join(depths, on="_span", how="left")
-    args = [json_text(remaining_args([text])) for text in spans.get_column("args").to_list()]
+    del points
+    # Each span has exactly one begin point: sorted by span, the depths line up with the rows.
+    spans = spans.with_columns(depth)
     return spans.with_columns(
-        pl.Series("args", args, dtype=pl.String),
+        own_args_texts(spans.get_column("args")),
         pl.lit(None, pl.Int64).alias("step"),
     ).select(list(PAIRED_SCHEMA))

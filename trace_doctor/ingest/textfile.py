@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from trace_doctor.ingest.file_warnings import WarningSink
 from trace_doctor.ingest.jsonl import read_bytes
 from trace_doctor.model import IngestWarning
 
@@ -12,7 +13,7 @@ INT64_MAX = 2**63 - 1
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
-def read_text_lines(path: Path, warnings: list[IngestWarning]) -> list[str] | None:
+def read_text_lines(path: Path, warnings: WarningSink) -> list[str] | None:
     """The file's lines (no line endings); invalid UTF-8 becomes U+FFFD with one warning per file."""
     data = read_bytes(path, warnings)
     if data is None:

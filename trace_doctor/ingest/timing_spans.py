@@ -18,7 +18,18 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from trace_doctor.ingest.bisected_read import Refused, read_bisected
-from trace_doctor.ingest.jsonl import MAX_LINE_BYTES, as_int64, decode_line, finite_float, iter_line_chunks
+from trace_doctor.ingest.file_warnings import FileWarnings
+from trace_doctor.ingest.input_stream import InputStream
+from trace_doctor.ingest.jsonl import (
+    CHUNK_BYTES,
+    MAX_LINE_BYTES,
+    as_int64,
+    certainly_not_an_object,
+    decode_line,
+    finite_float,
+    iter_line_chunks,
+    oversized_problem,
+)
 from trace_doctor.model import STEP_SPANS_SCHEMA, IngestWarning, InputFile
 
 SCHEMA: dict[str, pl.DataType] = {**STEP_SPANS_SCHEMA, "index": pl.Int32, "segment": pl.Int32, "source": pl.String}
@@ -63,9 +74,6 @@ _SPAN = (
     + r"\}"
 )
 LINE_LAYOUT = r'^\{"step": ' + _INT + r', "spans": \[(?:' + _SPAN + r"(?:, " + _SPAN + r")*)?\]\}$"
-# Bytes per polars read: large enough that per-call overhead vanishes, small enough that only one
-# chunk's bytes and parse are held at a time and a bad line costs a few re-reads of one chunk.
-CHUNK_BYTES = 8 * 1024 * 1024
 # The step_spans columns read from the file (the rest are added per file).
 SPAN_COLUMNS = ("step", "name", "duration_s", "wall_start_s", "wall_end_s", "line", "index")
 
@@ -154,9 +162,13 @@ def _read_lines(lines: list[bytes], first: int) -> tuple[list[Typed], list[int]]
     others: list[int] = []
     # Something needs care. Lines in the writer's exact byte layout are read together; the rest are
     # halved down to the lines polars refuses, so a bad line costs about one more read of its chunk.
+    # A line that is no object at all (garbage) goes straight to the per-line decoder: it would only
+    # make polars refuse the lines around it.
     in_layout = _texts(lines).str.contains(LINE_LAYOUT).fill_null(False).to_list()
+    garbage = [not flag and certainly_not_an_object(raw) for raw, flag in zip(lines, in_layout, strict=True)]
+    others.extend(first + i for i, flag in enumerate(garbage) if flag)
     for wanted in (True, False):
-        indices = [i for i, flag in enumerate(in_layout) if flag is wanted]
+        indices = [i for i, flag in enumerate(in_layout) if flag is wanted and not garbage[i]]
         group = [lines[i] for i in indices]
         for piece in read_bisected(group, [first + i for i in indices], _read_numbered, min_lines=MIN_BISECT_LINES):
             if isinstance(piece, Refused):
@@ -166,74 +178,35 @@ def _read_lines(lines: list[bytes], first: int) -> tuple[list[Typed], list[int]]
     return typed, sorted(others)
 
 
-def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[pl.DataFrame, InputFile]:
-    """Parse one file; a line (= one step) counts as one record, a bad span inside it as a warning."""
-    info = InputFile(kind="spans", path=str(path))
-    source = str(path)
-    before = len(warnings)
-    pieces: list[Typed] = []
-    # Lines polars refused, by number, for the per-line decoder (a few, unless the file is damaged).
-    refused: dict[int, bytes] = {}
-    count = 0
-    terminated = True
-    # A chunk that needed care comes back in pieces grouped by layout, decoded lines last.
-    needs_sort = False
-    try:
-        with open(path, "rb") as stream:
-            # A chunk at a time: the raw bytes and polars' parse of them are held for one chunk,
-            # not the whole file (RL steps log hundreds of spans each: ~100 MB over 6,000 steps).
-            for chunk, unterminated in iter_line_chunks(stream, CHUNK_BYTES):
-                lines_in_chunk = chunk.count(b"\n") + (1 if unterminated else 0)
-                numbers = pl.int_range(count + 1, count + lines_in_chunk + 1, dtype=pl.Int64, eager=True)
-                # The chunk straight from its bytes first: one read when nothing needs care, and no
-                # per-line Python objects (their memory would stay with the C allocator after they are freed).
-                whole = None if unterminated else _read_typed(chunk, numbers)
-                if whole is not None:
-                    pieces.append(whole)
-                else:
-                    lines = chunk.split(b"\n")
-                    if not unterminated:
-                        lines.pop()
-                    typed, others = _read_lines(lines, count + 1)
-                    needs_sort = True
-                    pieces += typed
-                    refused.update((number, lines[number - count - 1]) for number in others)
-                count += lines_in_chunk
-                terminated = not unterminated
-    except OSError as exc:
-        warnings.append(IngestWarning(source, None, f"cannot read file: {exc.strerror or exc}"))
-        info.skipped = len(warnings) - before
-        return pl.DataFrame(schema=SCHEMA), info
-    steps_by_line = dict(pl.concat([p.steps for p in pieces]).iter_rows()) if pieces else {}
-    layout = (
-        pl.concat([p.spans for p in pieces]) if pieces else pl.DataFrame(schema={k: SCHEMA[k] for k in SPAN_COLUMNS})
-    )
+class _Decoded:
+    """The lines polars refused, decoded one by one: their spans as columns, their steps by line."""
 
-    columns: dict[str, list[Any]] = {name: [] for name in SPAN_COLUMNS}
-    span_warnings = 0
-    for number, raw in refused.items():
-        parsed = decode_line(raw, number, source, warnings, truncated=number == count and not terminated)
+    def __init__(self, source: str, warnings: FileWarnings) -> None:
+        self.source = source
+        self.warnings = warnings
+        self.columns: dict[str, list[Any]] = {name: [] for name in SPAN_COLUMNS}
+        self.steps_by_line: dict[int, int] = {}
+        self.span_warnings = 0  # warnings about one span of a kept line (not a skipped record)
+
+    def line(self, raw: bytes, number: int, truncated: bool) -> None:
+        warnings = self.warnings
+        parsed = decode_line(raw, number, self.source, warnings, truncated=truncated)
         if parsed is None:
-            continue
+            return
         row = parsed.value
         step = as_int64(row.get("step"))
         spans = row.get("spans")
         if step is None or not isinstance(spans, list):
-            warnings.append(
-                IngestWarning(source, parsed.line, 'expected {"step": <int>, "spans": [...]}; line skipped')
-            )
-            continue
-        steps_by_line[parsed.line] = step
+            warnings.add(parsed.line, 'expected {"step": <int>, "spans": [...]}; line skipped')
+            return
+        self.steps_by_line[parsed.line] = step
+        columns = self.columns
         for index, span in enumerate(spans):
             name = span.get("name") if isinstance(span, dict) else None
             duration = finite_float(span.get("duration")) if isinstance(span, dict) else None
             if not isinstance(name, str) or duration is None:
-                warnings.append(
-                    IngestWarning(
-                        source, parsed.line, f"span {index} of step {step} has no name or finite duration; span skipped"
-                    )
-                )
-                span_warnings += 1
+                warnings.add(parsed.line, f"span {index} of step {step} has no name or finite duration; span skipped")
+                self.span_warnings += 1
                 continue
             columns["step"].append(step)
             columns["name"].append(name)
@@ -242,16 +215,73 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
             columns["wall_end_s"].append(finite_float(span.get("wall_end")))
             columns["line"].append(parsed.line)
             columns["index"].append(index)
-    decoded = pl.DataFrame(columns, schema={name: SCHEMA[name] for name in columns})
-    spans = layout.cast({name: SCHEMA[name] for name in columns})
+
+    def frame(self) -> pl.DataFrame:
+        return pl.DataFrame(self.columns, schema={name: SCHEMA[name] for name in self.columns})
+
+
+def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[pl.DataFrame, InputFile]:
+    """Parse one file; a line (= one step) counts as one record, a bad span inside it as a warning."""
+    info = InputFile(kind="spans", path=str(path))
+    source = str(path)
+    log = FileWarnings(source)
+    pieces: list[Typed] = []
+    # Lines polars refused are decoded one by one as their chunk is read (a few, unless the file is
+    # damaged), so no chunk's lines outlive it.
+    decoded = _Decoded(source, log)
+    count = 0
+    # A chunk that needed care comes back in pieces grouped by layout, decoded lines apart.
+    needs_sort = False
+    try:
+        stream = InputStream(path)
+    except OSError as exc:
+        warnings.append(IngestWarning(source, None, f"cannot read file: {exc.strerror or exc}"))
+        info.skipped = 1
+        return pl.DataFrame(schema=SCHEMA), info
+    with stream:
+        # A chunk at a time: the raw bytes and polars' parse of them are held for one chunk,
+        # not the whole file (RL steps log hundreds of spans each: ~100 MB over 6,000 steps).
+        for chunk in iter_line_chunks(stream, CHUNK_BYTES):
+            if chunk.oversized:
+                log.add(count + 1, oversized_problem(chunk.oversized))
+                count += 1
+                continue
+            lines_in_chunk = chunk.lines
+            numbers = pl.int_range(count + 1, count + lines_in_chunk + 1, dtype=pl.Int64, eager=True)
+            # The chunk straight from its bytes first: one read when nothing needs care, and no
+            # per-line Python objects (their memory would stay with the C allocator after they are freed).
+            whole = None if chunk.unterminated else _read_typed(chunk.data, numbers)
+            if whole is not None:
+                pieces.append(whole)
+            else:
+                lines = chunk.data.split(b"\n")
+                if not chunk.unterminated:
+                    lines.pop()
+                typed, others = _read_lines(lines, count + 1)
+                needs_sort = True
+                pieces += typed
+                last = count + lines_in_chunk
+                for number in others:
+                    decoded.line(lines[number - count - 1], number, chunk.unterminated and number == last)
+            count += lines_in_chunk
+        for problem in stream.problems():
+            log.add(None, problem)
+    steps_by_line = dict(pl.concat([p.steps for p in pieces]).iter_rows()) if pieces else {}
+    steps_by_line.update(decoded.steps_by_line)
+    layout = (
+        pl.concat([p.spans for p in pieces]) if pieces else pl.DataFrame(schema={k: SCHEMA[k] for k in SPAN_COLUMNS})
+    )
+    spans = layout.cast({name: SCHEMA[name] for name in SPAN_COLUMNS})
     if needs_sort:
-        spans = pl.concat([spans, decoded]).sort("line", "index")
+        spans = pl.concat([spans, decoded.frame()]).sort("line", "index")
     # A resumed process re-logs steps from its checkpoint: each repeat starts a new segment, as in metrics.
     ordered = sorted(steps_by_line.items())
     segments = _segments([step for _, step in ordered])
     info.records = len(ordered)
-    # Skipped records are whole lines; a bad span inside a kept line is a warning, not a record.
-    info.skipped = len(warnings) - before - span_warnings
+    # Skipped records are whole lines (and the unreadable rest of a corrupt gzip file); a bad span
+    # inside a kept line is a warning, not a record.
+    info.skipped = log.lined - decoded.span_warnings + (stream.error is not None)
+    warnings.extend(log.close())
     if any(segments):
         segment_of = pl.DataFrame(
             {"line": [line for line, _ in ordered], "segment": segments}, schema={"line": pl.Int64, "segment": pl.Int32}

@@ -8,12 +8,12 @@ attribution). This module composes the two per file, with the table cache and th
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
+from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.span_build import build_spans, empty_spans
 from trace_doctor.ingest.trace_read import Progress, read_trace_events
 from trace_doctor.model import IngestWarning, InputFile
@@ -76,21 +76,23 @@ def _parse_trace_file(
 ) -> tuple[pl.DataFrame, InputFile]:
     info = InputFile(kind="trace", path=str(path))
     source = str(path)
-    bad: list[IngestWarning] = []
+    bad = FileWarnings(source)
     try:
-        events, meta = read_trace_events(path, bad, progress)
-    except (OSError, EOFError, zlib.error) as exc:  # zlib.error (a corrupt deflate stream) is no OSError
-        # An unreadable or corrupt (e.g. truncated gzip) file: one warning for the whole file.
-        warnings.append(IngestWarning(source, None, f"cannot read file: {getattr(exc, 'strerror', None) or exc}"))
+        events, meta, broken = read_trace_events(path, bad, progress)
+    except OSError as exc:
+        # A file that cannot be opened: one warning for the whole file.
+        warnings.append(IngestWarning(source, None, f"cannot read file: {exc.strerror or exc}"))
         info.skipped = 1
         return empty_spans(), info
     if on_read is not None:
         on_read()
-    warnings.extend(bad)
     info.records = events.height + meta.height
-    info.skipped = sum(1 for w in bad if w.line is not None)
+    # Every warning with a line so far is a record that could not be read; a corrupt compressed
+    # stream is one more (the unreadable rest), as a file that cannot be read at all always was.
+    info.skipped = bad.lined + broken
     holder = [events]
     del events  # the builder frees the full event table as soon as it is split
-    spans = build_spans(holder, meta, source, warnings)
+    spans = build_spans(holder, meta, source, bad)
+    warnings.extend(bad.close())
     info.note = f"{spans.height} spans from {info.records} events"
     return spans, info

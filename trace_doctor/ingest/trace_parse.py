@@ -16,12 +16,14 @@ import io
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
 import polars as pl
 
 from trace_doctor.ingest.bisected_read import Refused, read_bisected
-from trace_doctor.ingest.jsonl import decode_line, finite_float, json_text
+from trace_doctor.ingest.chunk_lines import BLANK, GARBAGE, ChunkLines, runs
+from trace_doctor.ingest.file_warnings import FileWarnings
+from trace_doctor.ingest.jsonl import decode_line, finite_float, json_text, shown
 from trace_doctor.ingest.trace_layout import LAYOUT_COLUMNS, read_layout
-from trace_doctor.model import IngestWarning
 
 SPAN_PHASES = ("B", "E", "X")
 
@@ -51,32 +53,28 @@ class ChunkRead(NamedTuple):
 
     events: list[pl.DataFrame]
     meta: list[pl.DataFrame]
-    bad: list[IngestWarning]
+    bad: FileWarnings
     lines: int
 
 
 def read_chunk(chunk: bytes, source: str, unterminated: bool) -> ChunkRead:
     """Read a chunk: lines in the cookbook's fixed layout are typed without JSON decoding, the rest
     are read generally; metadata rows are set apart here, on the reading threads."""
-    bad: list[IngestWarning] = []
+    bad = FileWarnings(source)
     layout = read_layout(chunk, EVENT_COLUMNS)
     if layout is not None and layout.others.is_empty():
         return ChunkRead(*_split_lists([layout.rows]), bad, layout.lines)
-    lines = chunk.split(b"\n")
-    if not unterminated:
-        lines.pop()  # the empty piece after the final newline
-    if layout is not None:
-        picked = [(lines[i], 1 + i) for i in layout.others.to_list()]
-    else:
-        picked = [(raw, i) for i, raw in enumerate(lines, start=1)]
-    # Blank lines are no events and no problems.
-    picked = [(raw, number) for raw, number in picked if raw.strip()]
-    truncated_line = len(lines) if unterminated else None
-    general = _read_lines([raw for raw, _ in picked], [n for _, n in picked], source, bad, truncated_line)
+    lines = ChunkLines(chunk, unterminated)
+    others = layout.others.to_numpy() if layout is not None else np.arange(lines.count)
+    truncated_line = lines.count if unterminated else None
+    general = [drop_incomplete(frame, bad) for frame in _read_lines(lines, others, source, bad, truncated_line)]
+    # In line order, whichever reader took each line (the per-line decoder, or the typed read whose
+    # unusable rows drop_incomplete reports after it).
+    bad.sort_listed()
     if layout is not None:
         # Back into file order: later stages (segments) rely on it.
         general = [pl.concat([layout.rows, *general], how="vertical").sort("line")]
-    return ChunkRead(*_split_lists(general), bad, len(lines))
+    return ChunkRead(*_split_lists(general), bad, lines.count)
 
 
 def _split_lists(frames: list[pl.DataFrame]) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
@@ -103,20 +101,46 @@ def split_metadata(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _read_lines(
-    lines: list[bytes], numbers: list[int], source: str, bad: list[IngestWarning], truncated_line: int | None
+    lines: ChunkLines, indices: np.ndarray, source: str, bad: FileWarnings, truncated_line: int | None
 ) -> list[pl.DataFrame]:
-    """Read lines with polars' typed JSON reader; the lines it refuses are decoded one by one, in place."""
+    """Read the lines at `indices` (0-based, in order) generally, as runs of one kind of line.
+
+    Blank lines are no events and no problems. Lines that may be objects are read with polars'
+    typed JSON reader, the lines it refuses decoded one by one, in place; a run too short to be
+    worth a read of its own is decoded line by line. Lines that cannot be events (garbage, a log
+    line) never go to polars, where each would refuse the whole read around it: each is a warning,
+    and past the warnings listed they are only counted, so a file of garbage costs no Python object
+    per line. Runs are taken in line order, so warnings come in line order.
+    """
     frames = []
-    for piece in read_bisected(lines, numbers, _typed_rows, min_lines=MIN_BISECT_LINES):
-        if isinstance(piece, Refused):
-            rows = [
-                _decode_line(raw, number, source, bad, truncated_line)
-                for raw, number in zip(piece.lines, piece.numbers, strict=True)
-            ]
-            frames.append(rows_frame([r for r in rows if r is not None]))
-        else:
-            frames.append(piece)
-    return frames
+    for start, stop, kind in runs(indices, lines.kinds):
+        if kind == BLANK:
+            continue
+        run = indices[start:stop]
+        if kind == GARBAGE:
+            listed = min(bad.room, run.size)
+            for index in run[:listed].tolist():
+                _decode_line(lines.line(index), index + 1, source, bad, truncated_line)
+            if run.size > listed:
+                bad.count_unlisted(int(run.size - listed), int(run[listed]) + 1)
+            continue
+        numbers = (run + 1).tolist()
+        raw = [lines.line(index) for index in run.tolist()]
+        pieces = (
+            read_bisected(raw, numbers, _typed_rows, min_lines=MIN_BISECT_LINES)
+            if run.size >= MIN_BISECT_LINES
+            else [Refused(raw, numbers)]
+        )
+        for piece in pieces:
+            if isinstance(piece, Refused):
+                rows = [
+                    _decode_line(line, number, source, bad, truncated_line)
+                    for line, number in zip(piece.lines, piece.numbers, strict=True)
+                ]
+                frames.append(rows_frame([r for r in rows if r is not None]))
+            else:
+                frames.append(piece)
+    return [f for f in frames if f.height] or [rows_frame([])]
 
 
 def _typed_rows(data: bytes, numbers: list[int]) -> pl.DataFrame | None:
@@ -138,7 +162,7 @@ def _typed_rows(data: bytes, numbers: list[int]) -> pl.DataFrame | None:
 
 
 def _decode_line(
-    raw: bytes, line: int, source: str, bad: list[IngestWarning], truncated_line: int | None
+    raw: bytes, line: int, source: str, bad: FileWarnings, truncated_line: int | None
 ) -> dict[str, Any] | None:
     parsed = decode_line(raw, line, source, bad, truncated=line == truncated_line, expect_object=False)
     if parsed is None:
@@ -146,13 +170,13 @@ def _decode_line(
     value = parsed.value
     row, problem = validate_event(value)
     if problem is not None:
-        bad.append(IngestWarning(source, line, problem))
+        bad.add(line, problem)
         return None
     row["line"] = line
     return row
 
 
-def drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning]) -> pl.DataFrame:
+def drop_incomplete(events: pl.DataFrame, bad: FileWarnings) -> pl.DataFrame:
     """`events` without the rows polars typed but that cannot be used (no phase, a span event without
     a timestamp, an X event without a duration), each reported in `bad`."""
     incomplete = (
@@ -161,15 +185,21 @@ def drop_incomplete(events: pl.DataFrame, source: str, bad: list[IngestWarning])
         | ((pl.col("ph") == "X") & (pl.col("dur").is_null() | (pl.col("dur") < 0)))
     )
     dropped = events.filter(incomplete)
-    for ph, line, dur in dropped.select("ph", "line", "dur").iter_rows():
+    if not dropped.height:
+        return events
+    # Only the warnings that will be listed are written; the rest are counted.
+    listed = min(bad.room, dropped.height)
+    for ph, line, dur in dropped.head(listed).select("ph", "line", "dur").iter_rows():
         if ph is None:
             problem = "event without a string `ph` (phase)"
         elif ph == "X" and (dur is None or dur < 0):
             problem = f"X event `dur` is not a non-negative number ({dur!r})"
         else:
             problem = "`ts` is missing"
-        bad.append(IngestWarning(source, line, problem))
-    return events.filter(~incomplete) if dropped.height else events
+        bad.add(line, problem)
+    if dropped.height > listed:
+        bad.count_unlisted(dropped.height - listed, dropped.get_column("line")[listed])
+    return events.filter(~incomplete)
 
 
 def rows_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -200,24 +230,29 @@ def validate_event(value: Any) -> tuple[dict[str, Any], str | None]:
     pid, pid_label, pid_ok = _ident(value.get("pid"))
     tid, tid_label, tid_ok = _ident(value.get("tid"))
     if not (pid_ok and tid_ok):
-        return {}, f"`pid`/`tid` of unexpected type ({str(value.get('pid'))[:20]!r}, {str(value.get('tid'))[:20]!r})"
+        return {}, f"`pid`/`tid` of unexpected type ({shown(value.get('pid'), 20)!r}, {shown(value.get('tid'), 20)!r})"
+    # The same words as drop_incomplete's for what the typed read lets through (a missing `ts`, a
+    # negative or missing `dur`), so a line's warning does not depend on which reader took it.
     ts = finite_float(value.get("ts"))
     if ph in SPAN_PHASES and ts is None:
-        return {}, f"`ts` is not a finite number ({str(value.get('ts'))[:40]!r})"
+        if value.get("ts") is None:
+            return {}, "`ts` is missing"
+        return {}, f"`ts` is not a finite number ({shown(value.get('ts'), 40)!r})"
     dur = finite_float(value.get("dur"))
     if ph == "X" and (dur is None or dur < 0):
-        return {}, f"X event `dur` is not a non-negative number ({str(value.get('dur'))[:40]!r})"
+        shown_dur = dur if dur is not None or value.get("dur") is None else shown(value.get("dur"), 40)
+        return {}, f"X event `dur` is not a non-negative number ({shown_dur!r})"
     name = value.get("name")
     args = value.get("args")
     cat = value.get("cat")
     return {
-        "name": name if isinstance(name, str) or name is None else str(name),
+        "name": name if isinstance(name, str) or name is None else shown(name),
         "ph": ph,
         "pid": pid,
         "tid": tid,
         "ts": ts,
         "dur": dur,
-        "cat": cat if isinstance(cat, str) or cat is None else str(cat),
+        "cat": cat if isinstance(cat, str) or cat is None else shown(cat),
         "args": None if args is None else json_text(args),
         "pid_label": pid_label,
         "tid_label": tid_label,

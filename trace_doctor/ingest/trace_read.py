@@ -3,69 +3,82 @@
 A JSONL trace (`trace_events.jsonl`, gzipped or not) is cut into ~8 MB chunks at line boundaries,
 read on two threads and taken back in file order, so the raw bytes are never all in memory at once
 and the output never depends on thread timing. A JSON document (an array, a `{"traceEvents": ...}`
-object, a converted `trace.json`) is decoded whole and validated event by event.
+object, a converted `trace.json`) is cut into one line per event as it is read (trace_document.py)
+and then read exactly like a JSONL trace, `line` being the event's index in its array.
 """
 
 from __future__ import annotations
 
-import gzip
-import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import NamedTuple
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import decode_json, iter_line_chunks
+from trace_doctor.ingest.columnwise import concat_releasing
+from trace_doctor.ingest.file_warnings import FileWarnings
+from trace_doctor.ingest.input_stream import InputStream
+from trace_doctor.ingest.jsonl import CHUNK_BYTES, LineChunk, decode_json, iter_line_chunks, oversized_problem
+from trace_doctor.ingest.trace_document import DocumentEvents, has_trace_events
 from trace_doctor.ingest.trace_parse import (
-    EVENT_COLUMNS,
     META_COLUMNS,
     SPAN_EVENT_COLUMNS,
     ChunkRead,
-    drop_incomplete,
     read_chunk,
-    rows_frame,
-    split_metadata,
-    validate_event,
 )
-from trace_doctor.model import IngestWarning
 
 Progress = Callable[[str, int, int], None]
 
-# Bytes per polars read: large enough that per-call overhead vanishes, small enough that a
-# malformed line is isolated with a few cheap re-reads, and progress moves visibly.
-CHUNK_BYTES = 8 * 1024 * 1024
 # Chunks read at once, and chunks held (read or being read) at once: two threads keep both cores of
 # a small CI machine busy; holding one more lets the next chunk's bytes be ready when a thread frees.
 READ_WORKERS = 2
 READ_AHEAD_CHUNKS = 3
+# Bytes looked at to tell a JSON document from JSONL (as much as discovery looks at).
+HEAD_BYTES = 256 * 1024
+# How a document's warnings name the event (its `line` is its index in the event array).
+EVENT_PREFIX = "event "
 
 
-def read_trace_events(
-    path: Path, bad: list[IngestWarning], progress: Progress | None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(span events, metadata rows) of one trace file, each row with its line; unreadable records go to `bad`.
+class TraceRead(NamedTuple):
+    """One trace file's span events and metadata rows (each with its line), and whether a corrupt
+    compressed stream cut it short (its unreadable rest counts as one skipped record)."""
 
-    Raises OSError or EOFError when the file itself cannot be read (e.g. a truncated gzip).
+    events: pl.DataFrame
+    meta: pl.DataFrame
+    broken: bool
+
+
+def read_trace_events(path: Path, bad: FileWarnings, progress: Progress | None) -> TraceRead:
+    """The events of one trace file; unreadable records go to `bad`.
+
+    Raises OSError when the file cannot be opened. A corrupt gzip stream or the decompression cap
+    ends the read with a warning, keeping the records before it.
     """
     source = str(path)
-    with open(path, "rb") as raw:
-        compressed = raw.read(2) == b"\x1f\x8b"
-        raw.seek(0)
-        total = os.fstat(raw.fileno()).st_size
-        stream: BinaryIO = gzip.GzipFile(fileobj=raw) if compressed else raw
-        head = stream.read(65536)
-        stream.seek(0)
-        if _is_json_document(head):
-            return split_metadata(read_document_events(stream.read(), source, bad, progress))
-        return read_jsonl_events(stream, source, bad, progress, total_bytes=total, position=raw.tell)
+    with InputStream(path) as stream:
+        if _is_json_document(stream.head(HEAD_BYTES)):
+            document = DocumentEvents(stream)
+            pieces = (LineChunk(piece.data, False, piece.oversized) for piece in document)
+            events, meta = read_line_chunks(pieces, source, bad, progress, stream, prefix=EVENT_PREFIX)
+            if document.truncated is not None:
+                number = document.truncated
+                bad.add(number, f"event {number}: the document ends inside this event (truncated); skipped")
+            if document.problem is not None:
+                # As a whole-document failure always was: one skipped record at line 1.
+                bad.add(None if document.found else 1, document.problem)
+        else:
+            chunks = iter_line_chunks(stream, CHUNK_BYTES)
+            events, meta = read_line_chunks(chunks, source, bad, progress, stream)
+        for problem in stream.problems():
+            bad.add(None, problem)
+    return TraceRead(events, meta, stream.error is not None)
 
 
 def _is_json_document(data: bytes) -> bool:
     """True for a JSON array or a `{"traceEvents": ...}` object rather than one event per line."""
-    head = data[:65536].lstrip()
+    head = data.lstrip()
     if head.startswith(b"["):
         # A trace array opens with an event (or closes empty); a line-delimited file whose first
         # line merely starts with '[' (a log line, say) is read line by line, so it costs one line.
@@ -76,7 +89,7 @@ def _is_json_document(data: bytes) -> bool:
     try:
         first = decode_json(first_line)
     except Exception:  # noqa: BLE001 - a pretty-printed object's first line is not JSON by itself
-        return b'"traceEvents"' in head
+        return b'"traceEvents"' in head[:65536] or has_trace_events(head)
     return isinstance(first, dict) and "ph" not in first and "traceEvents" in first
 
 
@@ -88,16 +101,19 @@ def _decodes(raw: bytes) -> bool:
     return True
 
 
-def read_jsonl_events(
-    stream: BinaryIO,
+def read_line_chunks(
+    chunks: Iterable[LineChunk],
     source: str,
-    bad: list[IngestWarning],
+    bad: FileWarnings,
     progress: Progress | None,
+    stream: InputStream,
     *,
-    total_bytes: int,
-    position: Callable[[], int],
+    prefix: str = "",
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every readable event of a JSONL trace, typed, with its 1-based line number: (span events, metadata)."""
+    """Every readable event of the chunks' lines, typed, with its 1-based line number: (span events, metadata).
+
+    `prefix` names the line in warnings (a document's events: "event 12: ...").
+    """
     frames: list[pl.DataFrame] = []
     metas: list[pl.DataFrame] = []
     # Chunks are read concurrently (polars releases the GIL while a chunk's query runs), at most
@@ -114,14 +130,17 @@ def read_jsonl_events(
         shift = pl.col("line") + line_offset
         frames.extend(f.with_columns(shift) if line_offset else f for f in read.events)
         metas.extend(f.with_columns(shift) if line_offset else f for f in read.meta)
-        bad.extend(w if w.line is None else IngestWarning(w.path, w.line + line_offset, w.problem) for w in read.bad)
+        bad.absorb(read.bad, line_offset, prefix=prefix)
         line_offset += read.lines
         if progress is not None:
-            progress(Path(source).name, position(), total_bytes)
+            progress(Path(source).name, stream.position(), stream.size)
 
     with ThreadPoolExecutor(max_workers=READ_WORKERS, thread_name_prefix="trace-chunk") as pool:
-        for chunk, unterminated in iter_line_chunks(stream, CHUNK_BYTES):
-            pending.append(pool.submit(read_chunk, chunk, source, unterminated))
+        for chunk in chunks:
+            if chunk.oversized:
+                pending.append(_oversized(source, chunk.oversized))
+            else:
+                pending.append(pool.submit(read_chunk, chunk.data, source, chunk.unterminated))
             if len(pending) >= READ_AHEAD_CHUNKS:
                 take_oldest()
         while pending:
@@ -132,38 +151,15 @@ def read_jsonl_events(
         return pl.DataFrame(schema=SPAN_EVENT_COLUMNS), meta
     # Chunks and bisected pieces come in file order: no sort. One contiguous table, copied once
     # here: filters and struct hashes on a table of many chunks would each copy their columns into
-    # one chunk again (at 1M events that cost ~100 MB of peak memory).
-    events = pl.concat(frames, how="vertical", rechunk=True)
-    frames.clear()  # the chunks' copies go now, not when the function returns
-    return drop_incomplete(events, source, bad), meta
+    # one chunk again (at 1M events that cost ~100 MB of peak memory). Copied a column at a time,
+    # so the chunks' columns go as they are copied: the peak is the table and one column, not two tables.
+    return concat_releasing(frames), meta
 
 
-def read_document_events(data: bytes, source: str, bad: list[IngestWarning], progress: Progress | None) -> pl.DataFrame:
-    """Events of a JSON array or trace object; `line` is the 1-based index of the event."""
-    try:
-        document = decode_json(data)
-    except Exception as exc:  # noqa: BLE001 - the whole document is unreadable: one warning
-        text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-        bad.append(IngestWarning(source, 1, f"not a valid JSON trace document: {text}"))
-        return pl.DataFrame(schema=EVENT_COLUMNS)
-    if progress is not None:
-        progress(Path(source).name, len(data), len(data))
-    if isinstance(document, dict):
-        events = document.get("traceEvents")
-        if not isinstance(events, list):
-            bad.append(IngestWarning(source, 1, "JSON object without a `traceEvents` list"))
-            return pl.DataFrame(schema=EVENT_COLUMNS)
-    elif isinstance(document, list):
-        events = document
-    else:
-        bad.append(IngestWarning(source, 1, f"expected a JSON array or object, got {type(document).__name__}"))
-        return pl.DataFrame(schema=EVENT_COLUMNS)
-    rows: list[dict[str, Any]] = []
-    for index, value in enumerate(events, start=1):
-        row, problem = validate_event(value)
-        if problem is not None:
-            bad.append(IngestWarning(source, index, f"event {index}: {problem}"))
-            continue
-        row["line"] = index
-        rows.append(row)
-    return rows_frame(rows)
+def _oversized(source: str, length: int) -> Future[ChunkRead]:
+    """A line too long to hold, as an already-read chunk of one line and one warning."""
+    warnings = FileWarnings(source)
+    warnings.add(1, oversized_problem(length))
+    done: Future[ChunkRead] = Future()
+    done.set_result(ChunkRead([], [], warnings, 1))
+    return done
