@@ -56,7 +56,9 @@ def _off_policy(ctx, rows: pl.DataFrame, mode: str) -> list[Finding]:
         else "unknown (no async_config in config.json)"
     )
     if lag is None and stale.is_empty():
-        raise NotApplicable(f"a {mode} loop without sampling_client/step_* or async/staleness_* keys or stale-sample lines")
+        raise NotApplicable(
+            f"a {mode} loop without sampling_client/step_* or async/staleness_* keys or stale-sample lines"
+        )
     findings: list[Finding] = []
     lag_text = ""
     if lag is not None:

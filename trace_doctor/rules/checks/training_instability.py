@@ -20,7 +20,9 @@ def _describe(bad: dict[str, pl.DataFrame], total_steps: int) -> str:
     parts = []
     for column, frame in sorted(bad.items(), key=lambda kv: int(kv[1]["step"].min())):
         kinds = "/".join(sorted(set(frame["value"].to_list())))
-        parts.append(f"`{column}` {kinds} on {frame.height} of {total_steps} steps from step {int(frame['step'].min())}")
+        parts.append(
+            f"`{column}` {kinds} on {frame.height} of {total_steps} steps from step {int(frame['step'].min())}"
+        )
     return "; ".join(parts[:6]) + (f"; and {len(parts) - 6} more keys" if len(parts) > 6 else "")
 
 
@@ -59,13 +61,8 @@ def _non_finite(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> list[Findin
                 "away by max_length contribute no loss.",
             )
         else:
-            message = (
-                f"Non-finite {', '.join(families)} values: {_describe(training, rows.height)}."
-                + (
-                    " They persist to the last step: the weights are likely corrupted from there on."
-                    if persists
-                    else ""
-                )
+            message = f"Non-finite {', '.join(families)} values: {_describe(training, rows.height)}." + (
+                " They persist to the last step: the weights are likely corrupted from there on." if persists else ""
             )
             severity, fix = (
                 "error",
