@@ -149,7 +149,11 @@ def classify(path: Path) -> tuple[str | None, str]:
         return None, "HTML (timing_gantt/logtree pages are summaries of inputs read elsewhere)"
     if name.endswith(".jsonl"):
         kind = _classify_jsonl(head)
-        return (kind, "") if kind else (None, "JSONL that is not metrics, trace, timing spans, checkpoints or rollout summaries")
+        return (
+            (kind, "")
+            if kind
+            else (None, "JSONL that is not metrics, trace, timing spans, checkpoints or rollout summaries")
+        )
     if name.endswith(".json") or name.endswith(".json.gz"):
         kind = _classify_json(head)
         return (kind, "") if kind else (None, "JSON that is neither a pyinstrument profile nor a trace")

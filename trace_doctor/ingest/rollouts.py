@@ -78,6 +78,17 @@ class _Columns:
         return pl.DataFrame(self.data, schema=ROLLOUTS_SCHEMA)
 
 
+def _stop_from_metrics(metrics: Any) -> str | None:
+    """The env's `stop/<reason>` metric set on a turn (FORMATS 1.3 stop reasons), when the export has
+    no `stop_reason` field of its own."""
+    if not isinstance(metrics, dict):
+        return None
+    for key, value in metrics.items():
+        if isinstance(key, str) and key.startswith("stop/") and value == 1:
+            return key[5:]
+    return None
+
+
 def _steps_summary(steps: Any) -> tuple[int | None, int | None, int | None, int | None, str | None, int | None]:
     """(n_turns, ac_tokens, max_ac_len, last_ac_len, last_stop_reason, ob_len) of a record's steps."""
     if not isinstance(steps, list):
@@ -102,7 +113,7 @@ def _steps_summary(steps: Any) -> tuple[int | None, int | None, int | None, int 
             ob_known = True
         last_ac = ac
         stop = step.get("stop_reason")
-        last_stop = stop if isinstance(stop, str) else None
+        last_stop = stop if isinstance(stop, str) else _stop_from_metrics(step.get("metrics"))
     return (
         len(steps),
         ac_total if ac_known else None,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 # Stages of the guide's decision tree, in order, with the rules that are causes at that stage.
 TRIAGE_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("environment", ("known-bad-dependency", "decoded-error", "renderer-kl-step0", "kl-drift")),
+    ("training quality", ("constant-reward-groups", "entropy-collapse", "truncated-samples")),
     ("pipelining", ("pipelining-gap",)),
     ("timing breakdown", ("get-batch-bottleneck", "scheduled-work", "warmup-slowness")),
     (
@@ -82,6 +83,16 @@ SYMPTOMS: tuple[SymptomOf, ...] = (
     SymptomOf("decoded-error:sync-from-async", ("blocking-call-in-async",)),
     # The heartbeat runs on the SDK thread: it fails when that thread is starved, or on the network.
     SymptomOf("heartbeat-stall", ("gil-stall", "blocking-call-in-async", "request-retries")),
+    # Entropy and constant-reward groups move together (FORMATS 1.5: collapse toward 0 goes with
+    # frac_mixed -> 0); which explains which depends on the reward. A task the policy has solved makes
+    # every group all-correct and the sampler deterministic: the entropy fall is the saturation's
+    # symptom (entropy-collapse fingerprints it `:saturated`). Otherwise a collapsed sampler draws the
+    # same completion for every sample of a prompt, so its groups get one reward: the constant groups
+    # (all-bad or split) are the collapse's symptom.
+    SymptomOf("entropy-collapse:saturated", ("constant-reward-groups",)),
+    SymptomOf("constant-reward-groups:all-bad", ("entropy-collapse",)),
+    SymptomOf("constant-reward-groups:both", ("entropy-collapse",)),
+    SymptomOf("constant-reward-groups:unknown", ("entropy-collapse",)),
     # A GIL stall is the mechanism; the CPU or serialization work holding the GIL is the cause.
     SymptomOf("gil-stall", ("cpu-bound-main-thread", "serialization-stall")),
 )

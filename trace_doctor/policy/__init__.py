@@ -24,6 +24,11 @@ from typing import Any
 
 from trace_doctor.policy.baseline import NewFindingPolicy, StepTimeRegressionPolicy
 from trace_doctor.policy.environment import DecodedErrorPolicy, KnownBadDependencyPolicy
+from trace_doctor.policy.rl_quality import (
+    ConstantRewardGroupsPolicy,
+    EntropyCollapsePolicy,
+    TruncatedSamplesPolicy,
+)
 from trace_doctor.policy.profiles import (
     CpuBoundMainThreadPolicy,
     ProfileWithoutAsyncModePolicy,
@@ -65,6 +70,9 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "scheduled-work": ScheduledWorkPolicy,
         "renderer-kl-step0": RendererKlStep0Policy,
         "kl-drift": KlDriftPolicy,
+        "constant-reward-groups": ConstantRewardGroupsPolicy,
+        "entropy-collapse": EntropyCollapsePolicy,
+        "truncated-samples": TruncatedSamplesPolicy,
         "known-bad-dependency": KnownBadDependencyPolicy,
         "decoded-error": DecodedErrorPolicy,
         "request-retries": RequestRetriesPolicy,
