@@ -24,15 +24,15 @@ from typing import Any
 
 from trace_doctor.policy.baseline import NewFindingPolicy, StepTimeRegressionPolicy
 from trace_doctor.policy.environment import DecodedErrorPolicy, KnownBadDependencyPolicy
-from trace_doctor.policy.rl_quality import (
-    ConstantRewardGroupsPolicy,
-    EntropyCollapsePolicy,
-    TruncatedSamplesPolicy,
-)
 from trace_doctor.policy.profiles import (
     CpuBoundMainThreadPolicy,
     ProfileWithoutAsyncModePolicy,
     SerializationStallPolicy,
+)
+from trace_doctor.policy.rl_quality import (
+    ConstantRewardGroupsPolicy,
+    EntropyCollapsePolicy,
+    TruncatedSamplesPolicy,
 )
 from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
 from trace_doctor.policy.service import RequestRetriesPolicy, ServerSideWaitPolicy
