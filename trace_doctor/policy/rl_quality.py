@@ -14,7 +14,9 @@ class ConstantRewardGroupsPolicy:
         unit="share of groups in a step",
         why="A group whose samples all get the same reward has zero advantage and adds no gradient (Tinker "
         "notes; cookbook rl/data_processing.py drops them). Past half of the groups, most rollouts of the step "
-        "are wasted; healthy runs keep frac_mixed well above 0.5 (FORMATS 1.3 example: 0.69).",
+        "are wasted; healthy runs keep frac_mixed well above 0.5 (FORMATS 1.3 example: 0.69). A step counts "
+        "when its share is above this (exactly half is not most: with group_size 2 and p = 0.5 half the groups "
+        "are constant by chance).",
         bounds=SHARE,
     )
     min_share_of_steps: float = threshold(
@@ -44,7 +46,7 @@ class ConstantRewardGroupsPolicy:
     min_reward_gain: float = threshold(
         0.2,
         unit="reward (absolute)",
-        why="The rise in mean reward from the first window to the onset that makes a late saturation a "
+        why="The rise in mean reward from the first step (the starting model) to the onset that makes a saturation a "
         "learned task rather than a task that was always easy.",
         bounds=POSITIVE,
     )

@@ -94,13 +94,13 @@ def _log_lines(ctx) -> tuple[int, int]:
 
 
 def _onset(shares: list[float], threshold: float, stay: float) -> int | None:
-    """Index of the first step at or above `threshold` from which at least `stay` of the remaining
-    steps stay at or above it (one pass from the end)."""
+    """Index of the first step above `threshold` from which at least `stay` of the remaining steps stay
+    above it (one pass from the end)."""
     above_from = [0] * (len(shares) + 1)
     for i in range(len(shares) - 1, -1, -1):
-        above_from[i] = above_from[i + 1] + (shares[i] >= threshold)
+        above_from[i] = above_from[i + 1] + (shares[i] > threshold)
     for i, value in enumerate(shares):
-        if value >= threshold and above_from[i] >= stay * (len(shares) - i):
+        if value > threshold and above_from[i] >= stay * (len(shares) - i):
             return i
     return None
 
@@ -189,14 +189,14 @@ def check(ctx) -> list[Finding]:
     shares = per_step["constant"].to_list()
     if len(shares) < min(t.min_steps, 2) or (len(shares) < t.min_steps and exact.height == 0):
         raise NotApplicable(f"only {len(shares)} step(s) with a constant-group share (needs {t.min_steps})")
-    above = per_step.filter(pl.col("constant") >= t.min_constant_share)
+    above = per_step.filter(pl.col("constant") > t.min_constant_share)
     share_of_steps = above.height / len(shares)
     overall = sum(shares) / len(shares)
     if share_of_steps < t.min_share_of_steps or above.height < min(t.min_steps, len(shares)) // 2:
         lines = f"; {uniform_lines} `All rewards are uniform` line(s)" if uniform_lines else ""
         return ctx.passed(
             f"constant-reward groups average {overall:.0%} of a step ({source}); {above.height} of {len(shares)} "
-            f"step(s) at or above {t.min_constant_share:.0%}{lines}"
+            f"step(s) above {t.min_constant_share:.0%}{lines}"
         )
 
     good = per_step["all_good"].drop_nulls()
@@ -220,7 +220,7 @@ def check(ctx) -> list[Finding]:
     late = shares[onset:] if onset is not None else shares
     message = (
         f"{median(late):.0%} of the groups per step had one reward for every sample (median from step "
-        f"{onset_step}; {above.height} of {len(shares)} steps at or above {t.min_constant_share:.0%}), from "
+        f"{onset_step}; {above.height} of {len(shares)} steps above {t.min_constant_share:.0%}), from "
         f"{source}. {what}"
     )
     if dropped_before_metrics and "rollout" in source:
