@@ -27,6 +27,7 @@ from trace_doctor.ingest.launches import launches_of
 from trace_doctor.ingest.logs import parse_log_files
 from trace_doctor.ingest.metrics import parse_metrics_files
 from trace_doctor.ingest.profiles import parse_profile_files
+from trace_doctor.ingest.rollouts import parse_rollout_files
 from trace_doctor.ingest.timing_spans import parse_timing_spans_files
 from trace_doctor.ingest.trace_events import parse_trace_files
 from trace_doctor.model import Analysis, IngestWarning, RunMeta, RunTables
@@ -83,6 +84,7 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
         run.inputs += infos
         later_warnings: list[IngestWarning] = []
         run.checkpoints, checkpoint_infos = parse_checkpoint_files(files["checkpoints"], later_warnings)
+        run.rollouts, rollout_infos = parse_rollout_files(files["rollouts"], later_warnings)
         run.frames, run.profiles, profile_infos = parse_profile_files(files["profile"], later_warnings)
         run.task_snapshots, run.stack_snapshots, dump_infos = parse_dump_files(files["dump"], later_warnings)
         # Dumps are usually captured stdout, which also carries GIL-monitor and SDK lines.
@@ -90,7 +92,7 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
         trace_read.wait()
         span_warnings: list[IngestWarning] = []
         run.step_spans, span_infos = parse_timing_spans_files(files["spans"], span_warnings)
-        later_inputs = span_infos + checkpoint_infos + profile_infos + dump_infos + log_infos
+        later_inputs = span_infos + checkpoint_infos + rollout_infos + profile_infos + dump_infos + log_infos
         later_warnings = span_warnings + later_warnings
         run.spans, infos = trace_future.result()
     run.inputs += infos + later_inputs

@@ -187,6 +187,27 @@ CHECKPOINTS_SCHEMA: dict[str, pl.DataType] = {
     "rolling": pl.Boolean,
     "line": pl.Int64,
 }
+# One row per trajectory of the RL rollout summaries (FORMATS.md 3.6): the exact per-group rewards
+# and per-sample lengths that metrics.jsonl only has as batch averages.
+ROLLOUTS_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "line": pl.Int64,
+    "split": pl.String,  # train | eval/<label>
+    "iteration": pl.Int64,
+    "group_idx": pl.Int64,
+    "traj_idx": pl.Int64,
+    "sampling_client_step": pl.Int64,
+    "total_reward": pl.Float64,
+    "final_reward": pl.Float64,
+    "n_turns": pl.Int64,
+    "ac_tokens": pl.Int64,  # sum of the steps' ac_len
+    "max_ac_len": pl.Int64,
+    "last_ac_len": pl.Int64,  # the final turn's ac_len (truncation is decided there)
+    "last_stop_reason": pl.String,  # the final turn's stop_reason (newer exports: "length" / "stop")
+    "ob_len": pl.Int64,  # sum of the steps' ob_len (as metrics' total_ob_tokens counts them)
+    "final_ob_len": pl.Int64,
+    "tags": pl.String,  # comma-joined
+}
 
 
 @dataclass
@@ -203,6 +224,7 @@ class RunTables:
     stack_snapshots: pl.DataFrame = field(default_factory=lambda: _empty(STACK_SNAPSHOTS_SCHEMA))
     log_events: pl.DataFrame = field(default_factory=lambda: _empty(LOG_EVENTS_SCHEMA))
     checkpoints: pl.DataFrame = field(default_factory=lambda: _empty(CHECKPOINTS_SCHEMA))
+    rollouts: pl.DataFrame = field(default_factory=lambda: _empty(ROLLOUTS_SCHEMA))
     inputs: list[InputFile] = field(default_factory=list)
     # The processes that wrote the metrics (ingest.launches.Launch): one, or several after relaunches.
     launches: list[Any] = field(default_factory=list)
@@ -221,6 +243,7 @@ class RunTables:
         "stack_snapshots",
         "log_events",
         "checkpoints",
+        "rollouts",
     )
 
     def tables(self) -> dict[str, pl.DataFrame]:
