@@ -62,8 +62,7 @@ def _events(run: RunTables, kind: str) -> Iterator[dict[str, Any]]:
     events = run.log_events
     if events.is_empty() or "kind" not in events.columns:
         return
-    for row in events.filter(pl.col("kind") == kind).sort("source", "line", nulls_last=True).iter_rows(named=True):
-        yield row
+    yield from events.filter(pl.col("kind") == kind).sort("source", "line", nulls_last=True).iter_rows(named=True)
 
 
 def _walk(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
