@@ -222,3 +222,20 @@ def test_sft_row_builder_nll_is_drawn(tmp_path):
     by_name = {trace["name"]: trace for trace in loss["data"]}
     assert len(by_name["train_mean_nll"]["x"]) == 30
     assert by_name["eval test/nll"]["x"] == [0, 10, 20]
+
+
+def test_kl_drift_is_shaded_over_the_steps_it_names():
+    """The real kl-drift rule on a run whose KL leaves the stable band at step 5 and stays out."""
+    from rule_helpers import run_from_rows
+
+    rows = [
+        {"step": i, "progress/batch": i, "env/all/reward/total": 0.5, "optim/kl_sample_train_v2": v}
+        for i, v in enumerate([1e-4] * 5 + [0.04] * 15)
+    ]
+    result = analyze(run_from_rows(rows))
+    (index,) = [i for i, f in enumerate(result.findings) if f.rule == "kl-drift"]
+    drift = result.findings[index]
+    kl = figures(render_html(result))["chart-health-kl"]
+    shaded = [(s["x0"], s["x1"]) for s in kl["layout"]["shapes"] if s.get("name") == f"finding-{index}"]
+    assert drift.steps and shaded == [(min(drift.steps) - 0.5, max(drift.steps) + 0.5)]
+    assert min(drift.steps) >= 5

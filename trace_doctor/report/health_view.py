@@ -61,8 +61,11 @@ def plan(result: Analysis, kl_band: float) -> Plan:
 
     `kl_band` is the stable-KL bound the rules judged against (the policy's shared knob)."""
     live = _rows(result.run.steps)
-    present = [c for c in live.columns if live.schema[c].is_numeric() and live[c].drop_nulls().len() > 0]
-    panels = health_panels(present, result.run.meta.config, max_stable_kl=kl_band)
+    config = result.run.meta.config
+    # Names first (a run can log thousands of keys), then only the candidates are checked for values.
+    wanted = {s.column for p in health_panels(live.columns, config, max_stable_kl=kl_band) for s in p.series}
+    present = [c for c in sorted(wanted) if live.schema[c].is_numeric() and live[c].drop_nulls().len() > 0]
+    panels = health_panels(present, config, max_stable_kl=kl_band)
     marked = {}
     if panels:
         for i, finding in enumerate(result.findings):
