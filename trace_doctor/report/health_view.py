@@ -27,6 +27,7 @@ from trace_doctor.report.timeline_figure import LANE_DIMMED_OPACITY, SHADE_DIMME
 # eval series in violet, dotted, with diamond markers, so they never read as training values.
 SERIES_STYLE = (("#24292f", "solid"), ("#6e7781", "dash"), ("#8c959f", "dot"))
 EVAL_COLOUR = "#6e40c9"
+EVAL_MARKERS_MAX = 60
 PANEL_HEIGHT_PX = 240
 # Each panel gets this share of the step-points budget (several panels and series share a page).
 PANEL_POINTS_SHARE = 0.25
@@ -130,6 +131,13 @@ def _value_at(steps: list[int], values: list[float | None], step: int) -> float 
     return best
 
 
+def _hover(column: str, note: str = "") -> str:
+    """One hover template per series, not a string per point (a long run's panels stay small).
+    The name is input: made inert for plotly's HTML, and no `%{` left to read as a placeholder."""
+    name = plot_text(column).replace("%{", "% {")
+    return f"step %{{x}}{note}<br>{name} = %{{y:.4g}}<extra></extra>"
+
+
 def _figure(
     panel: Panel,
     train: pl.DataFrame,
@@ -153,11 +161,7 @@ def _figure(
                 mode="lines+markers" if len(steps) <= 120 else "lines",
                 line={"color": colour, "width": 1.6, "dash": dash},
                 marker={"size": 3},
-                hovertext=[
-                    f"step {s}<br>{plot_text(series.column)} = {v:.4g}" if v is not None else f"step {s}"
-                    for s, v in zip(steps, values, strict=True)
-                ],
-                hoverinfo="text",
+                hovertemplate=_hover(series.column),
                 connectgaps=False,
             )
         )
@@ -171,14 +175,11 @@ def _figure(
                 x=steps,
                 y=values,
                 name=plot_text(f"eval {series.label}"),
-                mode="lines+markers",
+                # Diamonds while they stay apart; a thousand evals read as a dotted line alone.
+                mode="lines+markers" if len(steps) <= EVAL_MARKERS_MAX else "lines",
                 line={"color": EVAL_COLOUR, "width": 1.4, "dash": "dot"},
                 marker={"size": 7, "symbol": "diamond"},
-                hovertext=[
-                    f"step {s} (eval)<br>{plot_text(series.column)} = {v:.4g}" if v is not None else f"step {s}"
-                    for s, v in zip(steps, values, strict=True)
-                ],
-                hoverinfo="text",
+                hovertemplate=_hover(series.column, " (eval)"),
             )
         )
     shapes: list[dict[str, Any]] = []
