@@ -19,7 +19,19 @@ from trace_doctor.file_names import input_path
 from trace_doctor.ingest.rollouts import is_rollout_summaries_name
 from trace_doctor.model import PassedOver
 
-KINDS = ("metrics", "trace", "spans", "config", "checkpoints", "rollouts", "profile", "dump", "log", "code_diff")
+KINDS = (
+    "metrics",
+    "trace",
+    "spans",
+    "config",
+    "checkpoints",
+    "rollouts",
+    "profile",
+    "dump",
+    "log",
+    "code_diff",
+    "wandb_metadata",
+)
 
 SNIFF_BYTES = 256 * 1024
 # Deep enough for a sweep's folder of runs (results/<sweep>/<model>/<run>/wandb/<id>/files/output.log).
@@ -135,6 +147,9 @@ def classify(path: Path) -> tuple[str | None, str]:
         return "rollouts", ""
     if name == "code.diff":
         return "code_diff", ""
+    if name == "wandb-metadata.json":
+        # W&B's record of the training machine (python, host, args, git): run metadata, not timing.
+        return "wandb_metadata", ""
     if name == "logs.log":
         # The cookbook's log by name, even with NUL runs in it (a crash mid-write leaves them).
         return "log", ""
