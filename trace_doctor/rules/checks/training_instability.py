@@ -34,6 +34,37 @@ def _empty_batch_steps(rows: pl.DataFrame, steps: list[int]) -> set[int]:
     return {int(s) for s in empty["step"].to_list()}
 
 
+def _never_finite(ctx, rows: pl.DataFrame, training: dict[str, pl.DataFrame], columns: dict[str, str]):
+    """A diagnostic estimate (KL, entropy) non-finite on every step it was logged, from the first, while
+    no loss or gradient is: it was never computable — a logging problem (no sampled logprobs to
+    compare), not an update that diverged. None when that is not the shape."""
+    if {"loss", "grad"} & {columns[c] for c in training}:
+        return None
+    if any(f.height < int(rows[c].is_not_null().sum()) for c, f in training.items()):
+        return None
+    steps = sorted({int(s) for f in training.values() for s in f["step"].to_list()})
+    return ctx.finding(
+        severity="warning",
+        title="A training metric was never finite",
+        message=(
+            f"{_describe(training, rows.height)}: non-finite on every step it was logged, while the loss and "
+            "gradients (where logged) stay finite. The estimate was never computable (e.g. no sampled "
+            "logprobs for the action tokens), so it says nothing about stability: the problem is in what is "
+            "logged, not (yet) in the weights."
+        ),
+        fix="Check that the sampler returns logprobs for every action token and that the metric's inputs are "
+        "not empty; until then the run has no KL/entropy signal to watch.",
+        steps=steps[:MAX_LISTED_STEPS],
+        evidence={
+            "keys": {c: f.height for c, f in sorted(training.items())},
+            "first_step": steps[0],
+            "steps_affected": len(steps),
+        },
+        fingerprint="training-instability:never-finite",
+        confidence="medium",
+    )
+
+
 def _non_finite(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> list[Finding]:
     bad = {c: f for c in columns if not (f := non_finite_steps(rows, c)).is_empty()}
     if not bad:
@@ -42,6 +73,9 @@ def _non_finite(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> list[Findin
     training = {c: f for c, f in bad.items() if not is_eval(c)}
     evals = {c: f for c, f in bad.items() if is_eval(c)}
     last_step = int(rows["step"].max())
+    if training and (never := _never_finite(ctx, rows, training, columns)) is not None:
+        findings.append(never)
+        training = {}
     if training:
         steps = sorted({int(s) for f in training.values() for s in f["step"].to_list()})
         nll = training.get(EMPTY_BATCH_LOSS)
