@@ -15,6 +15,7 @@ from dataclasses import dataclass
 # Stages of the guide's decision tree, in order, with the rules that are causes at that stage.
 TRIAGE_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("environment", ("known-bad-dependency", "decoded-error", "renderer-kl-step0", "kl-drift")),
+    ("training quality", ("renderer-model-mismatch", "config-risk")),
     ("pipelining", ("pipelining-gap",)),
     ("timing breakdown", ("get-batch-bottleneck", "scheduled-work", "warmup-slowness")),
     (
@@ -84,6 +85,9 @@ SYMPTOMS: tuple[SymptomOf, ...] = (
     SymptomOf("heartbeat-stall", ("gil-stall", "blocking-call-in-async", "request-retries")),
     # A GIL stall is the mechanism; the CPU or serialization work holding the GIL is the cause.
     SymptomOf("gil-stall", ("cpu-bound-main-thread", "serialization-stall")),
+    # High KL at step 0 is what a renderer from another family looks like in RL (the debug skill's
+    # "high KL at step 0 => renderer"); temperature with a KL penalty inflates it too.
+    SymptomOf("renderer-kl-step0", ("renderer-model-mismatch",)),
 )
 
 
