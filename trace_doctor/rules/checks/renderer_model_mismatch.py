@@ -234,9 +234,9 @@ def _extension_property(ctx: RuleContext, line: LogLine) -> Finding:
         message=(
             f"logs.log lines {line.line}–{line.values['last_line']}: the cookbook warned {repeats:,} times "
             f"(once per example built) that train_on_what={line.values.get('train_on_what')} is used with a "
-            "renderer without the extension property (such as one that strips thinking from earlier turns). Earlier assistant "
-            "messages are then trained on a prefix the model never sees when sampling. Examples with a single "
-            "assistant message are unaffected."
+            "renderer without the extension property (such as one that strips thinking from earlier turns). "
+            "Earlier assistant messages are then trained on a prefix the model never sees when sampling. Examples "
+            "with a single assistant message are unaffected."
         ),
         fix=(
             "For multi-turn data, build one example per assistant message with train_on_what="
