@@ -15,7 +15,8 @@ from dataclasses import dataclass
 # Stages of the guide's decision tree, in order, with the rules that are causes at that stage.
 TRIAGE_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("environment", ("known-bad-dependency", "decoded-error", "renderer-kl-step0", "kl-drift")),
-    ("training quality", ("renderer-model-mismatch", "config-risk")),
+    # Training quality: what the metrics say about learning itself (these lose no seconds).
+    ("training quality", ("stale-sampler", "training-instability", "renderer-model-mismatch", "config-risk")),
     ("pipelining", ("pipelining-gap",)),
     ("timing breakdown", ("get-batch-bottleneck", "scheduled-work", "warmup-slowness")),
     (
@@ -83,6 +84,8 @@ SYMPTOMS: tuple[SymptomOf, ...] = (
     SymptomOf("decoded-error:sync-from-async", ("blocking-call-in-async",)),
     # The heartbeat runs on the SDK thread: it fails when that thread is starved, or on the network.
     SymptomOf("heartbeat-stall", ("gil-stall", "blocking-call-in-async", "request-retries")),
+    # KL that rises between saves and resets at each is the stale sampler's doing, not the learning rate's.
+    SymptomOf("kl-drift", ("stale-sampler",)),
     # A GIL stall is the mechanism; the CPU or serialization work holding the GIL is the cause.
     SymptomOf("gil-stall", ("cpu-bound-main-thread", "serialization-stall")),
     # High KL at step 0 is what a renderer from another family looks like in RL (the debug skill's

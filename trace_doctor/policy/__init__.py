@@ -44,7 +44,12 @@ from trace_doctor.policy.timing import (
     SteadySlownessPolicy,
     WarmupSlownessPolicy,
 )
-from trace_doctor.policy.training import KlDriftPolicy, RendererKlStep0Policy
+from trace_doctor.policy.training import (
+    KlDriftPolicy,
+    RendererKlStep0Policy,
+    StaleSamplerPolicy,
+    TrainingInstabilityPolicy,
+)
 
 __all__ = ["RULE_POLICIES", "Policy", "PolicyError", "SharedPolicy", "ThresholdInfo", "describe"]
 
@@ -66,6 +71,8 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "scheduled-work": ScheduledWorkPolicy,
         "renderer-kl-step0": RendererKlStep0Policy,
         "kl-drift": KlDriftPolicy,
+        "stale-sampler": StaleSamplerPolicy,
+        "training-instability": TrainingInstabilityPolicy,
         "renderer-model-mismatch": RendererModelMismatchPolicy,
         "config-risk": ConfigRiskPolicy,
         "known-bad-dependency": KnownBadDependencyPolicy,
