@@ -175,7 +175,7 @@ KNOWN_BAD_VERSIONS: tuple[KnownBadVersion, ...] = (
     KnownBadVersion(
         "tinker-upgrade-available",
         "tinker",
-        "<0.23.0",
+        ">=0.3.0,<0.23.0",
         _in(">=0.3.0,<0.23.0"),
         "older than the current cookbook's pin tinker>=0.23.0 (0.6.1 on PyPI pins >=0.38); it works with the "
         "cookbook release of its time, but fixes and newer SDK features are missing",
