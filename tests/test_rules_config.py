@@ -173,7 +173,8 @@ def test_sdk_without_server_sessions_is_an_error() -> None:
         ("Qwen/Qwen3-8B:peft:131072", "qwen3", "recommended"),  # model_info strips `:` suffixes
         ("deepseek-ai/DeepSeek-V3.1", "deepseekv3_disable_thinking", "recommended"),  # alias of deepseekv3
         ("Qwen/Qwen3-4B-Instruct-2507", "qwen3", "variant"),
-        ("Qwen/Qwen3-8B-Base", "qwen3", "variant"),  # a base model with its chat sibling's template
+        ("Qwen/Qwen3-8B-Base", "qwen3", "chat-on-base"),  # a base model taught its family's chat template
+        ("meta-llama/Llama-3.2-1B", "qwen3", "other-family"),
         ("Qwen/Qwen3-8B", "role_colon", "other-family"),
         ("meta-llama/Llama-3.1-8B-Instruct", "qwen3", "other-family"),
         ("moonshotai/Kimi-K2.5", "kimi_k2", "other-family"),

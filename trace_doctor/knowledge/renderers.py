@@ -183,7 +183,9 @@ VL_RENDERERS = frozenset(
 # A model name that says vision-language by itself (Qwen2.5-VL, Qwen3-VL, Llama-3.2-Vision ...).
 VL_MODEL_NAME = re.compile(r"(?:^|[-_/])VL(?:$|[-_])|Vision", re.IGNORECASE)
 
-Verdict = Literal["recommended", "variant", "other-family", "unknown-renderer"]
+# "chat-on-base": a base model (registry: role_colon) trained with its own family's chat template —
+# how a base model is taught to chat (the cookbook's chat_sl / dpo recipes default to base models).
+Verdict = Literal["recommended", "chat-on-base", "variant", "other-family", "unknown-renderer"]
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,7 @@ def judge_renderer(model_name: str, renderer_name: str) -> RendererJudgement | N
     elif family is None:
         verdict = "unknown-renderer"
     elif family == entry.family:
-        verdict = "variant"
+        verdict = "variant" if entry.is_chat else "chat-on-base"
     else:
         verdict = "other-family"
     return RendererJudgement(verdict, model_key(model_name), renderer, entry.recommended, entry.family, family)

@@ -141,7 +141,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     settings = ", ".join(
         f"{key} {cfg[key]}" for key in ("temperature", "kl_penalty_coef", "num_substeps", "loss_fn") if key in cfg
     )
-    return ctx.passed("; ".join(part for part in (settings and f"config.json: {settings}", lr_pass) if part))
+    parts = [part for part in (settings and f"config.json: {settings}", lr_pass) if part]
+    return ctx.passed("; ".join(parts) or "config.json sets no temperature, KL penalty, substeps or learning rate")
 
 
 RULE = register(

@@ -116,6 +116,13 @@ def _config_check(ctx: RuleContext, lines: list[LogLine]) -> tuple[list[Finding]
             "the most recommended" if rank == 0 else f"recommended choice {rank + 1} of {len(judgement.recommended)}"
         )
         return [], f"renderer `{judgement.renderer}` is {which} for `{judgement.model}`", None
+    if judgement.verdict == "chat-on-base":
+        return (
+            [],
+            f"base model `{judgement.model}` trained with its family's chat template `{judgement.renderer}` "
+            "(how a base model learns to chat; the cookbook's own default for a base model is role_colon)",
+            None,
+        )
     if judgement.verdict == "unknown-renderer":
         return (
             [],
@@ -143,7 +150,8 @@ def _log_findings(ctx: RuleContext, lines: list[LogLine], config_findings: list[
     for line in lines:
         problem = line.values.get("problem")
         if problem == "not-recommended" and line.line not in cited:
-            findings.append(_not_recommended_line(ctx, line))
+            if (finding := _not_recommended_line(ctx, line)) is not None:
+                findings.append(finding)
         elif problem == "mismatch":
             findings.append(_checkpoint_mismatch(ctx, line))
         elif problem == "extension-property":
@@ -157,9 +165,11 @@ def _log_findings(ctx: RuleContext, lines: list[LogLine], config_findings: list[
     return list(kept.values())
 
 
-def _not_recommended_line(ctx: RuleContext, line: LogLine) -> Finding:
+def _not_recommended_line(ctx: RuleContext, line: LogLine) -> Finding | None:
     renderer, model = str(line.values.get("renderer")), str(line.values.get("model"))
     judgement = judge_renderer(model, renderer)
+    if judgement is not None and judgement.verdict == "chat-on-base":
+        return None  # the cookbook warns for every base model not on role_colon; teaching chat is deliberate
     if judgement is not None and judgement.verdict in ("other-family", "variant"):
         finding = _judgement_finding(ctx, judgement, source=f"logs.log line {line.line}", cited=line)
         finding.fingerprint = "renderer-model-mismatch:log"
@@ -322,7 +332,8 @@ RULE = register(
                 "config.json's renderer_name (top level since 2026-02-24, else nested in dataset_builder) not among "
                 "the renderers the cookbook recommends for model_name — another model family (warning) or another "
                 "mode of the model's own template, e.g. thinking vs `_disable_thinking` or a thinking renderer on "
-                "an Instruct model (info); the cookbook's own logs.log warnings (`Renderer ... is not recommended`, "
+                "an Instruct model (info), while a base model taught its family's chat template is fine; the "
+                "cookbook's own logs.log warnings (`Renderer ... is not recommended`, "
                 "`Renderer mismatch for checkpoint`, `train_on_what=ALL_ASSISTANT_MESSAGES with a renderer that "
                 "does not satisfy the extension property`, counted once); an SFT/DPO step-0 NLL far above normal."
             ),
