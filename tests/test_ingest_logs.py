@@ -215,8 +215,11 @@ def test_every_corpus_log_parses_without_warnings() -> None:
     big = events.filter(pl.col("source").str.ends_with("output.log") & pl.col("source").str.contains("logs_v2/"))
     assert 0 < big.height < 1000 and big.filter(pl.col("kind") == "took").height > 100
     exp1 = events.filter(pl.col("source").str.contains("exp1_off_policy"))
-    assert exp1.filter(pl.col("kind") == "warning").height == 1  # 3,840 identical warnings collapse
-    assert json.loads(exp1.filter(pl.col("kind") == "warning")["fields"][0])["repeats"] == 3840
+    # 3,840 identical renderer warnings (train_on_what vs the extension property) collapse into one event
+    renderer = exp1.filter(pl.col("kind") == "renderer")
+    assert renderer.height == 1 and exp1.filter(pl.col("kind") == "warning").height == 0
+    assert json.loads(renderer["fields"][0])["repeats"] == 3840
+    assert json.loads(renderer["fields"][0])["problem"] == "extension-property"
 
 
 def test_fixture_run_logs() -> None:

@@ -95,7 +95,8 @@ def test_pydantic_betas_are_bad_and_stable_releases_are_not() -> None:
         ("transformers", "4.57.6", "transformers-pre-5-vl"),
         ("litellm", "1.82.8", "litellm-compromised"),
         ("python", "3.14.0", "python-3.14"),
-        ("tinker", "0.20.1", "tinker-too-old"),
+        ("tinker", "0.20.1", "tinker-upgrade-available"),
+        ("tinker", "0.2.2", "tinker-no-session"),
         ("torch", "2.11.0.dev20260101", "torch-pre-release"),
     ],
 )

@@ -672,6 +672,17 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("truncated-samples", "short_thinking_max_tokens"): Probe(
         "training/rl_stream_truncated_thinking", 1024, "2048 is no longer a short budget: the thinking note goes"
     ),
+    # renderer-model-mismatch
+    ("renderer-model-mismatch", "max_sft_step0_nll"): Probe(
+        "training/config_sft_wrong_renderer_nll", 4.0, "step-0 test NLL 3.16 is under 4: the NLL finding goes"
+    ),
+    # config-risk
+    ("config-risk", "max_rl_learning_rate"): Probe(
+        "training/config_rl_lr_too_high", 0.05, "RL learning rate 1e-2 is under 5e-2: fired -> passed"
+    ),
+    ("config-risk", "min_rl_learning_rate"): Probe(
+        "training/config_substeps_ppo", 1e-4, "RL learning rate 4e-5 is below 1e-4: passed -> fired (low)"
+    ),
     # known-bad-dependency
     ("known-bad-dependency", "trap_max_sample_share"): Probe(
         sample_spans_near_zero, 0.0005, "sample_async at 0.1% of policy_sample is plausible: fired -> passed"

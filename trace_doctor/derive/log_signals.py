@@ -166,3 +166,21 @@ def serialization_test_lines(log_events: pl.DataFrame) -> list[LogLine]:
         elif verdict and ("model_dump" in message or "pydantic" in message or "serializ" in message.lower()):
             found.append(LogLine(row["source"], row.get("line"), message, {"verdict": verdict["verdict"]}))
     return found
+
+
+def renderer_lines(log_events: pl.DataFrame) -> list[LogLine]:
+    """The cookbook's renderer warnings (FORMATS.md 1.5, 3.5), one per distinct line with its repeat count:
+    `problem` is `not-recommended` (renderer, model), `mismatch` (checkpoint, checkpoint_renderer,
+    current_renderer) or `extension-property` (train_on_what)."""
+    found = []
+    for row in _rows(log_events):
+        if row.get("kind") != "renderer":
+            continue
+        fields = fields_of(row.get("fields"))
+        if not fields.get("problem"):
+            continue
+        values = {k: v for k, v in fields.items() if k not in ("repeats", "last_line")}
+        values["repeats"] = int(fields.get("repeats") or 1)
+        values["last_line"] = fields.get("last_line", row.get("line"))
+        found.append(LogLine(row["source"], row.get("line"), row.get("message") or "", values))
+    return found

@@ -20,9 +20,13 @@ SERIALIZATION_VERDICT = re.compile(r"^(?P<verdict>PASS|WARNING|FAIL): (?P<detail
 PAYLOAD = re.compile(
     r"^Payload: batch_size=(?P<batch_size>\d+), seq_len=(?P<seq_len>\d+), total_tokens=(?P<total_tokens>\d[\d,]*)"
 )
+# `pydantic: 2.13.0b2`, `tinker==0.38.0`, and the debug skill's environment check (skills/debug
+# SKILL.md step 1), which prints `tinker SDK: {tinker.__version__}` and `Python: {sys.version}` —
+# the latter followed by the build, `3.14.0 (main, Oct  7 2025, ...) [Clang ...]`.
 VERSION_LINE = re.compile(
     r"^\s*(?P<package>Python|pydantic|pydantic_core|tinker|tinker_cookbook|tinker-cookbook|torch|numpy|transformers"
-    r"|tokenizers|litellm)\s*(?::|==| version)\s*v?(?P<version>\d[\w.+!-]*)\s*$",
+    r"|tokenizers|litellm)(?: SDK)?\s*(?::|==| version| )\s*v?(?P<version>\d[\w.+!-]*)"
+    r"(?P<build>\s+\(.*)?\s*$",
     re.IGNORECASE,
 )
 YOUR_VERSION = re.compile(r"Your (?P<package>[\w-]+) version \((?P<version>\d[\w.+!-]*)\)")
@@ -40,6 +44,10 @@ RENDERER_NOT_RECOMMENDED = re.compile(
 RENDERER_MISMATCH = re.compile(
     r"Renderer mismatch for checkpoint (?P<checkpoint>\S+?):? checkpoint=(?P<checkpoint_renderer>\S+?),?"
     r" current=(?P<current_renderer>\S+)"
+)
+# renderers/base.py build_supervised_example: logged once per example built this way (FORMATS.md 3.5).
+EXTENSION_PROPERTY = re.compile(
+    r"train_on_what=(?P<train_on_what>\w+) with a renderer that does not satisfy the extension property"
 )
 SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
 # Async RL's staleness filter (rl/train.py training_loop): a group sampled more than
@@ -93,6 +101,7 @@ NEEDLES = (
     "Command line invocation:",
     "Logging to:",
     "Renderer",
+    "extension property",
     "skipping batch",
     "too stale",
     "Warning: ",
@@ -174,6 +183,10 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         )
     if (found := RENDERER_MISMATCH.search(message)) is not None:
         return Classified("renderer", message, {**found.groupdict(), "problem": "mismatch"})
+    if (found := EXTENSION_PROPERTY.search(message)) is not None:
+        return Classified(
+            "renderer", message, {"problem": "extension-property", "train_on_what": found["train_on_what"]}
+        )
     if (found := SKIPPED_BATCH.search(message)) is not None:
         return Classified("skipped-batch", message, {"batch": int64(found["batch"])})
     if (found := STALE_SAMPLES.search(message)) is not None:
@@ -249,7 +262,7 @@ def classify_exception_line(text: str) -> tuple[str, str | None] | None:
 def versions_in(text: str, *, freeze_file: bool) -> list[tuple[str, str, str]]:
     """(package, version, evidence) pairs a line reveals; empty for most lines."""
     found: list[tuple[str, str, str]] = []
-    if (match := VERSION_LINE.match(text)) is not None:
+    if (match := VERSION_LINE.match(text)) is not None and (match["build"] is None or match["package"] == "Python"):
         found.append((match["package"].lower().replace("_", "-"), match["version"], "version line"))
     elif freeze_file and (match := FREEZE_LINE.match(text)) is not None:
         found.append((match["package"].lower().replace("_", "-"), match["version"], "pip freeze"))

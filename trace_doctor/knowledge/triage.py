@@ -18,7 +18,15 @@ TRIAGE_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Training quality: what the metrics say about learning itself (these lose no seconds).
     (
         "training quality",
-        ("stale-sampler", "training-instability", "constant-reward-groups", "entropy-collapse", "truncated-samples"),
+        (
+            "stale-sampler",
+            "training-instability",
+            "constant-reward-groups",
+            "entropy-collapse",
+            "truncated-samples",
+            "renderer-model-mismatch",
+            "config-risk",
+        ),
     ),
     ("pipelining", ("pipelining-gap",)),
     ("timing breakdown", ("get-batch-bottleneck", "scheduled-work", "warmup-slowness")),
@@ -101,6 +109,9 @@ SYMPTOMS: tuple[SymptomOf, ...] = (
     SymptomOf("constant-reward-groups:unknown", ("entropy-collapse",)),
     # A GIL stall is the mechanism; the CPU or serialization work holding the GIL is the cause.
     SymptomOf("gil-stall", ("cpu-bound-main-thread", "serialization-stall")),
+    # High KL at step 0 is what a renderer from another family looks like in RL (the debug skill's
+    # "high KL at step 0 => renderer"); temperature with a KL penalty inflates it too.
+    SymptomOf("renderer-kl-step0", ("renderer-model-mismatch",)),
 )
 
 

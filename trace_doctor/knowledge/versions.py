@@ -29,6 +29,10 @@ class KnownBadVersion:
     why: str
     fix: str
     severity: Severity = "warning"
+    # "vl": the problem exists only for vision-language models; "any": for every run.
+    scope: str = "any"
+    # Not broken, only older than the cookbook now requires: "upgrade available", not "known-bad".
+    outdated: bool = False
 
     def matches(self, package: str, version: str) -> bool:
         """Whether `package==version` is one of the bad versions (unparseable versions never match)."""
@@ -123,6 +127,7 @@ KNOWN_BAD_VERSIONS: tuple[KnownBadVersion, ...] = (
         "for vision-language models",
         "use transformers>=5.0 or install torchvision",
         "info",
+        scope="vl",
     ),
     KnownBadVersion(
         "litellm-compromised",
@@ -150,14 +155,33 @@ KNOWN_BAD_VERSIONS: tuple[KnownBadVersion, ...] = (
         "use Python 3.11 or newer",
         "error",
     ),
+    # tinker SDK git history: 0.3.0 (2025-11-11, 604e00c) is the first release that opens a server session
+    # (create_session + heartbeat); older SDKs send none, and the service rejects them with `session_id is
+    # required. The version of the Tinker SDK you are using is no longer supported.` (FORMATS.md 6). The
+    # cookbook pinned tinker>=0.3.0 the same day (6d9311b3).
     KnownBadVersion(
-        "tinker-too-old",
+        "tinker-no-session",
         "tinker",
-        "<0.23",
-        _in("<0.23"),
-        "SDKs older than 0.23 predate what the cookbook needs; very old ones are rejected by the service "
-        "(`no longer supported`)",
+        "<0.3.0",
+        _in("<0.3.0"),
+        "SDKs before 0.3.0 open no server session, and the service rejects them (`session_id is required. "
+        "The version of the Tinker SDK you are using is no longer supported.`)",
         "pip install --upgrade tinker",
+        "error",
+    ),
+    # Cookbook pins since then: >=0.6.1 (2025-12-01), >=0.9.0 (2026-01-27), >=0.20.0, >=0.22.3, and
+    # >=0.23.0 at HEAD (2a7427c2, 2026-08-04); 0.6.1 on PyPI requires >=0.38. An SDK the cookbook of
+    # its day accepted still works: the debug skill only says to check for the latest stable SDK.
+    KnownBadVersion(
+        "tinker-upgrade-available",
+        "tinker",
+        ">=0.3.0,<0.23.0",
+        _in(">=0.3.0,<0.23.0"),
+        "older than the current cookbook's pin tinker>=0.23.0 (0.6.1 on PyPI pins >=0.38); it works with the "
+        "cookbook release of its time, but fixes and newer SDK features are missing",
+        "pip install --upgrade tinker (together with a matching tinker-cookbook)",
+        "info",
+        outdated=True,
     ),
     KnownBadVersion(
         "torch-too-old", "torch", "<2.10", _in("<2.10"), "the cookbook requires torch>=2.10", "upgrade torch", "info"

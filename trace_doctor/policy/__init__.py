@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from trace_doctor.policy.baseline import NewFindingPolicy, StepTimeRegressionPolicy
+from trace_doctor.policy.configuration import ConfigRiskPolicy, RendererModelMismatchPolicy
 from trace_doctor.policy.environment import DecodedErrorPolicy, KnownBadDependencyPolicy
 from trace_doctor.policy.profiles import (
     CpuBoundMainThreadPolicy,
@@ -80,6 +81,8 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "constant-reward-groups": ConstantRewardGroupsPolicy,
         "entropy-collapse": EntropyCollapsePolicy,
         "truncated-samples": TruncatedSamplesPolicy,
+        "renderer-model-mismatch": RendererModelMismatchPolicy,
+        "config-risk": ConfigRiskPolicy,
         "known-bad-dependency": KnownBadDependencyPolicy,
         "decoded-error": DecodedErrorPolicy,
         "request-retries": RequestRetriesPolicy,

@@ -8,7 +8,8 @@ import polars as pl
 
 from trace_doctor.derive.log_signals import fields_of
 from trace_doctor.derive.robust import median
-from trace_doctor.knowledge.versions import bad_combinations, bad_versions
+from trace_doctor.knowledge.renderers import is_vision_language
+from trace_doctor.knowledge.versions import KnownBadVersion, bad_combinations, bad_versions
 from trace_doctor.model import SEVERITY_RANK, Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
@@ -108,21 +109,44 @@ def _span_trap_finding(ctx: RuleContext) -> tuple[Finding | None, bool]:
     ), True
 
 
+def _scope_note(ctx: RuleContext, record: KnownBadVersion) -> tuple[bool, str]:
+    """(applies to this run, note for the message) for a record limited to some runs (vision-language)."""
+    if record.scope != "vl":
+        return True, ""
+    meta = ctx.run.meta
+    vision = is_vision_language(meta.model_name, meta.renderer_name)
+    if vision is None:
+        return True, " It matters only for vision-language models; this run's model is not known."
+    if not vision:
+        return False, f"{record.id} skipped: `{meta.model_name or meta.renderer_name}` is text-only"
+    return True, f" `{meta.model_name or meta.renderer_name}` is a vision-language model."
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     versions = seen_versions(ctx.run.log_events)
     trap, trap_checked = _span_trap_finding(ctx)
     if not versions and not trap_checked:
         raise NotApplicable(f"no version strings found in the inputs: {WHERE_VERSIONS_COME_FROM}")
     findings: list[Finding] = []
+    skipped: list[str] = []
     for seen in versions:
         for record in bad_versions(seen.package, seen.version):
+            applies, note = _scope_note(ctx, record)
+            if not applies:
+                skipped.append(note)
+                continue
+            title = (
+                f"Upgrade available: {seen.package} {seen.version}"
+                if record.outdated
+                else f"Known-bad {seen.package} {seen.version}"
+            )
             findings.append(
                 ctx.finding(
                     severity=record.severity,
-                    title=f"Known-bad {seen.package} {seen.version}",
+                    title=title,
                     message=(
                         f"{seen.package} {seen.version} (from {seen.evidence}, {seen.source}:{seen.line}) "
-                        f"matches {record.specifier}: {record.why}."
+                        f"matches {record.specifier}: {record.why}.{note}"
                     ),
                     fix=record.fix,
                     evidence={
@@ -160,6 +184,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     checked = ", ".join(f"{v.package} {v.version}" for v in versions)
     return ctx.passed(
         (f"no known-bad version among {checked}" if versions else "no version strings found")
+        + "".join(f"; {note}" for note in skipped)
         + ("; SDK span timings are consistent" if trap_checked else "")
     )
 
@@ -176,8 +201,10 @@ RULE = register(
         ),
         docs=RuleDocs(
             what=(
-                "pydantic 2.13 pre-releases, transformers 5.3.0 / <5.0 / 5.4.* / 5.5.0-5.5.3 / 5.6.*, "
-                "litellm 1.82.7-1.82.8, Python 3.14, old tinker, any pre-release core dependency, and "
+                "pydantic 2.13 pre-releases, transformers 5.3.0 / 5.4.* / 5.5.0-5.5.3 / 5.6.*, transformers <5.0 "
+                "for vision-language models only (model or renderer says VL), litellm 1.82.7-1.82.8, Python 3.14, "
+                "tinker <0.3.0 (rejected by the service; 0.3.0-0.22.x is info: upgrade available), any pre-release "
+                "core dependency, and "
                 "the cookbook<=0.5 + tinker>=0.38 + Python 3.11 combination (also recognised from "
                 "metrics: `time/sample_async:mean` near 0 while `time/policy_sample` is large)."
             ),

@@ -1,0 +1,40 @@
+"""Thresholds of the rules that judge a run's configuration: renderer choice and risky settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trace_doctor.policy.schema import POSITIVE, threshold
+
+
+@dataclass(frozen=True)
+class RendererModelMismatchPolicy:
+    max_sft_step0_nll: float = threshold(
+        2.0,
+        unit="nats per token",
+        why="SFT / DPO: the first `test/nll` (base weights) or `train_mean_nll` above this is far above what "
+        "a model scores on text in its own chat template: the cookbook's chat SFT sweep treats test NLL > 2.0 "
+        "as divergence, where Qwen3-8B ends at about 0.55 test / 0.61 train (FORMATS.md 1.5, "
+        "recipes/chat_sl/results/sft_sweep.md). Per-token NLL depends on the tokenizer, hence low confidence.",
+        bounds=POSITIVE,
+    )
+
+
+@dataclass(frozen=True)
+class ConfigRiskPolicy:
+    max_rl_learning_rate: float = threshold(
+        4e-4,
+        unit="learning rate (LoRA)",
+        why="Ten times the highest RL recipe default, 4e-5 (recipes/rl_loop.py, search_tool; math_rl, code_rl "
+        "use 1e-5; hyperparams.md: Math GRPO 4e-5, multi-turn RL 1e-5). It is about the SFT LoRA rate "
+        "hyperparam_utils.get_lr gives (5e-4 x (2000 / hidden)^0.0775 = 4.7e-4 for Qwen3-8B), and "
+        "hyperparams.md says RL LR should be lower than SFT.",
+        bounds=POSITIVE,
+    )
+    min_rl_learning_rate: float = threshold(
+        1e-6,
+        unit="learning rate (LoRA)",
+        why="A tenth of the lowest RL recipe default, 1e-5 (math_rl, code_rl, verifiers_rl, rubric): an order "
+        "of magnitude below the usual range the policy barely moves.",
+        bounds=POSITIVE,
+    )
