@@ -28,10 +28,12 @@ def kl_columns(frame: pl.DataFrame) -> dict[str, str]:
 
 
 def run_label(meta: RunMeta) -> str:
-    """`renderer X with model Y` from config.json, for messages."""
-    renderer = meta.renderer_name or "unknown renderer (config.json has no renderer_name)"
-    model = meta.model_name or "unknown model"
-    return f"renderer `{renderer}` with model `{model}`"
+    """`renderer X with model Y` from config.json, for messages (saying which of them is unknown)."""
+    if not meta.renderer_name and not meta.model_name:
+        return "renderer and model unknown: no config.json with them"
+    renderer = f"renderer `{meta.renderer_name}`" if meta.renderer_name else "renderer unknown (no renderer_name)"
+    model = f"model `{meta.model_name}`" if meta.model_name else "model unknown"
+    return f"{renderer} with {model}"
 
 
 def temperature_confound(meta: RunMeta) -> bool:
