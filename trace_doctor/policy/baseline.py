@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trace_doctor.policy.schema import Bounds, threshold
+from trace_doctor.policy.schema import POSITIVE, SHARE, Bounds, threshold
 
 
 @dataclass(frozen=True)
@@ -32,3 +32,68 @@ class StepTimeRegressionPolicy:
 @dataclass(frozen=True)
 class NewFindingPolicy:
     """Matches findings by fingerprint only: nothing to tune."""
+
+
+@dataclass(frozen=True)
+class QualityRegressionPolicy:
+    """How the final window of each run is cut, and how much worse a quality metric must be.
+
+    The test itself (one-sided Mann-Whitney U at `alpha`, derive/shift.py) is step-time-regression's;
+    its significance level is shared with it through this policy's own `alpha` so a user can be
+    stricter about quality than about speed.
+    """
+
+    final_share: float = threshold(
+        0.25,
+        unit="share of the matched step horizon",
+        why="The comparison is about where training ended, not how it started: the last quarter of the "
+        "steps both runs have. Shorter windows hold too few points of a noisy RL reward; longer ones "
+        "mix in the learning curve's climb, which is a speed-of-learning difference, not a final one.",
+        bounds=Bounds(0.0, 1.0, low_open=True),
+    )
+    min_points: int = threshold(
+        5,
+        unit="values per run in the window",
+        why="As for step-time-regression: with 5 vs 5 the smallest one-sided p is 1/252 = 0.004, so the "
+        "test can reach alpha; fewer gives 'inconclusive' for that metric (sparse evals usually do).",
+        bounds=Bounds(2.0, None),
+    )
+    alpha: float = threshold(
+        0.05,
+        unit="p-value",
+        why="Significance level of the one-sided Mann-Whitney U test (the same as step-time-regression's).",
+        bounds=Bounds(0.0, 1.0, low_open=True, high_open=True),
+    )
+    min_reward_drop: float = threshold(
+        0.10,
+        unit="share of the baseline's final median reward",
+        why="The same 10% minimum effect as step-time-regression: below it a significant change of the "
+        "mean reward (env/*/reward/total, or the eval's test/…/reward/total) is within seed-to-seed "
+        "variation of an RL recipe and not worth failing CI on.",
+        bounds=POSITIVE,
+    )
+    min_kl_rise: float = threshold(
+        0.5,
+        unit="share of the baseline's final median KL",
+        why="The sampler-vs-trainer KL is tiny and noisy (1e-5..1e-3) in healthy runs, so only a 1.5x "
+        "rise counts, and only when the candidate's final KL is also above the stable band "
+        "(max_stable_kl, 'training is stable when KL < 0.01', cookbook hyperparams.md): a rise that "
+        "stays inside the band is still stable training.",
+        bounds=POSITIVE,
+    )
+    min_entropy_drop: float = threshold(
+        0.5,
+        unit="share of the baseline's final median entropy",
+        why="optim/entropy falls during healthy RL too (a whole run's decline is typically 20-40%), "
+        "so only a final entropy at half the baseline's at the same step is a collapse toward 0 "
+        "(the inkling skill: watch optim/entropy; collapse goes with frac_mixed -> 0).",
+        bounds=SHARE,
+    )
+    min_loss_rise: float = threshold(
+        0.05,
+        unit="share of the baseline's final median NLL",
+        why="SFT/DPO/distillation losses (test/nll, train_mean_nll, teacher_kl) move slowly near the end "
+        "of training: the chat SFT sweep's final test NLL for Qwen3-8B is ~0.55 and it treats > 2.0 as "
+        "divergence; a 5% higher final loss of the same recipe and model is a real loss of fit.",
+        bounds=POSITIVE,
+    )
