@@ -125,12 +125,21 @@ def _compare_family(family: Family, cand_ctx, base_ctx, t, max_stable_kl: float)
     return {**entry, "verdict": "no regression", "message": f"{text}: not a regression ({', '.join(why_not)})"}
 
 
+def _points(entry: dict[str, Any]) -> int:
+    stats = entry["statistics"] or {}
+    return min(stats.get("n_baseline", 0), stats.get("n_candidate", 0))
+
+
 def _decisive(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per axis: its first conclusive family (eval before training), else its first family."""
+    """One entry per axis: its first conclusive family (eval before training); when none is, the one
+    with the most values in its window (the closest to a judgement, so the message says why)."""
     chosen: dict[str, dict[str, Any]] = {}
     for entry in entries:
         current = chosen.get(entry["axis"])
-        if current is None or (current["verdict"] == "inconclusive" and entry["verdict"] != "inconclusive"):
+        if current is None or (
+            current["verdict"] == "inconclusive"
+            and (entry["verdict"] != "inconclusive" or _points(entry) > _points(current))
+        ):
             chosen[entry["axis"]] = entry
     return list(chosen.values())
 
