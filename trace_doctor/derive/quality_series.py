@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import polars as pl
 
 EVAL_PREFIXES = ("test/", "eval/")
-REWARD_SUFFIXES = ("reward/total", "reward/mean")
-KL_KEYS = ("kl_sample_train_v2", "kl_sample_train_v1")  # v2 first: always >= 0 (FORMATS.md 1.5)
+# `final_reward`: custom trainers built on ml_log (e.g. act-prm: `eval/final_reward`, `train/try_0/final_reward`).
+REWARD_SUFFIXES = ("reward/total", "reward/mean", "final_reward")
 
 
 def _is_eval(key: str) -> bool:
@@ -46,6 +46,7 @@ def _train_reward(keys: list[str]) -> str | None:
         lambda k: k.startswith("env/all/"),
         lambda k: k in REWARD_SUFFIXES,
         lambda k: k.startswith("env/"),
+        lambda k: True,
     )
 
 
@@ -57,26 +58,30 @@ def _exact(name: str) -> Callable[[list[str]], str | None]:
     return lambda keys: name if name in keys else None
 
 
-def _kl(keys: list[str]) -> str | None:
-    for version in KL_KEYS:
-        found = _by_preference([k for k in keys if not _is_eval(k) and k.endswith(version)], lambda k: True)
-        if found:
-            return found
-    return None
+def _kl(version: str) -> Callable[[list[str]], str | None]:
+    def pick(keys: list[str]) -> str | None:
+        return _by_preference([k for k in keys if not _is_eval(k) and k.endswith(version)], lambda k: True)
+
+    return pick
 
 
 def _entropy(keys: list[str]) -> str | None:
     return _by_preference([k for k in keys if not _is_eval(k) and k.split("/")[-1] == "entropy"], lambda k: True)
 
 
+KL_AXES = ("kl_v1", "kl_v2")
+
+
 @dataclass(frozen=True)
 class Family:
     name: str  # for people: "eval reward"
-    axis: str  # what it measures: reward | loss | kl | entropy; one decisive family per axis
+    axis: str  # what it measures: reward | loss | kl_v1 | kl_v2 | entropy; one decisive family per axis
     worse: str  # "lower" | "higher"
     pick: Callable[[list[str]], str | None]  # the run's key of this family, or None
     # Per-token NLL is only comparable between runs with one tokenizer (FORMATS.md 1.5).
     same_model: bool = False
+    # Measured on each step's own training batch: comparable step for step only with the same batches.
+    per_batch: bool = False
     # On-policy distillation has no env reward (reward 0, every group all-bad: expected there).
     not_for: tuple[str, ...] = ()
 
@@ -84,12 +89,16 @@ class Family:
 # In the order a family is preferred within its axis: an eval measure before a training one.
 FAMILIES: tuple[Family, ...] = (
     Family("eval reward", "reward", "lower", _eval_reward, not_for=("distillation",)),
-    Family("training reward", "reward", "lower", _train_reward, not_for=("distillation",)),
+    Family("training reward", "reward", "lower", _train_reward, per_batch=True, not_for=("distillation",)),
     Family("eval NLL", "loss", "higher", _eval_nll, same_model=True),
     Family("teacher KL", "loss", "higher", _exact("teacher_kl")),
-    Family("training NLL", "loss", "higher", _exact("train_mean_nll"), same_model=True),
-    Family("sampler-trainer KL", "kl", "higher", _kl),
-    Family("entropy", "entropy", "lower", _entropy),
+    Family("training NLL", "loss", "higher", _exact("train_mean_nll"), same_model=True, per_batch=True),
+    # Both KL estimators, each on its own: the stable band (< 0.01) is written for v1, whose mean of
+    # signed differences can cancel; v2 (0.5 mean squared) cannot (FORMATS.md 1.5). |v1| is compared.
+    Family("sampler-trainer KL v1", "kl_v1", "higher", _kl("kl_sample_train_v1")),
+    Family("sampler-trainer KL v2", "kl_v2", "higher", _kl("kl_sample_train_v2")),
+    # Entropy per token depends on the tokenizer and model family as NLL does.
+    Family("entropy", "entropy", "lower", _entropy, same_model=True),
 )
 # The axis that says whether training worked; KL and entropy are health signals beside it.
 PRIMARY_AXES = ("reward", "loss")
@@ -140,12 +149,56 @@ class Window:
         }
 
 
-def final_window(base: list[tuple[int, float]], cand: list[tuple[int, float]], share: float) -> Window:
-    """The last `share` of the steps up to the horizon both series reach (both must be non-empty)."""
+def final_window(
+    base: list[tuple[int, float]], cand: list[tuple[int, float]], share: float, *, min_points: int, max_share: float
+) -> Window:
+    """The last `share` of the steps up to the horizon both series reach (both must be non-empty),
+    widened toward `max_share` until both have `min_points` values: sparse evals need a longer window."""
     start = min(base[0][0], cand[0][0])
     last = min(base[-1][0], cand[-1][0])
-    width = max(1, math.ceil(share * (last - start + 1)))
+    length = last - start + 1
+    width = max(1, math.ceil(share * length))
+    widest = max(width, math.ceil(max_share * length))
+    while (
+        width < widest and min(_count(base, last - width + 1, last), _count(cand, last - width + 1, last)) < min_points
+    ):
+        width += 1
     return Window(max(start, last - width + 1), last, base[-1][0], cand[-1][0])
+
+
+def _count(values: list[tuple[int, float]], first: int, last: int) -> int:
+    return sum(1 for s, _ in values if first <= s <= last)
+
+
+# Config keys that decide which prompts (or examples) a step trains on. Two runs that differ in one
+# measure their per-step training reward / loss on different data at the same step, so those are
+# not compared step for step (an eval on a fixed held-out set still is).
+BATCH_KEYS = ("groups_per_batch", "group_size", "batch_size")
+
+
+def batch_shape(config: dict) -> dict[str, object]:
+    """The batch-defining settings found anywhere in config.json (the first occurrence of each)."""
+    found: dict[str, object] = {}
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in BATCH_KEYS and key not in found and isinstance(value, (int, float)):
+                    found[key] = value
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config)
+    return found
+
+
+def batch_difference(base: dict, cand: dict) -> str | None:
+    """The batch settings both configs spell and that differ, for people; None when none does."""
+    changed = [f"{k} {base[k]} vs {cand[k]}" for k in BATCH_KEYS if k in base and k in cand and base[k] != cand[k]]
+    return ", ".join(changed) or None
 
 
 def in_window(values: list[tuple[int, float]], window: Window) -> list[float]:

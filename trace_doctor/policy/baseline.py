@@ -51,6 +51,14 @@ class QualityRegressionPolicy:
         "mix in the learning curve's climb, which is a speed-of-learning difference, not a final one.",
         bounds=Bounds(0.0, 1.0, low_open=True),
     )
+    max_window_share: float = threshold(
+        0.5,
+        unit="share of the matched step horizon",
+        why="Evals run every eval_every steps (5-20 in the cookbook's recipes), so a quarter of the "
+        "horizon often holds 2-3 eval points; the window widens toward the last half until both runs "
+        "have min_points values, and no further: the first half is the learning curve, not its end.",
+        bounds=Bounds(0.0, 1.0, low_open=True),
+    )
     min_points: int = threshold(
         5,
         unit="values per run in the window",

@@ -15,8 +15,11 @@ from typing import Any
 
 from trace_doctor.derive.quality_series import (
     FAMILIES,
+    KL_AXES,
     PRIMARY_AXES,
     Family,
+    batch_difference,
+    batch_shape,
     final_window,
     in_window,
     numeric_keys,
@@ -30,7 +33,8 @@ from trace_doctor.rules.requires import baseline_run, requires
 AXIS_WORDS = {
     "reward": "reward dropped",
     "loss": "loss rose",
-    "kl": "sampler-trainer KL rose",
+    "kl_v1": "sampler-trainer KL rose",
+    "kl_v2": "sampler-trainer KL rose",
     "entropy": "entropy collapsed",
 }
 
@@ -39,7 +43,8 @@ def _min_effect(axis: str, t) -> float:
     return {
         "reward": t.min_reward_drop,
         "loss": t.min_loss_rise,
-        "kl": t.min_kl_rise,
+        "kl_v1": t.min_kl_rise,
+        "kl_v2": t.min_kl_rise,
         "entropy": t.min_entropy_drop,
     }[axis]
 
@@ -73,15 +78,22 @@ def _compare_family(family: Family, cand_ctx, base_ctx, t, max_stable_kl: float)
         return inconclusive(f"only the {'baseline' if missing == 'candidate' else 'candidate'} logs it")
     models = (base_ctx.run.meta.model_name, cand_ctx.run.meta.model_name)
     if family.same_model and all(models) and models[0] != models[1]:
-        return inconclusive(f"models differ ({models[0]} vs {models[1]}): per-token NLL is not comparable")
-    absolute = family.axis == "kl"  # v1 can be negative; its size is what drifts
+        return inconclusive(f"models differ ({models[0]} vs {models[1]}): per-token values are not comparable")
+    if family.per_batch:
+        differ = batch_difference(batch_shape(base_ctx.run.meta.config), batch_shape(cand_ctx.run.meta.config))
+        if differ:
+            return inconclusive(
+                f"batches differ ({differ}): each step's training value is measured on different prompts, "
+                "so only an eval on a fixed set compares the runs"
+            )
+    absolute = family.axis in KL_AXES  # v1 can be negative; its size is what drifts
     base, cand = (
         series(base_ctx.run.steps, base_key, absolute=absolute),
         series(cand_ctx.run.steps, cand_key, absolute=absolute),
     )
     if not base or not cand:
         return inconclusive("no finite value in " + ("the baseline" if not base else "the candidate"))
-    window = final_window(base, cand, t.final_share)
+    window = final_window(base, cand, t.final_share, min_points=int(t.min_points), max_share=t.max_window_share)
     entry["window"] = window.to_dict()
     base_x, cand_x = in_window(base, window), in_window(cand, window)
     shift = compare_samples(cand_x, base_x, worse=family.worse, min_n=int(t.min_points))
@@ -115,7 +127,7 @@ def _compare_family(family: Family, cand_ctx, base_ctx, t, max_stable_kl: float)
         why_not.append("not worse")
     elif not shift.large(entry["min_relative_effect"]):
         why_not.append(f"worse by less than {entry['min_relative_effect']:.0%}")
-    if family.axis == "kl" and regressed and (shift.median_candidate or 0.0) <= max_stable_kl:
+    if family.axis in KL_AXES and regressed and (shift.median_candidate or 0.0) <= max_stable_kl:
         # A rise that stays inside the stable band is still stable training (cookbook: KL < 0.01).
         regressed = False
         why_not.append(f"still inside the stable band (< {max_stable_kl:g})")
@@ -174,7 +186,13 @@ def compare_quality(cand_ctx, base_ctx, thresholds, max_stable_kl: float) -> dic
     order = {"regression": 0, "inconclusive": 1, "no regression": 2}
     shown = sorted(decisive, key=lambda e: order[e["verdict"]])
     # The regressed and undecided metrics in full; the ones that held, in a few words.
-    message = "; ".join(e["message"] for e in shown if e["verdict"] != "no regression")
+    undecided = {e["axis"] for e in decisive if e["verdict"] == "inconclusive"}
+    # An undecided axis says why for each of its families (eval: too few points; training: batches differ).
+    message = "; ".join(
+        e["message"]
+        for e in sorted(entries, key=lambda e: order[e["verdict"]])
+        if (e["decisive"] and e["verdict"] == "regression") or e["axis"] in undecided
+    )
     held = [e["short"] for e in shown if e["verdict"] == "no regression"]
     if held:
         message += ("; " if message else "") + "no regression: " + ", ".join(held)
@@ -194,12 +212,19 @@ def check(ctx) -> list[Finding]:
     ctx.comparison["quality"] = comparison
     if comparison["verdict"] != "regression":
         return ctx.passed(comparison["message"])
-    found = []
+    found: list[Finding] = []
+    reported: set[str] = set()
     for entry in comparison["metrics"]:
         if not entry.get("decisive") or entry["verdict"] != "regression":
             continue
+        # Both KL estimators regressing is one problem: one finding, the other estimator as context.
+        what = "kl" if entry["axis"] in KL_AXES else entry["axis"]
+        if what in reported:
+            continue
+        reported.add(what)
         stats, window = entry["statistics"], entry["window"]
-        context = [e["message"] for e in comparison["metrics"] if e["axis"] == entry["axis"] and e is not entry]
+        related = KL_AXES if what == "kl" else (entry["axis"],)
+        context = [e["message"] for e in comparison["metrics"] if e["axis"] in related and e is not entry]
         found.append(
             ctx.finding(
                 severity="error",
@@ -220,7 +245,7 @@ def check(ctx) -> list[Finding]:
                     "min_relative_effect": entry["min_relative_effect"],
                 },
                 confidence="high" if stats["p"] < stats["alpha"] / 10 else "medium",
-                fingerprint=f"quality-regression:{entry['axis']}",
+                fingerprint=f"quality-regression:{what}",
             )
         )
     return found
