@@ -207,6 +207,37 @@ def kl_drifting_late() -> RunTables:
 
 
 @cache
+def async_over_bound() -> RunTables:
+    """Async RL (max_steps_off_policy 2) whose oldest sample is 3 steps behind on 2 of 20 steps."""
+    rows = [
+        {
+            "step": i,
+            "training_client/step": i,
+            "optim/kl_sample_train_v2": 1e-3,
+            "sampling_client/step_min": max(0, i - (3 if i in (9, 14) else 1)),
+            "sampling_client/step_max": i,
+        }
+        for i in range(20)
+    ]
+    return run_from_rows(rows, trainer="rl", trainer_mode="async", config={"async_config": {"max_steps_off_policy": 2}})
+
+
+@cache
+def sawtooth_missing_a_tooth() -> RunTables:
+    """Sync RL saving every 8 steps whose KL resets at 3 of its 4 saves (the one before 24 is low)."""
+    kl = [1e-3 + 4e-3 * (i % 8) for i in range(40)]
+    kl[23] = 1.2e-3
+    return run_from_rows(_rl_rows(kl), trainer="rl", trainer_mode="sync", config={"save_every": 8})
+
+
+@cache
+def spike_then_elevated() -> RunTables:
+    """SFT NLL steady at 1.0, a spike to 3.0 at step 30, back to 1.0 for 3 steps, then 1.3 to the end."""
+    nll = [1.0 + 0.01 * ((i * 7) % 5 - 2) for i in range(30)] + [3.0, 1.0, 1.0, 1.0] + [1.3] * 16
+    return run_from_rows([{"step": i, "train_mean_nll": v, "num_loss_tokens": 5e4} for i, v in enumerate(nll)])
+
+
+@cache
 def kl_high_then_rising() -> RunTables:
     """RL run with KL 0.02 at step 0 (above the band), then 0.05: 2.5x the first-step value."""
     return run_from_rows(_rl_rows([0.02] + [0.05] * 19))
@@ -506,6 +537,32 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("kl-drift", "min_rise_over_step0"): Probe(
         kl_high_then_rising, 3.0, "a 2.5x rise over step 0 is the step-0 mismatch: fired -> passed"
     ),
+    # stale-sampler
+    ("stale-sampler", "max_stale_share"): Probe(
+        "training/rl_async_stale", 0.5, "15% of the trained groups too stale: fired -> passed"
+    ),
+    ("stale-sampler", "min_steps_over_bound"): Probe(
+        async_over_bound, 3, "2 steps beyond max_steps_off_policy: fired -> passed"
+    ),
+    # training-instability
+    ("training-instability", "spike_window"): Probe(
+        "training/sft_loss_spikes", 60, "no 60-step window before either spike: fired -> passed"
+    ),
+    ("training-instability", "spike_min_sigmas"): Probe(
+        "training/sft_loss_spikes", 100.0, "spikes of 47 and 64 robust σ: fired -> passed"
+    ),
+    ("training-instability", "spike_min_rise"): Probe(
+        "training/sft_loss_spikes", 3.0, "spikes 2.5x and 2x above the level: fired -> passed"
+    ),
+    ("training-instability", "recovery_steps"): Probe(
+        spike_then_elevated, 10, "back for 3 steps, then 30% high: recovered (info) -> diverged (warning)"
+    ),
+    ("training-instability", "min_spikes_for_warning"): Probe(
+        "training/sft_loss_spikes", 3, "two recovered spikes: warning -> info"
+    ),
+    ("training-instability", "min_spike_rate"): Probe(
+        "training/sft_loss_spikes", 0.05, "2 spikes in 80 steps (0.025 per step): warning -> info"
+    ),
     # known-bad-dependency
     ("known-bad-dependency", "trap_max_sample_share"): Probe(
         sample_spans_near_zero, 0.0005, "sample_async at 0.1% of policy_sample is plausible: fired -> passed"
@@ -584,6 +641,27 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     (SHARED, "max_stable_kl"): Probe(
         "rl_kl_step0", 0.1, "step-0 KL 0.065 is inside the band: fired -> passed", observed_by="renderer-kl-step0"
+    ),
+    (SHARED, "sawtooth_min_periods"): Probe(
+        "training/rl_sync_stale_sawtooth",
+        10,
+        "9 resets are fewer than 10 periods: fired -> not applicable",
+        observed_by="stale-sampler",
+    ),
+    (SHARED, "sawtooth_min_drop"): Probe(
+        "training/rl_sync_stale_sawtooth",
+        30.0,
+        "KL falls ~15x at each save, not 30x: fired -> passed",
+        observed_by="stale-sampler",
+    ),
+    (SHARED, "sawtooth_min_share"): Probe(
+        sawtooth_missing_a_tooth, 0.9, "3 of 4 saves reset the KL: fired -> passed", observed_by="stale-sampler"
+    ),
+    (SHARED, "sawtooth_min_correlation"): Probe(
+        "training/rl_sync_stale_sawtooth",
+        0.99,
+        "ρ(KL, steps since save) 0.96: fired -> passed",
+        observed_by="stale-sampler",
     ),
 }
 

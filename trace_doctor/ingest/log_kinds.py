@@ -42,6 +42,9 @@ RENDERER_MISMATCH = re.compile(
     r" current=(?P<current_renderer>\S+)"
 )
 SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
+# Async RL's staleness filter (rl/train.py training_loop): a group sampled more than
+# max_steps_off_policy steps ago is requeued, or dropped once the dataloader is done (FORMATS.md 3.5).
+STALE_SAMPLES = re.compile(r"Step (?P<step>\d+): Samples are too stale, (?P<action>requeuing|discarding)")
 PY_WARNING = re.compile(r"^(?P<file>\S+):(?P<line>\d+): (?P<category>\w*Warning): (?P<message>.*)$")
 # Retries of an HTTP client (FORMATS.md 5.4; tinker SDK lib/retry_handler.py and the Stainless-generated
 # _base_client.py that tinker, openai and anthropic share). Tinker logs these at DEBUG (TINKER_LOG=debug);
@@ -91,6 +94,7 @@ NEEDLES = (
     "Logging to:",
     "Renderer",
     "skipping batch",
+    "too stale",
     "Warning: ",
 )
 
@@ -172,6 +176,8 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         return Classified("renderer", message, {**found.groupdict(), "problem": "mismatch"})
     if (found := SKIPPED_BATCH.search(message)) is not None:
         return Classified("skipped-batch", message, {"batch": int64(found["batch"])})
+    if (found := STALE_SAMPLES.search(message)) is not None:
+        return Classified("stale-samples", message, {"step": int64(found["step"]), "action": found["action"]})
     for pattern, key in (
         (SERVICE_SESSION, "session_id"),
         (TRAINING_MODEL, "model_id"),

@@ -82,6 +82,31 @@ KL_SAMPLE_TRAIN_V2 = "kl_sample_train_v2"
 KL_SAMPLE_TRAIN_SUFFIXES = (KL_SAMPLE_TRAIN_V1, KL_SAMPLE_TRAIN_V2)
 # Distillation's student-vs-teacher KL, also per dataset as `teacher_kl/dataset_<i>` (FORMATS.md 1.3).
 TEACHER_KL = "teacher_kl"
+# Async/stream RL: which policy version sampled the batch (`sampling_client/step_min|max|mean`), the
+# async loop's own counter, and 0.6.1 async's `async/staleness_max|min|mean` (FORMATS.md 1.3).
+SAMPLER_STEP_PREFIX = "sampling_client/step_"
+TRAINING_CLIENT_STEP = "training_client/step"
+ASYNC_STALENESS_PREFIX = "async/staleness_"
+# Training-health metrics by family (FORMATS.md 1.3), matched on a key's last path component so
+# `train/loss:sum`, `loss:sum` and `optim/entropy` all count. Loss: SFT `train_mean_nll`, DPO
+# `dpo_loss`, server forward-backward `loss:sum`, custom loops' `loss`/`train_loss`.
+LOSS_NAMES = (
+    "train_mean_nll",
+    "train_mean_bpb",
+    "nll",
+    "bpb",
+    "dpo_loss",
+    "loss",
+    "loss:sum",
+    "loss:mean",
+    "train_loss",
+    "total_loss",
+)
+# KL and entropy: `optim/kl_sample_train_*`, `kl_pre_post_*`, `kl_policy_base`, `teacher_kl…`, `optim/entropy`.
+KL_NAME_PREFIXES = ("kl_sample_train_", "kl_pre_post_", "kl_policy_base", "teacher_kl", "reverse_kl")
+ENTROPY_NAME_MARK = "entropy"
+# Gradient norms: `grad_norm`, `unclipped_grad_l2:mean`, `…grad…norm…` (server optimizer metrics).
+GRAD_NAME_MARKS = (("grad", "norm"), ("grad", "_l2"))
 
 # --- Ids (FORMATS.md 3.4, 3.5, 5.4) ----------------------------------------------------------------
 

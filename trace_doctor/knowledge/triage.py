@@ -99,6 +99,8 @@ SYMPTOMS: tuple[SymptomOf, ...] = (
     SymptomOf("decoded-error:sync-from-async", ("blocking-call-in-async",)),
     # The heartbeat runs on the SDK thread: it fails when that thread is starved, or on the network.
     SymptomOf("heartbeat-stall", ("gil-stall", "blocking-call-in-async", "request-retries")),
+    # KL that rises between saves and resets at each is the stale sampler's doing, not the learning rate's.
+    SymptomOf("kl-drift", ("stale-sampler",)),
     # A GIL stall is the mechanism; the CPU or serialization work holding the GIL is the cause.
     SymptomOf("gil-stall", ("cpu-bound-main-thread", "serialization-stall")),
 )

@@ -43,7 +43,12 @@ from trace_doctor.policy.timing import (
     SteadySlownessPolicy,
     WarmupSlownessPolicy,
 )
-from trace_doctor.policy.training import KlDriftPolicy, RendererKlStep0Policy
+from trace_doctor.policy.training import (
+    KlDriftPolicy,
+    RendererKlStep0Policy,
+    StaleSamplerPolicy,
+    TrainingInstabilityPolicy,
+)
 
 __all__ = ["RULE_POLICIES", "Policy", "PolicyError", "SharedPolicy", "ThresholdInfo", "describe"]
 
@@ -65,6 +70,8 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "scheduled-work": ScheduledWorkPolicy,
         "renderer-kl-step0": RendererKlStep0Policy,
         "kl-drift": KlDriftPolicy,
+        "stale-sampler": StaleSamplerPolicy,
+        "training-instability": TrainingInstabilityPolicy,
         "known-bad-dependency": KnownBadDependencyPolicy,
         "decoded-error": DecodedErrorPolicy,
         "request-retries": RequestRetriesPolicy,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trace_doctor.policy.schema import POSITIVE, Bounds, threshold
+from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, Bounds, threshold
 
 
 @dataclass(frozen=True)
@@ -34,4 +34,34 @@ class SharedPolicy:
         why='"Training is stable when KL < 0.01" (cookbook hyperparams.md / ops.md): the healthy band '
         "of the sampler-vs-trainer KL, for renderer-kl-step0, kl-drift and the KL chart.",
         bounds=POSITIVE,
+    )
+    # The KL sawtooth of a sampler refreshed only at saves (derive/staleness.py): stale-sampler
+    # reports it, and kl-drift then names staleness, not the learning rate, as the reason.
+    sawtooth_min_periods: int = threshold(
+        2,
+        unit="save periods",
+        why="One drop at one save can be chance; the sawtooth of a sampler refreshed only at saves repeats "
+        "at every save, so at least two teeth are needed to call it (fewer: abstain).",
+        bounds=AT_LEAST_ONE,
+    )
+    sawtooth_min_drop: float = threshold(
+        2.0,
+        unit="x KL at the save step",
+        why="A tooth: the KL just before a save is at least this multiple of the KL at the save step, where "
+        "the refreshed sampler matches the trainer again (healthy per-step KL noise is ~30%, FORMATS 1.5).",
+        bounds=Bounds(1.0, None, low_open=True),
+    )
+    sawtooth_min_share: float = threshold(
+        0.75,
+        unit="share of saves",
+        why="A stale sampler resets at every save; a drift or noise that happens to dip at one save does not "
+        "at most of them.",
+        bounds=Bounds(0.0, 1.0, low_open=True),
+    )
+    sawtooth_min_correlation: float = threshold(
+        0.5,
+        unit="Spearman ρ",
+        why="KL must also rise with the steps since the last save over the whole run (ρ of 0.5 over 20+ steps "
+        "is far beyond chance, whose spread is ~1/√n), so a few lucky drops are not a sawtooth.",
+        bounds=Bounds(0.0, 1.0, low_open=True),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, SHARE, threshold
+from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, SHARE, Bounds, threshold
 
 
 @dataclass(frozen=True)
@@ -31,4 +31,71 @@ class KlDriftPolicy:
         why="KL already above the band at the first step is renderer-kl-step0's finding; it is drift "
         "only when the later median exceeds the first-step value by this factor.",
         bounds=AT_LEAST_ONE,
+    )
+
+
+@dataclass(frozen=True)
+class StaleSamplerPolicy:
+    max_stale_share: float = threshold(
+        0.1,
+        unit="stale groups per trained group",
+        why="Async RL requeues (or, once the dataloader is done, drops) every group sampled more than "
+        "max_steps_off_policy steps ago and logs `Samples are too stale, ...` (cookbook rl/train.py): "
+        "beyond one such group in ten trained, a tenth of the sampling is redone or thrown away and the "
+        "kept samples sit at the staleness bound.",
+        bounds=SHARE,
+    )
+    min_steps_over_bound: int = threshold(
+        1,
+        unit="training steps",
+        why="The cookbook never trains on samples staler than max_steps_off_policy (async) or older than "
+        "the current step (sync stream): a single step beyond that bound means the loop does not enforce it.",
+        bounds=AT_LEAST_ONE,
+    )
+
+
+@dataclass(frozen=True)
+class TrainingInstabilityPolicy:
+    spike_window: int = threshold(
+        20,
+        unit="steps",
+        why="A spike is judged against the median and MAD of the steps just before it: the local level, "
+        "so the early fall of a loss and a slow trend are not spikes; 20 steps keep the MAD steady on "
+        "heavy-tailed per-batch losses (a 10-step MAD flagged ordinary per-example noise).",
+        bounds=Bounds(3.0, None),
+    )
+    spike_min_sigmas: float = threshold(
+        8.0,
+        unit="robust σ (1.4826 × MAD of the window)",
+        why="A per-batch loss is noisy; eight robust σ above the local median is far outside that noise "
+        "(a normal batch-to-batch swing is 1-3 σ).",
+        bounds=POSITIVE,
+    )
+    spike_min_rise: float = threshold(
+        0.5,
+        unit="share of the local median's magnitude",
+        why="A smooth series has a tiny MAD; the jump must also be large in absolute terms: half the local "
+        "level (an NLL of 0.6 jumping past 0.9; the chat SFT sweep calls test NLL > 2.0 divergence).",
+        bounds=POSITIVE,
+    )
+    recovery_steps: int = threshold(
+        5,
+        unit="steps",
+        why="After a spike the loss should come back to its level within a few steps; still above the "
+        "spike threshold's midpoint over the next this-many steps, the run diverged.",
+        bounds=AT_LEAST_ONE,
+    )
+    min_spikes_for_warning: int = threshold(
+        2,
+        unit="spikes",
+        why="One recovered spike is a bad batch (info); repeated spikes mean the optimisation is unstable "
+        "(learning rate too high for the batch size, no gradient clipping).",
+        bounds=AT_LEAST_ONE,
+    )
+    min_spike_rate: float = threshold(
+        0.01,
+        unit="spikes per step",
+        why="Repeated means often: a handful of recovered spikes over tens of thousands of steps is the tail "
+        "of per-batch noise (info), at least one per hundred steps is instability (warning).",
+        bounds=SHARE,
     )

@@ -175,7 +175,7 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
                     _block(
                         "explained by: "
                         + ", ".join(dict.fromkeys(rule_of.get(k, k) for k in finding.explained_by))
-                        + " (its time is counted there)",
+                        + (" (its time is counted there)" if finding.evidence.get("own_estimate_s") else ""),
                         width=body,
                         label="explained by:",
                         style="cyan",

@@ -594,6 +594,7 @@ def _finding_cards(
                 "paint": extras["painted"].get(i),
                 "hatched": i in hatched,
                 "explained_by": findings_view.causes_of(finding, read, result.findings),
+                "time_counted_there": bool(finding.evidence.get("own_estimate_s")),
                 "seconds_lost": format_seconds(finding.seconds_lost) if finding.seconds_lost else None,
                 "share": f"{finding.fraction_of_wall * 100:.0f}% of wall time" if finding.fraction_of_wall else None,
                 "steps": _steps_text(finding.steps),

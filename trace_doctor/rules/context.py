@@ -99,6 +99,29 @@ class RuleContext:
         return wall_time_s(self.run.spans, self.step_times)
 
     @cached_property
+    def kl_sawtooth(self):
+        """(Sawtooth | None, why not) of the sync sampler-vs-trainer KL against the save cadence
+        (derive.staleness), for stale-sampler and kl-drift alike, shaped by the shared knobs."""
+        from trace_doctor.derive.staleness import run_kl_sawtooth
+        from trace_doctor.derive.step_times import live_training_rows
+        from trace_doctor.rules.checks.renderer_kl_step0 import kl_columns
+
+        rows = live_training_rows(self.run.steps)
+        return run_kl_sawtooth(
+            self.run.meta, rows, self.run.checkpoints, kl_columns(rows), min_drop=self.shared.sawtooth_min_drop
+        )
+
+    def sawtooth_shown(self) -> bool:
+        """Whether the KL follows the save cadence by the shared knobs (see kl_sawtooth)."""
+        found, _ = self.kl_sawtooth
+        s = self.shared
+        return found is not None and found.shows(
+            min_periods=s.sawtooth_min_periods,
+            min_share=s.sawtooth_min_share,
+            min_correlation=s.sawtooth_min_correlation,
+        )
+
+    @cached_property
     def clock_cycle(self):
         """Service clock-cycle estimate from the trace, or the configured shared knob (derive.cycles)."""
         from trace_doctor.derive.cycles import estimate_clock_cycle

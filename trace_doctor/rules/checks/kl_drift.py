@@ -91,19 +91,38 @@ def check(ctx) -> list[Finding]:
         )
     elif ctx.run.meta.trainer_mode in ("async", "stream"):
         note += f" This is a {ctx.run.meta.trainer_mode} run: sampling from older weights (staleness) inflates this KL."
+    measured = (
+        f"|`{column}`| is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps "
+        f"after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first "
+        f"at step {steps[0]} ({run_label(ctx.run.meta)})."
+    )
+    sawtooth, _ = ctx.kl_sawtooth
+    if ctx.sawtooth_shown():
+        # The KL rises between saves and resets at each: the sampler is stale, the learning rate is not
+        # what moved it (stale-sampler has the evidence), so the message must not send the user there.
+        title = "KL between sampler and trainer rises between checkpoint saves (stale sampler)"
+        message = (
+            f"The KL follows the save cadence ({sawtooth.cadence_source}): it resets at {sawtooth.teeth} of "
+            f"{sawtooth.resets} saves, so the sampler is only refreshed when a checkpoint is saved "
+            f"(see stale-sampler). {measured}{note}"
+        )
+        fix = (
+            "Refresh the sampling client after every optimizer step (stale-sampler); judge the learning rate "
+            "only once the KL no longer follows the save cadence."
+        )
+    else:
+        title = "KL between sampler and trainer drifted above the stable band"
+        message = measured + note
+        fix = (
+            "Lower the learning rate or add a KL penalty (kl_penalty_coef); check off-policy staleness in "
+            "async/stream runs, and MoE numerics; if it is high from step 0, see renderer-kl-step0."
+        )
     return [
         ctx.finding(
             severity="warning",
-            title="KL between sampler and trainer drifted above the stable band",
-            message=(
-                f"|`{column}`| is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps "
-                f"after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first "
-                f"at step {steps[0]} ({run_label(ctx.run.meta)}).{note}"
-            ),
-            fix=(
-                "Lower the learning rate or add a KL penalty (kl_penalty_coef); check off-policy staleness in "
-                "async/stream runs, and MoE numerics; if it is high from step 0, see renderer-kl-step0."
-            ),
+            title=title,
+            message=message,
+            fix=fix,
             steps=steps[:MAX_LISTED_STEPS],
             evidence={
                 "metric": column,
@@ -114,6 +133,7 @@ def check(ctx) -> list[Finding]:
                 "share_above": round(share, 4),
                 "band": ctx.shared.max_stable_kl,
                 "staleness": stale,
+                "save_sawtooth": ctx.sawtooth_shown(),
             },
             fingerprint=f"kl-drift:{column}",
             confidence="high" if share >= 0.5 else "medium",
@@ -147,7 +167,13 @@ RULE = register(
             ),
         ),
         check=check,
-        shared=("max_stable_kl",),
+        shared=(
+            "max_stable_kl",
+            "sawtooth_min_periods",
+            "sawtooth_min_drop",
+            "sawtooth_min_share",
+            "sawtooth_min_correlation",
+        ),
         requires=(
             requires(
                 "no optim/kl_sample_train_v1/_v2 in metrics: not an RL run",
