@@ -45,8 +45,9 @@ def test_by_name_and_by_content(tmp_path):
     assert names["dump"] == ["stdout.txt"]
     assert names["log"] == ["logs.log"]
     assert names["code_diff"] == ["code.diff"]
+    assert names["rollouts"] == ["train_rollout_summaries.jsonl"]
     passed = {p.path.rsplit("/", 1)[-1]: p.reason for p in found.passed_over}
-    assert set(passed) == {"timing_gantt.html", "empty.jsonl", "blob.bin", "train_rollout_summaries.jsonl"}
+    assert set(passed) == {"timing_gantt.html", "empty.jsonl", "blob.bin"}
     assert passed["empty.jsonl"] == "empty file"
 
 

@@ -46,7 +46,8 @@ HOSTILE = " ".join(PAYLOADS)
 OWN_TAGS = re.compile(r"</?(details|summary|b|br|sub|code)>")
 OWN_HEADINGS = re.compile(
     r"^(trace-doctor( — fleet| escalation bundle)?|Findings( \(\d+\))?|Baseline comparison|Identifiers"
-    r"|Where the time went|Step timing|Dependency versions found in the logs|Analyser|Inputs read)$"
+    r"|Where the time went|Step timing|Training machine \(as the run recorded it\)"
+    r"|Analysed on \(the machine that ran trace-doctor, not the training machine\)|Inputs read)$"
 )
 # Payloads that are live Markdown on their own; the others (backticks, pipes, entities) change the
 # layout or the text shown, checked by what the reader sees.

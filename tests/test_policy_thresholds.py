@@ -394,6 +394,54 @@ def pipelined_loop_served_late() -> RunTables:
     return run
 
 
+# --- learning-signal runs (TD203 / TD205 / TD207) ---------------------------------------------
+
+
+@cache
+def uniform_reward_log_only() -> RunTables:
+    """An RL run with a mean reward but no per-group metrics, whose log says 4 batches had uniform rewards."""
+    run = run_from_rows([{"step": s, "env/all/reward/total": 0.2} for s in range(20)], trainer="rl")
+    message = "All rewards are uniform. There will be no gradient"
+    rows = [
+        {
+            "source": "logs.log",
+            "line": i,
+            "timestamp": None,
+            "logger": "tinker_cookbook.rl.data_processing",
+            "level": "WARNING",
+            "kind": "warning",
+            "message": message,
+            "fields": "{}",
+        }
+        for i in range(4)
+    ]
+    run.log_events = pl.DataFrame(rows, schema=LOG_EVENTS_SCHEMA)
+    return run
+
+
+@cache
+def entropy_mostly_collapsed() -> RunTables:
+    """Entropy 0.5 for 20 steps, then a late window where 7 of 10 steps are near zero and 3 are not."""
+    late = [0.01, 0.2, 0.01, 0.01, 0.2, 0.01, 0.01, 0.2, 0.01, 0.01]
+    values = [0.5] * 30 + late
+    return run_from_rows([{"step": s, "optim/entropy": v} for s, v in enumerate(values)], trainer="rl")
+
+
+@cache
+def truncation_rising_late() -> RunTables:
+    """stop/max_tokens 5% for 33 steps, then 50% on the last 9: truncation grows at the end."""
+    values = [0.05] * 33 + [0.5] * 9
+    return run_from_rows([{"step": s, "env/all/stop/max_tokens": v} for s, v in enumerate(values)], trainer="rl")
+
+
+@cache
+def mean_length_near_cap() -> RunTables:
+    """ac_tokens_per_turn at 93% of config max_tokens (no stop keys, no rollouts)."""
+    run = run_from_rows([{"step": s, "env/all/ac_tokens_per_turn": 1905.0} for s in range(20)], trainer="rl")
+    run.meta.config = {"max_tokens": 2048}
+    return run
+
+
 # --- the probe table --------------------------------------------------------------------------
 
 
@@ -562,6 +610,67 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("training-instability", "min_spike_rate"): Probe(
         "training/sft_loss_spikes", 0.05, "2 spikes in 80 steps (0.025 per step): warning -> info"
+    ),
+    # constant-reward-groups
+    ("constant-reward-groups", "min_constant_share"): Probe(
+        "training/rl_async_too_easy", 0.9, "81% constant groups per step: fired -> passed"
+    ),
+    ("constant-reward-groups", "min_share_of_steps"): Probe(
+        "training/rl_sync_late_saturation", 0.2, "all-good groups on the last 23% of the steps: passed -> fired"
+    ),
+    ("constant-reward-groups", "min_steps"): Probe(
+        "training/rl_sync_all_bad_dropped", 40, "30 exported iterations are too few: exact -> estimate (medium)"
+    ),
+    ("constant-reward-groups", "dominant_kind_share"): Probe(
+        "training/rl_sync_all_bad_dropped", 1.0, "a few all-good groups among the all-bad: all-bad -> both"
+    ),
+    ("constant-reward-groups", "late_onset_share"): Probe(
+        "training/rl_sync_saturated_midway", 0.5, "saturation at step 16 of 60 is early: info -> warning"
+    ),
+    ("constant-reward-groups", "min_reward_gain"): Probe(
+        "training/rl_sync_saturated_midway", 0.8, "a 0.57 rise is not learning: saturated -> too easy"
+    ),
+    ("constant-reward-groups", "min_log_lines"): Probe(
+        uniform_reward_log_only, 5, "4 uniform-reward lines: fired -> not applicable"
+    ),
+    # entropy-collapse
+    ("entropy-collapse", "max_late_entropy"): Probe(
+        "training/rl_sync_entropy_collapse", 0.005, "late median 0.0105: fired -> passed"
+    ),
+    ("entropy-collapse", "max_late_over_early"): Probe(
+        "training/rl_sync_entropy_collapse", 0.01, "late is 2.1% of early: fired -> passed"
+    ),
+    ("entropy-collapse", "min_early_entropy"): Probe(
+        "training/rl_sync_entropy_collapse", 0.6, "early median 0.49 counts as low from the start: fired -> passed"
+    ),
+    ("entropy-collapse", "window_share"): Probe(
+        "training/rl_sync_entropy_collapse", 0.5, "the late window is the last 25 steps, not 10: another finding"
+    ),
+    ("entropy-collapse", "min_window"): Probe(
+        "training/rl_sync_entropy_collapse", 10, "early level over 10 steps instead of 3: another finding"
+    ),
+    ("entropy-collapse", "min_steps"): Probe("training/rl_sync_entropy_collapse", 60, "50 steps: fired -> n/a"),
+    ("entropy-collapse", "min_late_share_below"): Probe(
+        entropy_mostly_collapsed, 0.6, "7 of 10 late steps below the floor: passed -> fired"
+    ),
+    ("entropy-collapse", "saturated_reward"): Probe(
+        "training/rl_sync_saturated_midway", 1.0, "late reward 0.98 of the best is not saturated: info -> warning"
+    ),
+    # truncated-samples
+    ("truncated-samples", "min_share"): Probe(
+        "training/rl_stream_truncated_thinking", 0.5, "44% cut at max_tokens: fired -> passed"
+    ),
+    ("truncated-samples", "min_steps_above"): Probe(
+        "training/rl_sync_truncated_rollouts", 20, "19 of 20 iterations above: fired -> passed"
+    ),
+    ("truncated-samples", "late_share"): Probe(
+        truncation_rising_late, 0.5, "9 truncated steps are a minority of the last half: fired -> passed"
+    ),
+    ("truncated-samples", "mean_near_cap"): Probe(
+        mean_length_near_cap, 0.95, "mean at 93% of the cap: fired -> passed"
+    ),
+    ("truncated-samples", "short_thinking_max_tokens"): Probe(
+        "training/rl_stream_truncated_thinking", 1024, "2048 is no longer a short budget: the thinking note goes"
     ),
     # known-bad-dependency
     ("known-bad-dependency", "trap_max_sample_share"): Probe(

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.training_gen.__main__ import all_scenarios
+from trace_doctor.api import analyze, load_run
+from trace_doctor.knowledge.triage import TRIAGE_STAGES
 
 TRAINING = Path(__file__).resolve().parent.parent / "fixtures" / "training"
 SCENARIOS = all_scenarios()
@@ -41,3 +43,21 @@ def test_run_has_core_files_and_an_expectation(name: str) -> None:
     assert not set(expected["must_fire"]) & set(expected["must_not_fire"])
     config = json.loads((run / "config.json").read_text())
     assert {"model_name", "renderer_name", "learning_rate", "log_path"} <= set(config)
+
+
+# The rules that judge training quality: on a training fixture, none may fire unless the scenario
+# was built for it — each run shows one shape and nothing else.
+QUALITY_RULES = {slug for stage, slugs in TRIAGE_STAGES if stage == "training quality" for slug in slugs} | {
+    "renderer-kl-step0",
+    "kl-drift",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_run_fires_exactly_what_it_was_built_for(name: str) -> None:
+    run = TRAINING / name
+    expected = json.loads((run / "EXPECTED.json").read_text())
+    fired = {f.rule for f in analyze(load_run(run)).findings}
+    assert set(expected["must_fire"]) <= fired
+    assert not set(expected["must_not_fire"]) & fired
+    assert (fired & QUALITY_RULES) <= set(expected["must_fire"]), "a training-quality rule fired unasked"

@@ -27,8 +27,10 @@ from trace_doctor.ingest.launches import launches_of
 from trace_doctor.ingest.logs import parse_log_files
 from trace_doctor.ingest.metrics import parse_metrics_files
 from trace_doctor.ingest.profiles import parse_profile_files
+from trace_doctor.ingest.rollouts import parse_rollout_files
 from trace_doctor.ingest.timing_spans import parse_timing_spans_files
 from trace_doctor.ingest.trace_events import parse_trace_files
+from trace_doctor.ingest.wandb_metadata import parse_wandb_metadata_files
 from trace_doctor.model import Analysis, IngestWarning, RunMeta, RunTables
 from trace_doctor.policy import Policy
 from trace_doctor.settings import Settings
@@ -83,20 +85,25 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
         run.inputs += infos
         later_warnings: list[IngestWarning] = []
         run.checkpoints, checkpoint_infos = parse_checkpoint_files(files["checkpoints"], later_warnings)
+        run.rollouts, rollout_infos = parse_rollout_files(files["rollouts"], later_warnings)
         run.frames, run.profiles, profile_infos = parse_profile_files(files["profile"], later_warnings)
         run.task_snapshots, run.stack_snapshots, dump_infos = parse_dump_files(files["dump"], later_warnings)
         # Dumps are usually captured stdout, which also carries GIL-monitor and SDK lines.
         run.log_events, log_infos = parse_log_files(files["log"] + files["dump"] + files["code_diff"], later_warnings)
+        wandb_runs, wandb_infos = parse_wandb_metadata_files(files["wandb_metadata"], later_warnings)
         trace_read.wait()
         span_warnings: list[IngestWarning] = []
         run.step_spans, span_infos = parse_timing_spans_files(files["spans"], span_warnings)
-        later_inputs = span_infos + checkpoint_infos + profile_infos + dump_infos + log_infos
+        later_inputs = (
+            span_infos + checkpoint_infos + rollout_infos + profile_infos + dump_infos + log_infos + wandb_infos
+        )
         later_warnings = span_warnings + later_warnings
         run.spans, infos = trace_future.result()
     run.inputs += infos + later_inputs
     warnings += trace_warnings + later_warnings
 
     meta.path = str(input_path(flat[0]))
+    meta.wandb = wandb_runs
     if meta.trainer == "unknown":
         meta.trainer = trainer_from_metric_keys(run.steps.columns)
     run.meta = meta
@@ -148,6 +155,7 @@ def analyze(
     `settings` is what `load_settings()` read from a configuration file; the keyword options win over
     it, as command-line options do. `overrides` is `{slug: {threshold: value}}`, checked like a file's.
     """
+    from trace_doctor.derive.training_machine import training_machine
     from trace_doctor.rules.engine import run_rules
     from trace_doctor.summary import summarize
 
@@ -163,6 +171,7 @@ def analyze(
     rule_select, rule_ignore = list(chosen.select) or None, list(chosen.ignore) or None
     findings, outcomes, ctx = run_rules(run, select=rule_select, ignore=rule_ignore, policy=chosen.policy)
     summary = summarize(ctx)
+    summary["training_machine"] = training_machine(run)
     derived = {"step_times": ctx.step_times, "warmup_steps": summary.get("warmup_steps", 0)}
     result = Analysis(
         run=run, findings=findings, outcomes=outcomes, summary=summary, derived=derived, policy=chosen.policy

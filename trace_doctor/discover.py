@@ -16,9 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trace_doctor.file_names import input_path
+from trace_doctor.ingest.rollouts import is_rollout_summaries_name
 from trace_doctor.model import PassedOver
 
-KINDS = ("metrics", "trace", "spans", "config", "checkpoints", "profile", "dump", "log", "code_diff")
+KINDS = (
+    "metrics",
+    "trace",
+    "spans",
+    "config",
+    "checkpoints",
+    "rollouts",
+    "profile",
+    "dump",
+    "log",
+    "code_diff",
+    "wandb_metadata",
+)
 
 SNIFF_BYTES = 256 * 1024
 # Deep enough for a sweep's folder of runs (results/<sweep>/<model>/<run>/wandb/<id>/files/output.log).
@@ -88,8 +101,10 @@ def _classify_jsonl(head: bytes) -> str | None:
         return "spans"
     if b'"state_path"' in line or b'"sampler_path"' in line:
         return "checkpoints"
-    if b'"traj_idx"' in line or b'"schema_version"' in line:
-        return None  # rollout summaries: not a timing input
+    if b'"traj_idx"' in line and b'"group_idx"' in line:
+        return "rollouts"  # RL rollout summaries under another name (FORMATS.md 3.6)
+    if b'"schema_version"' in line:
+        return None
     return "metrics"
 
 
@@ -128,8 +143,13 @@ def classify(path: Path) -> tuple[str | None, str]:
         return "config", ""
     if name == "checkpoints.jsonl":
         return "checkpoints", ""
+    if is_rollout_summaries_name(name):
+        return "rollouts", ""
     if name == "code.diff":
         return "code_diff", ""
+    if name == "wandb-metadata.json":
+        # W&B's record of the training machine (python, host, args, git): run metadata, not timing.
+        return "wandb_metadata", ""
     if name == "logs.log":
         # The cookbook's log by name, even with NUL runs in it (a crash mid-write leaves them).
         return "log", ""
@@ -144,7 +164,11 @@ def classify(path: Path) -> tuple[str | None, str]:
         return None, "HTML (timing_gantt/logtree pages are summaries of inputs read elsewhere)"
     if name.endswith(".jsonl"):
         kind = _classify_jsonl(head)
-        return (kind, "") if kind else (None, "JSONL that is not metrics, trace, timing spans or checkpoints")
+        return (
+            (kind, "")
+            if kind
+            else (None, "JSONL that is not metrics, trace, timing spans, checkpoints or rollout summaries")
+        )
     if name.endswith(".json") or name.endswith(".json.gz"):
         kind = _classify_json(head)
         return (kind, "") if kind else (None, "JSON that is neither a pyinstrument profile nor a trace")

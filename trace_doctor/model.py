@@ -53,6 +53,55 @@ class PassedOver:
     reason: str
 
 
+@dataclass(frozen=True)
+class WandbMetadata:
+    """What W&B recorded about the machine and process that trained (`wandb-metadata.json`).
+
+    Only the fields support asks about are kept; the user's e-mail and login name are not read.
+    Older W&B (`heartbeatAt`, `cuda`) and wandb-core (`cpu`, `gpu_nvidia`, `cudaVersion`) shapes both fill it.
+    """
+
+    path: str
+    wandb_run_id: str | None = None  # from the `run-<date>_<time>-<id>` folder name
+    python: str | None = None  # "3.11.9" (wandb-core writes "CPython 3.11.9")
+    os: str | None = None
+    host: str | None = None
+    program: str | None = None
+    code_path: str | None = None
+    args: tuple[str, ...] = ()
+    started_at: str | None = None
+    executable: str | None = None
+    git_remote: str | None = None
+    git_commit: str | None = None
+    cpu_count: int | None = None
+    cpu_count_logical: int | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+    cuda_version: str | None = None
+    memory_total_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "wandb_run_id": self.wandb_run_id,
+            "python": self.python,
+            "os": self.os,
+            "host": self.host,
+            "program": self.program,
+            "code_path": self.code_path,
+            "args": list(self.args),
+            "started_at": self.started_at,
+            "executable": self.executable,
+            "git": {"remote": self.git_remote, "commit": self.git_commit},
+            "cpu_count": self.cpu_count,
+            "cpu_count_logical": self.cpu_count_logical,
+            "gpu": self.gpu,
+            "gpu_count": self.gpu_count,
+            "cuda_version": self.cuda_version,
+            "memory_total_bytes": self.memory_total_bytes,
+        }
+
+
 @dataclass
 class RunMeta:
     """What the run says about itself: config.json fields and the inferred trainer kind."""
@@ -67,6 +116,8 @@ class RunMeta:
     enable_trace: bool | None = None
     submit_ahead: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    # One per W&B run folder found (a relaunched run has several), in path order.
+    wandb: list[WandbMetadata] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -187,6 +238,27 @@ CHECKPOINTS_SCHEMA: dict[str, pl.DataType] = {
     "rolling": pl.Boolean,
     "line": pl.Int64,
 }
+# One row per trajectory of the RL rollout summaries (FORMATS.md 3.6): the exact per-group rewards
+# and per-sample lengths that metrics.jsonl only has as batch averages.
+ROLLOUTS_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String,
+    "line": pl.Int64,
+    "split": pl.String,  # train | eval/<label>
+    "iteration": pl.Int64,
+    "group_idx": pl.Int64,
+    "traj_idx": pl.Int64,
+    "sampling_client_step": pl.Int64,
+    "total_reward": pl.Float64,
+    "final_reward": pl.Float64,
+    "n_turns": pl.Int64,
+    "ac_tokens": pl.Int64,  # sum of the steps' ac_len
+    "max_ac_len": pl.Int64,
+    "last_ac_len": pl.Int64,  # the final turn's ac_len (truncation is decided there)
+    "last_stop_reason": pl.String,  # the final turn's stop_reason (newer exports: "length" / "stop")
+    "ob_len": pl.Int64,  # sum of the steps' ob_len (as metrics' total_ob_tokens counts them)
+    "final_ob_len": pl.Int64,
+    "tags": pl.String,  # comma-joined
+}
 
 
 @dataclass
@@ -203,6 +275,7 @@ class RunTables:
     stack_snapshots: pl.DataFrame = field(default_factory=lambda: _empty(STACK_SNAPSHOTS_SCHEMA))
     log_events: pl.DataFrame = field(default_factory=lambda: _empty(LOG_EVENTS_SCHEMA))
     checkpoints: pl.DataFrame = field(default_factory=lambda: _empty(CHECKPOINTS_SCHEMA))
+    rollouts: pl.DataFrame = field(default_factory=lambda: _empty(ROLLOUTS_SCHEMA))
     inputs: list[InputFile] = field(default_factory=list)
     # The processes that wrote the metrics (ingest.launches.Launch): one, or several after relaunches.
     launches: list[Any] = field(default_factory=list)
@@ -221,6 +294,7 @@ class RunTables:
         "stack_snapshots",
         "log_events",
         "checkpoints",
+        "rollouts",
     )
 
     def tables(self) -> dict[str, pl.DataFrame]:

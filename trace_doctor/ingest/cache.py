@@ -166,6 +166,7 @@ def _parser_fingerprint() -> str:
         "span_args.py",
         "span_steps.py",
         "jsonl.py",
+        "rollouts.py",
         "cache.py",
     ):
         try:

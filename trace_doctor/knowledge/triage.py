@@ -101,6 +101,16 @@ SYMPTOMS: tuple[SymptomOf, ...] = (
     SymptomOf("heartbeat-stall", ("gil-stall", "blocking-call-in-async", "request-retries")),
     # KL that rises between saves and resets at each is the stale sampler's doing, not the learning rate's.
     SymptomOf("kl-drift", ("stale-sampler",)),
+    # Entropy and constant-reward groups move together (FORMATS 1.5: collapse toward 0 goes with
+    # frac_mixed -> 0); which explains which depends on the reward. A task the policy has solved makes
+    # every group all-correct and the sampler deterministic: the entropy fall is the saturation's
+    # symptom (entropy-collapse fingerprints it `:saturated`). Otherwise a collapsed sampler draws the
+    # same completion for every sample of a prompt, so its groups get one reward: the constant groups
+    # (all-bad or split) are the collapse's symptom.
+    SymptomOf("entropy-collapse:saturated", ("constant-reward-groups",)),
+    SymptomOf("constant-reward-groups:all-bad", ("entropy-collapse",)),
+    SymptomOf("constant-reward-groups:both", ("entropy-collapse",)),
+    SymptomOf("constant-reward-groups:unknown", ("entropy-collapse",)),
     # A GIL stall is the mechanism; the CPU or serialization work holding the GIL is the cause.
     SymptomOf("gil-stall", ("cpu-bound-main-thread", "serialization-stall")),
 )

@@ -29,6 +29,11 @@ from trace_doctor.policy.profiles import (
     ProfileWithoutAsyncModePolicy,
     SerializationStallPolicy,
 )
+from trace_doctor.policy.rl_quality import (
+    ConstantRewardGroupsPolicy,
+    EntropyCollapsePolicy,
+    TruncatedSamplesPolicy,
+)
 from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
 from trace_doctor.policy.service import RequestRetriesPolicy, ServerSideWaitPolicy
 from trace_doctor.policy.shared import SharedPolicy
@@ -72,6 +77,9 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "kl-drift": KlDriftPolicy,
         "stale-sampler": StaleSamplerPolicy,
         "training-instability": TrainingInstabilityPolicy,
+        "constant-reward-groups": ConstantRewardGroupsPolicy,
+        "entropy-collapse": EntropyCollapsePolicy,
+        "truncated-samples": TruncatedSamplesPolicy,
         "known-bad-dependency": KnownBadDependencyPolicy,
         "decoded-error": DecodedErrorPolicy,
         "request-retries": RequestRetriesPolicy,

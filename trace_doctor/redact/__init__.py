@@ -18,13 +18,14 @@ it. `redact_analysis` is the after-the-fact pass for an analysis of a run that w
 
 from trace_doctor.redact.model import redact_analysis, redact_frame, redact_passed_over, redact_run, redact_split
 from trace_doctor.redact.shapes import REDACTED
-from trace_doctor.redact.text import credential_like, is_secret_key, redact_text, redact_value
+from trace_doctor.redact.text import credential_like, is_secret_key, redact_argv, redact_text, redact_value
 
 __all__ = [
     "REDACTED",
     "credential_like",
     "is_secret_key",
     "redact_analysis",
+    "redact_argv",
     "redact_frame",
     "redact_passed_over",
     "redact_run",

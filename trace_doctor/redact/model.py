@@ -8,14 +8,14 @@ redacted first (the Python API handing one to `write_bundle`).
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 import polars as pl
 
-from trace_doctor.model import Analysis, IngestWarning, PassedOver, RunTables
+from trace_doctor.model import Analysis, IngestWarning, PassedOver, RunTables, WandbMetadata
 from trace_doctor.redact.shapes import TRIGGER
-from trace_doctor.redact.text import redact_text, redact_value
+from trace_doctor.redact.text import redact_argv, redact_text, redact_value
 from trace_doctor.runs import UNSAFE_ID
 
 
@@ -76,6 +76,7 @@ def redact_run(run: RunTables) -> RunTables:
         renderer_name=_text(run.meta.renderer_name),
         trainer_mode=_text(run.meta.trainer_mode),
         config=redact_value(run.meta.config),
+        wandb=[_wandb(w) for w in run.meta.wandb],
     )
     for name in run.TABLE_NAMES:
         setattr(clean, name, redact_frame(getattr(run, name)))
@@ -89,6 +90,12 @@ def redact_run(run: RunTables) -> RunTables:
 
 def _text(value: str | None) -> str | None:
     return redact_text(value) if isinstance(value, str) else value
+
+
+def _wandb(meta: WandbMetadata) -> WandbMetadata:
+    """Every string W&B recorded, the command line read flag by flag (`--api-key <value>`)."""
+    strings = {f.name: redact_text(v) for f in fields(meta) if isinstance(v := getattr(meta, f.name), str)}
+    return replace(meta, args=redact_argv(meta.args), **strings)
 
 
 def _launch(launch: Any) -> Any:

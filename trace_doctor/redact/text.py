@@ -273,3 +273,20 @@ def _blank(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_blank(v) for v in value]
     return REDACTED
+
+
+def redact_argv(args: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """A command line with secrets removed, a flag and its value read together.
+
+    `--api-key=…` and `api_key=…` (chz style) are one element and redact as text; `--api-key …`
+    puts the secret in the element after a flag that names it, which text alone cannot see.
+    """
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        flag = args[i - 1] if i else ""
+        named = flag.startswith("-") and "=" not in flag and is_secret_key(flag.lstrip("-"), arg)
+        if named and not _PLACEHOLDER.fullmatch(arg):
+            out.append(REDACTED)
+        else:
+            out.append(redact_text(arg))
+    return tuple(out)

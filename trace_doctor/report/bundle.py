@@ -22,8 +22,8 @@ import orjson
 import polars as pl
 
 from trace_doctor import __version__
+from trace_doctor.derive import training_machine as machine
 from trace_doctor.ingest.deep_json import dumps_deep
-from trace_doctor.knowledge.tinker import SESSION_MENTION, TINKER_URI
 from trace_doctor.model import Analysis
 from trace_doctor.redact import redact_analysis
 from trace_doctor.report.markdown_text import code, inline, prose
@@ -57,66 +57,96 @@ def _json_bytes(value: Any) -> bytes:
 
 def session_ids(result: Analysis) -> list[str]:
     """Session ids from `session` log events (fields or text) and from the config."""
-    found: set[str] = set()
-    events = result.run.log_events
-    if not events.is_empty() and "kind" in events.columns:
-        for row in events.filter(pl.col("kind") == "session").iter_rows(named=True):
-            fields = _fields(row.get("fields"))
-            for key in ("session_id", "session", "id"):
-                if isinstance(fields.get(key), str):
-                    found.add(fields[key])
-            found.update(SESSION_MENTION.findall(row.get("message") or ""))
-    for key, value in _walk(result.run.meta.config):
-        if "session" in key.lower() and isinstance(value, str) and value:
-            found.add(value)
-    return sorted(found)
+    return machine.session_ids(result.run)
 
 
 def tinker_run_ids(result: Analysis) -> list[str]:
-    """Training-run ids from the tinker:// checkpoint paths."""
-    ids: set[str] = set()
-    checkpoints = result.run.checkpoints
-    for column in ("state_path", "sampler_path"):
-        if column in checkpoints.columns:
-            for path in checkpoints[column].drop_nulls().to_list():
-                ids.update(TINKER_URI.findall(path))
-    return sorted(ids)
+    """Training-run ids from tinker:// checkpoint paths and the SDK's log lines."""
+    return machine.training_run_ids(result.run)
 
 
 def dependency_versions(result: Analysis) -> list[str]:
-    """Versions named in the logs (`version` log events), as `name version (source:line)`."""
-    events = result.run.log_events
-    if events.is_empty() or "kind" not in events.columns:
-        return []
-    lines = set()
-    for row in events.filter(pl.col("kind") == "version").iter_rows(named=True):
-        fields = _fields(row.get("fields"))
-        name = fields.get("package") or fields.get("name")
-        version = fields.get("version")
-        what = f"{name} {version}" if name and version else (row.get("message") or "").strip()
-        lines.add(f"{what} ({row.get('source')}:{row.get('line')})")
-    return sorted(lines)
+    """Every version the logs name (environment check, pip freeze, code.diff), as `name version (source:line)`."""
+    return sorted(
+        f"{v['package']} {v['version']} ({v['source']}:{v['line']})" for v in machine.recorded_versions(result.run)
+    )
 
 
-def _fields(text: Any) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
+def _recorded(result: Analysis) -> dict[str, Any]:
+    """The training machine's record the analysis made (older analyses: gathered now from the run)."""
+    recorded = (result.summary or {}).get("training_machine")
+    return recorded if isinstance(recorded, dict) else machine.training_machine(result.run)
 
 
-def _walk(value: Any, prefix: str = ""):
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _walk(item, f"{prefix}.{key}" if prefix else str(key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _walk(item, f"{prefix}[{i}]")
-    else:
-        yield prefix, value
+def _wandb_lines(w: dict[str, Any]) -> list[str]:
+    git = w.get("git") or {}
+    gpu = w.get("gpu")
+    hardware = ", ".join(
+        part
+        for part in (
+            f"{w['cpu_count']} CPU cores" if w.get("cpu_count") else "",
+            f"{w['cpu_count_logical']} logical" if w.get("cpu_count_logical") else "",
+            f"{w.get('gpu_count') or 1} × {inline(gpu)}" if gpu else "",
+            f"CUDA {inline(w['cuda_version'])}" if w.get("cuda_version") else "",
+            f"{w['memory_total_bytes'] / 2**30:.0f} GiB RAM" if w.get("memory_total_bytes") else "",
+        )
+        if part
+    )
+    facts = [
+        ("W&B run", code(w["wandb_run_id"], table=False) if w.get("wandb_run_id") else None),
+        ("Python", code(w["python"], table=False) if w.get("python") else None),
+        ("OS", inline(w["os"]) if w.get("os") else None),
+        ("host", inline(w["host"]) if w.get("host") else None),
+        ("started", inline(w["started_at"]) if w.get("started_at") else None),
+        ("program", code(w["program"], table=False) if w.get("program") else None),
+        ("arguments", code(" ".join(w["args"]), table=False) if w.get("args") else None),
+        ("executable", code(w["executable"], table=False) if w.get("executable") else None),
+        (
+            "git",
+            f"{code(git.get('remote') or 'remote unknown', table=False)} @ {code(git['commit'], table=False)}"
+            if git.get("commit")
+            else None,
+        ),
+        ("hardware", hardware or None),
+    ]
+    lines = [f"- W&B metadata {code(w['path'], table=False)}:"]
+    lines += [f"  - {label}: {value}" for label, value in facts if value]
+    return lines
+
+
+def training_machine_lines(result: Analysis) -> list[str]:
+    """The `## Training machine` section: what the run recorded about the machine that trained it."""
+    recorded = _recorded(result)
+    lines = ["## Training machine (as the run recorded it)", ""]
+    if not recorded.get("recorded"):
+        lines += [
+            "- nothing recorded: no W&B metadata, pip freeze, environment check, code.diff or SDK ids in this run",
+            "",
+        ]
+        return lines
+    for w in recorded.get("wandb", []):
+        lines += _wandb_lines(w)
+    for freeze in recorded.get("pip_freeze", []):
+        lines.append(
+            f"- pip freeze {code(str(freeze['source']), table=False)}: {freeze['packages']} packages "
+            "(all in `training_machine.json`)"
+        )
+    for repo in recorded.get("cookbook", []):
+        lines.append(
+            f"- code.diff: repo {code(repo['repo'], table=False)} @ {code(repo['commit'], table=False)} "
+            f"({code(str(repo['source']), table=False)})"
+        )
+    versions = recorded.get("versions", [])
+    if versions:
+        lines.append("- versions:")
+        for v in versions:
+            where = f"{v['source']}:{v['line']}"
+            lines.append(
+                f"  - {inline(v['package'])} {code(v['version'], table=False)} "
+                f"({inline(v['evidence'])}, {code(where, table=False)})"
+            )
+    lines.append("")
+    return lines
 
 
 def support_summary(result: Analysis) -> str:
@@ -127,11 +157,13 @@ def support_summary(result: Analysis) -> str:
     meta, summary = result.run.meta, result.summary or {}
     lines = ["# trace-doctor escalation bundle", ""]
     lines += ["## Identifiers", ""]
-    sessions, runs = session_ids(result), tinker_run_ids(result)
+    recorded = _recorded(result)
+    sessions, runs = recorded.get("session_ids", []), recorded.get("training_run_ids", [])
     found_sessions = ", ".join(code(s, table=False) for s in sessions)
     lines.append(f"- Tinker session id(s): {found_sessions or 'none found in logs or config'}")
     lines.append(
-        f"- Training run id(s) (tinker:// checkpoints): {', '.join(code(r, table=False) for r in runs) or 'none found'}"
+        f"- Training run id(s) (tinker:// paths, SDK log lines): "
+        f"{', '.join(code(r, table=False) for r in runs) or 'none found'}"
     )
     lines.append(
         f"- Model: {inline(meta.model_name or 'unknown')}; renderer: {inline(meta.renderer_name or 'unknown')}; "
@@ -164,13 +196,9 @@ def support_summary(result: Analysis) -> str:
         lines.append(f"- **{f.severity}** {f.code} `{f.rule}` — {title}{lost}. {message}")
     if not result.findings:
         lines.append("- none")
-    lines += ["", "## Dependency versions found in the logs", ""]
-    lines += [f"- {inline(v)}" for v in dependency_versions(result)] or [
-        "- none recorded (see FORMATS: runs record versions nowhere explicit)"
-    ]
+    lines += [""] + training_machine_lines(result)
     lines += [
-        "",
-        "## Analyser",
+        "## Analysed on (the machine that ran trace-doctor, not the training machine)",
         "",
         f"- trace-doctor {__version__}",
         f"- Python {platform.python_version()} ({sys.implementation.name}) on {platform.system()} {platform.machine()}",
@@ -271,6 +299,9 @@ def bundle_members(result: Analysis) -> dict[str, bytes]:
         "SUMMARY.md": support_summary(clean).encode("utf-8"),
         "findings.json": render_json(clean).encode("utf-8"),
         "config.json": _json_bytes(clean.run.meta.config),
+        "training_machine.json": _json_bytes(
+            {**_recorded(clean), "all_versions": machine.recorded_versions(clean.run)}
+        ),
     }
     report = _html_report(clean)
     if report is not None:

@@ -79,10 +79,31 @@ def _block(text: str, *, width: int, label: str = "", style: str = "") -> str:
     return wrapped
 
 
+# A run writes one rollout-summary file per iteration: past this many they are one line (JSON lists all).
+MAX_ROLLOUT_FILES_LISTED = 4
+
+
+def _rollout_files_line(rollouts: list) -> str:
+    """One line for a run's many rollout-summary files (one per iteration): first, last, totals."""
+    records = sum(i.records for i in rollouts)
+    skipped = sum(i.skipped for i in rollouts)
+    more = f", {skipped:,} skipped" if skipped else ""
+    return (
+        f"  {'rollouts':<11} {len(rollouts):,} files, {rollouts[0].path} … {rollouts[-1].path}  "
+        f"({records:,} records{more})"
+    )
+
+
 def ingest_account(run: RunTables) -> str:
     """Short account of what was read and skipped, per input file."""
     lines = [f"Ingested {run.records_read:,} records from {len(run.inputs)} input(s); skipped {run.records_skipped:,}."]
+    rollouts = [info for info in run.inputs if info.kind == "rollouts"]
+    folded = len(rollouts) > MAX_ROLLOUT_FILES_LISTED
     for info in run.inputs:
+        if folded and info.kind == "rollouts":
+            if info is rollouts[0]:
+                lines.append(_rollout_files_line(rollouts))
+            continue
         skipped = f", {info.skipped:,} skipped" if info.skipped else ""
         noun = "record" if info.records == 1 else "records"
         lines.append(f"  {info.kind:<11} {info.path}  ({info.records:,} {noun}{skipped})")

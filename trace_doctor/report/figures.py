@@ -7,7 +7,6 @@ HTML inside labels and hover text, so every string that came from input goes thr
 
 from __future__ import annotations
 
-import math
 import zlib
 from typing import Any
 
@@ -25,7 +24,6 @@ HEALTHY_BAND_COLOUR = "rgba(45, 164, 78, 0.14)"
 CLIPPED_COLOUR = "#57606a"
 # Dump labels are event loops, not phases; neither may look like a severity.
 LABEL_COLOUR = {"main": "#2f6fb3", "holder": "#6e40c9"}
-KL_COLOURS = ("#6e40c9", "#14868c", "#2f6fb3", "#8a7f72")
 FONT = "Inter, -apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 MAX_LABEL_CHARS = 140
 MAX_DEPTH_LAYERS = 6
@@ -397,79 +395,6 @@ def _clip_outliers(fig: go.Figure, steps: list[int], stacked: list[float]) -> No
             ),
         },
     )
-
-
-def kl_figure(steps: list[int], series: dict[str, list[float | None]], band: float) -> go.Figure:
-    """KL per step with the healthy band [0, band] shaded."""
-    fig = go.Figure()
-    palette = KL_COLOURS
-    for i, (name, values) in enumerate(sorted(series.items())):
-        fig.add_trace(
-            go.Scatter(
-                x=steps,
-                y=values,
-                name=plot_text(name),
-                mode="lines+markers" if len(steps) <= 200 else "lines",
-                line={"color": palette[i % len(palette)], "width": 1.6},
-                marker={"size": 4},
-                hovertext=[
-                    f"step {s}<br>{plot_text(name)} = {v:.3g}" if v is not None else f"step {s}"
-                    for s, v in zip(steps, values, strict=True)
-                ],
-                hoverinfo="text",
-            )
-        )
-    values = [v for vs in series.values() for v in vs if v is not None]
-    positive = bool(values) and min(values) > 0
-    log_axis = positive and max(values) / min(values) > 100
-    low = min(values) / 2 if log_axis else 0
-    shapes = [
-        {
-            "type": "rect",
-            "xref": "paper",
-            "x0": 0,
-            "x1": 1,
-            "y0": low,
-            "y1": band,
-            "fillcolor": HEALTHY_BAND_COLOUR,
-            "line": {"width": 0},
-            "layer": "below",
-        },
-        # The band's edge as a line too: next to a KL of 0.5 the band itself is a sliver.
-        {
-            "type": "line",
-            "xref": "paper",
-            "x0": 0,
-            "x1": 1,
-            "y0": band,
-            "y1": band,
-            "line": {"color": HEALTHY_COLOUR, "dash": "dash", "width": 1},
-            "layer": "below",
-        },
-    ]
-    # Annotations, unlike shapes, sit in log10 units on a log axis.
-    label_y = math.log10(band) if log_axis else band
-    annotations = [
-        {
-            "xref": "paper",
-            "x": 0,
-            "y": label_y,
-            "text": f"healthy: KL &lt; {band:g}",
-            "showarrow": False,
-            "xanchor": "left",
-            "yanchor": "bottom",
-            "font": {"size": 11, "color": HEALTHY_COLOUR},
-        }
-    ]
-    if log_axis:
-        axis = {"type": "log", "range": [math.log10(low), math.log10(max(max(values), band) * 2)]}
-    else:
-        axis = {"rangemode": "tozero"}
-    fig.update_layout(
-        base_layout(280, shapes=shapes, annotations=annotations), xaxis_title="step", yaxis_title="KL (nats/token)"
-    )
-    fig.update_yaxes(**axis)
-    return fig
 
 
 def with_alpha(hex_colour: str, alpha: float) -> str:

@@ -8,7 +8,6 @@ and the findings already say; it diagnoses nothing itself.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,8 @@ import polars as pl
 from trace_doctor import __version__
 from trace_doctor.derive.timekeys import parent_of
 from trace_doctor.humanize import format_seconds, json_dumps, printable
-from trace_doctor.knowledge.tinker import KL_SAMPLE_TRAIN_SUFFIXES, TEACHER_KL
 from trace_doctor.model import Analysis, Finding
-from trace_doctor.report import downsample, figures, findings_view, timeline_figure
+from trace_doctor.report import downsample, figures, findings_view, health_view, timeline_figure
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
 
@@ -228,23 +226,6 @@ def _colour_names(result: Analysis) -> list[str]:
     return phase_names + span_names
 
 
-def _kl_chart(result: Analysis) -> Chart | None:
-    live = downsample.live_steps(result.run.steps)
-    columns = [c for c in live.columns if c.endswith(KL_SAMPLE_TRAIN_SUFFIXES) or c == TEACHER_KL]
-    columns = [c for c in columns if live.schema[c].is_numeric() and live[c].drop_nulls().len() > 0]
-    if not columns:
-        return None
-    rows = (
-        live.select("step", *columns)
-        .filter(pl.any_horizontal([pl.col(c).is_not_null() for c in columns]))
-        .unique("step", keep="last")
-        .sort("step")
-    )
-    band = kl_band(result)
-    series = {c: [None if v is None or not math.isfinite(v) else v for v in rows[c].to_list()] for c in columns}
-    return _figure("chart-kl", figures.kl_figure(rows["step"].to_list(), series, band))
-
-
 def kl_band(result: Analysis) -> float:
     """The healthy KL band the rules judged against (the user's shared knob, else its default)."""
     from trace_doctor.policy import Policy
@@ -301,16 +282,17 @@ def _timeline(
     notes: Summarised,
     colours: dict[str, str],
     read: findings_view.Reading,
-    accounted: set[int],
+    painted_elsewhere: set[int],
 ) -> tuple[Chart | None, dict[int, dict[str, Any]], dict[str, Any]]:
     """The Gantt chart, each finding's target x range on it, the step buttons and colour key around it,
-    and the colour of every finding drawn in colour (a lane here, a segment of the time account)."""
+    and the colour of every finding drawn in colour (a lane here, and `painted_elsewhere`: a segment of
+    the time account, a mark on the training-health panels)."""
     spans = result.run.spans
     none: dict[str, Any] = {
         "buttons": [],
         "legend": [],
         "lanes": {},
-        "painted": findings_view.colours(read, accounted),
+        "painted": findings_view.colours(read, painted_elsewhere),
     }
     if spans.is_empty():
         return None, {}, none
@@ -342,7 +324,7 @@ def _timeline(
     ]
     window_of = {w["step"]: w for w in window_rows}
     overlays = _finding_overlays(result, window_of, origin, notes)
-    painted = findings_view.colours(read, {o["finding"] for o in overlays} | accounted)
+    painted = findings_view.colours(read, {o["finding"] for o in overlays} | painted_elsewhere)
     for overlay in overlays:
         overlay.update(colour=painted[overlay["finding"]]["colour"], number=read.number[overlay["finding"]])
     overlays.sort(key=lambda o: o["number"])  # lanes top-down in the order the cards read
@@ -574,6 +556,7 @@ def _finding_cards(
     targets: dict[int, dict[str, Any]],
     extras: dict[str, Any],
     has_step_chart: bool,
+    health_targets: dict[int, dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """The finding cards in reading order: each cause followed by the symptoms it explains (`depth`),
     numbered, in the colour the timeline and the time account give the finding."""
@@ -581,7 +564,8 @@ def _finding_cards(
     cards = []
     for i, depth in read.order:
         finding = result.findings[i]
-        target = targets.get(i)
+        # A training-quality finding is read on the panel that shows its metric, not on the Gantt.
+        target = health_targets.get(i) or targets.get(i)
         if target is None and has_step_chart and finding.steps:
             lo, hi = min(finding.steps), max(finding.steps)
             target = {"chart": "chart-step-time", "range": [lo - 1.5, hi + 1.5]}
@@ -600,10 +584,18 @@ def _finding_cards(
                 "steps": _steps_text(finding.steps),
                 "evidence": _evidence_items(finding.evidence),
                 "target": target,
-                "target_label": "Show on timeline" if target and target["chart"] == "chart-gantt" else "Show steps",
+                "target_label": _target_label(target),
             }
         )
     return cards
+
+
+def _target_label(target: dict[str, Any] | None) -> str:
+    if target and target["chart"] == "chart-gantt":
+        return "Show on timeline"
+    if target and target["chart"].startswith("chart-health-"):
+        return "Show on training health"
+    return "Show steps"
 
 
 def _steps_text(steps: list[int]) -> str:
@@ -650,11 +642,14 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
     colours = figures.assign_phase_colours(_colour_names(result))
     read = findings_view.reading(result.findings)
     account = result.summary.get("account")
+    planned = health_view.plan(result, kl_band(result))
+    # Findings marked on the health panels take their colour in the same hand-out as the timeline's.
     gantt, targets, gantt_extras = _timeline(
-        result, budget, notes, colours, read, findings_view.accounted(account, read)
+        result, budget, notes, colours, read, findings_view.accounted(account, read) | set(planned.marked)
     )
     whole_run = _whole_run_charts(result, budget, notes, colours)
-    kl = _kl_chart(result)
+    health, health_targets = health_view.charts(result, planned, gantt_extras["painted"], read.number, budget, notes)
+    health_charts = [_figure(h.id, h.figure) for h in health]
     profiles = _profiles(result, budget, notes)
     dumps, silences = _dump_cadence(result, budget, notes)
     logs = _log_rows(result, budget, notes)
@@ -679,7 +674,7 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         # The page's colour class for the verdict (the stylesheet calls a clear run "ok").
         "worst": "ok" if decided.status == "clear" else decided.status,
         "counts": decided.counts,
-        "cards": _finding_cards(result, read, targets, gantt_extras, bool(whole_run)),
+        "cards": _finding_cards(result, read, targets, gantt_extras, bool(whole_run), health_targets),
         "account": findings_view.account_view(account, read, gantt_extras["painted"]),
         "gantt": gantt,
         "step_buttons": gantt_extras["buttons"],
@@ -687,8 +682,8 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         "lanes": gantt_extras["lanes"],
         "last_dumps": _last_dumps(result),
         "whole_run": {c.id: c for c in whole_run},
-        "kl": kl,
-        "kl_band": kl_band(result),
+        "health": [{"view": h, "chart": c} for h, c in zip(health, health_charts, strict=True)],
+        "health_charts": health_charts,
         "profiles": profiles,
         "dumps": dumps,
         "silences": silences,
