@@ -697,6 +697,55 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("step-time-regression", "alpha"): Probe(
         "sl_sequential_await", 1e-6, "p = 1.3e-5 is not significant at 1e-6: fired -> passed", baseline="sl_steady_slow"
     ),
+    # quality-regression (against a baseline of the same recipe: fixtures/training/quality_*)
+    ("quality-regression", "min_reward_drop"): Probe(
+        "training/quality_rl_reward_drop",
+        0.3,
+        "eval reward 27% lower: fired -> passed",
+        baseline="training/quality_rl_baseline",
+    ),
+    ("quality-regression", "alpha"): Probe(
+        "training/quality_rl_reward_drop",
+        1e-4,
+        "p = 0.0011 is not significant at 1e-4: fired -> passed",
+        baseline="training/quality_rl_baseline",
+    ),
+    ("quality-regression", "final_share"): Probe(
+        "training/quality_rl_reward_drop",
+        1.0,
+        "the whole run instead of steps 35-46: the finding's window and statistics change",
+        baseline="training/quality_rl_baseline",
+    ),
+    ("quality-regression", "min_points"): Probe(
+        "training/quality_rl_reward_drop",
+        13,
+        "6 eval points: the eval reward is inconclusive and the training reward decides",
+        baseline="training/quality_rl_baseline",
+    ),
+    ("quality-regression", "max_window_share"): Probe(
+        "training/quality_sft_nll_rise",
+        0.9,
+        "the window widens to 6 test/nll evals: the eval NLL decides",
+        baseline="training/quality_sft_baseline",
+    ),
+    ("quality-regression", "min_kl_rise"): Probe(
+        "training/quality_rl_kl_rise",
+        40.0,
+        "KL 20-35x the baseline's: fired -> passed",
+        baseline="training/quality_rl_baseline",
+    ),
+    ("quality-regression", "min_entropy_drop"): Probe(
+        "training/quality_rl_entropy_collapse",
+        0.8,
+        "entropy 70% lower: fired -> passed",
+        baseline="training/quality_rl_baseline",
+    ),
+    ("quality-regression", "min_loss_rise"): Probe(
+        "training/quality_sft_nll_rise",
+        0.2,
+        "final train NLL 16% higher: fired -> passed",
+        baseline="training/quality_sft_baseline",
+    ),
     ("step-time-regression", "min_steady_steps"): Probe(
         "sl_sequential_await", 25, "24 steady steps: fired -> passed (inconclusive)", baseline="sl_steady_slow"
     ),

@@ -3,8 +3,10 @@
 The public entry points are `trace_doctor.compare(run, baseline)` and `analyze(run, baseline=...)`.
 
 The normal rules run on the baseline too (for new-finding); then the baseline-only rules
-(step-time-regression, new-finding) run over a context that sees both runs. Their findings and
-outcomes join the candidate's, and `result.baseline` carries the comparison for every renderer.
+(step-time-regression, quality-regression, new-finding) run over a context that sees both runs.
+Their findings and outcomes join the candidate's, and `result.baseline` carries the comparison for
+every renderer. Speed and training quality are two axes: `step_time_verdict` and `quality.verdict`
+say each, `verdict` combines them (a regression on either is a regression).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.engine import run_one, run_rules, selected_rules
 
 STEP_TIME_RULE = "step-time-regression"
+QUALITY_RULE = "quality-regression"
 
 
 class BaselineContext(RuleContext):
@@ -52,6 +55,24 @@ def _verdict(step_outcome, comparison: dict[str, Any]) -> tuple[str, str]:
     return "inconclusive", step_outcome.reason or "step times could not be compared"
 
 
+def _quality(outcome, comparison: dict[str, Any]) -> dict[str, Any] | None:
+    """The quality block, or None when the rule was not selected or neither run has a quality metric."""
+    if outcome is None or outcome.status == "not_applicable":
+        return None
+    if "quality" in comparison:
+        return comparison["quality"]
+    return {"verdict": "inconclusive", "message": f"{QUALITY_RULE} failed: {outcome.reason}", "metrics": []}
+
+
+def combined_verdict(step_time: str, quality: dict[str, Any] | None) -> str:
+    """A regression on either axis; else inconclusive when either could not judge; else no regression."""
+    verdicts = {step_time, quality["verdict"] if quality else "no regression"}
+    for verdict in ("regression", "inconclusive"):
+        if verdict in verdicts:
+            return verdict
+    return "no regression"
+
+
 def _findings_by_rule(candidate: list[Finding], baseline: list[Finding]) -> dict[str, dict[str, int]]:
     """Per-rule finding counts in both runs: structural signals (e.g. sequential waits) beside wall time."""
     before, after = Counter(f.rule for f in baseline), Counter(f.rule for f in candidate)
@@ -80,7 +101,7 @@ def compare_with_baseline(
         baseline_findings=base_findings,
         run_wall_s=(result.summary or {}).get("wall_time_s"),
     )
-    step_outcome = None
+    step_outcome = quality_outcome = None
     for rule in selected_rules(select, ignore):
         if not rule.baseline_only:
             continue
@@ -89,16 +110,21 @@ def compare_with_baseline(
         result.outcomes.append(outcome)
         if rule.slug == STEP_TIME_RULE:
             step_outcome = outcome
+        elif rule.slug == QUALITY_RULE:
+            quality_outcome = outcome
     result.findings.sort(key=Finding.sort_key)
 
     verdict, message = _verdict(step_outcome, ctx.comparison)
+    quality = _quality(quality_outcome, ctx.comparison)
     step_time = ctx.comparison.get("step_time", {})
     structural = dict(step_time.get("structural", {}))
     structural["findings_by_rule"] = _findings_by_rule(candidate_findings, base_findings)
     result.baseline = {
         "path": baseline.meta.path,
-        "verdict": verdict,
+        "verdict": combined_verdict(verdict, quality),
         "message": message,
+        "step_time_verdict": verdict,
+        "quality": quality,
         "statistics": step_time.get("statistics"),
         "breakdown": step_time.get("breakdown", []),
         "structural": structural,

@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_doctor.humanize import format_seconds
-from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME
+from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, TRAINING_QUALITY
 from trace_doctor.model import SEVERITY_RANK, Analysis, Finding, RuleOutcome
 
 FAIL_ON_LEVELS = ("never", "info", "warning", "error")
 REGRESSION_RULE = "step-time-regression"
+QUALITY_REGRESSION_RULE = "quality-regression"
+CONFIDENCE_RANK = {"high": 2, "medium": 1, "low": 0}
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,9 @@ class Verdict:
     total: int  # rules selected
     worst: Finding | None = None
     costliest: Finding | None = None  # the root cause: costliest finding no other finding explains
+    # The training-quality problem to fix: worst unexplained quality finding (time and quality are
+    # different axes, so a run can have both a root cause and a quality cause).
+    quality: Finding | None = None
 
     @property
     def limited(self) -> bool:
@@ -91,12 +96,21 @@ def decide_verdict(
     parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
     worst = findings[0]
     root, root_title, root_seconds = root_cause(findings)
+    quality = quality_cause(findings)
     text = f"{', '.join(parts)}."
     if root is not None:
         share = f", {root_seconds / account['wall_time_s']:.0%} of wall time" if account else ""
         todo = "escalate it, nothing in the loop to fix" if root.rule in SERVICE_TIME else "fix it first"
-        text += f" Root cause: {root_title} (≈{format_seconds(root_seconds)}{share}); {todo}."
-        if worst is not root and worst.severity == "error":
+        if quality is not None:
+            speed = f"{root_title} (≈{format_seconds(root_seconds)}{share}), {todo}"
+            text += f" Speed: {speed}; Training: {_quality_text(quality)}."
+        else:
+            text += f" Root cause: {root_title} (≈{format_seconds(root_seconds)}{share}); {todo}."
+        if worst is not root and worst is not quality and worst.severity == "error":
+            text += f" Also: {worst.title}."
+    elif quality is not None:
+        text += f" Training: {_quality_text(quality)}; fix it first."
+        if worst is not quality and worst.severity == "error":
             text += f" Also: {worst.title}."
     else:
         text += f" Worst: {worst.title}."
@@ -107,7 +121,39 @@ def decide_verdict(
             format_seconds(low) if abs(high - low) < 0.05 * wall else f"{format_seconds(low)}–{format_seconds(high)}"
         )
         text += f" With every fix: ≈{around} instead of {format_seconds(wall)}."
-    return Verdict(worst.severity, text, counts, checked, total, worst=worst, costliest=root)
+    return Verdict(worst.severity, text, counts, checked, total, worst=worst, costliest=root, quality=quality)
+
+
+def quality_cause(findings: list[Finding]) -> Finding | None:
+    """The training-quality problem to fix first: the worst finding of a training-quality rule that no
+    other finding explains, by severity, then confidence (then code, for a stable choice)."""
+    candidates = [f for f in findings if f.rule in TRAINING_QUALITY and not f.explained_by]
+    if not candidates:
+        return None
+    return min(
+        candidates,
+        key=lambda f: (-SEVERITY_RANK[f.severity], -CONFIDENCE_RANK.get(f.confidence or "", -1), f.code, f.title),
+    )
+
+
+def _quality_text(finding: Finding) -> str:
+    confidence = f", {finding.confidence} confidence" if finding.confidence else ""
+    return f"{finding.title} ({finding.code} {finding.rule}, {finding.severity}{confidence})"
+
+
+def quality_summary(verdict: Verdict | None) -> dict[str, Any] | None:
+    """`summary.quality_cause` of the JSON document: the verdict's training-quality finding, or null."""
+    finding = verdict.quality if verdict is not None else None
+    if finding is None:
+        return None
+    return {
+        "rule": finding.rule,
+        "code": finding.code,
+        "title": finding.title,
+        "severity": finding.severity,
+        "confidence": finding.confidence,
+        "fingerprint": finding.fingerprint,
+    }
 
 
 def root_cause(findings: list[Finding]) -> tuple[Finding | None, str, float]:
@@ -155,12 +201,23 @@ def decide_gate(
             reasons.append(f"{len(hits)} finding(s) at or above {fail_on}")
             rules.update(f.rule for f in hits)
     verdict = baseline.get("verdict") if baseline else None
-    if verdict == "regression":
+    # Each axis of the comparison by its own verdict (documents from before the quality axis carry
+    # only `verdict`, which was the step-time one).
+    step_time = baseline.get("step_time_verdict", verdict) if baseline else None
+    quality = (baseline.get("quality") or {}) if baseline else {}
+    if step_time == "regression":
         reasons.append("a step-time regression against the baseline")
         rules.add(REGRESSION_RULE)
-    elif verdict == "inconclusive" and fail_on_inconclusive:
-        reasons.append("the baseline comparison is inconclusive (--fail-on-inconclusive)")
-        rules.add(REGRESSION_RULE)
+    if quality.get("verdict") == "regression":
+        reasons.append(f"a training-quality regression against the baseline ({quality_reason(quality)})")
+        rules.add(QUALITY_REGRESSION_RULE)
+    if fail_on_inconclusive:
+        if step_time == "inconclusive":
+            reasons.append("the baseline comparison is inconclusive (--fail-on-inconclusive)")
+            rules.add(REGRESSION_RULE)
+        if quality.get("verdict") == "inconclusive":
+            reasons.append("the training-quality comparison is inconclusive (--fail-on-inconclusive)")
+            rules.add(QUALITY_REGRESSION_RULE)
     return Gate(
         fail_on=fail_on,
         fail_on_inconclusive=fail_on_inconclusive,
@@ -171,9 +228,22 @@ def decide_gate(
     )
 
 
+def quality_reason(quality: dict[str, Any]) -> str:
+    """The regressed metrics in a few words: `family key median a -> b`."""
+    parts = []
+    for entry in quality.get("metrics", []):
+        if entry.get("decisive") and entry.get("verdict") == "regression":
+            stats = entry.get("statistics") or {}
+            before, after = stats.get("median_baseline"), stats.get("median_candidate")
+            numbers = f" {before:.4g} -> {after:.4g}" if before is not None and after is not None else ""
+            parts.append(f"{entry['family']} {entry['key_candidate']}{numbers}")
+    return ", ".join(parts) or "see the baseline block"
+
+
 def decide(result: Analysis, *, fail_on: str = "never", fail_on_inconclusive: bool = False) -> Analysis:
     """Set `result.verdict` and `result.gate` from its findings, outcomes and baseline comparison."""
     result.verdict = decide_verdict(result.findings, result.outcomes, result.summary.get("account"))
+    result.summary["quality_cause"] = quality_summary(result.verdict)
     result.gate = decide_gate(
         result.findings, result.baseline, fail_on=fail_on, fail_on_inconclusive=fail_on_inconclusive
     )

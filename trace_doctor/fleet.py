@@ -57,6 +57,8 @@ class RunReport:
     gate_tripped: bool = False
     gate_reasons: tuple[str, ...] = ()
     main_finding: dict[str, Any] | None = None
+    # The verdict's training-quality finding (summary.quality_cause), when it is not the main finding.
+    quality_finding: dict[str, Any] | None = None
     seconds_lost: float | None = None
     config: dict[str, Any] = field(default_factory=dict)
     step_series: list[tuple[int, float]] = field(default_factory=list)
@@ -90,6 +92,7 @@ class RunReport:
             "steady_step_time_s": summary.get("steady_step_time_s"),
             "verdict": self.status,
             "main_finding": self.main_finding,
+            "quality_finding": self.quality_finding,
             "seconds_lost": self.seconds_lost,
             "gate_tripped": self.gate_tripped,
             "error": self.error,
@@ -237,6 +240,14 @@ def _analyze_into(
     if lead is not None:
         report.main_finding = {"rule": lead.rule, "code": lead.code, "title": lead.title, "severity": lead.severity}
         report.seconds_lost = lead.seconds_lost
+    quality = result.verdict.quality
+    if quality is not None and quality is not lead:
+        report.quality_finding = {
+            "rule": quality.rule,
+            "code": quality.code,
+            "title": quality.title,
+            "severity": quality.severity,
+        }
     account = result.summary.get("account")
     if account and account["lost_s"]:
         # The triage's seconds never overlap, so a run's loss is their sum (problems only, not warm-up).

@@ -14,15 +14,19 @@ from dataclasses import dataclass
 
 # Stages of the guide's decision tree, in order, with the rules that are causes at that stage.
 TRIAGE_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("environment", ("known-bad-dependency", "decoded-error", "renderer-kl-step0", "kl-drift")),
-    # Training quality: what the metrics say about learning itself (these lose no seconds).
+    ("environment", ("known-bad-dependency", "decoded-error")),
+    # What the run learned, not how fast: these findings lose no seconds, so they never take a
+    # second from a time cause; the verdict names the worst of them on its own "Training:" line.
+    # Some slugs may belong to rules not registered in this build: every consumer tolerates that.
     (
         "training quality",
         (
-            "stale-sampler",
-            "training-instability",
+            "renderer-kl-step0",
+            "kl-drift",
             "constant-reward-groups",
+            "stale-sampler",
             "entropy-collapse",
+            "training-instability",
             "truncated-samples",
             "renderer-model-mismatch",
             "config-risk",
@@ -45,7 +49,7 @@ BENIGN_TIME = frozenset({"warmup-slowness", "scheduled-work"})
 # Time the user's code cannot win back: the service's side. Shown, but not in the counterfactual.
 SERVICE_TIME = frozenset({"server-side-wait"})
 # Comparisons with a baseline: their seconds are relative to another run, not part of this run's account.
-COMPARISON_RULES = frozenset({"step-time-regression", "new-finding"})
+COMPARISON_RULES = frozenset({"step-time-regression", "quality-regression", "new-finding"})
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,15 @@ def stage_of(rule: str) -> int:
         if rule in rules:
             return index
     return len(TRIAGE_STAGES)
+
+
+def stage_rules(name: str) -> frozenset[str]:
+    """The rule slugs of one stage by its name (empty for an unknown stage)."""
+    return frozenset(next((rules for stage, rules in TRIAGE_STAGES if stage == name), ()))
+
+
+# Training-quality findings: what the verdict's "Training:" line is chosen from.
+TRAINING_QUALITY = stage_rules("training quality")
 
 
 def stage_name(rule: str) -> str | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from trace_doctor.policy.baseline import NewFindingPolicy, StepTimeRegressionPolicy
+from trace_doctor.policy.baseline import NewFindingPolicy, QualityRegressionPolicy, StepTimeRegressionPolicy
 from trace_doctor.policy.configuration import ConfigRiskPolicy, RendererModelMismatchPolicy
 from trace_doctor.policy.environment import DecodedErrorPolicy, KnownBadDependencyPolicy
 from trace_doctor.policy.profiles import (
@@ -88,6 +88,7 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "request-retries": RequestRetriesPolicy,
         "step-time-regression": StepTimeRegressionPolicy,
         "new-finding": NewFindingPolicy,
+        "quality-regression": QualityRegressionPolicy,
     }
 )
 

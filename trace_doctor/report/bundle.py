@@ -185,6 +185,10 @@ def support_summary(result: Analysis) -> str:
     if result.baseline:
         message = prose(result.baseline.get("message"), table=False)
         lines.append(f"- against baseline: **{result.baseline.get('verdict')}** — {message}")
+        quality = result.baseline.get("quality")
+        if quality:
+            text = prose(quality.get("message"), table=False)
+            lines.append(f"- training quality against baseline: **{quality.get('verdict')}** — {text}")
     lines += ["", f"## Findings ({len(result.findings)})", ""]
     for f in result.findings:
         lost = f"; ~{f.seconds_lost:.1f} s lost" if f.seconds_lost else ""

@@ -238,8 +238,21 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
         out.print(table)
     if result.baseline:
         out.print()
-        verdict_text = result.baseline.get("verdict", "")
-        out.print(f"[bold]Baseline:[/] {escape(str(verdict_text))} — {escape(str(result.baseline.get('message', '')))}")
+        block = result.baseline
+        quality = block.get("quality")
+        if quality is None:
+            out.print(
+                f"[bold]Baseline:[/] {escape(str(block.get('verdict', '')))} — {escape(str(block.get('message', '')))}"
+            )
+        else:
+            # Two axes: how fast each step is, and how well the run trained.
+            step_time = block.get("step_time_verdict", block.get("verdict", ""))
+            out.print(f"[bold]Baseline:[/] {escape(str(block.get('verdict', '')))}")
+            out.print(f"  step time: {escape(str(step_time))} — {escape(str(block.get('message', '')))}")
+            out.print(
+                f"  training quality: {escape(str(quality.get('verdict', '')))} — "
+                f"{escape(str(quality.get('message', '')))}"
+            )
     gate = result.gate
     if gate.set:
         out.print()

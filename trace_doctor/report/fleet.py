@@ -32,7 +32,10 @@ def _main(report: RunReport) -> str:
         return report.headline
     if report.main_finding is None:
         return "—"
-    return f"{report.main_finding['code']} {report.main_finding['title']}"
+    main = f"{report.main_finding['code']} {report.main_finding['title']}"
+    quality = report.quality_finding
+    # Speed and training quality are different axes: a run with both shows both.
+    return f"{main} · training: {quality['code']} {quality['title']}" if quality else main
 
 
 def _lost(report: RunReport) -> str:

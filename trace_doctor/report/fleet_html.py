@@ -135,6 +135,7 @@ def _runs(fleet: Fleet, base_dir: Path | None) -> list[dict[str, Any]]:
                 "css": VERDICT_CLASS.get(report.status, "limited"),
                 "headline": report.headline,
                 "main": report.main_finding,
+                "quality": report.quality_finding,
                 "lost": report.seconds_lost,
                 "gate": report.gate_tripped,
                 "gate_reasons": "; ".join(report.gate_reasons),

@@ -63,10 +63,26 @@ def _number(value: object, digits: str = ".3g") -> str:
     return format(value, digits) if isinstance(value, (int, float)) else "–"
 
 
+VERDICT_ICON = {"regression": "🔴", "inconclusive": "⚪", "no regression": "🟢"}
+
+
 def _baseline(block: dict) -> list[str]:
     verdict = block.get("verdict", "inconclusive")
-    icon = {"regression": "🔴", "inconclusive": "⚪", "no regression": "🟢"}.get(verdict, "")
-    lines = ["", "## Baseline comparison", "", f"{icon} **{verdict}** — {cell(block.get('message'), table=False)}", ""]
+    quality = block.get("quality")
+    lines = ["", "## Baseline comparison", ""]
+    if quality is None:
+        lines += [f"{VERDICT_ICON.get(verdict, '')} **{verdict}** — {cell(block.get('message'), table=False)}", ""]
+    else:
+        step_time = block.get("step_time_verdict", verdict)
+        lines += [
+            f"{VERDICT_ICON.get(verdict, '')} **{verdict}**",
+            "",
+            f"- step time: {VERDICT_ICON.get(step_time, '')} **{step_time}** — "
+            f"{cell(block.get('message'), table=False)}",
+            f"- training quality: {VERDICT_ICON.get(quality.get('verdict'), '')} **{quality.get('verdict')}** — "
+            f"{cell(quality.get('message'), table=False)}",
+            "",
+        ]
     stats = block.get("statistics") or {}
     if stats:
         unit = stats.get("unit", "s")
@@ -102,12 +118,36 @@ def _baseline(block: dict) -> list[str]:
             )
         total = sum(p["change_s"] for p in breakdown if isinstance(p.get("change_s"), (int, float)))
         lines.append(f"| **total** | | | **{total:+.3f} s** |")
+    if quality and quality.get("metrics"):
+        lines += _quality_table(quality["metrics"])
     fresh = block.get("new_fingerprints") or []
     if fresh:
         shown = fresh[:MAX_FINDINGS]
         lines += ["", f"New since the baseline: {', '.join(code(f, 120, table=False) for f in shown)}"]
         if len(fresh) > len(shown):
             lines.append(f"… and {len(fresh) - len(shown)} more (see `--format json`).")
+    return lines
+
+
+def _quality_table(metrics: list[dict]) -> list[str]:
+    """The final window of each training-quality metric, both runs side by side."""
+    lines = [
+        "",
+        "Training quality in the final window (the eval measure decides over the training one when it can):",
+        "",
+        "| metric | key | steps | baseline | candidate | p | verdict |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for entry in metrics:
+        stats, window = entry.get("statistics") or {}, entry.get("window") or {}
+        steps = f"{window['first_step']}–{window['last_step']}" if window else "–"
+        decisive = "" if entry.get("decisive", True) else " (context)"
+        lines.append(
+            f"| {cell(entry.get('family'))} ({cell(entry.get('worse'))} is worse) | "
+            f"{code(str(entry.get('key_candidate') or entry.get('key_baseline')), 80)} | {steps} "
+            f"| {_number(stats.get('median_baseline'), '.4g')} | {_number(stats.get('median_candidate'), '.4g')} "
+            f"| {_number(stats.get('p'))} | {cell(entry.get('verdict'))}{decisive} |"
+        )
     return lines
 
 

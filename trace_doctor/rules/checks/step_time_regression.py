@@ -1,8 +1,9 @@
 """TD401 step-time-regression: the candidate's steady steps are slower than the baseline's.
 
 Runs only with `--baseline` (compare.py calls it with a BaselineContext). Each run is cut at its
-own warm-up boundary; the steady samples are compared with a one-sided Mann-Whitney U test *and*
-a minimum relative effect, so a significant-but-tiny or a large-but-noisy change does not fire.
+own warm-up boundary; the steady samples are compared with derive/shift.py's one-sided
+Mann-Whitney U test *and* a minimum relative effect, so a significant-but-tiny or a
+large-but-noisy change does not fire.
 Structural signals (cycles per step, each run's clock cycle, per-rule finding counts such as
 sequential waits) are reported beside the test to tell a slower service from slower code.
 """
@@ -15,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from trace_doctor.derive.robust import median
+from trace_doctor.derive.shift import compare_samples
 from trace_doctor.knowledge.tinker import (
     CHECKPOINT_PHASES,
     EVAL_PHASES,
@@ -173,7 +175,8 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: StepTimeRegressionPolicy)
         "min_relative_effect": thresholds.min_relative_effect,
     }
     minimum = int(thresholds.min_steady_steps)
-    if len(cand_x) < minimum or len(base_x) < minimum:
+    shift = compare_samples(cand_x, base_x, worse="higher", min_n=minimum)
+    if shift.p is None:
         short = "candidate" if len(cand_x) < minimum else "baseline"
         return {
             "verdict": "inconclusive",
@@ -185,18 +188,10 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: StepTimeRegressionPolicy)
             "breakdown": [],
             "structural": structural,
         }
-    # scipy.stats takes seconds to import cold; only a baseline comparison needs it.
-    from scipy.stats import mannwhitneyu
-
-    test = mannwhitneyu(cand_x, base_x, alternative="greater", method="auto")
-    effect = (
-        (stats["median_candidate"] - stats["median_baseline"]) / stats["median_baseline"]
-        if stats["median_baseline"]
-        else None
-    )
-    stats.update(u=float(test.statistic), p=float(test.pvalue), effect=effect)
-    significant = stats["p"] < thresholds.alpha
-    large = effect is not None and effect >= thresholds.min_relative_effect
+    effect = shift.effect
+    stats.update(u=shift.u, p=shift.p, effect=effect)
+    significant = shift.significant(thresholds.alpha)
+    large = shift.large(thresholds.min_relative_effect)
     verdict = "regression" if significant and large else "no regression"
     change = f"{effect:+.1%}" if effect is not None else "n/a"
     message = (
