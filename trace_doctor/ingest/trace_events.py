@@ -15,6 +15,7 @@ import polars as pl
 
 from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.span_build import build_spans, empty_spans
+from trace_doctor.ingest.span_stream import SpanStream
 from trace_doctor.ingest.trace_read import Progress, read_trace_events
 from trace_doctor.model import IngestWarning, InputFile
 
@@ -77,8 +78,10 @@ def _parse_trace_file(
     info = InputFile(kind="trace", path=str(path))
     source = str(path)
     bad = FileWarnings(source)
+    # Spans are paired as the chunks are read: the file's whole event table never exists.
+    stream = SpanStream(source)
     try:
-        events, meta, broken = read_trace_events(path, bad, progress)
+        _, meta, broken = read_trace_events(path, bad, progress, sink=stream.feed)
     except OSError as exc:
         # A file that cannot be opened: one warning for the whole file.
         warnings.append(IngestWarning(source, None, f"cannot read file: {exc.strerror or exc}"))
@@ -86,13 +89,11 @@ def _parse_trace_file(
         return empty_spans(), info
     if on_read is not None:
         on_read()
-    info.records = events.height + meta.height
+    info.records = stream.events + meta.height
     # Every warning with a line so far is a record that could not be read; a corrupt compressed
     # stream is one more (the unreadable rest), as a file that cannot be read at all always was.
     info.skipped = bad.lined + broken
-    holder = [events]
-    del events  # the builder frees the full event table as soon as it is split
-    spans = build_spans(holder, meta, source, bad)
+    spans = build_spans(stream, meta, source, bad)
     warnings.extend(bad.close())
     info.note = f"{spans.height} spans from {info.records} events"
     return spans, info

@@ -1,0 +1,165 @@
+"""A trace's events -> paired spans a chunk at a time, so the whole event table never exists at once.
+
+The reader hands each chunk's events over in file order (trace_read.py). B/E events are paired as
+they arrive: only the B events still open at a chunk's end are carried into the next chunk's
+pairing (span_pairing.py, `carry`), so what is held between chunks is the closed spans and the open
+stack, not the events. X events, which nest by time rather than by file order, are kept and nested
+once at the end (a cookbook trace has none).
+
+Everything decided across the whole file is decided exactly as on the whole table:
+- segments (a resumed process): a repeated `process_name` metadata row opens a segment at the last
+  span event before it, which can only be the latest event read so far. That one event is held back
+  from pairing until the next chunk's metadata has been seen, so its segment is final when it pairs;
+- ignored phases are counted per phase (count, first line) and reported once, as before;
+- unmatched E events are listed in a warning list of their own and added to the file's after the
+  ignored-phase warnings, so which ones are listed and the count of the rest do not depend on chunks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from trace_doctor.ingest.file_warnings import FileWarnings
+from trace_doctor.ingest.span_args import with_track_thread
+from trace_doctor.ingest.span_pairing import complete_spans, pair_begin_end
+from trace_doctor.ingest.trace_parse import SPAN_PHASES
+
+# Phases other than spans and metadata are counted, not read: their names make the warning readable.
+PHASE_NAMES = {
+    "i": "instant",
+    "I": "instant",
+    "n": "async instant",
+    "b": "async begin",
+    "e": "async end",
+    "C": "counter",
+    "s": "flow start",
+    "t": "flow step",
+    "f": "flow end",
+    "P": "sample",
+    "O": "object snapshot",
+    "N": "object created",
+    "D": "object destroyed",
+    "R": "mark",
+    "c": "clock sync",
+    "(": "context begin",
+    ")": "context end",
+}
+
+
+class Segments:
+    """Segment boundaries found so far: a `process_name` for a pid already named in the current
+    segment starts a new one at the last span event before it (else at the metadata line itself)."""
+
+    def __init__(self) -> None:
+        self.boundaries: list[int] = []
+        self._named: set[tuple[Any, Any]] = set()
+        self._last_event: int | None = None  # line of the latest span event read
+
+    def observe(self, meta: pl.DataFrame, event_lines: pl.Series) -> None:
+        """One chunk: its metadata rows and the (sorted) lines of its span events."""
+        names = meta.filter(pl.col("name") == "process_name").select("line", "pid", "pid_label")
+        for line, pid, label in names.iter_rows():
+            if (pid, label) in self._named:
+                index = int(event_lines.search_sorted(line, side="left")) - 1
+                before = int(event_lines[index]) if index >= 0 else self._last_event
+                fits = before is not None and (not self.boundaries or before > self.boundaries[-1])
+                self.boundaries.append(before if fits else line)
+                self._named = set()
+            self._named.add((pid, label))
+        if event_lines.len():
+            self._last_event = int(event_lines[-1])
+
+    def expr(self) -> pl.Expr:
+        """Segment number of each row, from its `line`."""
+        if not self.boundaries:
+            return pl.lit(0, pl.Int32).alias("segment")
+        boundaries = pl.lit(pl.Series(self.boundaries, dtype=pl.Int64))
+        return boundaries.search_sorted(pl.col("line"), side="right").cast(pl.Int32).alias("segment")
+
+
+class SpanStream:
+    """One trace file's spans built from its events as they are read (see the module docstring)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.events = 0  # span events read (metadata rows are counted by the reader)
+        self.segments = Segments()
+        self._ignored: dict[str, tuple[int, int]] = {}  # phase -> (events, first line)
+        self._unmatched = FileWarnings(source)
+        self._held = pl.DataFrame()  # the latest span event, not yet paired (its segment may change)
+        self._open: list[pl.DataFrame] = []  # B events still open, in line order
+        self._closed: list[pl.DataFrame] = []  # spans paired so far
+        self._complete: list[pl.DataFrame] = []  # X events
+
+    def feed(self, events: pl.DataFrame, meta: pl.DataFrame) -> None:
+        """One chunk's events and metadata rows (trace_parse's columns, lines numbered in the file)."""
+        self.events += events.height
+        events = self._known_phases(events)
+        self.segments.observe(meta, events.get_column("line"))
+        if events.height == 0:
+            return
+        events = with_track_thread(events)
+        pending = pl.concat([self._held, events], how="vertical") if self._held.height else events
+        # The latest event waits for the next chunk's metadata (see the module docstring).
+        self._held = pending.tail(1)
+        self._pair(pending.head(pending.height - 1), final=False)
+
+    def finish(self) -> tuple[pl.DataFrame, FileWarnings] | None:
+        """(paired and nested spans, before names, order and steps; the unmatched-E warnings), or
+        None when the file held no span event at all."""
+        if self.events == 0:
+            return None
+        held, self._held = self._held, pl.DataFrame()
+        self._pair(held, final=True)
+        paired = [f for f in self._closed if f.height]
+        self._closed = []
+        complete_events = [f for f in self._complete if f.height]
+        self._complete = []
+        complete = complete_spans(pl.concat(complete_events, how="vertical") if complete_events else pl.DataFrame())
+        spans = pl.concat([*paired, complete], how="vertical") if paired else complete
+        return spans, self._unmatched
+
+    def ignored_phase_warnings(self, warnings: FileWarnings) -> None:
+        """One warning per ignored phase, in phase order."""
+        for ph in sorted(self._ignored):
+            n, first = self._ignored[ph]
+            kind = PHASE_NAMES.get(ph, "unknown phase")
+            warnings.add(
+                None,
+                f"{n} event(s) of phase {ph!r} ({kind}) ignored, first at line/event {first}: "
+                "only B/E/X spans and M metadata are read",
+            )
+
+    def _known_phases(self, events: pl.DataFrame) -> pl.DataFrame:
+        """The chunk's span events; the others are counted per phase."""
+        known = events.get_column("ph").is_in([*SPAN_PHASES, "M"])
+        if bool(known.all()):
+            return events
+        ignored = events.filter(~known).group_by("ph").agg(pl.len().alias("n"), pl.col("line").min().alias("first"))
+        for ph, n, first in ignored.iter_rows():
+            seen, earliest = self._ignored.get(ph, (0, first))
+            self._ignored[ph] = (seen + n, min(earliest, first))
+        return events.filter(known)
+
+    def _pair(self, events: pl.DataFrame, *, final: bool) -> None:
+        """Pair `events` (span events whose segment is final) behind the open B events; `final`:
+        nothing follows, so the B events still open become unclosed spans."""
+        if events.height:
+            events = events.with_columns(self.segments.expr())
+            complete = events.get_column("ph") == "X"
+            if bool(complete.any()):
+                self._complete.append(events.filter(complete))
+                events = events.filter(~complete)
+        if events.height == 0 and not final:
+            return  # nothing new to pair: the open B events wait for the next chunk
+        parts = [*self._open, events] if events.height else list(self._open)
+        self._open = []
+        if not parts:
+            return
+        batch = pl.concat(parts, how="vertical") if len(parts) > 1 else parts[0]
+        del parts
+        closed = pair_begin_end([batch], self.source, self._unmatched, carry=None if final else self._open)
+        if closed.height:
+            self._closed.append(closed)
