@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.ingest.columnwise import concat_releasing
 from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.span_args import with_track_thread
 from trace_doctor.ingest.span_pairing import complete_spans, pair_begin_end
@@ -113,12 +114,14 @@ class SpanStream:
             return None
         held, self._held = self._held, pl.DataFrame()
         self._pair(held, final=True)
-        paired = [f for f in self._closed if f.height]
-        self._closed = []
+        paired, self._closed = [f for f in self._closed if f.height], []
         complete_events = [f for f in self._complete if f.height]
         self._complete = []
         complete = complete_spans(pl.concat(complete_events, how="vertical") if complete_events else pl.DataFrame())
-        spans = pl.concat([*paired, complete], how="vertical") if paired else complete
+        # One contiguous table, copied a column at a time: sorting and gathering a table of many
+        # chunks would copy each column into one chunk again, and the chunks' columns go as copied.
+        parts = [*paired, complete] if complete.height else paired
+        spans = concat_releasing(parts) if parts else complete
         return spans, self._unmatched
 
     def ignored_phase_warnings(self, warnings: FileWarnings) -> None:
