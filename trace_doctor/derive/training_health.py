@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import polars as pl
+
 from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, KL_SAMPLE_TRAIN_SUFFIXES, KL_SAMPLE_TRAIN_V2, TEACHER_KL
 
 ENV_KEY = re.compile(r"^env/(?P<tag>[^/]+)/(?P<metric>.+)$")
@@ -53,6 +55,10 @@ class Panel:
     limit_label: str = ""
     # Whether the values are shares in [0, 1] (the axis is fixed to it so panels compare).
     share: bool = False
+    # Steps drawn as thin vertical lines: the recorded sampler-weight saves on the KL panel, so a KL
+    # that resets at each save (a stale sampler) lines up with them.
+    events_at: tuple[int, ...] = ()
+    events_label: str = ""
 
 
 # Which panel shows the shape a rule judges (slugs from ARCHITECTURE.md's catalogue). A finding whose
@@ -102,8 +108,25 @@ def _max_tokens(config: dict[str, Any]) -> float | None:
     return float(value)
 
 
+def sampler_saves(checkpoints: pl.DataFrame) -> list[int]:
+    """Steps of the checkpoints the run recorded with sampler weights (checkpoints.jsonl): rolling
+    checkpoints hold none, and a record without `batch` has no step."""
+    if checkpoints.is_empty() or "batch" not in checkpoints.columns:
+        return []
+    recorded = checkpoints.filter(pl.col("batch").is_not_null())
+    if "rolling" in recorded.columns:
+        recorded = recorded.filter(~pl.col("rolling").fill_null(False))
+    if "sampler_path" in recorded.columns:
+        recorded = recorded.filter(pl.col("sampler_path").is_not_null())
+    return sorted({int(b) for b in recorded["batch"].to_list()})
+
+
 def health_panels(
-    columns: Iterable[str], config: dict[str, Any] | None = None, *, max_stable_kl: float = 0.01
+    columns: Iterable[str],
+    config: dict[str, Any] | None = None,
+    *,
+    max_stable_kl: float = 0.01,
+    saves: tuple[int, ...] = (),
 ) -> list[Panel]:
     """The panels a run's metric columns can fill, in reading order; empty when it has none of them."""
     columns = [c for c in columns if isinstance(c, str)]
@@ -127,7 +150,15 @@ def health_panels(
         (c for c in columns if not _is_eval(c) and (c.endswith(KL_SAMPLE_TRAIN_SUFFIXES) or c == TEACHER_KL)),
         key=lambda c: (not c.endswith(KL_SAMPLE_TRAIN_V2), c),
     )
-    add("kl", "Sampler–trainer KL", "KL (nats/token)", kl, band=max_stable_kl)
+    add(
+        "kl",
+        "Sampler–trainer KL",
+        "KL (nats/token)",
+        kl,
+        band=max_stable_kl,
+        events_at=tuple(saves),
+        events_label="sampler weights saved" if saves else "",
+    )
     stopped = _env_family(columns, "stop/max_tokens")
     if stopped:
         add("truncation", "Stopped at max_tokens", "share of samples", stopped, share=True)
