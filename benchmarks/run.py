@@ -341,22 +341,25 @@ def load() -> float:
 
 
 def commit_measured() -> tuple[str, str]:
-    """(short id, description) of the trace_doctor package the children import: its commit, and
+    """(short id, description) of the trace_doctor package the children import: the checkout's
+    commit, the last commit that changed the package (harness-only commits leave it as it was), and
     whether it has local edits."""
     import trace_doctor
 
     package = Path(trace_doctor.__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, check=True).stdout
+
     try:
-        head = subprocess.run(
-            ["git", "-C", str(package), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(package), "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
-        ).stdout.strip()
+        head = git("rev-parse", "--short", "HEAD").strip()
+        changed = git("log", "-1", "--format=%h", "--", ".").strip()
+        dirty = git("status", "--porcelain", "--", ".").strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown", f"unknown (package at {package}, not a git checkout)"
     short = f"{head}-dirty" if dirty else head
-    return short, f"{head}{' + uncommitted changes to trace_doctor/' if dirty else ''} (package at {package})"
+    edits = " + uncommitted changes" if dirty else ""
+    return short, f"{head}, trace_doctor/ as of {changed}{edits} (package at {package})"
 
 
 def table(result: SizeResult) -> str:
