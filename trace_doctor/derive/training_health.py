@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, KL_SAMPLE_TRAIN_SUFFIXES, KL_SAMPLE_TRAIN_V2, TEACHER_KL
+from trace_doctor.knowledge.tinker import KL_SAMPLE_TRAIN_SUFFIXES, KL_SAMPLE_TRAIN_V2, TEACHER_KL, is_eval_key
 
 ENV_KEY = re.compile(r"^env/(?P<tag>[^/]+)/(?P<metric>.+)$")
 # async 0.6.1 repeats each eval key under `eval/by_step|by_cost|by_time/…`: aliases, not series.
@@ -77,10 +77,6 @@ PANELS_OF_RULE: dict[str, tuple[str, ...]] = {
 EVIDENCE_METRIC_KEYS = ("metric", "metrics", "key", "column")
 
 
-def _is_eval(column: str) -> bool:
-    return column.startswith(EVAL_KEY_PREFIXES)
-
-
 def _env_family(columns: Iterable[str], metric: str) -> list[str]:
     """`env/<tag>/<metric>` training columns, env/all alone when present, else at most ENV_TAGS_MAX tags."""
     found = [c for c in columns if (m := ENV_KEY.match(c)) and m["metric"] == metric]
@@ -90,7 +86,7 @@ def _env_family(columns: Iterable[str], metric: str) -> list[str]:
 
 
 def _eval_family(columns: Iterable[str], suffix: str) -> list[str]:
-    found = [c for c in columns if _is_eval(c) and not EVAL_ALIAS.match(c) and c.endswith(suffix)]
+    found = [c for c in columns if is_eval_key(c) and not EVAL_ALIAS.match(c) and c.endswith(suffix)]
     return sorted(found, key=lambda c: ("env/all/" not in c, len(c), c))[:EVAL_SERIES_MAX]
 
 
@@ -147,7 +143,7 @@ def health_panels(
     add("entropy", "Entropy", "nats/token", [c for c in columns if c == "optim/entropy"])
     # v2 first: always >= 0, the one the rules judge (FORMATS.md 1.5); a finding's mark sits on it.
     kl = sorted(
-        (c for c in columns if not _is_eval(c) and (c.endswith(KL_SAMPLE_TRAIN_SUFFIXES) or c == TEACHER_KL)),
+        (c for c in columns if not is_eval_key(c) and (c.endswith(KL_SAMPLE_TRAIN_SUFFIXES) or c == TEACHER_KL)),
         key=lambda c: (not c.endswith(KL_SAMPLE_TRAIN_V2), c),
     )
     add(
@@ -173,7 +169,7 @@ def health_panels(
             limit_label=f"max_tokens {limit:g}",
         )
     loss_train = [c for c in ("train_mean_nll", "dpo_loss") if c in columns]
-    loss_eval = [c for c in columns if _is_eval(c) and not EVAL_ALIAS.match(c) and c.endswith("nll")]
+    loss_eval = [c for c in columns if is_eval_key(c) and not EVAL_ALIAS.match(c) and c.endswith("nll")]
     if loss_train or loss_eval:
         unit = "DPO loss" if loss_train == ["dpo_loss"] else "NLL (nats/token)"
         add("loss", "Loss", unit, loss_train, sorted(loss_eval)[:EVAL_SERIES_MAX])
