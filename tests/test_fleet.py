@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -182,3 +183,11 @@ def test_a_hostile_folder_of_runs_is_analysed_without_a_traceback(tmp_path):
     assert any("levels below" in p["reason"] for p in document["fleet"]["passed_over"])  # said, not dropped
     assert "run\ufffdbad" in [row["run"] for row in document["fleet"]["table"]]  # shown, its bad byte replaced
     assert html.exists() and "<img src=x>" not in html.read_text()
+
+
+def test_row_leads_with_the_training_cause_not_the_symptom_it_explains():
+    # Qwen3-8B trained with the llama3 renderer: the high step-0 KL (TD201) is the renderer's symptom.
+    run = Path(__file__).resolve().parent.parent / "fixtures" / "training" / "config_renderer_llama3_on_qwen3"
+    (report,) = analyze_sources(split_runs([run]).runs, Settings(), jobs=1).reports
+    assert report.main_finding["rule"] == "renderer-model-mismatch"
+    assert report.quality_finding is None  # it is the main finding already

@@ -38,7 +38,14 @@ from trace_doctor.api import sample_run_path
 from trace_doctor.cli import main
 from trace_doctor.humanize import printable
 
-BASES = sorted(p for p in FIXTURE_RUNS.glob("*") if (p / "metrics.jsonl").exists()) + [sample_run_path()]
+# Training-quality runs bring what the timing runs lack: rollout summaries, a W&B folder, NaN values,
+# an environment check, async/stream key sets.
+TRAINING_BASES = ("rl_sync_healthy", "rl_wandb_machine", "rl_async_stale", "sft_nan_loss", "config_env_check_old_sdk")
+BASES = (
+    sorted(p for p in FIXTURE_RUNS.glob("*") if (p / "metrics.jsonl").exists())
+    + [FIXTURE_RUNS.parent / "training" / name for name in TRAINING_BASES]
+    + [sample_run_path()]
+)
 pytestmark = pytest.mark.skipif(len(BASES) < 2, reason="fixture runs have not been generated (make fixtures)")
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACE_DOCTOR_FUZZ_EXAMPLES", "60"))

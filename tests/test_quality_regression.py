@@ -8,6 +8,7 @@ comparison must reach. The gate is read through the command line, as CI reads it
 from __future__ import annotations
 
 import json
+import shutil
 from functools import cache
 from pathlib import Path
 
@@ -93,6 +94,19 @@ def test_entropy_collapse_is_named():
     assert finding.fingerprint == "quality-regression:entropy"
     assert "entropy collapsed" in finding.title
     assert finding.seconds_lost is None  # a quality finding loses no seconds
+
+
+def test_unknown_models_are_said_and_cap_the_confidence(tmp_path):
+    # Entropy is per model: without config.json nothing shows both runs trained the same model.
+    runs = {}
+    for name in ("quality_rl_entropy_collapse", "quality_rl_baseline"):
+        runs[name] = tmp_path / name
+        shutil.copytree(TRAINING / name, runs[name], ignore=shutil.ignore_patterns("config.json"))
+    result = analyze(load_run(runs["quality_rl_entropy_collapse"]), baseline=load_run(runs["quality_rl_baseline"]))
+    (finding,) = quality_findings(result)
+    assert "models are unknown (no config.json)" in finding.message
+    assert finding.confidence == "medium"
+    assert quality_findings(compared("quality_rl_entropy_collapse"))[0].confidence == "high"
 
 
 def test_sft_final_nll_rise_is_a_loss_regression():

@@ -814,3 +814,13 @@ def _swatch_colours_any(html: str) -> dict[int, str]:
 def test_no_account_no_panel():
     html = render_html(build_analysis())
     assert 'id="time-account"' not in html
+
+
+def test_backticked_names_in_a_message_are_code_and_stay_inert():
+    from trace_doctor.report.html import code_spans
+
+    assert str(code_spans("`optim/entropy` fell")) == "<code>optim/entropy</code> fell"
+    hostile = code_spans("<img src=x onerror=alert(1)> `</code><script>alert(1)</script>` `tail")
+    assert "<script>" not in hostile and "<img" not in hostile
+    assert "<code>&lt;/code&gt;&lt;script&gt;alert(1)&lt;/script&gt;</code>" in hostile
+    assert hostile.endswith("`tail")  # an unpaired backtick opens nothing

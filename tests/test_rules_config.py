@@ -7,6 +7,7 @@ real corpus run with a config.json, plus the renderer registry and the version-l
 from __future__ import annotations
 
 import json
+import shutil
 from functools import cache
 from pathlib import Path
 
@@ -151,6 +152,20 @@ def test_old_sdk_is_upgrade_available_and_text_model_gets_no_vl_finding() -> Non
     assert list(vl) == ["known-bad-dependency:transformers-pre-5-vl"]
     _, status = _analysed(TRAINING / "config_text_old_transformers")
     assert status["known-bad-dependency"] == "passed"
+
+
+def test_python_314_fits_the_run_it_judges(tmp_path: Path) -> None:
+    # The fixture trained 40 steps on Python 3.14: pkg_resources did not stop it, so it is info.
+    on_trained = _prints(TRAINING / "config_env_check_old_sdk", "known-bad-dependency")
+    assert on_trained["known-bad-dependency:python-3.14"].severity == "info"
+    assert "This run trained" in on_trained["known-bad-dependency:python-3.14"].message
+    # A launch that died importing pkg_resources keeps the warning, even next to trained steps.
+    run = tmp_path / "run"
+    shutil.copytree(TRAINING / "config_env_check_old_sdk", run)
+    with (run / "logs.log").open("a") as log:
+        log.write("__main__:12 [ERROR] ModuleNotFoundError: No module named 'pkg_resources'\n")
+    died = _prints(run, "known-bad-dependency")
+    assert died["known-bad-dependency:python-3.14"].severity == "warning"
 
 
 def test_sdk_without_server_sessions_is_an_error() -> None:

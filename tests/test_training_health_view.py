@@ -14,6 +14,7 @@ from fixtures.training_gen.rows import group_shares, rl_row, sft_row, write_run
 from trace_doctor.api import analyze, load_run
 from trace_doctor.derive.training_health import health_panels, panels_of_finding
 from trace_doctor.model import Finding
+from trace_doctor.report.health_view import plan
 from trace_doctor.report.html import render_html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,3 +240,17 @@ def test_kl_drift_is_shaded_over_the_steps_it_names():
     shaded = [(s["x0"], s["x1"]) for s in kl["layout"]["shapes"] if s.get("name") == f"finding-{index}"]
     assert drift.steps and shaded == [(min(drift.steps) - 0.5, max(drift.steps) + 0.5)]
     assert min(drift.steps) >= 5
+
+
+def test_recorded_sampler_saves_line_up_with_the_kl_panel():
+    # A sampler refreshed only at saves: the KL resets at each recorded save, drawn as lines there.
+    run = Path(__file__).resolve().parent.parent / "fixtures" / "training" / "rl_sync_stale_sawtooth"
+    result = analyze(load_run(run))
+    (kl,) = [p for p in plan(result, 0.01).panels if p.id == "kl"]
+    recorded = [json.loads(line)["batch"] for line in (run / "checkpoints.jsonl").read_text().splitlines()]
+    assert list(kl.events_at) == sorted(b for b in recorded if b is not None)
+    assert kl.events_label == "sampler weights saved"
+    assert "sampler weights saved" in render_html(result)
+    # A run without checkpoints draws no save lines.
+    (plain,) = [p for p in health_panels(["optim/kl_sample_train_v2"]) if p.id == "kl"]
+    assert plain.events_at == ()

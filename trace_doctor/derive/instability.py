@@ -16,11 +16,11 @@ import polars as pl
 from trace_doctor.derive.robust import MAD_TO_SIGMA
 from trace_doctor.knowledge.tinker import (
     ENTROPY_NAME_MARK,
-    EVAL_KEY_PREFIXES,
     GRAD_NAME_MARKS,
     KL_NAME_PREFIXES,
     LOSS_NAMES,
     TIME_PREFIX,
+    is_eval_key,
 )
 
 # Losses a trainer computes itself (per token or per pair), preferred over the server's `loss:sum`,
@@ -45,10 +45,6 @@ def family(column: str) -> str | None:
     return None
 
 
-def is_eval(column: str) -> bool:
-    return column.startswith(EVAL_KEY_PREFIXES)
-
-
 def health_columns(frame: pl.DataFrame) -> dict[str, str]:
     """{column: family} of the numeric training-health columns, eval keys included (see is_eval)."""
     schema = frame.schema
@@ -62,7 +58,7 @@ def health_columns(frame: pl.DataFrame) -> dict[str, str]:
 def spike_columns(columns: dict[str, str]) -> list[str]:
     """Training series to scan for spikes: the trainer's own losses (the server's `loss:sum` only when
     there is none) and gradient norms."""
-    training = {c: f for c, f in columns.items() if not is_eval(c)}
+    training = {c: f for c, f in columns.items() if not is_eval_key(c)}
     primary = [c for c, f in training.items() if f == "loss" and c.split("/")[-1] in PRIMARY_LOSSES]
     losses = primary or [c for c, f in training.items() if f == "loss"]
     return sorted(losses) + sorted(c for c, f in training.items() if f == "grad")

@@ -15,13 +15,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-EVAL_PREFIXES = ("test/", "eval/")
+from trace_doctor.knowledge.tinker import is_eval_key
+
 # `final_reward`: custom trainers built on ml_log (e.g. act-prm: `eval/final_reward`, `train/try_0/final_reward`).
 REWARD_SUFFIXES = ("reward/total", "reward/mean", "final_reward")
-
-
-def _is_eval(key: str) -> bool:
-    return key.startswith(EVAL_PREFIXES)
 
 
 def _by_preference(keys: list[str], *ranks: Callable[[str], bool]) -> str | None:
@@ -34,12 +31,12 @@ def _by_preference(keys: list[str], *ranks: Callable[[str], bool]) -> str | None
 
 
 def _eval_reward(keys: list[str]) -> str | None:
-    rewards = [k for k in keys if _is_eval(k) and k.endswith(REWARD_SUFFIXES)]
+    rewards = [k for k in keys if is_eval_key(k) and k.endswith(REWARD_SUFFIXES)]
     return _by_preference(rewards, lambda k: "env/all/" in k, lambda k: True)
 
 
 def _train_reward(keys: list[str]) -> str | None:
-    rewards = [k for k in keys if not _is_eval(k) and k.endswith(REWARD_SUFFIXES)]
+    rewards = [k for k in keys if not is_eval_key(k) and k.endswith(REWARD_SUFFIXES)]
     # env/all/ covers every group; env/<tag>/ only a subset; bare reward/* is the minimal recipes'.
     return _by_preference(
         rewards,
@@ -51,7 +48,7 @@ def _train_reward(keys: list[str]) -> str | None:
 
 
 def _eval_nll(keys: list[str]) -> str | None:
-    return _by_preference([k for k in keys if _is_eval(k) and k.endswith("/nll")], lambda k: True)
+    return _by_preference([k for k in keys if is_eval_key(k) and k.endswith("/nll")], lambda k: True)
 
 
 def _exact(name: str) -> Callable[[list[str]], str | None]:
@@ -60,13 +57,13 @@ def _exact(name: str) -> Callable[[list[str]], str | None]:
 
 def _kl(version: str) -> Callable[[list[str]], str | None]:
     def pick(keys: list[str]) -> str | None:
-        return _by_preference([k for k in keys if not _is_eval(k) and k.endswith(version)], lambda k: True)
+        return _by_preference([k for k in keys if not is_eval_key(k) and k.endswith(version)], lambda k: True)
 
     return pick
 
 
 def _entropy(keys: list[str]) -> str | None:
-    return _by_preference([k for k in keys if not _is_eval(k) and k.split("/")[-1] == "entropy"], lambda k: True)
+    return _by_preference([k for k in keys if not is_eval_key(k) and k.split("/")[-1] == "entropy"], lambda k: True)
 
 
 KL_AXES = ("kl_v1", "kl_v2")

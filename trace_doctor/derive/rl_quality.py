@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.ingest.rollouts import LENGTH_STOPS
+from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES
 
 # Evaluation key prefixes: their values describe held-out prompts, not the batches trained on.
-EVAL_PREFIXES = ("test/", "eval/", "validation/", "val/")
+# (the shared eval prefixes, plus custom loops' validation splits)
+EVAL_PREFIXES = (*EVAL_KEY_PREFIXES, "validation/", "val/")
 # The cookbook's "good" cut for a constant group (rl/metrics.py `_compute_by_group_metrics`).
 GOOD_REWARD = 0.5
 
@@ -42,11 +43,6 @@ def series(rows: pl.DataFrame, column: str) -> pl.DataFrame:
         return pl.DataFrame(schema={"step": pl.Int64, "value": pl.Float64})
     frame = rows.select("step", pl.col(column).cast(pl.Float64).alias("value"))
     return frame.filter(pl.col("value").is_not_null() & pl.col("value").is_finite())
-
-
-def training_rows(steps: pl.DataFrame) -> pl.DataFrame:
-    """Live training rows (one per step, evaluation-only rows and rewritten rows dropped)."""
-    return live_training_rows(steps)
 
 
 @dataclass(frozen=True)

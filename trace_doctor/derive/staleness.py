@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from trace_doctor.derive.training_health import sampler_saves
 from trace_doctor.knowledge.tinker import (
     ASYNC_STALENESS_PREFIX,
     SAMPLER_STEP_PREFIX,
@@ -84,15 +85,9 @@ def save_steps(meta: RunMeta, checkpoints: pl.DataFrame, first: int, last: int) 
     """The steps at which the sampler could be refreshed from a save within [first, last], and where they
     come from: the checkpoints the run recorded with sampler weights (what happened), else config
     `save_every` (what was asked). Rolling checkpoints hold no sampler weights and do not count."""
-    if not checkpoints.is_empty() and "batch" in checkpoints.columns:
-        recorded = checkpoints.filter(pl.col("batch").is_not_null())
-        if "rolling" in recorded.columns:
-            recorded = recorded.filter(~pl.col("rolling").fill_null(False))
-        if "sampler_path" in recorded.columns:
-            recorded = recorded.filter(pl.col("sampler_path").is_not_null())
-        batches = sorted({int(b) for b in recorded["batch"].to_list() if first < b <= last})
-        if len(batches) >= 2:
-            return batches, "checkpoints.jsonl"
+    batches = [b for b in sampler_saves(checkpoints) if first < b <= last]
+    if len(batches) >= 2:
+        return batches, "checkpoints.jsonl"
     every = _as_int(meta.config.get("save_every"))
     if every and every > 0:
         batches = [s for s in range(every * (first // every + 1), last + 1, every)]

@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, KL_SAMPLE_TRAIN_SUFFIXES, KL_SAMPLE_TRAIN_V2, TEACHER_KL
+import polars as pl
+
+from trace_doctor.knowledge.tinker import KL_SAMPLE_TRAIN_SUFFIXES, KL_SAMPLE_TRAIN_V2, TEACHER_KL, is_eval_key
 
 ENV_KEY = re.compile(r"^env/(?P<tag>[^/]+)/(?P<metric>.+)$")
 # async 0.6.1 repeats each eval key under `eval/by_step|by_cost|by_time/…`: aliases, not series.
@@ -53,6 +55,10 @@ class Panel:
     limit_label: str = ""
     # Whether the values are shares in [0, 1] (the axis is fixed to it so panels compare).
     share: bool = False
+    # Steps drawn as thin vertical lines: the recorded sampler-weight saves on the KL panel, so a KL
+    # that resets at each save (a stale sampler) lines up with them.
+    events_at: tuple[int, ...] = ()
+    events_label: str = ""
 
 
 # Which panel shows the shape a rule judges (slugs from ARCHITECTURE.md's catalogue). A finding whose
@@ -71,10 +77,6 @@ PANELS_OF_RULE: dict[str, tuple[str, ...]] = {
 EVIDENCE_METRIC_KEYS = ("metric", "metrics", "key", "column")
 
 
-def _is_eval(column: str) -> bool:
-    return column.startswith(EVAL_KEY_PREFIXES)
-
-
 def _env_family(columns: Iterable[str], metric: str) -> list[str]:
     """`env/<tag>/<metric>` training columns, env/all alone when present, else at most ENV_TAGS_MAX tags."""
     found = [c for c in columns if (m := ENV_KEY.match(c)) and m["metric"] == metric]
@@ -84,7 +86,7 @@ def _env_family(columns: Iterable[str], metric: str) -> list[str]:
 
 
 def _eval_family(columns: Iterable[str], suffix: str) -> list[str]:
-    found = [c for c in columns if _is_eval(c) and not EVAL_ALIAS.match(c) and c.endswith(suffix)]
+    found = [c for c in columns if is_eval_key(c) and not EVAL_ALIAS.match(c) and c.endswith(suffix)]
     return sorted(found, key=lambda c: ("env/all/" not in c, len(c), c))[:EVAL_SERIES_MAX]
 
 
@@ -102,8 +104,25 @@ def _max_tokens(config: dict[str, Any]) -> float | None:
     return float(value)
 
 
+def sampler_saves(checkpoints: pl.DataFrame) -> list[int]:
+    """Steps of the checkpoints the run recorded with sampler weights (checkpoints.jsonl): rolling
+    checkpoints hold none, and a record without `batch` has no step."""
+    if checkpoints.is_empty() or "batch" not in checkpoints.columns:
+        return []
+    recorded = checkpoints.filter(pl.col("batch").is_not_null())
+    if "rolling" in recorded.columns:
+        recorded = recorded.filter(~pl.col("rolling").fill_null(False))
+    if "sampler_path" in recorded.columns:
+        recorded = recorded.filter(pl.col("sampler_path").is_not_null())
+    return sorted({int(b) for b in recorded["batch"].to_list()})
+
+
 def health_panels(
-    columns: Iterable[str], config: dict[str, Any] | None = None, *, max_stable_kl: float = 0.01
+    columns: Iterable[str],
+    config: dict[str, Any] | None = None,
+    *,
+    max_stable_kl: float = 0.01,
+    saves: tuple[int, ...] = (),
 ) -> list[Panel]:
     """The panels a run's metric columns can fill, in reading order; empty when it has none of them."""
     columns = [c for c in columns if isinstance(c, str)]
@@ -124,10 +143,18 @@ def health_panels(
     add("entropy", "Entropy", "nats/token", [c for c in columns if c == "optim/entropy"])
     # v2 first: always >= 0, the one the rules judge (FORMATS.md 1.5); a finding's mark sits on it.
     kl = sorted(
-        (c for c in columns if not _is_eval(c) and (c.endswith(KL_SAMPLE_TRAIN_SUFFIXES) or c == TEACHER_KL)),
+        (c for c in columns if not is_eval_key(c) and (c.endswith(KL_SAMPLE_TRAIN_SUFFIXES) or c == TEACHER_KL)),
         key=lambda c: (not c.endswith(KL_SAMPLE_TRAIN_V2), c),
     )
-    add("kl", "Sampler–trainer KL", "KL (nats/token)", kl, band=max_stable_kl)
+    add(
+        "kl",
+        "Sampler–trainer KL",
+        "KL (nats/token)",
+        kl,
+        band=max_stable_kl,
+        events_at=tuple(saves),
+        events_label="sampler weights saved" if saves else "",
+    )
     stopped = _env_family(columns, "stop/max_tokens")
     if stopped:
         add("truncation", "Stopped at max_tokens", "share of samples", stopped, share=True)
@@ -142,7 +169,7 @@ def health_panels(
             limit_label=f"max_tokens {limit:g}",
         )
     loss_train = [c for c in ("train_mean_nll", "dpo_loss") if c in columns]
-    loss_eval = [c for c in columns if _is_eval(c) and not EVAL_ALIAS.match(c) and c.endswith("nll")]
+    loss_eval = [c for c in columns if is_eval_key(c) and not EVAL_ALIAS.match(c) and c.endswith("nll")]
     if loss_train or loss_eval:
         unit = "DPO loss" if loss_train == ["dpo_loss"] else "NLL (nats/token)"
         add("loss", "Loss", unit, loss_train, sorted(loss_eval)[:EVAL_SERIES_MAX])

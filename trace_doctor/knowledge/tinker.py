@@ -71,6 +71,13 @@ RECIPE_TIME_TOTAL_KEY = "time_total"
 WHOLE_STEP_KEYS = ("time/total", RECIPE_TIME_TOTAL_KEY, "time/training_loop/total")
 # Evaluation keys: `test/…` (evaluators) and 0.6.1 async `eval/…` rows (FORMATS.md 1.3).
 EVAL_KEY_PREFIXES = ("test/", "eval/")
+
+
+def is_eval_key(column: str) -> bool:
+    """Whether a metric key is an evaluation's (held-out prompts), not the trained batch's."""
+    return column.startswith(EVAL_KEY_PREFIXES)
+
+
 # RL progress counter, one per training batch (FORMATS.md 1.3 RL keys, recipes/rl_loop).
 RL_BATCH_KEY = "progress/batch"
 # Rollout statistics prefix of every RL trainer's row (FORMATS.md 1.3 RL keys).

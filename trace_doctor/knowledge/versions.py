@@ -29,10 +29,14 @@ class KnownBadVersion:
     why: str
     fix: str
     severity: Severity = "warning"
-    # "vl": the problem exists only for vision-language models; "any": for every run.
+    # "vl": the problem exists only for vision-language models; "startup": it stops a run before its
+    # first step (an import that fails), so a run that trained shows it did not bite; "any": every run.
     scope: str = "any"
     # Not broken, only older than the cookbook now requires: "upgrade available", not "known-bad".
     outdated: bool = False
+    # For a "startup" record: a regex of the error the failure prints (its presence in the logs
+    # means the failure did stop a launch, even if a later launch trained).
+    failure_text: str = ""
 
     def matches(self, package: str, version: str) -> bool:
         """Whether `package==version` is one of the bad versions (unparseable versions never match)."""
@@ -145,6 +149,8 @@ KNOWN_BAD_VERSIONS: tuple[KnownBadVersion, ...] = (
         _in(">=3.14"),
         "Python 3.14 removed pkg_resources, which some tokenizer and dataset dependencies still import",
         "use Python 3.11-3.13 or update the package that imports pkg_resources",
+        scope="startup",
+        failure_text=r"No module named '?pkg_resources",
     ),
     KnownBadVersion(
         "python-too-old",

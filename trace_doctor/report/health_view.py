@@ -16,7 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from trace_doctor.derive.training_health import Panel, health_panels, panels_of_finding
+from trace_doctor.derive.training_health import Panel, health_panels, panels_of_finding, sampler_saves
 from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample
 from trace_doctor.report.downsample import Budget, Summarised
@@ -36,6 +36,9 @@ MARK_RUNS_MAX = 40
 MARK_CHIPS_MAX = 6
 HEALTH_SHADE_OPACITY = 0.22
 LOG_AXIS_RATIO = 100.0
+# Save steps drawn as lines on the KL panel up to this many; past it they would grey the chart out.
+SAVE_LINES_MAX = 200
+EVENT_LINE_COLOUR = "#9ca3af"
 
 
 @dataclass
@@ -66,7 +69,8 @@ def plan(result: Analysis, kl_band: float) -> Plan:
     # Names first (a run can log thousands of keys), then only the candidates are checked for values.
     wanted = {s.column for p in health_panels(live.columns, config, max_stable_kl=kl_band) for s in p.series}
     present = [c for c in sorted(wanted) if live.schema[c].is_numeric() and live[c].drop_nulls().len() > 0]
-    panels = health_panels(present, config, max_stable_kl=kl_band)
+    saves = tuple(sampler_saves(result.run.checkpoints))
+    panels = health_panels(present, config, max_stable_kl=kl_band, saves=saves if len(saves) <= SAVE_LINES_MAX else ())
     marked = {}
     if panels:
         for i, finding in enumerate(result.findings):
@@ -215,6 +219,16 @@ def _figure(
         annotations.append(
             {"xref": "paper", "x": 1, "y": panel.limit, "text": plot_text(panel.limit_label), "showarrow": False,
              "xanchor": "right", "yanchor": "bottom", "font": {"size": 10, "color": CLIPPED_COLOUR}}
+        )  # fmt: skip
+    for step in panel.events_at:
+        shapes.append(
+            {"type": "line", "xref": "x", "yref": "paper", "x0": step, "x1": step, "y0": 0, "y1": 1,
+             "line": {"color": EVENT_LINE_COLOUR, "dash": "dot", "width": 1}, "layer": "below"}
+        )  # fmt: skip
+    if panel.events_at:
+        annotations.append(
+            {"xref": "paper", "yref": "paper", "x": 1, "y": 1, "text": plot_text(f"┆ {panel.events_label}"),
+             "showarrow": False, "xanchor": "right", "yanchor": "bottom", "font": {"size": 10, "color": "#6b7280"}}
         )  # fmt: skip
     for mark in marks:
         for a, b in mark["runs"]:

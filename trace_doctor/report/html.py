@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import orjson
 import polars as pl
 
@@ -622,6 +623,21 @@ def _document_json(result: Analysis, budget: Budget, notes: Summarised) -> str:
     return script_json(json_dumps(document).decode())
 
 
+def code_spans(text: object) -> markupsafe.Markup:
+    """A message as HTML with what a rule put between backticks (a metric key, a quoted line) as
+    <code>: everything is escaped first, so input can only pair backticks differently, never inject."""
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an odd number of backticks: the last one opens no span
+        parts[-2:] = [parts[-2] + "`" + parts[-1]]
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 and part.strip():
+            out.append(markupsafe.Markup("<code>{}</code>").format(part))
+        else:
+            out.append(markupsafe.escape(part if i % 2 == 0 else f"`{part}`"))
+    return markupsafe.Markup("").join(out)
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("trace_doctor", "templates"),
@@ -632,6 +648,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["seconds"] = format_seconds
     env.filters["basename"] = lambda p: Path(str(p)).name
+    env.filters["code_spans"] = code_spans
     return env
 
 

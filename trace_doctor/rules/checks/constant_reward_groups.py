@@ -19,8 +19,8 @@ from trace_doctor.derive.rl_quality import (
     median,
     series,
     training_column,
-    training_rows,
 )
+from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.ingest.config import find_setting
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -149,7 +149,7 @@ def check(ctx) -> list[Finding]:
     if ctx.run.meta.trainer in ("sl", "dpo"):
         raise NotApplicable(f"a {ctx.run.meta.trainer} run has no reward groups")
     t = ctx.thresholds
-    rows = training_rows(ctx.run.steps)
+    rows = live_training_rows(ctx.run.steps)
     if _group_size(ctx.run.meta.config) == 1:
         return _group_size_one(ctx, rows)
 

@@ -7,7 +7,8 @@ floor and a relative fall), and most of the late window must sit below the floor
 
 from __future__ import annotations
 
-from trace_doctor.derive.rl_quality import Windows, median, series, training_column, training_rows
+from trace_doctor.derive.rl_quality import Windows, median, series, training_column
+from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import run_label
@@ -38,7 +39,7 @@ def check(ctx) -> list[Finding]:
     if ctx.run.meta.trainer in ("sl", "dpo"):
         raise NotApplicable(f"a {ctx.run.meta.trainer} run samples nothing: no policy entropy")
     t = ctx.thresholds
-    rows = training_rows(ctx.run.steps)
+    rows = live_training_rows(ctx.run.steps)
     column = entropy_column(rows.columns)
     if column is None:
         raise NotApplicable("no optim/entropy in metrics")

@@ -8,6 +8,7 @@ import polars as pl
 
 from trace_doctor.derive.log_signals import fields_of
 from trace_doctor.derive.robust import median
+from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.knowledge.renderers import is_vision_language
 from trace_doctor.knowledge.versions import KnownBadVersion, bad_combinations, bad_versions
 from trace_doctor.model import SEVERITY_RANK, Finding
@@ -109,17 +110,31 @@ def _span_trap_finding(ctx: RuleContext) -> tuple[Finding | None, bool]:
     ), True
 
 
-def _scope_note(ctx: RuleContext, record: KnownBadVersion) -> tuple[bool, str]:
-    """(applies to this run, note for the message) for a record limited to some runs (vision-language)."""
+def _failed_at_startup(ctx: RuleContext, record: KnownBadVersion) -> bool:
+    """Whether the logs show the failure a startup-scoped record predicts (its fix names the culprit)."""
+    if not record.failure_text:
+        return False
+    messages = ctx.run.log_events["message"]
+    return bool(messages.str.contains(record.failure_text).any())
+
+
+def _scope_note(ctx: RuleContext, record: KnownBadVersion) -> tuple[bool, str, str | None]:
+    """(applies to this run, note for the message, severity override) for a record limited to some
+    runs: vision-language models only, or a failure that stops a run before it trains."""
+    if record.scope == "startup":
+        trained = not live_training_rows(ctx.run.steps).is_empty()
+        if trained and not _failed_at_startup(ctx, record):
+            return True, " This run trained, so the failure did not stop it; it may on another machine.", "info"
+        return True, "", None
     if record.scope != "vl":
-        return True, ""
+        return True, "", None
     meta = ctx.run.meta
     vision = is_vision_language(meta.model_name, meta.renderer_name)
     if vision is None:
-        return True, " It matters only for vision-language models; this run's model is not known."
+        return True, " It matters only for vision-language models; this run's model is not known.", None
     if not vision:
-        return False, f"{record.id} skipped: `{meta.model_name or meta.renderer_name}` is text-only"
-    return True, f" `{meta.model_name or meta.renderer_name}` is a vision-language model."
+        return False, f"{record.id} skipped: `{meta.model_name or meta.renderer_name}` is text-only", None
+    return True, f" `{meta.model_name or meta.renderer_name}` is a vision-language model.", None
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -131,7 +146,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     skipped: list[str] = []
     for seen in versions:
         for record in bad_versions(seen.package, seen.version):
-            applies, note = _scope_note(ctx, record)
+            applies, note, severity = _scope_note(ctx, record)
             if not applies:
                 skipped.append(note)
                 continue
@@ -142,7 +157,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             )
             findings.append(
                 ctx.finding(
-                    severity=record.severity,
+                    severity=severity or record.severity,
                     title=title,
                     message=(
                         f"{seen.package} {seen.version} (from {seen.evidence}, {seen.source}:{seen.line}) "

@@ -132,6 +132,13 @@ def _compare_family(family: Family, cand_ctx, base_ctx, t, max_stable_kl: float)
         regressed = False
         why_not.append(f"still inside the stable band (< {max_stable_kl:g})")
     entry["short"] = f"{family.name} {_number(shift.median_baseline)} -> {_number(shift.median_candidate)} ({change})"
+    if family.same_model and not all(models):
+        # Without config.json the model is unknown: two different models would make this per-token
+        # value incomparable, and nothing here can rule that out.
+        sides = [side for side, name in zip(("baseline", "candidate"), models, strict=True) if not name]
+        unknown = "the baseline's and the candidate's models are" if len(sides) == 2 else f"the {sides[0]}'s model is"
+        text += f"; {unknown} unknown (no config.json): this holds only if both runs trained the same model"
+        entry["caveat"] = "model unknown"
     if regressed:
         return {**entry, "verdict": "regression", "message": text}
     return {**entry, "verdict": "no regression", "message": f"{text}: not a regression ({', '.join(why_not)})"}
@@ -244,7 +251,8 @@ def check(ctx) -> list[Finding]:
                     "statistics": stats,
                     "min_relative_effect": entry["min_relative_effect"],
                 },
-                confidence="high" if stats["p"] < stats["alpha"] / 10 else "medium",
+                # Unknown models cap it: the same numbers from two different models mean nothing.
+                confidence="high" if stats["p"] < stats["alpha"] / 10 and "caveat" not in entry else "medium",
                 fingerprint=f"quality-regression:{what}",
             )
         )

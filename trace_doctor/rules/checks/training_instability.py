@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.derive.instability import health_columns, is_eval, non_finite_steps, spike_columns, spikes
+from trace_doctor.derive.instability import health_columns, non_finite_steps, spike_columns, spikes
 from trace_doctor.derive.step_times import live_training_rows
+from trace_doctor.knowledge.tinker import is_eval_key
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.requires import requires, table
@@ -70,8 +71,8 @@ def _non_finite(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> list[Findin
     if not bad:
         return []
     findings = []
-    training = {c: f for c, f in bad.items() if not is_eval(c)}
-    evals = {c: f for c, f in bad.items() if is_eval(c)}
+    training = {c: f for c, f in bad.items() if not is_eval_key(c)}
+    evals = {c: f for c, f in bad.items() if is_eval_key(c)}
     last_step = int(rows["step"].max())
     if training and (never := _never_finite(ctx, rows, training, columns)) is not None:
         findings.append(never)
@@ -215,8 +216,8 @@ def check(ctx) -> list[Finding]:
     # Eval keys sit on their own rows in async RL (is_eval_row): read them from every kept row.
     rows = live_training_rows(steps)
     kept = steps.filter(pl.col("step").is_not_null() & ~pl.col("superseded").fill_null(False))
-    eval_columns = {c: f for c, f in columns.items() if is_eval(c)}
-    findings = _non_finite(ctx, rows, {c: f for c, f in columns.items() if not is_eval(c)})
+    eval_columns = {c: f for c, f in columns.items() if is_eval_key(c)}
+    findings = _non_finite(ctx, rows, {c: f for c, f in columns.items() if not is_eval_key(c)})
     findings += _non_finite(ctx, kept, eval_columns)
     spike_findings, notes = _spikes(ctx, rows, columns)
     findings += spike_findings

@@ -15,9 +15,9 @@ from trace_doctor.derive.rl_quality import (
     median,
     series,
     training_column,
-    training_rows,
     truncation_from_rollouts,
 )
+from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.ingest.config import find_setting
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -60,7 +60,7 @@ def check(ctx) -> list[Finding]:
     if ctx.run.meta.trainer in ("sl", "dpo"):
         raise NotApplicable(f"a {ctx.run.meta.trainer} run samples nothing")
     t = ctx.thresholds
-    rows = training_rows(ctx.run.steps)
+    rows = live_training_rows(ctx.run.steps)
     cap = max_tokens_of(ctx.run.meta.config)
     stop = _stop_series(rows) if not rows.is_empty() else None
     exact = truncation_from_rollouts(ctx.run.rollouts, cap)
