@@ -1,6 +1,7 @@
 """Spans paired a chunk at a time are the spans of the whole file: the chunk size changes nothing,
 even when every line is a chunk of its own, so every truncated line, unmatched E, still-open B and
-resumed-process boundary falls on a chunk boundary."""
+resumed-process boundary falls on a chunk boundary. Likewise the spill's sizes: spans written to
+disk a few at a time and sorted back in windows of a few spans give the same table."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trace_doctor.ingest import trace_document, trace_read
+from trace_doctor.ingest import span_spill, trace_document, trace_read
 from trace_doctor.ingest.trace_events import parse_trace_files
 
 
@@ -54,7 +55,7 @@ def damaged_trace() -> list[str]:
 def parse(path: Path) -> tuple:
     warnings: list = []
     spans, infos = parse_trace_files([path], warnings)
-    return spans, [vars(i) for i in infos], [(w.line, w.problem) for w in warnings]
+    return spans.read(), [vars(i) for i in infos], [(w.line, w.problem) for w in warnings]
 
 
 @pytest.fixture
@@ -91,6 +92,19 @@ def test_any_chunk_size_gives_the_same_spans_and_warnings(trace, monkeypatch, ch
     chunked = parse(trace)
     assert chunked[0].equals(whole[0], null_equal=True)
     assert chunked[1:] == whole[1:]
+
+
+@pytest.mark.parametrize(("buffer", "window", "sample"), [(1, 1, 1), (3, 4, 2), (7, 2, 3)])
+def test_spans_spilled_and_sorted_back_in_small_windows_are_the_same_table(trace, monkeypatch, buffer, window, sample):
+    whole = parse(trace)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", 211)
+    monkeypatch.setattr(span_spill, "BUFFER_ROWS", buffer)
+    monkeypatch.setattr(span_spill, "WINDOW_ROWS", window)
+    monkeypatch.setattr(span_spill, "SAMPLE_EVERY", sample)
+    monkeypatch.setattr(span_spill, "SCRATCH_ROW_GROUP", 2)
+    spilled = parse(trace)
+    assert spilled[0].equals(whole[0], null_equal=True)
+    assert spilled[1:] == whole[1:]
 
 
 def test_a_document_read_in_tiny_blocks_gives_the_same_spans(tmp_path, monkeypatch):

@@ -297,8 +297,25 @@ class RunTables:
         "rollouts",
     )
 
+    # Tables that ingest may leave on disk (a StoredTable: any object with `scan()` and `height`):
+    # reading the attribute reads the table whole (and keeps it); the analysis scans instead.
+    STORED_TABLES = ("spans", "step_spans")
+
     def tables(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in self.TABLE_NAMES}
+
+    def scan(self, name: str) -> pl.LazyFrame:
+        """A lazy scan of one table: only the columns and rows the query asks for are read."""
+        value = self.__dict__[f"_{name}"] if name in self.STORED_TABLES else getattr(self, name)
+        return value.lazy() if isinstance(value, pl.DataFrame) else value.scan()
+
+    def height(self, name: str) -> int:
+        """A table's row count, without reading a stored table."""
+        value = self.__dict__[f"_{name}"] if name in self.STORED_TABLES else getattr(self, name)
+        return value.height
+
+    def is_stored(self, name: str) -> bool:
+        return name in self.STORED_TABLES and not isinstance(self.__dict__[f"_{name}"], pl.DataFrame)
 
     def has_input(self, kind: str) -> bool:
         return any(i.kind == kind and i.records > 0 for i in self.inputs)
@@ -310,6 +327,27 @@ class RunTables:
     @property
     def records_skipped(self) -> int:
         return sum(i.skipped for i in self.inputs)
+
+
+def _read_when_used(name: str) -> property:
+    """RunTables.<name>: a DataFrame, read from its stored table the first time it is asked for."""
+    attr = f"_{name}"
+
+    def get(self: RunTables) -> pl.DataFrame:
+        value = self.__dict__[attr]
+        if not isinstance(value, pl.DataFrame):
+            value = value.read()
+            self.__dict__[attr] = value
+        return value
+
+    def set(self: RunTables, value: Any) -> None:
+        self.__dict__[attr] = value
+
+    return property(get, set)
+
+
+for _name in RunTables.STORED_TABLES:
+    setattr(RunTables, _name, _read_when_used(_name))
 
 
 @dataclass

@@ -21,6 +21,7 @@ cheaper than the bookkeeping.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import io
@@ -36,8 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 import xxhash
 
+from trace_doctor.ingest.stored_table import PartWriter, StoredTable, scratch_dir, scratch_folder
 from trace_doctor.model import IngestWarning, InputFile
 
 MIN_CACHED_BYTES = 4 * 1024 * 1024
@@ -45,6 +48,8 @@ DEFAULT_MAX_MB = 1024
 FORMAT_VERSION = "2"
 # An entry: one JSON line of metadata, then the table as Parquet.
 ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parquet")
+# A stored table's entry: a folder of Parquet parts and the header (stored_table.PartWriter).
+STORED_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
 MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
 HASH_BLOCK = 8 * 1024 * 1024
 # A temporary file this old is a writer's leftover (a killed process), not a write in progress.
@@ -54,6 +59,9 @@ LEGACY_ENTRY = re.compile(r"[0-9a-f]{24}")
 
 _notes: list[str] = []
 _unwritable: str | None = None  # why this process stopped writing entries
+# Stored-table entries this process reads lazily: never evicted under a table that still reads them.
+_in_use: set[str] = set()
+STORED_KEY = b"trace_doctor"
 
 
 def enabled() -> bool:
@@ -167,6 +175,10 @@ def _parser_fingerprint() -> str:
         "span_steps.py",
         "jsonl.py",
         "rollouts.py",
+        "span_stream.py",
+        "span_spill.py",
+        "span_names.py",
+        "stored_table.py",
         "cache.py",
     ):
         try:
@@ -260,21 +272,7 @@ def store(
     global _unwritable
     if taken is None or not enabled() or _unwritable is not None or not _unchanged_since(path, taken):
         return False
-    meta = {
-        "parser": _parser_fingerprint(),
-        "table": table,
-        "path": os.fsencode(path).hex(),
-        "size": taken.size,
-        "digest": taken.digest,
-        "input": {
-            "kind": info.kind,
-            "path": info.path,
-            "records": info.records,
-            "skipped": info.skipped,
-            "note": info.note,
-        },
-        "warnings": [w.to_dict() for w in warnings],
-    }
+    meta = _header(path, table, info, warnings, taken)
     root = cache_root()
     entry = _entry_path(path, table)
     temp = None
@@ -301,6 +299,113 @@ def store(
     return True
 
 
+def _header(path: Path, table: str, info: InputFile, warnings: list[IngestWarning], taken: Snapshot) -> dict[str, Any]:
+    return {
+        "parser": _parser_fingerprint(),
+        "table": table,
+        "path": os.fsencode(path).hex(),
+        "size": taken.size,
+        "digest": taken.digest,
+        "input": {
+            "kind": info.kind,
+            "path": info.path,
+            "records": info.records,
+            "skipped": info.skipped,
+            "note": info.note,
+        },
+        "warnings": [w.to_dict() for w in warnings],
+    }
+
+
+def new_entry_folder(table: str) -> Path:
+    """Where a stored table is written as it is built: in the cache folder (so that it becomes the
+    entry by a rename), else in this process's scratch folder."""
+    global _unwritable
+    if enabled() and _unwritable is None:
+        root = cache_root()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+        except OSError as exc:
+            _unwritable = f"{root}: {exc.strerror or exc}"
+            _note_once(
+                f"table cache disabled: cannot write to {_unwritable} "
+                "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
+            )
+    return scratch_folder(f"{table}-")
+
+
+def adopt(
+    path: Path, table: str, out: PartWriter, info: InputFile, warnings: list[IngestWarning], taken: Snapshot | None
+) -> StoredTable:
+    """Finish the stored table `out` built from `path` as `taken` saw it: it becomes the cache entry
+    when the file is unchanged since and the cache takes it, else it stays a folder of this process."""
+    cacheable = (
+        taken is not None
+        and enabled()
+        and _unwritable is None
+        and out.folder.parent == cache_root()
+        and _unchanged_since(path, taken)
+    )
+    if not cacheable:
+        out.close()
+        if out.folder.parent != scratch_dir():
+            atexit.register(shutil.rmtree, os.fspath(out.folder), True)
+        return out.stored()
+    assert taken is not None
+    out.close(json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode())
+    entry = _stored_entry_path(path, table)
+    try:
+        if entry.exists():  # an older entry for the same file (another version of it)
+            shutil.rmtree(entry, ignore_errors=True)
+        os.replace(out.folder, entry)
+    except OSError:
+        atexit.register(shutil.rmtree, os.fspath(out.folder), True)
+        return out.stored()
+    out.moved(entry)
+    _in_use.add(os.fspath(entry))
+    evict(cache_root(), max_bytes(), keep=entry)
+    return out.stored()
+
+
+def _stored_entry_path(path: Path, table: str) -> Path:
+    return _entry_path(path, table).with_suffix(".parts")
+
+
+def load_stored(
+    path: Path, table: str, taken: Snapshot | None = None
+) -> tuple[StoredTable, InputFile, list[IngestWarning]] | None:
+    """The stored table, input record and warnings cached for `path`, if its content (`taken`, or as
+    it is now) is the one the entry was built from. The rows are not read."""
+    from trace_doctor.ingest.span_build import SPAN_COLUMNS
+
+    taken = taken or snapshot(path)
+    if taken is None:
+        return None
+    entry = _stored_entry_path(path, table)
+    try:
+        meta = json.loads((entry / PartWriter.HEADER).read_bytes())
+        if not _matches(meta, path, table, taken):
+            return None
+        info = InputFile(**_input_fields(meta["input"]))
+        warnings = [_warning(w) for w in meta["warnings"]]
+        parts = sorted(entry.glob("part-*.parquet"))
+        rows = sum(pq.read_metadata(part).num_rows for part in parts)
+    except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
+        return None
+    with contextlib.suppress(OSError):  # a read-only cache still answers
+        os.utime(entry / PartWriter.HEADER)  # recently used: evicted last
+    _in_use.add(os.fspath(entry))
+    schema = {"spans": SPAN_COLUMNS}[table]
+    return StoredTable(parts, rows, schema), info, warnings
+
+
+def _folder_entry(folder: str) -> tuple[float, int, str]:
+    """(last use, bytes, path) of a stored table's folder: its header is touched when used."""
+    size = sum(part.stat().st_size for part in os.scandir(folder) if part.is_file(follow_symlinks=False))
+    return os.stat(os.path.join(folder, PartWriter.HEADER)).st_mtime, size, folder
+
+
 def _discard(temp: str | None) -> None:
     if temp is not None:
         with contextlib.suppress(OSError):
@@ -324,20 +429,29 @@ def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
             if ENTRY.fullmatch(item.name) and item.is_file(follow_symlinks=False):
                 stat = item.stat(follow_symlinks=False)
                 entries.append((stat.st_mtime, stat.st_size, item.path))
+            elif STORED_ENTRY.fullmatch(item.name) and item.is_dir(follow_symlinks=False):
+                entries.append(_folder_entry(item.path))
             elif item.name.startswith(".tmp-") and now - item.stat(follow_symlinks=False).st_mtime > STALE_TEMP_SECONDS:
-                os.unlink(item.path)
+                if item.is_dir(follow_symlinks=False):
+                    shutil.rmtree(item.path, ignore_errors=True)
+                else:
+                    os.unlink(item.path)
             elif LEGACY_ENTRY.fullmatch(item.name) and os.path.isfile(os.path.join(item.path, "meta.json")):
                 shutil.rmtree(item.path, ignore_errors=True)
         except OSError:
             continue  # removed by another process meanwhile
     total = sum(size for _, size, _ in entries)
     keep_path = os.fspath(keep) if keep is not None else None
+    entries = [e for e in entries if e[2] not in _in_use or e[2] == keep_path]
     # Oldest first; the entry just written goes last, and only if it alone is over the limit.
     for _, size, entry in sorted(entries, key=lambda e: (e[2] == keep_path, e[0])):
         if total <= limit:
             break
         try:
-            os.unlink(entry)
+            if os.path.isdir(entry):
+                shutil.rmtree(entry)
+            else:
+                os.unlink(entry)
         except OSError:
             continue
         total -= size

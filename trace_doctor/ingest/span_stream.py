@@ -17,15 +17,19 @@ Everything decided across the whole file is decided exactly as on the whole tabl
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.columnwise import concat_releasing
 from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.span_args import with_track_thread
+from trace_doctor.ingest.span_names import SpanNames
 from trace_doctor.ingest.span_pairing import complete_spans, pair_begin_end
-from trace_doctor.ingest.trace_parse import SPAN_PHASES
+from trace_doctor.ingest.span_spill import SpanSpill
+from trace_doctor.ingest.stored_table import scratch_file
+from trace_doctor.ingest.trace_parse import META_COLUMNS, SPAN_PHASES
 
 # Phases other than spans and metadata are counted, not read: their names make the warning readable.
 PHASE_NAMES = {
@@ -47,6 +51,10 @@ PHASE_NAMES = {
     "(": "context begin",
     ")": "context end",
 }
+
+
+# Name rows (thread_name / process_name metadata) held before they go to a scratch file.
+NAMES_HELD = 100_000
 
 
 class Segments:
@@ -91,12 +99,26 @@ class SpanStream:
         self._unmatched = FileWarnings(source)
         self._held = pl.DataFrame()  # the latest span event, not yet paired (its segment may change)
         self._open: list[pl.DataFrame] = []  # B events still open, in line order
-        self._closed: list[pl.DataFrame] = []  # spans paired so far
+        self.spill = SpanSpill()  # spans paired so far, on disk
         self._complete: list[pl.DataFrame] = []  # X events
+        self.meta_rows = 0
+        # Only thread and process names are needed after the read, and only for spans whose args
+        # do not name their track (never in a cookbook trace): kept, but small next to the events.
+        self._names: list[pl.DataFrame] = []
+        self._names_held = 0
+        self._name_files: list[Path] = []
 
     def feed(self, events: pl.DataFrame, meta: pl.DataFrame) -> None:
         """One chunk's events and metadata rows (trace_parse's columns, lines numbered in the file)."""
         self.events += events.height
+        self.meta_rows += meta.height
+        if meta.height:
+            named = meta.filter(pl.col("name").is_in(["thread_name", "process_name"]))
+            if named.height:
+                self._names.append(named)
+                self._names_held += named.height
+                if self._names_held >= NAMES_HELD:
+                    self._spill_names()
         events = self._known_phases(events)
         self.segments.observe(meta, events.get_column("line"))
         if events.height == 0:
@@ -107,22 +129,49 @@ class SpanStream:
         self._held = pending.tail(1)
         self._pair(pending.head(pending.height - 1), final=False)
 
-    def finish(self) -> tuple[pl.DataFrame, FileWarnings] | None:
-        """(paired and nested spans, before names, order and steps; the unmatched-E warnings), or
-        None when the file held no span event at all."""
+    def finish(self) -> tuple[SpanSpill, FileWarnings] | None:
+        """(the paired and nested spans, spilled, before names, order and steps; the unmatched-E
+        warnings), or None when the file held no span event at all."""
         if self.events == 0:
             return None
         held, self._held = self._held, pl.DataFrame()
         self._pair(held, final=True)
-        paired, self._closed = [f for f in self._closed if f.height], []
         complete_events = [f for f in self._complete if f.height]
         self._complete = []
-        complete = complete_spans(pl.concat(complete_events, how="vertical") if complete_events else pl.DataFrame())
-        # One contiguous table, copied a column at a time: sorting and gathering a table of many
-        # chunks would copy each column into one chunk again, and the chunks' columns go as copied.
-        parts = [*paired, complete] if complete.height else paired
-        spans = concat_releasing(parts) if parts else complete
-        return spans, self._unmatched
+        if complete_events:
+            self.spill.add(complete_spans(pl.concat(complete_events, how="vertical")))
+        self.spill.finish()
+        return self.spill, self._unmatched
+
+    def names(self) -> SpanNames | None:
+        """The file's thread and process names, when some span needs them (None otherwise)."""
+        if self.spill.named:
+            return None
+        self._spill_names()
+        files, self._name_files = self._name_files, []
+        if not files:
+            return SpanNames.from_meta(pl.DataFrame(schema=META_COLUMNS).with_columns(self.segments.expr()))
+        meta = pl.read_parquet(files)
+        for path in files:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return SpanNames.from_meta(meta.with_columns(self.segments.expr()))
+
+    def _spill_names(self) -> None:
+        if not self._names:
+            return
+        path = scratch_file("names-")
+        pl.concat(self._names, how="vertical").write_parquet(path, compression="lz4")
+        self._name_files.append(path)
+        self._names, self._names_held = [], 0
+
+    def discard(self) -> None:
+        """Remove what is still on disk (a read that failed, or names never needed)."""
+        self.spill.discard()
+        for path in self._name_files:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        self._name_files = []
 
     def ignored_phase_warnings(self, warnings: FileWarnings) -> None:
         """One warning per ignored phase, in phase order."""
@@ -164,5 +213,4 @@ class SpanStream:
         batch = pl.concat(parts, how="vertical") if len(parts) > 1 else parts[0]
         del parts
         closed = pair_begin_end([batch], self.source, self._unmatched, carry=None if final else self._open)
-        if closed.height:
-            self._closed.append(closed)
+        self.spill.add(closed)

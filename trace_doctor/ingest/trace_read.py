@@ -57,7 +57,7 @@ def read_trace_events(
 ) -> TraceRead:
     """The events of one trace file; unreadable records go to `bad`. With `sink`, each chunk's
     events and metadata rows are handed to it in file order as they are read, and the returned
-    event table is empty: the whole table never exists.
+    event and metadata tables are empty: the whole tables never exist.
 
     Raises OSError when the file cannot be opened. A corrupt gzip stream or the decompression cap
     ends the read with a warning, keeping the records before it.
@@ -120,7 +120,7 @@ def read_line_chunks(
     """Every readable event of the chunks' lines, typed, with its 1-based line number: (span events, metadata).
 
     `prefix` names the line in warnings (a document's events: "event 12: ..."). With `sink`, each
-    chunk's events and metadata go to it as the chunk is taken back, and no span event is returned.
+    chunk's events and metadata go to it as the chunk is taken back, and neither is returned.
     """
     frames: list[pl.DataFrame] = []
     metas: list[pl.DataFrame] = []
@@ -138,10 +138,10 @@ def read_line_chunks(
         shift = pl.col("line") + line_offset
         events = [f.with_columns(shift) if line_offset else f for f in read.events]
         chunk_meta = [f.with_columns(shift) if line_offset else f for f in read.meta]
-        metas.extend(chunk_meta)
         bad.absorb(read.bad, line_offset, prefix=prefix)
         if sink is None:
             frames.extend(events)
+            metas.extend(chunk_meta)
         else:
             sink(_one(events, SPAN_EVENT_COLUMNS), _one(chunk_meta, META_COLUMNS))
         del events

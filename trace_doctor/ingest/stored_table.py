@@ -1,0 +1,108 @@
+"""A table kept on disk as Parquet and read lazily: the spans of a large trace, or its step spans.
+
+A trace of millions of events makes a spans table larger than everything else the analysis holds
+together; kept in memory it sets the peak, and the peak grows with the run's length. Stored, the
+table costs nothing until read, and each reader scans only the columns and rows it needs
+(`scan().filter(...).select(...)`), so what is held at once is that reader's slice.
+
+The files live in the table cache (they are its entries) or, with the cache off or unwritable, in
+a scratch folder of this process that is removed when it exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+_scratch: Path | None = None
+
+
+def scratch_dir() -> Path:
+    """This process's folder for stored tables that are not cache entries (removed at exit)."""
+    global _scratch
+    if _scratch is None or not _scratch.is_dir():
+        _scratch = Path(tempfile.mkdtemp(prefix="trace-doctor-"))
+        atexit.register(shutil.rmtree, _scratch, True)
+    return _scratch
+
+
+def scratch_file(prefix: str) -> Path:
+    """A new, unused file name in the scratch folder."""
+    handle, name = tempfile.mkstemp(dir=scratch_dir(), prefix=prefix, suffix=".parquet")
+    os.close(handle)
+    return Path(name)
+
+
+def scratch_folder(prefix: str) -> Path:
+    """A new, empty folder in the scratch folder."""
+    return Path(tempfile.mkdtemp(dir=scratch_dir(), prefix=prefix))
+
+
+class StoredTable:
+    """Rows in Parquet files (read in file order, rows in stored order), or an in-memory frame."""
+
+    def __init__(self, paths: list[Path], height: int, schema: dict[str, pl.DataType]) -> None:
+        self.paths = list(paths)
+        self.height = height
+        self.schema = dict(schema)
+
+    @classmethod
+    def of(cls, frames: list[StoredTable]) -> StoredTable:
+        """Several stored tables (same columns) as one: their files in order."""
+        schema = frames[0].schema if frames else {}
+        return cls([p for f in frames for p in f.paths], sum(f.height for f in frames), schema)
+
+    def scan(self) -> pl.LazyFrame:
+        if not self.paths:
+            return pl.LazyFrame(schema=self.schema)
+        return pl.scan_parquet(self.paths).cast(self.schema)
+
+    def read(self) -> pl.DataFrame:
+        return self.scan().collect()
+
+    def is_empty(self) -> bool:
+        return self.height == 0
+
+
+class PartWriter:
+    """Writes frames with the same columns as numbered Parquet files in one folder, in order.
+
+    Files rather than row groups of one file: polars writes a frame several times faster than
+    pyarrow's incremental writer does, and a scan reads a list of files as one table."""
+
+    ROW_GROUP_ROWS = 65_536
+    HEADER = "entry.json"
+
+    def __init__(self, folder: Path, schema: dict[str, pl.DataType]) -> None:
+        self.folder = folder
+        self.schema = schema
+        self.height = 0
+        self.parts: list[Path] = []
+
+    def write(self, frame: pl.DataFrame) -> None:
+        if frame.height == 0:
+            return
+        part = self.folder / f"part-{len(self.parts):05d}.parquet"
+        frame.write_parquet(part, compression="lz4", row_group_size=self.ROW_GROUP_ROWS, statistics=True)
+        self.parts.append(part)
+        self.height += frame.height
+
+    def close(self, header: bytes | None = None) -> None:
+        """Finish the folder (with `header`, the cache's record of what it holds, written last)."""
+        if header is not None:
+            (self.folder / self.HEADER).write_bytes(header)
+
+    def moved(self, folder: Path) -> None:
+        self.parts = [folder / p.name for p in self.parts]
+        self.folder = folder
+
+    def stored(self) -> StoredTable:
+        return StoredTable(self.parts, self.height, self.schema)
+
+    def abandon(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
