@@ -314,6 +314,12 @@ class RunTables:
         value = self.__dict__[f"_{name}"] if name in self.STORED_TABLES else getattr(self, name)
         return value.height
 
+    def spans_where(self, where: pl.Expr, columns: list[str] | None = None) -> pl.DataFrame:
+        """The spans matching `where` (in table order), with only `columns` if given: the filter is
+        applied as the stored table is scanned, so only the matching rows are ever held."""
+        scan = self.scan("spans").filter(where)
+        return (scan.select(columns) if columns else scan).collect()
+
     def is_stored(self, name: str) -> bool:
         return name in self.STORED_TABLES and not isinstance(self.__dict__[f"_{name}"], pl.DataFrame)
 

@@ -20,6 +20,7 @@ from trace_doctor.model import RunTables
 # Trace spans that measure waiting for the service (round trips), and metric keys that do.
 WAIT_SPAN_NAMES = (*RESULT_WAIT_PHASES, *SAMPLE_CALLS, "train_step")
 WAIT_METRIC_KEYS = ("time/step",)
+WAIT_SPANS = pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True)
 MIN_WAITS = 8
 # Candidate periods: from 10 ms (simulated services run fast) to a minute.
 CANDIDATE_MIN_S = 0.01
@@ -97,7 +98,7 @@ def spans_several_multiples(waits: np.ndarray, period: float) -> bool:
 def _trace_waits(spans: pl.DataFrame) -> np.ndarray:
     if spans.is_empty():
         return np.array([])
-    waits = spans.filter(pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True))
+    waits = spans.filter(WAIT_SPANS)
     return (waits["dur_us"].cast(pl.Float64) / 1e6).drop_nulls().to_numpy()
 
 
@@ -119,7 +120,7 @@ def _arrival_spacings(spans: pl.DataFrame) -> np.ndarray:
     if spans.is_empty():
         return np.array([])
     ends = (
-        spans.filter(pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True))
+        spans.filter(WAIT_SPANS)
         .select("segment", "end_us")
         .drop_nulls()
         .sort("segment", "end_us")
@@ -157,9 +158,11 @@ def estimate_clock_cycle(run: RunTables, override_s: float | None = None) -> Clo
     if override_s is not None and float(override_s) > 0:
         return ClockCycle(float(override_s), "policy override clock_cycle_s", "high")
     bounds: list[ClockCycle] = []
+    # Both trace readings filter the same wait spans first: read once, and only what they use.
+    wait_spans = run.spans_where(WAIT_SPANS, ["name", "closed", "segment", "end_us", "dur_us"])
     for waits, source in (
-        (_trace_waits(run.spans), "trace result-wait spans"),
-        (_arrival_spacings(run.spans), "trace result arrivals"),
+        (_trace_waits(wait_spans), "trace result-wait spans"),
+        (_arrival_spacings(wait_spans), "trace result arrivals"),
         (_metric_waits(run), "metrics time/step waits"),
     ):
         cycle = _fit(waits, source)

@@ -10,6 +10,9 @@ import polars as pl
 
 from trace_doctor.knowledge.tinker import FORWARD_BACKWARD_CALLS, OPTIM_STEP_CALLS
 
+# The spans fb_optim_waits and step_transitions read (a stored table is scanned for these alone).
+PIPELINING_CALLS = [*FORWARD_BACKWARD_CALLS, *OPTIM_STEP_CALLS, "submit_batch", "finish_batch"]
+
 
 def _closed(spans: pl.DataFrame) -> pl.DataFrame:
     return spans.filter(pl.col("closed").fill_null(True) & pl.col("end_us").is_not_null())

@@ -40,7 +40,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import xxhash
 
-from trace_doctor.ingest.stored_table import PartWriter, StoredTable, scratch_dir, scratch_folder
+from trace_doctor.ingest.stored_table import PartWriter, StoredTable, paths_in_use, scratch_dir, scratch_folder
 from trace_doctor.model import IngestWarning, InputFile
 
 MIN_CACHED_BYTES = 4 * 1024 * 1024
@@ -59,9 +59,9 @@ LEGACY_ENTRY = re.compile(r"[0-9a-f]{24}")
 
 _notes: list[str] = []
 _unwritable: str | None = None  # why this process stopped writing entries
-# Stored-table entries this process reads lazily: never evicted under a table that still reads them.
-_in_use: set[str] = set()
-STORED_KEY = b"trace_doctor"
+# A stored table is read lazily, maybe by another process that found the entry a moment ago: an
+# entry used this recently is never evicted (nor one a table of this process reads).
+RECENT_USE_SECONDS = 120
 
 
 def enabled() -> bool:
@@ -354,22 +354,25 @@ def adopt(
         return out.stored()
     assert taken is not None
     out.close(json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode())
-    entry = _stored_entry_path(path, table)
+    entry = _stored_entry_path(path, table, taken)
     try:
-        if entry.exists():  # an older entry for the same file (another version of it)
-            shutil.rmtree(entry, ignore_errors=True)
-        os.replace(out.folder, entry)
+        # Entries never change once in place (another process may be reading one): the same
+        # content parsed by someone else meanwhile stays, and this copy goes when the process ends.
+        os.rename(out.folder, entry)
     except OSError:
         atexit.register(shutil.rmtree, os.fspath(out.folder), True)
         return out.stored()
     out.moved(entry)
-    _in_use.add(os.fspath(entry))
     evict(cache_root(), max_bytes(), keep=entry)
     return out.stored()
 
 
-def _stored_entry_path(path: Path, table: str) -> Path:
-    return _entry_path(path, table).with_suffix(".parts")
+def _stored_entry_path(path: Path, table: str, taken: Snapshot) -> Path:
+    """A stored table's entry is named by the file's content too: a new version of the file gets a
+    new entry instead of replacing one that a reader may be scanning."""
+    identity = f"{os.fspath(path.resolve())}\0{os.fspath(path)}\0{table}\0{taken.size}\0{taken.digest}"
+    name = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return cache_root() / f"{table}-{name}.parts"
 
 
 def load_stored(
@@ -382,7 +385,7 @@ def load_stored(
     taken = taken or snapshot(path)
     if taken is None:
         return None
-    entry = _stored_entry_path(path, table)
+    entry = _stored_entry_path(path, table, taken)
     try:
         meta = json.loads((entry / PartWriter.HEADER).read_bytes())
         if not _matches(meta, path, table, taken):
@@ -395,7 +398,6 @@ def load_stored(
         return None
     with contextlib.suppress(OSError):  # a read-only cache still answers
         os.utime(entry / PartWriter.HEADER)  # recently used: evicted last
-    _in_use.add(os.fspath(entry))
     schema = {"spans": SPAN_COLUMNS}[table]
     return StoredTable(parts, rows, schema), info, warnings
 
@@ -442,7 +444,8 @@ def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
             continue  # removed by another process meanwhile
     total = sum(size for _, size, _ in entries)
     keep_path = os.fspath(keep) if keep is not None else None
-    entries = [e for e in entries if e[2] not in _in_use or e[2] == keep_path]
+    used = {os.path.dirname(p) for p in paths_in_use()}
+    entries = [e for e in entries if e[2] == keep_path or (e[2] not in used and now - e[0] > RECENT_USE_SECONDS)]
     # Oldest first; the entry just written goes last, and only if it alone is over the limit.
     for _, size, entry in sorted(entries, key=lambda e: (e[2] == keep_path, e[0])):
         if total <= limit:

@@ -15,11 +15,14 @@ import atexit
 import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 import polars as pl
 
 _scratch: Path | None = None
+# Every stored table alive in this process: the cache never evicts a file one of them still reads.
+_live: weakref.WeakSet[StoredTable] = weakref.WeakSet()
 
 
 def scratch_dir() -> Path:
@@ -50,6 +53,7 @@ class StoredTable:
         self.paths = list(paths)
         self.height = height
         self.schema = dict(schema)
+        _live.add(self)
 
     @classmethod
     def of(cls, frames: list[StoredTable]) -> StoredTable:
@@ -67,6 +71,11 @@ class StoredTable:
 
     def is_empty(self) -> bool:
         return self.height == 0
+
+
+def paths_in_use() -> set[str]:
+    """The files the stored tables alive in this process read."""
+    return {os.fspath(path) for table in list(_live) for path in table.paths}
 
 
 class PartWriter:

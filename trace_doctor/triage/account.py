@@ -78,7 +78,7 @@ def attribute(
     findings: list[Finding],
     *,
     wall_s: float | None,
-    spans: pl.DataFrame,
+    spans: pl.DataFrame | pl.LazyFrame,
     step_times: pl.DataFrame,
     trainer: str,
     clock_cycle,
@@ -148,11 +148,16 @@ def attribute(
     return [out[id(f)] for f in findings], floor
 
 
-def service_time_s(spans: pl.DataFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
+def service_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
     """Time the client waited on the service's results: the union of result-wait spans (trace), else
     the summed `time/step` waits of the metrics."""
-    if not spans.is_empty():
-        waits = spans.filter(pl.col("name").is_in(list(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True))
+    spans = spans.lazy()
+    if spans.select(pl.len()).collect().item():
+        waits = (
+            spans.filter(pl.col("name").is_in(list(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True))
+            .select("start_us", "end_us")
+            .collect()
+        )
         if waits.height:
             union = merge(list(zip(waits["start_us"].to_list(), waits["end_us"].to_list(), strict=True)))
             return length(union) / 1e6, "union of result-wait spans in the trace"
@@ -174,7 +179,7 @@ def time_account(
     findings: list[Finding],
     *,
     wall_s: float | None,
-    spans: pl.DataFrame,
+    spans: pl.DataFrame | pl.LazyFrame,
     step_times: pl.DataFrame,
     clock_cycle,
     floor_s: float,

@@ -74,7 +74,7 @@ def check(ctx) -> list[Finding]:
         evidence["client_share"] = round(share, 4)
         if share > t.max_client_share:
             reasons.append(f"{share:.0%} of each step is client-side work outside the result wait")
-    submits = slow_submissions(ctx.run.spans)
+    submits = slow_submissions(ctx.run.spans_where(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))))
     if submits is not None:
         evidence["submit_median_s"], evidence["submit_spans"] = round(submits[0], 6), submits[1]
         if submits[0] > t.max_submit_s:
