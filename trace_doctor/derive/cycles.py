@@ -95,10 +95,10 @@ def spans_several_multiples(waits: np.ndarray, period: float) -> bool:
     return int(((multiples > 0) & (counts >= support)).sum()) >= 2
 
 
-def _trace_waits(spans: pl.DataFrame) -> np.ndarray:
-    if spans.is_empty():
+def _trace_waits(waits: pl.DataFrame) -> np.ndarray:
+    """The wait spans' durations (`waits`: the WAIT_SPANS rows)."""
+    if waits.is_empty():
         return np.array([])
-    waits = spans.filter(WAIT_SPANS)
     return (waits["dur_us"].cast(pl.Float64) / 1e6).drop_nulls().to_numpy()
 
 
@@ -110,18 +110,17 @@ def _metric_waits(run: RunTables) -> np.ndarray:
     return np.array([])
 
 
-def _arrival_spacings(spans: pl.DataFrame) -> np.ndarray:
-    """Time between consecutive result arrivals (ends of wait spans), per launch.
+def _arrival_spacings(waits: pl.DataFrame) -> np.ndarray:
+    """Time between consecutive result arrivals (ends of the WAIT_SPANS rows `waits`), per launch.
 
     Results are delivered at cycle boundaries, so arrivals are spaced by whole cycles even when
     every wait is equally long (a service that runs each request a fixed number of cycles late).
     Results of one cycle arrive together: spacings under SAME_CYCLE_S are not a spacing.
     """
-    if spans.is_empty():
+    if waits.is_empty():
         return np.array([])
     ends = (
-        spans.filter(WAIT_SPANS)
-        .select("segment", "end_us")
+        waits.select("segment", "end_us")
         .drop_nulls()
         .sort("segment", "end_us")
         .with_columns((pl.col("end_us").diff().over("segment") / 1e6).alias("gap"))
@@ -159,7 +158,7 @@ def estimate_clock_cycle(run: RunTables, override_s: float | None = None) -> Clo
         return ClockCycle(float(override_s), "policy override clock_cycle_s", "high")
     bounds: list[ClockCycle] = []
     # Both trace readings filter the same wait spans first: read once, and only what they use.
-    wait_spans = run.spans_where(WAIT_SPANS, ["name", "closed", "segment", "end_us", "dur_us"])
+    wait_spans = run.spans_where(WAIT_SPANS, ["segment", "end_us", "dur_us"])
     for waits, source in (
         (_trace_waits(wait_spans), "trace result-wait spans"),
         (_arrival_spacings(wait_spans), "trace result arrivals"),
