@@ -26,10 +26,11 @@ import polars as pl
 from trace_doctor.ingest.span_names import SpanNames
 from trace_doctor.ingest.span_pairing import PAIRED_SCHEMA
 from trace_doctor.ingest.span_steps import StepCovers
-from trace_doctor.ingest.stored_table import PartWriter, scratch_file
+from trace_doctor.ingest.stored_table import MEMORY_ROWS, PartWriter, scratch_file
 
 # Spans buffered before a scratch file is written, and spans per window of the second pass:
-# ~15-30 MB of spans each, the most this stage holds, whatever the file's length.
+# ~15-30 MB of spans each, the most this stage holds, whatever the file's length. A file of at most
+# MEMORY_ROWS spans is never spilled: it is sorted in memory, as one window.
 BUFFER_ROWS = 200_000
 WINDOW_ROWS = 250_000
 SCRATCH_ROW_GROUP = 16_384
@@ -87,7 +88,7 @@ class SpanSpill:
             self._covers.append(stepped.select(COVER_COLUMNS))
         self._buffer.append(spans)
         self._buffered += spans.height
-        if self._buffered >= BUFFER_ROWS:
+        if self._buffered >= (BUFFER_ROWS if self.files else max(BUFFER_ROWS, MEMORY_ROWS + 1)):
             self._flush()
 
     def _flush(self) -> None:
@@ -102,7 +103,17 @@ class SpanSpill:
         self._samples.append(usable.gather_every(SAMPLE_EVERY))
 
     def finish(self) -> None:
-        self._flush()
+        if self.files:
+            self._flush()
+
+    def held(self) -> pl.DataFrame | None:
+        """All the spans, when none was spilled (a small file)."""
+        if self.files:
+            return None
+        frames, self._buffer, self._buffered = self._buffer, [], 0
+        if not frames:
+            return pl.DataFrame(schema=PAIRED_SCHEMA)
+        return pl.concat(frames, how="vertical")
 
     def covers(self) -> pl.DataFrame:
         """The stepped spans in table order."""
@@ -155,12 +166,20 @@ def write_sorted(spill: SpanSpill, names: SpanNames | None, source: str, out: Pa
         total=spill.height,
         by=[name for name, values in (("segment", spill.segments), ("pid", spill.pids)) if not values.constant()],
     )
+    held = spill.held()
     try:
-        if not spill.files:
-            return
-        scan = pl.scan_parquet(spill.files)
-        for window in spill.windows():
-            spans = scan.filter(window).collect()
+        if held is not None:
+            # A small file: its segments in order, each sorted whole (what the windows would do).
+            segments = held.get_column("segment").unique().sort().to_list() if held.height else []
+            windows = (
+                iter([held])
+                if len(segments) <= 1
+                else (held.filter(pl.col("segment") == segment) for segment in segments)
+            )
+        else:
+            scan = pl.scan_parquet(spill.files)
+            windows = (scan.filter(window).collect() for window in spill.windows())
+        for spans in windows:
             if spans.height == 0:
                 continue
             if names is not None:

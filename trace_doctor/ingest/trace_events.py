@@ -16,7 +16,7 @@ from pathlib import Path
 from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.span_build import SPAN_COLUMNS, build_spans
 from trace_doctor.ingest.span_stream import SpanStream
-from trace_doctor.ingest.stored_table import PartWriter, StoredTable
+from trace_doctor.ingest.stored_table import MEMORY_ROWS, PartWriter, StoredTable
 from trace_doctor.ingest.trace_read import Progress, read_trace_events
 from trace_doctor.model import IngestWarning, InputFile
 
@@ -72,7 +72,7 @@ def parse_trace_file(
         warnings.extend(cached_warnings)
         return table, info
     before = len(warnings)
-    out = PartWriter(cache.new_entry_folder("spans"), SPAN_COLUMNS)
+    out = PartWriter(cache.new_entry_folder("spans"), SPAN_COLUMNS, memory_rows=MEMORY_ROWS)
     try:
         info = _parse_trace_file(path, warnings, progress, on_read, out)
     except BaseException:
