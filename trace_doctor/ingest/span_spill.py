@@ -23,6 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
+from trace_doctor.ingest.columnwise import gather_releasing
 from trace_doctor.ingest.span_names import SpanNames
 from trace_doctor.ingest.span_pairing import PAIRED_SCHEMA
 from trace_doctor.ingest.span_steps import StepCovers
@@ -113,7 +114,8 @@ class SpanSpill:
         frames, self._buffer, self._buffered = self._buffer, [], 0
         if not frames:
             return pl.DataFrame(schema=PAIRED_SCHEMA)
-        return pl.concat(frames, how="vertical")
+        # Not copied into one chunk: the reordering copies every column anyway.
+        return pl.concat(frames, how="vertical", rechunk=False)
 
     def covers(self) -> pl.DataFrame:
         """The stepped spans in table order."""
@@ -167,27 +169,35 @@ def write_sorted(spill: SpanSpill, names: SpanNames | None, source: str, out: Pa
         by=[name for name, values in (("segment", spill.segments), ("pid", spill.pids)) if not values.constant()],
     )
     held = spill.held()
+
+    def write_window(holder: list[pl.DataFrame]) -> None:
+        # Taken out of `holder`, so the caller holds no reference: columns go as they are copied.
+        spans = holder.pop()
+        if spans.height == 0:
+            return
+        spans = names.apply(spans) if names is not None else SpanNames.plain(spans)
+        # Reordered a column at a time, each released once copied: the peak is the window and
+        # one column, not two windows.
+        order = spans.select(pl.arg_sort_by(["start_us", "line_begin"])).to_series()
+        holder.append(spans)
+        del spans
+        spans = covers.attribute(gather_releasing(holder, order))
+        out.write(spans.with_columns(pl.lit(source).alias("source")).select(list(SPAN_COLUMNS)))
+
     try:
         if held is not None:
             # A small file: its segments in order, each sorted whole (what the windows would do).
             segments = held.get_column("segment").unique().sort().to_list() if held.height else []
-            windows = (
-                iter([held])
-                if len(segments) <= 1
-                else (held.filter(pl.col("segment") == segment) for segment in segments)
-            )
+            if len(segments) <= 1:
+                holder = [held]
+                del held
+                write_window(holder)
+            else:
+                for segment in segments:
+                    write_window([held.filter(pl.col("segment") == segment)])
         else:
             scan = pl.scan_parquet(spill.files)
-            windows = (scan.filter(window).collect() for window in spill.windows())
-        for spans in windows:
-            if spans.height == 0:
-                continue
-            if names is not None:
-                spans = names.apply(spans)
-            else:
-                spans = SpanNames.plain(spans)
-            spans = spans.sort(["start_us", "line_begin"])
-            spans = covers.attribute(spans)
-            out.write(spans.with_columns(pl.lit(source).alias("source")).select(list(SPAN_COLUMNS)))
+            for window in spill.windows():
+                write_window([scan.filter(window).collect()])
     finally:
         spill.discard()

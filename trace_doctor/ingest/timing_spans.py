@@ -31,7 +31,7 @@ from trace_doctor.ingest.jsonl import (
     iter_line_chunks,
     oversized_problem,
 )
-from trace_doctor.ingest.stored_table import MEMORY_ROWS, PartWriter, StoredTable, scratch_folder
+from trace_doctor.ingest.stored_table import PartWriter, StoredTable, scratch_folder
 from trace_doctor.model import STEP_SPANS_SCHEMA, IngestWarning, InputFile
 
 SCHEMA: dict[str, pl.DataType] = {**STEP_SPANS_SCHEMA, "index": pl.Int32, "segment": pl.Int32, "source": pl.String}
@@ -243,7 +243,8 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
         warnings.append(IngestWarning(source, None, f"cannot read file: {exc.strerror or exc}"))
         info.skipped = 1
         return StoredTable([], 0, SCHEMA), info
-    out = PartWriter(scratch_folder("step-spans-"), SCHEMA, memory_rows=MEMORY_ROWS)
+    # Straight to disk, however small: no rule reads the step spans (exports and the bundle do).
+    out = PartWriter(scratch_folder("step-spans-"), SCHEMA)
     segments = Segments()
     span_warnings = 0  # warnings about one span of a kept line (not a skipped record)
     count = 0
