@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+import polars as pl
+
 
 def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Sorted, non-overlapping union of intervals."""
@@ -12,6 +15,24 @@ def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
         else:
             out.append((a, b))
     return out
+
+
+def merge_columns(starts: pl.Series, ends: pl.Series) -> list[tuple[float, float]]:
+    """`merge` of the intervals (starts[i], ends[i]) of two columns, vectorised for span tables
+    (hundreds of thousands of sample spans): sorted by start, a new interval begins where a start
+    lies past the running maximum of the ends before it. Empty, NaN and null intervals are dropped."""
+    a = starts.cast(pl.Float64).to_numpy()
+    b = ends.cast(pl.Float64).to_numpy()
+    keep = b > a  # False for NaN, which is also what a null becomes
+    a, b = a[keep], b[keep]
+    if not len(a):
+        return []
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    reach = np.maximum.accumulate(b)
+    first = np.flatnonzero(np.concatenate(([True], a[1:] > reach[:-1])))
+    last = np.concatenate((first[1:] - 1, [len(a) - 1]))
+    return list(zip(a[first].tolist(), reach[last].tolist(), strict=True))
 
 
 def length(intervals: list[tuple[float, float]]) -> float:

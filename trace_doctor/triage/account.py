@@ -25,7 +25,7 @@ import math
 
 import polars as pl
 
-from trace_doctor.derive.intervals import length, merge, overlap
+from trace_doctor.derive.intervals import length, merge, merge_columns, overlap
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.derive.wall import step_totals, trace_wall_time_s
 from trace_doctor.knowledge.tinker import RESULT_WAIT_PHASES, SAMPLE_CALLS
@@ -154,7 +154,7 @@ def service_time_s(spans: pl.DataFrame, step_times: pl.DataFrame) -> tuple[float
     if not spans.is_empty():
         waits = spans.filter(pl.col("name").is_in(list(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True))
         if waits.height:
-            union = merge(list(zip(waits["start_us"].to_list(), waits["end_us"].to_list(), strict=True)))
+            union = merge_columns(waits["start_us"], waits["end_us"])
             return length(union) / 1e6, "union of result-wait spans in the trace"
     if step_times.height:
         waits = phase_seconds(step_times, "step").drop_nulls().drop_nans()
