@@ -146,10 +146,14 @@ def _settings(config: str | None, **options) -> Settings:
 
 def _echo_report(text: str, fmt: str) -> None:
     """Print a report; the text report keeps its colour exactly when the console renderer used it
-    (FORCE_COLOR into a pipe, none with NO_COLOR): click would strip it from anything but a terminal."""
-    from trace_doctor.report.console import color_enabled
+    (FORCE_COLOR into a pipe, none with NO_COLOR): click would strip it from anything but a terminal.
+    Other formats leave colour to click, and never import the console renderer (rich)."""
+    color = None
+    if fmt == "text":
+        from trace_doctor.report.console import color_enabled
 
-    click.echo(text, nl=not text.endswith("\n"), color=color_enabled() if fmt == "text" else None)
+        color = color_enabled()
+    click.echo(text, nl=not text.endswith("\n"), color=color)
 
 
 def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:

@@ -97,8 +97,8 @@ def spans_several_multiples(waits: np.ndarray, period: float) -> bool:
 def _trace_waits(spans: pl.DataFrame) -> np.ndarray:
     if spans.is_empty():
         return np.array([])
-    waits = spans.filter(pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True))
-    return (waits["dur_us"].cast(pl.Float64) / 1e6).drop_nulls().to_numpy()
+    waits = spans.lazy().filter(pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True))
+    return waits.select(pl.col("dur_us").cast(pl.Float64) / 1e6).collect().to_series().drop_nulls().to_numpy()
 
 
 def _metric_waits(run: RunTables) -> np.ndarray:
@@ -119,11 +119,13 @@ def _arrival_spacings(spans: pl.DataFrame) -> np.ndarray:
     if spans.is_empty():
         return np.array([])
     ends = (
-        spans.filter(pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True))
+        spans.lazy()
+        .filter(pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True))
         .select("segment", "end_us")
         .drop_nulls()
         .sort("segment", "end_us")
         .with_columns((pl.col("end_us").diff().over("segment") / 1e6).alias("gap"))
+        .collect()
     )
     gaps = ends["gap"].drop_nulls().to_numpy()
     return gaps[gaps > SAME_CYCLE_S]
@@ -157,12 +159,13 @@ def estimate_clock_cycle(run: RunTables, override_s: float | None = None) -> Clo
     if override_s is not None and float(override_s) > 0:
         return ClockCycle(float(override_s), "policy override clock_cycle_s", "high")
     bounds: list[ClockCycle] = []
-    for waits, source in (
-        (_trace_waits(run.spans), "trace result-wait spans"),
-        (_arrival_spacings(run.spans), "trace result arrivals"),
-        (_metric_waits(run), "metrics time/step waits"),
+    # Each source is read only when the ones before it gave no confident fit.
+    for waits_of, source in (
+        (lambda: _trace_waits(run.spans), "trace result-wait spans"),
+        (lambda: _arrival_spacings(run.spans), "trace result arrivals"),
+        (lambda: _metric_waits(run), "metrics time/step waits"),
     ):
-        cycle = _fit(waits, source)
+        cycle = _fit(waits_of(), source)
         if cycle is None:
             continue
         if cycle.confidence != "low":

@@ -152,7 +152,12 @@ def service_time_s(spans: pl.DataFrame, step_times: pl.DataFrame) -> tuple[float
     """Time the client waited on the service's results: the union of result-wait spans (trace), else
     the summed `time/step` waits of the metrics."""
     if not spans.is_empty():
-        waits = spans.filter(pl.col("name").is_in(list(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True))
+        waits = (
+            spans.lazy()
+            .filter(pl.col("name").is_in(list(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True))
+            .select("start_us", "end_us")
+            .collect()
+        )
         if waits.height:
             union = merge_columns(waits["start_us"], waits["end_us"])
             return length(union) / 1e6, "union of result-wait spans in the trace"

@@ -20,9 +20,11 @@ def step_windows(spans: pl.DataFrame) -> dict[int, tuple[float, float]]:
     if spans.is_empty() or "step" not in spans.columns:
         return {}
     rows = (
-        spans.filter(pl.col("step").is_not_null())
+        spans.lazy()
+        .filter(pl.col("step").is_not_null())
         .group_by("step")
         .agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
+        .collect()
     )
     return {int(s): (float(a), float(b)) for s, a, b in rows.iter_rows() if a is not None and b is not None}
 

@@ -16,7 +16,7 @@ import polars as pl
 from trace_doctor.derive.dump_cadence import silences
 from trace_doctor.derive.log_signals import sync_from_async_lines
 from trace_doctor.derive.profile_stats import stack_states
-from trace_doctor.derive.stalls import merge_ranges, overlapping_spans, span_ref, stretched_round_trips
+from trace_doctor.derive.stalls import closed_spans, merge_ranges, overlapping_spans, span_ref, stretched_round_trips
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -94,7 +94,7 @@ def _trace_blocks(ctx: RuleContext) -> Signal | None:
     if spans.is_empty():
         return None
     min_s = float(ctx.thresholds.min_blocked_s)
-    closed = spans.filter(pl.col("closed") & pl.col("dur_us").is_not_null())
+    closed = closed_spans(spans)
     stretched = stretched_round_trips(closed, ROUND_TRIP_STRETCH, min_s)
     long = closed.filter(
         (pl.col("dur_us") > min_s * 1e6)
@@ -108,7 +108,7 @@ def _trace_blocks(ctx: RuleContext) -> Signal | None:
     if not rows:
         return None
     typical = (
-        closed.filter(pl.col("name").is_in([r["name"] for r in rows]))
+        closed.filter(pl.col("name").is_in(sorted({r["name"] for r in rows})))
         .group_by("name")
         .agg(pl.col("dur_us").median().alias("typical_us"))
     )

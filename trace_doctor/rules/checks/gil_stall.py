@@ -15,7 +15,14 @@ from trace_doctor.derive.dump_cadence import process_silences, silences
 from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_lines
 from trace_doctor.derive.profile_stats import StackState, stack_states
 from trace_doctor.derive.robust import median, robust_cv
-from trace_doctor.derive.stalls import main_track_gaps, merge_ranges, overlapping_spans, span_ref, stretched_round_trips
+from trace_doctor.derive.stalls import (
+    closed_spans,
+    main_track_gaps,
+    merge_ranges,
+    overlapping_spans,
+    span_ref,
+    stretched_round_trips,
+)
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -138,7 +145,7 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
     spans = ctx.run.spans
     if spans.is_empty():
         return []
-    closed = spans.filter(pl.col("closed") & pl.col("dur_us").is_not_null())
+    closed = closed_spans(spans)
     min_s = float(ctx.thresholds.min_blocked_submit_s)
     stretched = stretched_round_trips(closed, float(ctx.thresholds.round_trip_stretch_ratio), min_s)
     signals = []
