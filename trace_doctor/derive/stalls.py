@@ -74,7 +74,7 @@ def span_ref(row: dict) -> dict[str, Any]:
 
 def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
     """Intervals inside the main task's outer span where no child span is open, per segment."""
-    main = spans.filter(
+    main = spans.lazy().filter(
         ((pl.col("track") == "main") | (pl.col("track") == "sync:MainThread"))
         & (pl.col("depth") >= 1)
         & pl.col("closed")
@@ -87,5 +87,7 @@ def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
         main.sort([*track, "start_us", "end_us"])
         .with_columns(pl.col("end_us").cum_max().shift(1).over(track).alias("_reached"))
         .filter(pl.col("start_us") - pl.col("_reached") > min_gap_s * 1e6)
+        .select("_reached", "start_us")
+        .collect()
     )
-    return sorted([a, b] for a, b in reached.select("_reached", "start_us").iter_rows())
+    return sorted([a, b] for a, b in reached.iter_rows())

@@ -16,6 +16,16 @@ SCHEMA_VERSION = 1
 
 def _clean(value: Any) -> Any:
     """JSON has no NaN/Infinity: non-finite floats become null; floats are rounded for stable diffs."""
+    # Exact types first: a large run's document holds tens of thousands of values (time ranges).
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return round(value, 6) if math.isfinite(value) else None
+    if kind is list:
+        return [_clean(v) for v in value]
+    if kind is dict:
+        return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, float):
         return round(value, 6) if math.isfinite(value) else None
     if isinstance(value, dict):

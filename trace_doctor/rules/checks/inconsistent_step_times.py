@@ -134,10 +134,12 @@ def untraced_stalls(ctx, level_s: float, reported_steps: set[int]) -> Finding | 
     if not gaps:
         return None
     starts = (
-        spans.filter(pl.col("step").is_not_null())
+        spans.lazy()
+        .filter(pl.col("step").is_not_null())
         .group_by("step")
         .agg(pl.col("start_us").min().alias("start_us"))
         .sort("start_us")
+        .collect()
     )
     rows: list[tuple[list[float], int | None]] = []
     for a, b in gaps:

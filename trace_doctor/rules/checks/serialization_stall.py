@@ -106,10 +106,15 @@ def _trace_finding(ctx: RuleContext) -> Finding | None:
     spans = ctx.run.spans
     if spans.is_empty():
         return None
-    submits = spans.filter(
-        pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))
-        & pl.col("closed").fill_null(True)
-        & pl.col("dur_us").is_not_null()
+    submits = (
+        spans.lazy()
+        .filter(
+            pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))
+            & pl.col("closed").fill_null(True)
+            & pl.col("dur_us").is_not_null()
+        )
+        .select("name", "step", "dur_us")
+        .collect()
     )
     if submits.height < 3:
         return None

@@ -32,10 +32,12 @@ CYCLES_NEEDED = 2
 def step_intervals(spans: pl.DataFrame) -> pl.DataFrame:
     """Per step, the time from its first span to the next step's first span (same launch)."""
     starts = (
-        spans.filter(pl.col("step").is_not_null())
+        spans.lazy()
+        .filter(pl.col("step").is_not_null())
         .group_by("segment", "step")
         .agg(pl.col("start_us").min().alias("start_us"))
         .sort("segment", "step")
+        .collect()
     )
     return (
         starts.with_columns(pl.col("start_us").shift(-1).over("segment").alias("end_us"))
@@ -59,7 +61,12 @@ def check(ctx: RuleContext) -> list[Finding]:
             "no confident clock-cycle estimate (waits do not cluster at several multiples of one period): "
             "set the shared clock_cycle_s to judge results against the cycle"
         )
-    submits = run.spans.filter(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("dur_us").is_not_null())
+    submits = (
+        run.spans.lazy()
+        .filter(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("dur_us").is_not_null())
+        .select("dur_us")
+        .collect()
+    )
     if submits.is_empty():
         raise NotApplicable("the trace has no forward_backward/optim_step submissions")
     submit_median = float(submits["dur_us"].median()) / 1e6
