@@ -35,7 +35,7 @@ def test_merge_columns_is_merge(seed):
     intervals = _rollout_like(seed)
     starts = pl.Series([a for a, _ in intervals])
     ends = pl.Series([b for _, b in intervals])
-    expected = merge(intervals)
+    expected = _plain_merge(intervals)
     assert 1 < len(expected) < len(intervals)
     assert merge_columns(starts, ends) == expected
 
@@ -47,3 +47,24 @@ def test_merge_columns_drops_empty_nan_and_null_intervals_and_reads_integers():
     floats = pl.Series([1.0, math.nan, 2.0])
     assert merge_columns(floats, pl.Series([3.0, 4.0, math.nan])) == [(1.0, 3.0)]
     assert merge_columns(pl.Series([], dtype=pl.Float64), pl.Series([], dtype=pl.Float64)) == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_merge_of_a_long_list_is_the_plain_loop(seed):
+    intervals = _rollout_like(seed, steps=60)
+    assert len(intervals) > 64  # the vectorised path
+    as_ints = [(int(a), int(b)) for a, b in intervals]
+    for given in (intervals, as_ints, [list(pair) for pair in intervals]):
+        expected = _plain_merge(given)
+        assert merge(given) == expected
+        assert all(type(x) is float for pair in expected for x in pair)
+
+
+def _plain_merge(intervals) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted((float(a), float(b)) for a, b in intervals if b > a):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
