@@ -149,6 +149,8 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
     min_s = float(ctx.thresholds.min_blocked_submit_s)
     stretched = stretched_round_trips(closed, float(ctx.thresholds.round_trip_stretch_ratio), min_s)
     signals = []
+    if stretched.is_empty():
+        return signals  # both readings are of spans that overlap a stretched round trip
 
     submits = closed.filter(pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)))
     if not submits.is_empty():
