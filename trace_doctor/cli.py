@@ -119,7 +119,17 @@ def _progress():
 
 # What `analyze` needs after ingest; imported while the inputs are read, since ingest spends most
 # of its time in polars (which releases the GIL) and a large run's analysis waits on both.
-ANALYSIS_MODULES = ("trace_doctor.rules.engine", "trace_doctor.summary", "trace_doctor.report.formats")
+# numpy.ma: np.median imports it on first use (its NaN check), ~20 ms inside the clock-cycle fit.
+ANALYSIS_MODULES = (
+    "trace_doctor.rules.engine",
+    "trace_doctor.summary",
+    "trace_doctor.triage",
+    "trace_doctor.decision",
+    "trace_doctor.derive.training_machine",
+    "trace_doctor.report.formats",
+    "trace_doctor.report.json_doc",
+    "numpy.ma",
+)
 
 
 def _load(paths: tuple[str, ...], warm_imports: tuple[str, ...] = ()):
