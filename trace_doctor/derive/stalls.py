@@ -37,13 +37,29 @@ def merge_ranges(ranges: list[list[float]]) -> list[list[float]]:
 def stretched_round_trips(spans: pl.DataFrame, ratio: float, min_excess_s: float) -> pl.DataFrame:
     """Sample round trips longer than `ratio` x their median and `min_excess_s` beyond it: the SDK thread
     that polls results could not run (or the service was slow for them)."""
-    trips = spans.filter(pl.col("name").is_in(list(ROUND_TRIP)))
-    if trips.is_empty():
-        return trips
-    trips = trips.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
-    return trips.filter(
-        (pl.col("dur_us") > ratio * pl.col("typical_us"))
-        & (pl.col("dur_us") - pl.col("typical_us") > min_excess_s * 1e6)
+    # The medians come from the names and durations alone; the few stretched rows are then picked out
+    # of the whole table (not out of a copy of every round trip: half of a large RL trace).
+    typical = dict(
+        spans.lazy()
+        .filter(pl.col("name").is_in(list(ROUND_TRIP)))
+        .group_by("name")
+        .agg(pl.col("dur_us").median())
+        .collect()
+        .iter_rows()
+    )
+    if not typical:
+        return spans.clear()
+    longer = [
+        (pl.col("name") == name)
+        & (pl.col("dur_us") > ratio * median)
+        & (pl.col("dur_us") - median > min_excess_s * 1e6)
+        for name, median in sorted(typical.items())
+        if median is not None
+    ]
+    if not longer:
+        return spans.clear().with_columns(pl.lit(None, dtype=pl.Float64).alias("typical_us"))
+    return spans.filter(pl.any_horizontal(longer)).with_columns(
+        pl.col("name").replace_strict(typical, return_dtype=pl.Float64).alias("typical_us")
     )
 
 
