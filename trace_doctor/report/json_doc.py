@@ -23,7 +23,15 @@ def _clean(value: Any) -> Any:
     if kind is float:
         return round(value, 6) if math.isfinite(value) else None
     if kind is list:
-        return [_clean(v) for v in value]
+        # Leaves inline: a time range is a list of two floats, and a finding can hold thousands.
+        return [
+            (round(v, 6) if math.isfinite(v) else None)
+            if type(v) is float
+            else v
+            if type(v) is int or type(v) is str
+            else _clean(v)
+            for v in value
+        ]
     if kind is dict:
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, float):
