@@ -119,7 +119,17 @@ def _progress():
 
 # What `analyze` needs after ingest; imported while the inputs are read, since ingest spends most
 # of its time in polars (which releases the GIL) and a large run's analysis waits on both.
-ANALYSIS_MODULES = ("trace_doctor.rules.engine", "trace_doctor.summary", "trace_doctor.report.formats")
+# numpy.ma: np.median imports it on first use (its NaN check), ~20 ms inside the clock-cycle fit.
+ANALYSIS_MODULES = (
+    "trace_doctor.rules.engine",
+    "trace_doctor.summary",
+    "trace_doctor.triage",
+    "trace_doctor.decision",
+    "trace_doctor.derive.training_machine",
+    "trace_doctor.report.formats",
+    "trace_doctor.report.json_doc",
+    "numpy.ma",
+)
 
 
 def _load(paths: tuple[str, ...], warm_imports: tuple[str, ...] = ()):
@@ -146,10 +156,14 @@ def _settings(config: str | None, **options) -> Settings:
 
 def _echo_report(text: str, fmt: str) -> None:
     """Print a report; the text report keeps its colour exactly when the console renderer used it
-    (FORCE_COLOR into a pipe, none with NO_COLOR): click would strip it from anything but a terminal."""
-    from trace_doctor.report.console import color_enabled
+    (FORCE_COLOR into a pipe, none with NO_COLOR): click would strip it from anything but a terminal.
+    Other formats leave colour to click, and never import the console renderer (rich)."""
+    color = None
+    if fmt == "text":
+        from trace_doctor.report.console import color_enabled
 
-    click.echo(text, nl=not text.endswith("\n"), color=color_enabled() if fmt == "text" else None)
+        color = color_enabled()
+    click.echo(text, nl=not text.endswith("\n"), color=color)
 
 
 def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:

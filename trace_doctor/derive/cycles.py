@@ -124,6 +124,7 @@ def _arrival_spacings(waits: pl.DataFrame) -> np.ndarray:
         .drop_nulls()
         .sort("segment", "end_us")
         .with_columns((pl.col("end_us").diff().over("segment") / 1e6).alias("gap"))
+        .collect()
     )
     gaps = ends["gap"].drop_nulls().to_numpy()
     return gaps[gaps > SAME_CYCLE_S]
@@ -157,14 +158,21 @@ def estimate_clock_cycle(run: RunTables, override_s: float | None = None) -> Clo
     if override_s is not None and float(override_s) > 0:
         return ClockCycle(float(override_s), "policy override clock_cycle_s", "high")
     bounds: list[ClockCycle] = []
-    # Both trace readings filter the same wait spans first: read once, and only what they use.
-    wait_spans = run.spans_where(WAIT_SPANS, ["segment", "end_us", "dur_us"])
-    for waits, source in (
-        (_trace_waits(wait_spans), "trace result-wait spans"),
-        (_arrival_spacings(wait_spans), "trace result arrivals"),
-        (_metric_waits(run), "metrics time/step waits"),
+    # Each source is read only when the ones before it gave no confident fit; both trace readings
+    # use the same wait spans, read once and only the columns they use.
+    wait_spans: list[pl.DataFrame] = []
+
+    def waits() -> pl.DataFrame:
+        if not wait_spans:
+            wait_spans.append(run.spans_where(WAIT_SPANS, ["segment", "end_us", "dur_us"]))
+        return wait_spans[0]
+
+    for waits_of, source in (
+        (lambda: _trace_waits(waits()), "trace result-wait spans"),
+        (lambda: _arrival_spacings(waits()), "trace result arrivals"),
+        (lambda: _metric_waits(run), "metrics time/step waits"),
     ):
-        cycle = _fit(waits, source)
+        cycle = _fit(waits_of(), source)
         if cycle is None:
             continue
         if cycle.confidence != "low":

@@ -86,7 +86,7 @@ MAIN_TRACK_SPANS = (
 
 def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
     """Intervals inside the main task's outer span where no child span is open, per segment."""
-    main = spans.filter(MAIN_TRACK_SPANS)
+    main = spans.lazy().filter(MAIN_TRACK_SPANS)
     # A gap opens where a span starts after every earlier span of its track has ended: the
     # running maximum of end times, per track in start order, is how far coverage reached.
     track = ["segment", "pid", "track"]
@@ -94,5 +94,7 @@ def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
         main.sort([*track, "start_us", "end_us"])
         .with_columns(pl.col("end_us").cum_max().shift(1).over(track).alias("_reached"))
         .filter(pl.col("start_us") - pl.col("_reached") > min_gap_s * 1e6)
+        .select("_reached", "start_us")
+        .collect()
     )
-    return sorted([a, b] for a, b in reached.select("_reached", "start_us").iter_rows())
+    return sorted([a, b] for a, b in reached.iter_rows())

@@ -21,7 +21,8 @@ def step_windows(spans: pl.DataFrame | pl.LazyFrame) -> dict[int, tuple[float, f
     if "step" not in spans.collect_schema().names():
         return {}
     rows = (
-        spans.filter(pl.col("step").is_not_null())
+        spans.lazy()
+        .filter(pl.col("step").is_not_null())
         .group_by("step")
         .agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
         .collect()

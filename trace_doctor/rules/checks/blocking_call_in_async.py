@@ -105,11 +105,14 @@ def _trace_blocks(ctx: RuleContext) -> Signal | None:
         )
     )
     # Those overlapping stretched round trips are gil-stall's: the SDK thread stalled too.
-    rows = [r for r in long.sort("segment", "start_us").to_dicts() if not overlapping_spans(r, stretched)]
+    rows = long.sort("segment", "start_us").to_dicts()
+    if not stretched.is_empty():
+        rows = [r for r in rows if not overlapping_spans(r, stretched)]
     if not rows:
         return None
     typical = (
-        closed.filter(pl.col("name").is_in([r["name"] for r in rows]))
+        closed.lazy()
+        .filter(pl.col("name").is_in(sorted({r["name"] for r in rows})))
         .group_by("name")
         .agg(pl.col("dur_us").median().alias("typical_us"))
         .collect()

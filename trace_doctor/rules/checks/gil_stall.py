@@ -150,6 +150,8 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
         ctx.run.scan("spans").filter(is_closed), float(ctx.thresholds.round_trip_stretch_ratio), min_s
     )
     signals = []
+    if stretched.is_empty():
+        return signals  # both readings are of spans that overlap a stretched round trip
 
     submits = ctx.run.spans_where(is_closed & pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)))
     if not submits.is_empty():

@@ -32,10 +32,12 @@ CYCLES_NEEDED = 2
 def step_intervals(spans: pl.DataFrame) -> pl.DataFrame:
     """Per step, the time from its first span to the next step's first span (same launch)."""
     starts = (
-        spans.filter(pl.col("step").is_not_null())
+        spans.lazy()
+        .filter(pl.col("step").is_not_null())
         .group_by("segment", "step")
         .agg(pl.col("start_us").min().alias("start_us"))
         .sort("segment", "step")
+        .collect()
     )
     return (
         starts.with_columns(pl.col("start_us").shift(-1).over("segment").alias("end_us"))

@@ -35,7 +35,12 @@ def client_share(steady: pl.DataFrame) -> float | None:
 def slow_submissions(spans: pl.DataFrame) -> tuple[float, int] | None:
     if spans.is_empty():
         return None
-    subs = spans.filter(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("closed").fill_null(True))
+    subs = (
+        spans.lazy()
+        .filter(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("closed").fill_null(True))
+        .select("dur_us")
+        .collect()
+    )
     if subs.is_empty():
         return None
     return float((subs["dur_us"] / 1e6).median()), subs.height
