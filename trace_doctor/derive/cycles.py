@@ -120,7 +120,8 @@ def _arrival_spacings(waits: pl.DataFrame) -> np.ndarray:
     if waits.is_empty():
         return np.array([])
     ends = (
-        waits.select("segment", "end_us")
+        waits.lazy()
+        .select("segment", "end_us")
         .drop_nulls()
         .sort("segment", "end_us")
         .with_columns((pl.col("end_us").diff().over("segment") / 1e6).alias("gap"))
