@@ -137,7 +137,6 @@ def untraced_stalls(ctx, level_s: float, reported_steps: set[int]) -> Finding | 
         .group_by("step")
         .agg(pl.col("start_us").min().alias("start_us"))
         .sort("start_us")
-        .collect()
     )
     rows: list[tuple[list[float], int | None]] = []
     for a, b in gaps:
