@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trace_doctor.ingest import span_spill, trace_document, trace_read
+from trace_doctor.ingest import span_spill, span_stream, trace_document, trace_read
 from trace_doctor.ingest.trace_events import parse_trace_files
 
 
@@ -117,5 +117,43 @@ def test_a_document_read_in_tiny_blocks_gives_the_same_spans(tmp_path, monkeypat
     assert whole[0].height > 20
     monkeypatch.setattr(trace_document, "BLOCK_BYTES", 64)
     chunked = parse(path)
+    assert chunked[0].equals(whole[0], null_equal=True)
+    assert chunked[1:] == whole[1:]
+
+
+def deep_stack_trace() -> list[str]:
+    """Never-closed B events pile up on one track while spans open and close on top of them (and an
+    E too many at the end): the stack a chunk pairs again is only what its E events can reach."""
+    lines = []
+    for k in range(60):
+        lines.append(event("leak", "B", 10.0 * k))
+        lines.append(event("work", "B", 10.0 * k + 1))
+        lines.append(event("inner", "B", 10.0 * k + 2, tid=2, track="other"))
+        lines.append(event("inner", "E", 10.0 * k + 3, tid=2, track="other"))
+        lines.append(event("work", "E", 10.0 * k + 4, step=k))
+    lines += [event("leak", "E", 700.0 + k) for k in range(3)]
+    lines.append(event("extra", "E", 800.0, tid=2, track="other"))
+    return lines
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 300, 4096])
+def test_a_deep_stack_carried_across_chunks_pairs_like_the_whole_file(tmp_path, monkeypatch, chunk_bytes):
+    path = tmp_path / "trace_events.jsonl"
+    path.write_text("\n".join(deep_stack_trace()) + "\n")
+    whole = parse(path)
+    assert whole[0].filter(whole[0]["name"] == "leak")["closed"].sum() == 3
+    assert whole[0].filter(whole[0]["name"] == "work")["depth"].to_list()[-1] == 60
+    monkeypatch.setattr(span_stream, "DEEP_STACK", 0)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", chunk_bytes)
+    chunked = parse(path)
+    assert chunked[0].equals(whole[0], null_equal=True)
+    assert chunked[1:] == whole[1:]
+
+
+def test_the_damaged_trace_pairs_alike_with_the_deep_stack_set_apart(trace, monkeypatch):
+    whole = parse(trace)
+    monkeypatch.setattr(span_stream, "DEEP_STACK", 0)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", 97)
+    chunked = parse(trace)
     assert chunked[0].equals(whole[0], null_equal=True)
     assert chunked[1:] == whole[1:]

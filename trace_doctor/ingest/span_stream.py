@@ -26,7 +26,7 @@ import polars as pl
 from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.span_args import with_track_thread
 from trace_doctor.ingest.span_names import SpanNames
-from trace_doctor.ingest.span_pairing import complete_spans, pair_begin_end
+from trace_doctor.ingest.span_pairing import KEY, complete_spans, pair_begin_end
 from trace_doctor.ingest.span_spill import SpanSpill
 from trace_doctor.ingest.stored_table import scratch_file
 from trace_doctor.ingest.trace_parse import META_COLUMNS, SPAN_PHASES
@@ -55,6 +55,8 @@ PHASE_NAMES = {
 
 # Name rows (thread_name / process_name metadata) held before they go to a scratch file.
 NAMES_HELD = 100_000
+# Carried B events beyond which only the ones a chunk's E events can reach are paired again.
+DEEP_STACK = 10_000
 
 
 class Segments:
@@ -206,11 +208,61 @@ class SpanStream:
                 events = events.filter(~complete)
         if events.height == 0 and not final:
             return  # nothing new to pair: the open B events wait for the next chunk
-        parts = [*self._open, events] if events.height else list(self._open)
-        self._open = []
+        carried, self._open = self._open, []
+        held = sum(frame.height for frame in carried)
+        below: list[pl.DataFrame] = []  # carried entries this chunk's E events cannot reach
+        bases = None
+        if not final and held > DEEP_STACK:
+            below, carried, bases = _set_apart_deep(carried, events)
+        parts = [p for p in (*carried, events) if p.height]
         if not parts:
+            self._open = below
             return
         batch = pl.concat(parts, how="vertical") if len(parts) > 1 else parts[0]
-        del parts
+        del parts, carried
         closed = pair_begin_end([batch], self.source, self._unmatched, carry=None if final else self._open)
+        self._open[:0] = below
+        if bases is not None and closed.height:
+            # The entries left below sit under every span paired in this chunk on their track.
+            closed = closed.join(bases, on=KEY, how="left", nulls_equal=True, maintain_order="left")
+            closed = closed.with_columns(
+                (pl.col("depth") + pl.col("_base").fill_null(0)).cast(pl.Int32).alias("depth")
+            ).drop("_base")
         self.spill.add(closed)
+
+
+def _set_apart_deep(
+    carried: list[pl.DataFrame], events: pl.DataFrame
+) -> tuple[list[pl.DataFrame], list[pl.DataFrame], pl.DataFrame | None]:
+    """(the carried B events no E of `events` can reach, the others, the count left below per track).
+
+    A chunk with k E events on a track pops at most k of the entries carried on it, so only the top
+    k need pairing again; re-pairing a deep stack (a million never-closed B events) with every chunk
+    would make the read quadratic. Whether an E finds an open B is unchanged: with entries left
+    below, the track's stack never runs empty within the chunk. Tracks without an E in the chunk are
+    not looked at: nothing closes on them, so no depth needs their count."""
+    ends = events.filter(pl.col("ph") == "E").group_by(KEY).agg(pl.len().cast(pl.Int64).alias("_ends"))
+    if ends.height == 0:
+        return carried, [], None
+    tracks = ends.select(KEY)
+    untouched = [f.join(tracks, on=KEY, how="anti", nulls_equal=True) for f in carried]
+    reached = [f.join(tracks, on=KEY, how="semi", nulls_equal=True) for f in carried]
+    reached = [f for f in reached if f.height]
+    if not reached:
+        return carried, [], None
+    deep, top, bases = _split_deep(pl.concat(reached, how="vertical"), ends)
+    return [*(f for f in untouched if f.height), deep], [top], bases
+
+
+def _split_deep(carried: pl.DataFrame, ends: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """`carried` (in line order per track) as (the entries below the top `_ends` of each track, the
+    top ones, how many are below per track)."""
+    ranked = carried.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).over(KEY).alias("_pos"), pl.len().over(KEY).cast(pl.Int64).alias("_n")
+    ).join(ends, on=KEY, how="left", nulls_equal=True, maintain_order="left")
+    below = pl.col("_pos") < pl.col("_n") - pl.col("_ends").fill_null(0)
+    helpers = ["_pos", "_n", "_ends"]
+    deep = ranked.filter(below).drop(helpers)
+    top = ranked.filter(~below).drop(helpers)
+    bases = deep.group_by(KEY).agg(pl.len().cast(pl.Int64).alias("_base"))
+    return deep, top, bases
