@@ -45,6 +45,9 @@ from trace_doctor.settings import Settings
 FORMAT_VERSION = "1"
 # Runs whose inputs total less than this are analysed afresh: it takes about as long as a lookup.
 MIN_INPUT_BYTES = 4 * 1024 * 1024
+# The libraries whose results the analysis is made of (parsing, statistics, version comparison); the
+# renderers run afresh on every answer, so theirs (rich, jinja2, plotly) need not be in the key.
+COMPUTING_LIBRARIES = ("polars", "pyarrow", "numpy", "scipy", "orjson", "packaging", "xxhash")
 # What an entry keeps of the run's tables: the steps (the document counts them, SARIF points at
 # their lines). Every other table is read again when a renderer asks for it.
 KEPT_TABLES = ("steps",)
@@ -81,15 +84,27 @@ def cached(request: Request, compute: Callable[[], Analysis], reload: Callable[[
 
 @once
 def code_fingerprint() -> str:
-    """Every file of the package (not compiled bytecode), and the interpreter's and polars' versions."""
-    import polars
+    """The package's files, the interpreter's version and those of the libraries the analysis computes
+    with: once per process (~10 ms)."""
+    from importlib.metadata import PackageNotFoundError, version
 
+    versions = [sys.version]
+    for name in COMPUTING_LIBRARIES:
+        try:
+            versions.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            versions.append(f"{name} absent")
     package = Path(__file__).resolve().parent
-    digest = hashlib.sha256(f"{FORMAT_VERSION}\0{sys.version}\0{polars.__version__}".encode())
-    for path in sorted(package.rglob("*")):
+    return hashlib.sha256("\0".join([*versions, tree_digest(package)]).encode()).hexdigest()
+
+
+def tree_digest(root: Path) -> str:
+    """Every file under `root` (modules, templates, data), by relative name and content; bytecode aside."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
         if "__pycache__" in path.parts or not path.is_file():
             continue
-        digest.update(path.relative_to(package).as_posix().encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(path.relative_to(root).as_posix().encode("utf-8", "surrogateescape") + b"\0")
         try:
             digest.update(path.read_bytes())
         except OSError:
