@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,21 @@ def test_renderers_that_need_the_tables_read_them_again(stored, tmp_path):
         outputs.append((report.stdout, html.read_bytes(), chrome.read_bytes()))
     assert len(stored) == 1  # the second report and both exports were stored analyses
     assert outputs[0] == outputs[1]
+
+
+def test_the_bundle_and_the_dataset_of_a_stored_analysis_are_those_of_a_fresh_one(stored, tmp_path):
+    run = run_copy(fixture_run("sl_gil_stall"), tmp_path)
+    outputs = []
+    for name in ("cold", "warm"):
+        bundle, dataset = tmp_path / f"{name}.zip", tmp_path / f"{name}-dataset"
+        assert CliRunner().invoke(main, ["bundle", str(run), "-o", str(bundle)]).exit_code == 0
+        assert CliRunner().invoke(main, ["ingest", str(run), "--out", str(dataset)]).exit_code == 0
+        with zipfile.ZipFile(bundle) as archive:
+            members = {member: archive.read(member) for member in archive.namelist()}
+        tables = {str(path.relative_to(dataset)): path.read_bytes() for path in dataset.rglob("*.parquet")}
+        outputs.append((members, tables))
+    assert len(stored) == 2  # the redacted analysis (bundle) and the fleet's (ingest), each once
+    assert outputs[0] == outputs[1] and outputs[0][1]
 
 
 def test_a_stored_run_reads_its_tables_once_and_only_when_asked(stored, tmp_path):
