@@ -23,7 +23,6 @@ from pathlib import Path  # noqa: E402
 import click  # noqa: E402
 
 from trace_doctor import __version__  # noqa: E402
-from trace_doctor.api import NothingToAnalyze, analyze, load_run  # noqa: E402
 from trace_doctor.crash_report import EXIT_INTERNAL_ERROR, one_line, write_traceback  # noqa: E402
 from trace_doctor.humanize import printable  # noqa: E402
 from trace_doctor.model import Analysis  # noqa: E402
@@ -133,6 +132,8 @@ ANALYSIS_MODULES = (
 
 
 def _load(paths: tuple[str, ...], warm_imports: tuple[str, ...] = ()):
+    from trace_doctor.api import NothingToAnalyze, load_run
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-run") as pool:
         loading = pool.submit(load_run, *paths, progress=_progress())
         for module in warm_imports:
@@ -180,6 +181,34 @@ def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:
 def _analysis(
     paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False
 ) -> Analysis:
+    """The analysis of `paths`: the stored one when nothing it depends on changed (result_cache.py)."""
+    from trace_doctor import result_cache
+
+    request = result_cache.Request(tuple(paths), settings, baseline, redact)
+    return result_cache.cached(
+        request,
+        compute=lambda: _fresh_analysis(paths, settings, baseline, redact=redact),
+        reload=lambda: _tables(paths, redact=redact),
+    )
+
+
+def _tables(paths: tuple[str, ...], *, redact: bool):
+    """The run's tables read again, for a renderer of a stored analysis that needs them."""
+    from trace_doctor.api import load_run
+
+    run = load_run(*paths)
+    if redact:
+        from trace_doctor.redact import redact_run
+
+        run = redact_run(run)
+    return run
+
+
+def _fresh_analysis(
+    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False
+) -> Analysis:
+    from trace_doctor.api import NothingToAnalyze, analyze, load_run
+
     run = _load(paths, ANALYSIS_MODULES)
     base = None
     if baseline:
@@ -285,6 +314,8 @@ def _analyze_fleet(
 
         split = redact_split(split)  # the runs' names and paths, as every fleet output shows them
     if baseline:
+        from trace_doctor.api import NothingToAnalyze, load_run
+
         try:
             load_run(baseline)
         except NothingToAnalyze as exc:

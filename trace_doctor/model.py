@@ -306,13 +306,23 @@ class RunTables:
 
     def scan(self, name: str) -> pl.LazyFrame:
         """A lazy scan of one table: only the columns and rows the query asks for are read."""
-        value = self.__dict__[f"_{name}"] if name in self.STORED_TABLES else getattr(self, name)
+        value = self._raw(name) if name in self.STORED_TABLES else getattr(self, name)
         return value.lazy() if isinstance(value, pl.DataFrame) else value.scan()
 
     def height(self, name: str) -> int:
         """A table's row count, without reading a stored table."""
-        value = self.__dict__[f"_{name}"] if name in self.STORED_TABLES else getattr(self, name)
+        value = self._raw(name) if name in self.STORED_TABLES else getattr(self, name)
         return value.height
+
+    def ensure_tables(self) -> None:
+        """Have the tables at hand: a run answered from the result cache reads them on first use."""
+
+    def _raw(self, name: str) -> Any:
+        """A stored table as held: a DataFrame, or the stored table not yet read."""
+        key = f"_{name}"
+        if key not in self.__dict__:
+            self.ensure_tables()
+        return self.__dict__[key]
 
     def spans_where(self, where: pl.Expr, columns: list[str] | None = None) -> pl.DataFrame:
         """The spans matching `where` (in table order), with only `columns` if given: the filter is
@@ -321,7 +331,7 @@ class RunTables:
         return (scan.select(columns) if columns else scan).collect()
 
     def is_stored(self, name: str) -> bool:
-        return name in self.STORED_TABLES and not isinstance(self.__dict__[f"_{name}"], pl.DataFrame)
+        return name in self.STORED_TABLES and not isinstance(self._raw(name), pl.DataFrame)
 
     def has_input(self, kind: str) -> bool:
         return any(i.kind == kind and i.records > 0 for i in self.inputs)
@@ -340,7 +350,7 @@ def _read_when_used(name: str) -> property:
     attr = f"_{name}"
 
     def get(self: RunTables) -> pl.DataFrame:
-        value = self.__dict__[attr]
+        value = self._raw(name)
         if not isinstance(value, pl.DataFrame):
             value = value.read()
             self.__dict__[attr] = value

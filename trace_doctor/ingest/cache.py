@@ -46,8 +46,9 @@ from trace_doctor.model import IngestWarning, InputFile
 MIN_CACHED_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_MB = 1024
 FORMAT_VERSION = "2"
-# An entry: one JSON line of metadata, then the table as Parquet.
-ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parquet")
+# A table entry: one JSON line of metadata, then the table as Parquet. The result cache
+# (trace_doctor/result_cache.py) keeps its `.pickle` entries in the same folder, under the same cap.
+ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|pickle)")
 # A stored table's entry: a folder of Parquet parts and the header (stored_table.PartWriter).
 STORED_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
 MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
@@ -114,14 +115,14 @@ def _stamp(stat: os.stat_result) -> tuple[int, int, int, int]:
     return (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
-def snapshot(path: Path) -> Snapshot | None:
-    """The file's content now, when its table may be cached (None: cache off, file small or unreadable,
-    or written to while it was being hashed)."""
+def snapshot(path: Path, *, min_bytes: int | None = None) -> Snapshot | None:
+    """The file's content now, when its table may be cached (None: cache off, file smaller than
+    `min_bytes` (default MIN_CACHED_BYTES) or unreadable, or written to while it was being hashed)."""
     if not enabled():
         return None
     try:
         before = path.stat()
-        if before.st_size < MIN_CACHED_BYTES:
+        if before.st_size < (MIN_CACHED_BYTES if min_bytes is None else min_bytes):
             return None
         digest = file_digest(path, before.st_size)
         after = path.stat()
@@ -215,8 +216,7 @@ def load(
             frame = pl.read_parquet(io.BytesIO(fh.read()))
     except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
         return None
-    with contextlib.suppress(OSError):  # a read-only cache still answers
-        os.utime(entry)  # recently used: evicted last
+    touch(entry)
     return frame, info, warnings
 
 
@@ -269,19 +269,31 @@ def store(
 ) -> bool:
     """Save the table parsed from `path` as `taken` saw it; False (nothing written) when the file has
     changed since (the parse may have read other bytes) or the entry cannot be written."""
-    global _unwritable
     if taken is None or not enabled() or _unwritable is not None or not _unchanged_since(path, taken):
         return False
     meta = _header(path, table, info, warnings, taken)
-    root = cache_root()
-    entry = _entry_path(path, table)
+
+    def write(out) -> None:
+        out.write(json.dumps(meta, ensure_ascii=True).encode() + b"\n")
+        frame.write_parquet(out, compression="lz4")
+
+    return write_entry(_entry_path(path, table), write)
+
+
+def write_entry(entry: Path, write) -> bool:
+    """Write one entry of the cache folder with `write(binary file)`, whole or not at all, then keep the
+    folder under its cap; False when nothing was written (a folder that cannot be written turns the
+    cache off for the process, with one note)."""
+    global _unwritable
+    if not enabled() or _unwritable is not None:
+        return False
+    root = entry.parent
     temp = None
     try:
         root.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".parquet")
+        handle, temp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=entry.suffix)
         with os.fdopen(handle, "wb") as out:
-            out.write(json.dumps(meta, ensure_ascii=True).encode() + b"\n")
-            frame.write_parquet(out, compression="lz4")
+            write(out)
         # Renamed into place whole: a concurrent reader sees the previous entry or this one.
         os.replace(temp, entry)
     except OSError as exc:
@@ -292,7 +304,7 @@ def store(
             "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
         )
         return False
-    except Exception:  # noqa: BLE001 - a table the cache cannot hold is simply not cached
+    except Exception:  # noqa: BLE001 - a value the cache cannot hold is simply not cached
         _discard(temp)
         return False
     evict(root, max_bytes(), keep=entry)
@@ -406,6 +418,12 @@ def _folder_entry(folder: str) -> tuple[float, int, str]:
     """(last use, bytes, path) of a stored table's folder: its header is touched when used."""
     size = sum(part.stat().st_size for part in os.scandir(folder) if part.is_file(follow_symlinks=False))
     return os.stat(os.path.join(folder, PartWriter.HEADER)).st_mtime, size, folder
+
+
+def touch(entry: Path) -> None:
+    """Mark an entry recently used, so eviction takes it last (a read-only cache still answers)."""
+    with contextlib.suppress(OSError):
+        os.utime(entry)
 
 
 def _discard(temp: str | None) -> None:
