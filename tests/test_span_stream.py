@@ -88,8 +88,10 @@ def test_the_whole_file_as_one_chunk_reads_the_damage(trace):
 
 @pytest.mark.parametrize("chunk_bytes", [1, 97, 1024])
 def test_any_chunk_size_gives_the_same_spans_and_warnings(trace, monkeypatch, chunk_bytes):
+    """Every chunk paired as it arrives (the batch of one event), so every boundary is a pairing one."""
     whole = parse(trace)
     monkeypatch.setattr(trace_read, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
     chunked = parse(trace)
     assert chunked[0].equals(whole[0], null_equal=True)
     assert chunked[1:] == whole[1:]
@@ -99,6 +101,7 @@ def test_any_chunk_size_gives_the_same_spans_and_warnings(trace, monkeypatch, ch
 def test_spans_spilled_and_sorted_back_in_small_windows_are_the_same_table(trace, monkeypatch, buffer, window, sample):
     whole = parse(trace)
     monkeypatch.setattr(trace_read, "CHUNK_BYTES", 211)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
     monkeypatch.setattr(span_spill, "MEMORY_ROWS", 0)  # spilled however small
     monkeypatch.setattr(span_spill, "BUFFER_ROWS", buffer)
     monkeypatch.setattr(span_spill, "WINDOW_ROWS", window)
@@ -116,6 +119,7 @@ def test_a_document_read_in_tiny_blocks_gives_the_same_spans(tmp_path, monkeypat
     whole = parse(path)
     assert whole[0].height > 20
     monkeypatch.setattr(trace_document, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
     chunked = parse(path)
     assert chunked[0].equals(whole[0], null_equal=True)
     assert chunked[1:] == whole[1:]
@@ -145,6 +149,7 @@ def test_a_deep_stack_carried_across_chunks_pairs_like_the_whole_file(tmp_path, 
     assert whole[0].filter(whole[0]["name"] == "work")["depth"].to_list()[-1] == 60
     monkeypatch.setattr(span_stream, "DEEP_STACK", 0)
     monkeypatch.setattr(trace_read, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
     chunked = parse(path)
     assert chunked[0].equals(whole[0], null_equal=True)
     assert chunked[1:] == whole[1:]
@@ -154,6 +159,17 @@ def test_the_damaged_trace_pairs_alike_with_the_deep_stack_set_apart(trace, monk
     whole = parse(trace)
     monkeypatch.setattr(span_stream, "DEEP_STACK", 0)
     monkeypatch.setattr(trace_read, "CHUNK_BYTES", 97)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
     chunked = parse(trace)
     assert chunked[0].equals(whole[0], null_equal=True)
     assert chunked[1:] == whole[1:]
+
+
+@pytest.mark.parametrize("batch", [2, 7, 40])
+def test_pairing_in_batches_of_any_size_gives_the_same_spans(trace, monkeypatch, batch):
+    whole = parse(trace)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", 150)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", batch)
+    batched = parse(trace)
+    assert batched[0].equals(whole[0], null_equal=True)
+    assert batched[1:] == whole[1:]

@@ -55,6 +55,9 @@ PHASE_NAMES = {
 
 # Name rows (thread_name / process_name metadata) held before they go to a scratch file.
 NAMES_HELD = 100_000
+# Events read before they are paired: pairing a batch costs less than pairing each chunk (fixed
+# costs, and the reading threads left alone meanwhile); the batch (~100 MB) bounds what is held.
+PAIR_BATCH_EVENTS = 1_000_000
 # Carried B events beyond which only the ones a chunk's E events can reach are paired again.
 DEEP_STACK = 10_000
 
@@ -101,6 +104,8 @@ class SpanStream:
         self._unmatched = FileWarnings(source)
         self._held = pl.DataFrame()  # the latest span event, not yet paired (its segment may change)
         self._open: list[pl.DataFrame] = []  # B events still open, in line order
+        self._waiting: list[pl.DataFrame] = []  # events read, not yet paired
+        self._waiting_rows = 0
         self.spill = SpanSpill()  # spans paired so far, on disk
         self._complete: list[pl.DataFrame] = []  # X events
         self.meta_rows = 0
@@ -129,7 +134,16 @@ class SpanStream:
         pending = pl.concat([self._held, events], how="vertical") if self._held.height else events
         # The latest event waits for the next chunk's metadata (see the module docstring).
         self._held = pending.tail(1)
-        self._pair(pending.head(pending.height - 1), final=False)
+        self._waiting.append(pending.head(pending.height - 1))
+        self._waiting_rows += pending.height - 1
+        if self._waiting_rows >= PAIR_BATCH_EVENTS:
+            self._pair(self._take_waiting(), final=False)
+
+    def _take_waiting(self) -> pl.DataFrame:
+        waiting, self._waiting, self._waiting_rows = self._waiting, [], 0
+        if not waiting:
+            return pl.DataFrame()
+        return pl.concat(waiting, how="vertical") if len(waiting) > 1 else waiting[0]
 
     def finish(self) -> tuple[SpanSpill, FileWarnings] | None:
         """(the paired and nested spans, spilled, before names, order and steps; the unmatched-E
@@ -137,7 +151,13 @@ class SpanStream:
         if self.events == 0:
             return None
         held, self._held = self._held, pl.DataFrame()
-        self._pair(held, final=True)
+        waiting = self._take_waiting()
+        self._pair(
+            pl.concat([waiting, held], how="vertical")
+            if waiting.height and held.height
+            else (waiting if waiting.height else held),
+            final=True,
+        )
         complete_events = [f for f in self._complete if f.height]
         self._complete = []
         if complete_events:
