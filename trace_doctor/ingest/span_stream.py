@@ -56,8 +56,8 @@ PHASE_NAMES = {
 # Name rows (thread_name / process_name metadata) held before they go to a scratch file.
 NAMES_HELD = 100_000
 # Events read before they are paired: pairing a batch costs less than pairing each chunk (fixed
-# costs, and the reading threads left alone meanwhile); the batch (~100 MB) bounds what is held.
-PAIR_BATCH_EVENTS = 1_000_000
+# costs, and the reading threads left alone meanwhile); the batch (~25 MB) bounds what is held.
+PAIR_BATCH_EVENTS = 250_000
 # Carried B events beyond which only the ones a chunk's E events can reach are paired again.
 DEEP_STACK = 10_000
 
