@@ -57,7 +57,8 @@ POLARS_PROJECTED = (
     "'dur':pl.Float64,'cat':pl.String,'args':pl.String}\n"
     "frame=pl.read_ndjson(sys.argv[1],schema=schema)\nprint(frame.height)"
 )
-INGEST = "import sys\nfrom trace_doctor.api import load_run\nrun=load_run(sys.argv[1])\nprint(run.spans.height)"
+# The spans table may stay on disk (issue 16): its height is read without reading the table.
+INGEST = "import sys\nfrom trace_doctor.api import load_run\nrun=load_run(sys.argv[1])\nprint(run.height('spans'))"
 HTML = (
     "import sys\nfrom trace_doctor.api import load_run, analyze\nfrom trace_doctor.report.html import write_html\n"
     "import time\nresult=analyze(load_run(sys.argv[1]))\nt=time.perf_counter()\nwrite_html(result, sys.argv[2])\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def write(path: Path, lines: list[str]) -> Path:
 def parse(path: Path):
     warnings: list = []
     spans, [info] = parse_trace_files([path], warnings)
-    return spans, info, warnings
+    return spans.read(), info, warnings
 
 
 @pytest.fixture
@@ -60,7 +61,16 @@ def cached(tmp_path, monkeypatch):
 
 
 def entries(root: Path) -> list[Path]:
-    return sorted(p for p in root.iterdir() if cache.ENTRY.fullmatch(p.name))
+    """The cache's entries: a trace's spans are a folder of Parquet parts and its header."""
+    return sorted(p for p in root.iterdir() if cache.ENTRY.fullmatch(p.name) or cache.STORED_ENTRY.fullmatch(p.name))
+
+
+def header(entry: Path) -> Path:
+    return entry / "entry.json"
+
+
+def size(entry: Path) -> int:
+    return sum(p.stat().st_size for p in entry.iterdir())
 
 
 def test_a_hit_returns_the_parse_and_skips_it(cached, tmp_path, monkeypatch):
@@ -135,8 +145,7 @@ def test_any_garbage_in_an_entry_is_a_miss(cached, tmp_path, kind):
     path = write(tmp_path / "trace_events.jsonl", [*steps(0, 10), "junk"])
     expected = parse(path)
     [entry] = entries(cached)
-    header, _, table = entry.read_bytes().partition(b"\n")
-    meta = json.loads(header)
+    meta = json.loads(header(entry).read_bytes())
     if kind == "meta without warnings":
         del meta["warnings"]
     elif kind == "input record of the wrong shape":
@@ -144,12 +153,13 @@ def test_any_garbage_in_an_entry_is_a_miss(cached, tmp_path, kind):
     elif kind == "warning of the wrong shape":
         meta["warnings"] = [{"path": 1, "line": "x"}]
     if GARBAGE_ENTRIES[kind] is not None:
-        entry.write_bytes(GARBAGE_ENTRIES[kind])
+        header(entry).write_bytes(GARBAGE_ENTRIES[kind])
     elif kind == "truncated parquet":
-        entry.write_bytes(header + b"\n" + table[: len(table) // 2])
+        [part] = entry.glob("part-*.parquet")
+        part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     else:
-        entry.write_bytes(json.dumps(meta).encode() + b"\n" + table)
-    assert cache.load(path, "spans") is None
+        header(entry).write_bytes(json.dumps(meta).encode())
+    assert cache.load_stored(path, "spans") is None
     again = parse(path)
     assert again[0].equals(expected[0]) and again[1:] == expected[1:]
 
@@ -158,8 +168,8 @@ def test_a_directory_where_an_entry_belongs_and_foreign_files_are_harmless(cache
     path = write(tmp_path / "trace_events.jsonl", steps(0, 10))
     parse(path)
     [entry] = entries(cached)
-    entry.unlink()
-    entry.mkdir()
+    shutil.rmtree(entry)
+    entry.write_text("a file where the entry's folder belongs")
     (cached / "notes.txt").write_text("the user's own file")
     (cached / "spans-zz.parquet").write_text("not ours either")
     assert parse(path)[0].height == 10
@@ -213,24 +223,26 @@ def test_concurrent_writers_never_mix_two_versions(cached, tmp_path):
 
 
 def entry_of(root: Path, path: Path) -> Path:
-    [entry] = [e for e in entries(root) if json.loads(e.read_bytes().partition(b"\n")[0])["input"]["path"] == str(path)]
-    return entry
+    """The entry of `path`'s latest version (each version of a file has its own)."""
+    found = [e for e in entries(root) if json.loads(header(e).read_bytes())["input"]["path"] == str(path)]
+    return max(found, key=lambda e: header(e).stat().st_mtime_ns)
 
 
 def test_the_folder_is_kept_under_its_cap_least_recently_used_first(cached, tmp_path, monkeypatch):
     paths = [write(tmp_path / f"run{i}.jsonl", steps(0, 30)) for i in range(3)]
     parse(paths[0])
     parse(paths[1])
-    size = max(e.stat().st_size for e in entries(cached))
-    # Entries written within one second: the order of use is made explicit.
-    os.utime(entry_of(cached, paths[0]), (1, 1))
-    os.utime(entry_of(cached, paths[1]), (2, 2))
-    (cached / "notes.txt").write_bytes(b"x" * size * 10)  # not an entry: never counted, never deleted
-    monkeypatch.setenv("TRACE_DOCTOR_CACHE_MAX_MB", str(2.5 * size / 1024 / 1024))
+    largest = max(size(e) for e in entries(cached))
+    # Entries written within one second: the order of use is made explicit (and long ago: an entry
+    # used in the last minutes may be being read by another process, and is never evicted).
+    os.utime(header(entry_of(cached, paths[0])), (1, 1))
+    os.utime(header(entry_of(cached, paths[1])), (2, 2))
+    (cached / "notes.txt").write_bytes(b"x" * largest * 10)  # not an entry: never counted, never deleted
+    monkeypatch.setenv("TRACE_DOCTOR_CACHE_MAX_MB", str(2.5 * largest / 1024 / 1024))
     parse(paths[0])  # a hit: run0 is now the most recently used
     parse(paths[2])  # three entries are over the cap: the least recently used, run1, goes
     assert {e.name for e in entries(cached)} == {entry_of(cached, p).name for p in (paths[0], paths[2])}
-    assert sum(e.stat().st_size for e in entries(cached)) <= 2.5 * size
+    assert sum(size(e) for e in entries(cached)) <= 2.5 * largest
     assert (cached / "notes.txt").exists()
 
 

@@ -117,6 +117,32 @@ def test_console_script_flushes_everything_before_its_fast_exit(tmp_path):
     )
 
 
+def test_json_report_loads_no_renderer_or_statistics_library():
+    """`analyze --format json` is what CI runs on every run: it never imports what only other outputs
+    (rich, plotly, jinja2) or a baseline comparison (scipy) need; each costs startup time."""
+    import subprocess
+    import sys
+
+    heavy = ("rich", "plotly", "jinja2", "scipy")
+    code = (
+        "import sys\n"
+        "from trace_doctor.cli import main\n"
+        "try:\n"
+        f"    main(['analyze', {str(fixture_run('demo'))!r}, '--no-html', '--format', 'json'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert json.loads(done.stdout)["findings"]
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+    # The text report does use rich: the check above would see it.
+    text = subprocess.run(
+        [sys.executable, "-c", code.replace("'json'", "'text'")], capture_output=True, text=True, timeout=120
+    )
+    assert text.stderr.strip().splitlines()[-1] == "['rich']"
+
+
 @pytest.mark.skipif(
     _console_script() is None, reason="the trace-doctor console script is not installed in this environment"
 )

@@ -118,6 +118,6 @@ def test_a_cache_entry_of_null_metadata_is_a_miss(run_dir, tmp_path, monkeypatch
     first = invoke("analyze", str(run_dir), "--format", "json", "--no-html").stdout
     [entry] = (tmp_path / "cache").iterdir()
     for garbage in (b"null\n", b"[]\n", b"{}\n", b'{"parser": 1}\n'):
-        entry.write_bytes(garbage)
+        (entry / "entry.json").write_bytes(garbage)
         again = invoke("analyze", str(run_dir), "--format", "json", "--no-html")
         assert again.exit_code == 0 and again.stdout == first

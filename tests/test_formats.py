@@ -222,3 +222,25 @@ def test_finding_without_any_location_falls_back_to_the_metrics_file():
     result.findings = [Finding(rule="kl-drift", code="TD202", severity="warning", title="t", message="m", fix="f")]
     location = build_sarif(result)["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
     assert location == {"artifactLocation": {"uri": "run/metrics.jsonl"}}
+
+
+def test_json_document_values_are_cleaned_at_every_depth():
+    """Non-finite floats become null and floats are rounded to 6 places, in lists of lists (time
+    ranges), dicts in lists, tuples; ints, bools, strings and None pass unchanged."""
+    import math
+
+    from trace_doctor.report.json_doc import _clean
+
+    value = {
+        "ranges": [[1.23456789, math.inf], [float("nan"), 2]],
+        "rows": [{"x": -0.0000004, "ok": True, "name": "a"}, None, (3.1234567, "b")],
+        1: 7,
+        "deep": [[[0.1 + 0.2]]],
+    }
+    assert _clean(value) == {
+        "ranges": [[1.234568, None], [None, 2]],
+        "rows": [{"x": -0.0, "ok": True, "name": "a"}, None, [3.123457, "b"]],
+        "1": 7,
+        "deep": [[[0.3]]],
+    }
+    assert type(_clean([True])[0]) is bool

@@ -44,7 +44,7 @@ def pairs(count: int) -> list[str]:
 def parse_trace(path: Path):
     warnings: list[IngestWarning] = []
     spans, inputs = parse_trace_files([path], warnings)
-    return spans, inputs[0], warnings
+    return spans.read(), inputs[0], warnings
 
 
 @pytest.fixture
@@ -109,7 +109,8 @@ def test_garbage_lines_in_metrics_spans_and_checkpoints(tmp_path, few_listed):
     good = json.dumps({"step": 0, "spans": [{"name": "a", "duration": 1.0, "wall_start": 0.0, "wall_end": 1.0}]})
     spans.write_text("\n".join([good, *garbage, good.replace('"step": 0', '"step": 1')]) + "\n")
     warnings = []
-    frame, info = parse_timing_spans_file(spans, warnings)
+    table, info = parse_timing_spans_file(spans, warnings)
+    frame = table.read()
     assert (frame.height, info.records, info.skipped, len(warnings)) == (2, 2, 50, 11)
 
     checkpoints = tmp_path / "checkpoints.jsonl"

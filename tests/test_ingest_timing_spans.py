@@ -23,7 +23,7 @@ def line(step, spans):
 def parse(path: Path):
     warnings = []
     table, inputs = parse_timing_spans_files([path], warnings)
-    return table, inputs[0], warnings
+    return table.read(), inputs[0], warnings
 
 
 def test_rows_per_span_with_wall_times_in_completion_order(tmp_path):

@@ -38,7 +38,7 @@ def write(tmp_path: Path, lines: list[str], name="trace_events.jsonl", terminate
 def parse(path: Path):
     warnings = []
     spans, inputs = parse_trace_files([path], warnings)
-    return spans, inputs[0], warnings
+    return spans.read(), inputs[0], warnings
 
 
 def reference_pairs(path: Path) -> set[tuple]:

@@ -192,7 +192,7 @@ def _triage(result: Analysis, ctx) -> None:
     result.findings, account = triage(
         result.findings,
         wall_s=ctx.wall_s,
-        spans=ctx.run.spans,
+        spans=ctx.run.scan("spans"),
         step_times=ctx.step_times,
         trainer=ctx.run.meta.trainer,
         clock_cycle=ctx.clock_cycle,

@@ -23,7 +23,6 @@ from pathlib import Path  # noqa: E402
 import click  # noqa: E402
 
 from trace_doctor import __version__  # noqa: E402
-from trace_doctor.api import NothingToAnalyze, analyze, load_run  # noqa: E402
 from trace_doctor.crash_report import EXIT_INTERNAL_ERROR, one_line, write_traceback  # noqa: E402
 from trace_doctor.humanize import printable  # noqa: E402
 from trace_doctor.model import Analysis  # noqa: E402
@@ -119,10 +118,22 @@ def _progress():
 
 # What `analyze` needs after ingest; imported while the inputs are read, since ingest spends most
 # of its time in polars (which releases the GIL) and a large run's analysis waits on both.
-ANALYSIS_MODULES = ("trace_doctor.rules.engine", "trace_doctor.summary", "trace_doctor.report.formats")
+# numpy.ma: np.median imports it on first use (its NaN check), ~20 ms inside the clock-cycle fit.
+ANALYSIS_MODULES = (
+    "trace_doctor.rules.engine",
+    "trace_doctor.summary",
+    "trace_doctor.triage",
+    "trace_doctor.decision",
+    "trace_doctor.derive.training_machine",
+    "trace_doctor.report.formats",
+    "trace_doctor.report.json_doc",
+    "numpy.ma",
+)
 
 
 def _load(paths: tuple[str, ...], warm_imports: tuple[str, ...] = ()):
+    from trace_doctor.api import NothingToAnalyze, load_run
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-run") as pool:
         loading = pool.submit(load_run, *paths, progress=_progress())
         for module in warm_imports:
@@ -146,10 +157,14 @@ def _settings(config: str | None, **options) -> Settings:
 
 def _echo_report(text: str, fmt: str) -> None:
     """Print a report; the text report keeps its colour exactly when the console renderer used it
-    (FORCE_COLOR into a pipe, none with NO_COLOR): click would strip it from anything but a terminal."""
-    from trace_doctor.report.console import color_enabled
+    (FORCE_COLOR into a pipe, none with NO_COLOR): click would strip it from anything but a terminal.
+    Other formats leave colour to click, and never import the console renderer (rich)."""
+    color = None
+    if fmt == "text":
+        from trace_doctor.report.console import color_enabled
 
-    click.echo(text, nl=not text.endswith("\n"), color=color_enabled() if fmt == "text" else None)
+        color = color_enabled()
+    click.echo(text, nl=not text.endswith("\n"), color=color)
 
 
 def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:
@@ -166,6 +181,34 @@ def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:
 def _analysis(
     paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False
 ) -> Analysis:
+    """The analysis of `paths`: the stored one when nothing it depends on changed (result_cache.py)."""
+    from trace_doctor import result_cache
+
+    request = result_cache.Request(tuple(paths), settings, baseline, redact)
+    return result_cache.cached(
+        request,
+        compute=lambda: _fresh_analysis(paths, settings, baseline, redact=redact),
+        reload=lambda: _tables(paths, redact=redact),
+    )
+
+
+def _tables(paths: tuple[str, ...], *, redact: bool):
+    """The run's tables read again, for a renderer of a stored analysis that needs them."""
+    from trace_doctor.api import load_run
+
+    run = load_run(*paths)
+    if redact:
+        from trace_doctor.redact import redact_run
+
+        run = redact_run(run)
+    return run
+
+
+def _fresh_analysis(
+    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False
+) -> Analysis:
+    from trace_doctor.api import NothingToAnalyze, analyze, load_run
+
     run = _load(paths, ANALYSIS_MODULES)
     base = None
     if baseline:
@@ -271,6 +314,8 @@ def _analyze_fleet(
 
         split = redact_split(split)  # the runs' names and paths, as every fleet output shows them
     if baseline:
+        from trace_doctor.api import NothingToAnalyze, load_run
+
         try:
             load_run(baseline)
         except NothingToAnalyze as exc:

@@ -222,25 +222,29 @@ def _analyze_into(
     dataset_dir: str | None,
     redact: bool,
 ) -> RunReport:
-    from trace_doctor.api import NothingToAnalyze, analyze, load_run
+    from trace_doctor import result_cache
+    from trace_doctor.api import NothingToAnalyze
     from trace_doctor.report import formats
     from trace_doctor.report.json_doc import build_document
 
     source = report.source
+    request = result_cache.Request(
+        (source.root,) if source.whole_folder else source.files,
+        settings,
+        baseline,
+        redact,
+        naming=(source.path, source.whole_folder, tuple((p.path, p.reason) for p in source.passed_over)),
+    )
     try:
-        run = load_run(source.root) if source.whole_folder else load_run(*source.files)
-        run.meta.path = source.path
-        if not source.whole_folder:
-            run.passed_over = [*source.passed_over, *run.passed_over]
-        base = _baseline_run(baseline, redact) if baseline else None
+        result = result_cache.cached(
+            request,
+            compute=lambda: _fresh_analysis(source, settings, baseline, redact),
+            reload=lambda: _tables(source, redact),
+        )
     except NothingToAnalyze as exc:
         report.error, report.headline = str(exc), f"not analysed: {exc}"
         return report
-    if redact:
-        from trace_doctor.redact import redact_run
-
-        run = redact_run(run)
-    result = analyze(run, settings=settings, baseline=base)
+    run = result.run
     report.document = build_document(result)
     report.status, report.headline = result.verdict.status, result.verdict.headline
     report.gate_tripped, report.gate_reasons = result.gate.tripped, result.gate.reasons
@@ -283,6 +287,30 @@ def _analyze_into(
         except OSError as exc:  # the analysis stands without its page; the command says so once
             report.html_error = f"cannot write {target}: {exc.strerror or exc}"
     return report
+
+
+def _tables(source: RunSource, redact: bool):
+    """The run's tables as the fleet reads them (redacted when asked), named as the fleet names it."""
+    from trace_doctor.api import load_run
+
+    run = load_run(source.root) if source.whole_folder else load_run(*source.files)
+    run.meta.path = source.path
+    if not source.whole_folder:
+        run.passed_over = [*source.passed_over, *run.passed_over]
+    if redact:
+        from trace_doctor.redact import redact_run
+
+        run = redact_run(run)
+    return run
+
+
+def _fresh_analysis(source: RunSource, settings: Settings, baseline: str | None, redact: bool):
+    """Analyse the run (and compare it with the baseline): raises NothingToAnalyze for either."""
+    from trace_doctor.api import analyze
+
+    run = _tables(source, redact)
+    base = _baseline_run(baseline, redact) if baseline else None
+    return analyze(run, settings=settings, baseline=base)
 
 
 @functools.cache

@@ -297,8 +297,41 @@ class RunTables:
         "rollouts",
     )
 
+    # Tables that ingest may leave on disk (a StoredTable: any object with `scan()` and `height`):
+    # reading the attribute reads the table whole (and keeps it); the analysis scans instead.
+    STORED_TABLES = ("spans", "step_spans")
+
     def tables(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in self.TABLE_NAMES}
+
+    def scan(self, name: str) -> pl.LazyFrame:
+        """A lazy scan of one table: only the columns and rows the query asks for are read."""
+        value = self._raw(name) if name in self.STORED_TABLES else getattr(self, name)
+        return value.lazy() if isinstance(value, pl.DataFrame) else value.scan()
+
+    def height(self, name: str) -> int:
+        """A table's row count, without reading a stored table."""
+        value = self._raw(name) if name in self.STORED_TABLES else getattr(self, name)
+        return value.height
+
+    def ensure_tables(self) -> None:
+        """Have the tables at hand: a run answered from the result cache reads them on first use."""
+
+    def _raw(self, name: str) -> Any:
+        """A stored table as held: a DataFrame, or the stored table not yet read."""
+        key = f"_{name}"
+        if key not in self.__dict__:
+            self.ensure_tables()
+        return self.__dict__[key]
+
+    def spans_where(self, where: pl.Expr, columns: list[str] | None = None) -> pl.DataFrame:
+        """The spans matching `where` (in table order), with only `columns` if given: the filter is
+        applied as the stored table is scanned, so only the matching rows are ever held."""
+        scan = self.scan("spans").filter(where)
+        return (scan.select(columns) if columns else scan).collect()
+
+    def is_stored(self, name: str) -> bool:
+        return name in self.STORED_TABLES and not isinstance(self._raw(name), pl.DataFrame)
 
     def has_input(self, kind: str) -> bool:
         return any(i.kind == kind and i.records > 0 for i in self.inputs)
@@ -310,6 +343,27 @@ class RunTables:
     @property
     def records_skipped(self) -> int:
         return sum(i.skipped for i in self.inputs)
+
+
+def _read_when_used(name: str) -> property:
+    """RunTables.<name>: a DataFrame, read from its stored table the first time it is asked for."""
+    attr = f"_{name}"
+
+    def get(self: RunTables) -> pl.DataFrame:
+        value = self._raw(name)
+        if not isinstance(value, pl.DataFrame):
+            value = value.read()
+            self.__dict__[attr] = value
+        return value
+
+    def set(self: RunTables, value: Any) -> None:
+        self.__dict__[attr] = value
+
+    return property(get, set)
+
+
+for _name in RunTables.STORED_TABLES:
+    setattr(RunTables, _name, _read_when_used(_name))
 
 
 @dataclass

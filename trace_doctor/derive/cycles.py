@@ -20,6 +20,7 @@ from trace_doctor.model import RunTables
 # Trace spans that measure waiting for the service (round trips), and metric keys that do.
 WAIT_SPAN_NAMES = (*RESULT_WAIT_PHASES, *SAMPLE_CALLS, "train_step")
 WAIT_METRIC_KEYS = ("time/step",)
+WAIT_SPANS = pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True)
 MIN_WAITS = 8
 # Candidate periods: from 10 ms (simulated services run fast) to a minute.
 CANDIDATE_MIN_S = 0.01
@@ -94,10 +95,10 @@ def spans_several_multiples(waits: np.ndarray, period: float) -> bool:
     return int(((multiples > 0) & (counts >= support)).sum()) >= 2
 
 
-def _trace_waits(spans: pl.DataFrame) -> np.ndarray:
-    if spans.is_empty():
+def _trace_waits(waits: pl.DataFrame) -> np.ndarray:
+    """The wait spans' durations (`waits`: the WAIT_SPANS rows)."""
+    if waits.is_empty():
         return np.array([])
-    waits = spans.filter(pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True))
     return (waits["dur_us"].cast(pl.Float64) / 1e6).drop_nulls().to_numpy()
 
 
@@ -109,21 +110,22 @@ def _metric_waits(run: RunTables) -> np.ndarray:
     return np.array([])
 
 
-def _arrival_spacings(spans: pl.DataFrame) -> np.ndarray:
-    """Time between consecutive result arrivals (ends of wait spans), per launch.
+def _arrival_spacings(waits: pl.DataFrame) -> np.ndarray:
+    """Time between consecutive result arrivals (ends of the WAIT_SPANS rows `waits`), per launch.
 
     Results are delivered at cycle boundaries, so arrivals are spaced by whole cycles even when
     every wait is equally long (a service that runs each request a fixed number of cycles late).
     Results of one cycle arrive together: spacings under SAME_CYCLE_S are not a spacing.
     """
-    if spans.is_empty():
+    if waits.is_empty():
         return np.array([])
     ends = (
-        spans.filter(pl.col("name").is_in(list(WAIT_SPAN_NAMES)) & pl.col("closed").fill_null(True))
+        waits.lazy()
         .select("segment", "end_us")
         .drop_nulls()
         .sort("segment", "end_us")
         .with_columns((pl.col("end_us").diff().over("segment") / 1e6).alias("gap"))
+        .collect()
     )
     gaps = ends["gap"].drop_nulls().to_numpy()
     return gaps[gaps > SAME_CYCLE_S]
@@ -157,12 +159,21 @@ def estimate_clock_cycle(run: RunTables, override_s: float | None = None) -> Clo
     if override_s is not None and float(override_s) > 0:
         return ClockCycle(float(override_s), "policy override clock_cycle_s", "high")
     bounds: list[ClockCycle] = []
-    for waits, source in (
-        (_trace_waits(run.spans), "trace result-wait spans"),
-        (_arrival_spacings(run.spans), "trace result arrivals"),
-        (_metric_waits(run), "metrics time/step waits"),
+    # Each source is read only when the ones before it gave no confident fit; both trace readings
+    # use the same wait spans, read once and only the columns they use.
+    wait_spans: list[pl.DataFrame] = []
+
+    def waits() -> pl.DataFrame:
+        if not wait_spans:
+            wait_spans.append(run.spans_where(WAIT_SPANS, ["segment", "end_us", "dur_us"]))
+        return wait_spans[0]
+
+    for waits_of, source in (
+        (lambda: _trace_waits(waits()), "trace result-wait spans"),
+        (lambda: _arrival_spacings(waits()), "trace result arrivals"),
+        (lambda: _metric_waits(run), "metrics time/step waits"),
     ):
-        cycle = _fit(waits, source)
+        cycle = _fit(waits_of(), source)
         if cycle is None:
             continue
         if cycle.confidence != "low":

@@ -10,9 +10,13 @@ import polars as pl
 
 from trace_doctor.knowledge.tinker import FORWARD_BACKWARD_CALLS, OPTIM_STEP_CALLS
 
+# The spans fb_optim_waits and step_transitions read (a stored table is scanned for these alone).
+PIPELINING_CALLS = [*FORWARD_BACKWARD_CALLS, *OPTIM_STEP_CALLS, "submit_batch", "finish_batch"]
 
-def _closed(spans: pl.DataFrame) -> pl.DataFrame:
-    return spans.filter(pl.col("closed").fill_null(True) & pl.col("end_us").is_not_null())
+
+def _closed(spans: pl.DataFrame) -> pl.LazyFrame:
+    # Lazy, so each query reads only the columns it uses (a span table's `args` is its bulk).
+    return spans.lazy().filter(pl.col("closed").fill_null(True) & pl.col("end_us").is_not_null())
 
 
 # 0.6.1 gives an SDK call timed to completion a private track `<task>:<method>:<tid>` with
@@ -56,21 +60,22 @@ def fb_optim_waits(spans: pl.DataFrame, min_wait_s: float) -> pl.DataFrame:
         )
         .filter("_pair")
         .drop("_pair")
+        .collect()
     )
 
 
 def step_transitions(spans: pl.DataFrame) -> pl.DataFrame:
     """SFT submit/finish pairs: was step k+1 submitted only after step k's results arrived?"""
     closed = _closed(spans).filter(pl.col("step").is_not_null())
-    submit = (
-        closed.filter(pl.col("name") == "submit_batch")
-        .group_by("segment", "step")
-        .agg(pl.col("start_us").min().alias("sub_start"), pl.col("dur_us").sum().alias("sub_dur"))
-    )
-    finish = (
-        closed.filter(pl.col("name") == "finish_batch")
-        .group_by("segment", "step")
-        .agg(pl.col("end_us").max().alias("fin_end"), pl.col("dur_us").sum().alias("fin_dur"))
+    submit, finish = pl.collect_all(
+        [
+            closed.filter(pl.col("name") == "submit_batch")
+            .group_by("segment", "step")
+            .agg(pl.col("start_us").min().alias("sub_start"), pl.col("dur_us").sum().alias("sub_dur")),
+            closed.filter(pl.col("name") == "finish_batch")
+            .group_by("segment", "step")
+            .agg(pl.col("end_us").max().alias("fin_end"), pl.col("dur_us").sum().alias("fin_dur")),
+        ]
     )
     if submit.is_empty() or finish.is_empty():
         return pl.DataFrame(

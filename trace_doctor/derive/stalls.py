@@ -27,17 +27,27 @@ def merge_ranges(ranges: list[list[float]]) -> list[list[float]]:
     return merged
 
 
-def stretched_round_trips(spans: pl.DataFrame, ratio: float, min_excess_s: float) -> pl.DataFrame:
+def stretched_round_trips(spans: pl.DataFrame | pl.LazyFrame, ratio: float, min_excess_s: float) -> pl.DataFrame:
     """Sample round trips longer than `ratio` x their median and `min_excess_s` beyond it: the SDK thread
-    that polls results could not run (or the service was slow for them)."""
-    trips = spans.filter(pl.col("name").is_in(list(ROUND_TRIP)))
-    if trips.is_empty():
-        return trips
-    trips = trips.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
-    return trips.filter(
-        (pl.col("dur_us") > ratio * pl.col("typical_us"))
-        & (pl.col("dur_us") - pl.col("typical_us") > min_excess_s * 1e6)
+    that polls results could not run (or the service was slow for them).
+
+    The medians are found first from the durations alone; then only the stretched trips are read
+    whole (a round trip per sample is most of an RL trace's spans)."""
+    trips = spans.lazy().filter(pl.col("name").is_in(list(ROUND_TRIP)))
+    typical = trips.group_by("name").agg(pl.col("dur_us").median().alias("typical_us")).collect()
+    stretched = [
+        (pl.col("name") == name)
+        & (pl.col("dur_us") > ratio * typical_us)
+        & (pl.col("dur_us") - typical_us > min_excess_s * 1e6)
+        for name, typical_us in typical.iter_rows()
+        if typical_us is not None
+    ]
+    if not stretched:
+        return trips.head(0).with_columns(pl.lit(None, pl.Float64).alias("typical_us")).collect()
+    typical_of = pl.col("name").replace_strict(
+        typical.get_column("name"), typical.get_column("typical_us"), default=None, return_dtype=pl.Float64
     )
+    return trips.filter(pl.any_horizontal(stretched)).with_columns(typical_of.alias("typical_us")).collect()
 
 
 def overlapping_spans(row: dict, others: pl.DataFrame) -> list[dict]:
@@ -65,14 +75,18 @@ def span_ref(row: dict) -> dict[str, Any]:
     }
 
 
+# The main task's child spans, the only ones main_track_gaps reads (a stored table is scanned for these).
+MAIN_TRACK_SPANS = (
+    ((pl.col("track") == "main") | (pl.col("track") == "sync:MainThread"))
+    & (pl.col("depth") >= 1)
+    & pl.col("closed")
+    & pl.col("end_us").is_not_null()
+)
+
+
 def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
     """Intervals inside the main task's outer span where no child span is open, per segment."""
-    main = spans.filter(
-        ((pl.col("track") == "main") | (pl.col("track") == "sync:MainThread"))
-        & (pl.col("depth") >= 1)
-        & pl.col("closed")
-        & pl.col("end_us").is_not_null()
-    )
+    main = spans.lazy().filter(MAIN_TRACK_SPANS)
     # A gap opens where a span starts after every earlier span of its track has ended: the
     # running maximum of end times, per track in start order, is how far coverage reached.
     track = ["segment", "pid", "track"]
@@ -80,5 +94,7 @@ def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
         main.sort([*track, "start_us", "end_us"])
         .with_columns(pl.col("end_us").cum_max().shift(1).over(track).alias("_reached"))
         .filter(pl.col("start_us") - pl.col("_reached") > min_gap_s * 1e6)
+        .select("_reached", "start_us")
+        .collect()
     )
-    return sorted([a, b] for a, b in reached.select("_reached", "start_us").iter_rows())
+    return sorted([a, b] for a, b in reached.iter_rows())

@@ -20,11 +20,18 @@ def _finite(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def trace_wall_time_s(spans: pl.DataFrame) -> float | None:
+def trace_wall_time_s(spans: pl.DataFrame | pl.LazyFrame) -> float | None:
     """Wall time covered by the trace: the extent of each segment's spans, summed."""
-    if spans.is_empty():
+    if isinstance(spans, pl.DataFrame) and spans.is_empty():
         return None
-    extent = spans.group_by("segment").agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
+    extent = (
+        spans.lazy()
+        .group_by("segment")
+        .agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
+        .collect()
+    )
+    if extent.is_empty():
+        return None
     total = (extent["b"] - extent["a"]).sum()
     return _finite(total / 1e6) if total is not None else None
 
@@ -36,7 +43,7 @@ def step_totals(step_times: pl.DataFrame) -> pl.Series:
     return step_times["total_s"].drop_nulls().drop_nans()
 
 
-def wall_time_s(spans: pl.DataFrame, step_times: pl.DataFrame) -> float | None:
+def wall_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> float | None:
     """The trace's extent, else the live steps' totals summed; None when neither exists."""
     traced = trace_wall_time_s(spans)
     if traced is not None:

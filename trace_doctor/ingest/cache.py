@@ -21,6 +21,7 @@ cheaper than the bookkeeping.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import io
@@ -36,15 +37,20 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 import xxhash
 
+from trace_doctor.ingest.stored_table import PartWriter, StoredTable, paths_in_use, scratch_dir, scratch_folder
 from trace_doctor.model import IngestWarning, InputFile
 
 MIN_CACHED_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_MB = 1024
 FORMAT_VERSION = "2"
-# An entry: one JSON line of metadata, then the table as Parquet.
-ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parquet")
+# A table entry: one JSON line of metadata, then the table as Parquet. The result cache
+# (trace_doctor/result_cache.py) keeps its `.pickle` entries in the same folder, under the same cap.
+ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|pickle)")
+# A stored table's entry: a folder of Parquet parts and the header (stored_table.PartWriter).
+STORED_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
 MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
 HASH_BLOCK = 8 * 1024 * 1024
 # A temporary file this old is a writer's leftover (a killed process), not a write in progress.
@@ -54,6 +60,9 @@ LEGACY_ENTRY = re.compile(r"[0-9a-f]{24}")
 
 _notes: list[str] = []
 _unwritable: str | None = None  # why this process stopped writing entries
+# A stored table is read lazily, maybe by another process that found the entry a moment ago: an
+# entry used this recently is never evicted (nor one a table of this process reads).
+RECENT_USE_SECONDS = 120
 
 
 def enabled() -> bool:
@@ -106,14 +115,14 @@ def _stamp(stat: os.stat_result) -> tuple[int, int, int, int]:
     return (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
-def snapshot(path: Path) -> Snapshot | None:
-    """The file's content now, when its table may be cached (None: cache off, file small or unreadable,
-    or written to while it was being hashed)."""
+def snapshot(path: Path, *, min_bytes: int | None = None) -> Snapshot | None:
+    """The file's content now, when its table may be cached (None: cache off, file smaller than
+    `min_bytes` (default MIN_CACHED_BYTES) or unreadable, or written to while it was being hashed)."""
     if not enabled():
         return None
     try:
         before = path.stat()
-        if before.st_size < MIN_CACHED_BYTES:
+        if before.st_size < (MIN_CACHED_BYTES if min_bytes is None else min_bytes):
             return None
         digest = file_digest(path, before.st_size)
         after = path.stat()
@@ -167,6 +176,10 @@ def _parser_fingerprint() -> str:
         "span_steps.py",
         "jsonl.py",
         "rollouts.py",
+        "span_stream.py",
+        "span_spill.py",
+        "span_names.py",
+        "stored_table.py",
         "cache.py",
     ):
         try:
@@ -203,8 +216,7 @@ def load(
             frame = pl.read_parquet(io.BytesIO(fh.read()))
     except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
         return None
-    with contextlib.suppress(OSError):  # a read-only cache still answers
-        os.utime(entry)  # recently used: evicted last
+    touch(entry)
     return frame, info, warnings
 
 
@@ -257,10 +269,50 @@ def store(
 ) -> bool:
     """Save the table parsed from `path` as `taken` saw it; False (nothing written) when the file has
     changed since (the parse may have read other bytes) or the entry cannot be written."""
-    global _unwritable
     if taken is None or not enabled() or _unwritable is not None or not _unchanged_since(path, taken):
         return False
-    meta = {
+    meta = _header(path, table, info, warnings, taken)
+
+    def write(out) -> None:
+        out.write(json.dumps(meta, ensure_ascii=True).encode() + b"\n")
+        frame.write_parquet(out, compression="lz4")
+
+    return write_entry(_entry_path(path, table), write)
+
+
+def write_entry(entry: Path, write) -> bool:
+    """Write one entry of the cache folder with `write(binary file)`, whole or not at all, then keep the
+    folder under its cap; False when nothing was written (a folder that cannot be written turns the
+    cache off for the process, with one note)."""
+    global _unwritable
+    if not enabled() or _unwritable is not None:
+        return False
+    root = entry.parent
+    temp = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=entry.suffix)
+        with os.fdopen(handle, "wb") as out:
+            write(out)
+        # Renamed into place whole: a concurrent reader sees the previous entry or this one.
+        os.replace(temp, entry)
+    except OSError as exc:
+        _discard(temp)
+        _unwritable = f"{root}: {exc.strerror or exc}"
+        _note_once(
+            f"table cache disabled: cannot write to {_unwritable} "
+            "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
+        )
+        return False
+    except Exception:  # noqa: BLE001 - a value the cache cannot hold is simply not cached
+        _discard(temp)
+        return False
+    evict(root, max_bytes(), keep=entry)
+    return True
+
+
+def _header(path: Path, table: str, info: InputFile, warnings: list[IngestWarning], taken: Snapshot) -> dict[str, Any]:
+    return {
         "parser": _parser_fingerprint(),
         "table": table,
         "path": os.fsencode(path).hex(),
@@ -275,30 +327,103 @@ def store(
         },
         "warnings": [w.to_dict() for w in warnings],
     }
-    root = cache_root()
-    entry = _entry_path(path, table)
-    temp = None
+
+
+def new_entry_folder(table: str) -> Path:
+    """Where a stored table is written as it is built: in the cache folder (so that it becomes the
+    entry by a rename), else in this process's scratch folder."""
+    global _unwritable
+    if enabled() and _unwritable is None:
+        root = cache_root()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+        except OSError as exc:
+            _unwritable = f"{root}: {exc.strerror or exc}"
+            _note_once(
+                f"table cache disabled: cannot write to {_unwritable} "
+                "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
+            )
+    return scratch_folder(f"{table}-")
+
+
+def adopt(
+    path: Path, table: str, out: PartWriter, info: InputFile, warnings: list[IngestWarning], taken: Snapshot | None
+) -> StoredTable:
+    """Finish the stored table `out` built from `path` as `taken` saw it: it becomes the cache entry
+    when the file is unchanged since and the cache takes it, else it stays a folder of this process."""
+    cacheable = (
+        taken is not None
+        and enabled()
+        and _unwritable is None
+        and out.folder.parent == cache_root()
+        and _unchanged_since(path, taken)
+    )
+    if not cacheable:
+        out.close()
+        if out.folder.parent != scratch_dir():
+            atexit.register(shutil.rmtree, os.fspath(out.folder), True)
+        return out.stored()
+    assert taken is not None
+    out.close(json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode())
+    entry = _stored_entry_path(path, table, taken)
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".parquet")
-        with os.fdopen(handle, "wb") as out:
-            out.write(json.dumps(meta, ensure_ascii=True).encode() + b"\n")
-            frame.write_parquet(out, compression="lz4")
-        # Renamed into place whole: a concurrent reader sees the previous entry or this one.
-        os.replace(temp, entry)
-    except OSError as exc:
-        _discard(temp)
-        _unwritable = f"{root}: {exc.strerror or exc}"
-        _note_once(
-            f"table cache disabled: cannot write to {_unwritable} "
-            "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
-        )
-        return False
-    except Exception:  # noqa: BLE001 - a table the cache cannot hold is simply not cached
-        _discard(temp)
-        return False
-    evict(root, max_bytes(), keep=entry)
-    return True
+        # Entries never change once in place (another process may be reading one): the same
+        # content parsed by someone else meanwhile stays, and this copy goes when the process ends.
+        os.rename(out.folder, entry)
+    except OSError:
+        atexit.register(shutil.rmtree, os.fspath(out.folder), True)
+        return out.stored()
+    out.moved(entry)
+    evict(cache_root(), max_bytes(), keep=entry)
+    return out.stored()
+
+
+def _stored_entry_path(path: Path, table: str, taken: Snapshot) -> Path:
+    """A stored table's entry is named by the file's content too: a new version of the file gets a
+    new entry instead of replacing one that a reader may be scanning."""
+    identity = f"{os.fspath(path.resolve())}\0{os.fspath(path)}\0{table}\0{taken.size}\0{taken.digest}"
+    name = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return cache_root() / f"{table}-{name}.parts"
+
+
+def load_stored(
+    path: Path, table: str, taken: Snapshot | None = None
+) -> tuple[StoredTable, InputFile, list[IngestWarning]] | None:
+    """The stored table, input record and warnings cached for `path`, if its content (`taken`, or as
+    it is now) is the one the entry was built from. The rows are not read."""
+    from trace_doctor.ingest.span_build import SPAN_COLUMNS
+
+    taken = taken or snapshot(path)
+    if taken is None:
+        return None
+    entry = _stored_entry_path(path, table, taken)
+    try:
+        meta = json.loads((entry / PartWriter.HEADER).read_bytes())
+        if not _matches(meta, path, table, taken):
+            return None
+        info = InputFile(**_input_fields(meta["input"]))
+        warnings = [_warning(w) for w in meta["warnings"]]
+        parts = sorted(entry.glob("part-*.parquet"))
+        rows = sum(pq.read_metadata(part).num_rows for part in parts)
+    except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
+        return None
+    with contextlib.suppress(OSError):  # a read-only cache still answers
+        os.utime(entry / PartWriter.HEADER)  # recently used: evicted last
+    schema = {"spans": SPAN_COLUMNS}[table]
+    return StoredTable(parts, rows, schema), info, warnings
+
+
+def _folder_entry(folder: str) -> tuple[float, int, str]:
+    """(last use, bytes, path) of a stored table's folder: its header is touched when used."""
+    size = sum(part.stat().st_size for part in os.scandir(folder) if part.is_file(follow_symlinks=False))
+    return os.stat(os.path.join(folder, PartWriter.HEADER)).st_mtime, size, folder
+
+
+def touch(entry: Path) -> None:
+    """Mark an entry recently used, so eviction takes it last (a read-only cache still answers)."""
+    with contextlib.suppress(OSError):
+        os.utime(entry)
 
 
 def _discard(temp: str | None) -> None:
@@ -324,20 +449,30 @@ def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
             if ENTRY.fullmatch(item.name) and item.is_file(follow_symlinks=False):
                 stat = item.stat(follow_symlinks=False)
                 entries.append((stat.st_mtime, stat.st_size, item.path))
+            elif STORED_ENTRY.fullmatch(item.name) and item.is_dir(follow_symlinks=False):
+                entries.append(_folder_entry(item.path))
             elif item.name.startswith(".tmp-") and now - item.stat(follow_symlinks=False).st_mtime > STALE_TEMP_SECONDS:
-                os.unlink(item.path)
+                if item.is_dir(follow_symlinks=False):
+                    shutil.rmtree(item.path, ignore_errors=True)
+                else:
+                    os.unlink(item.path)
             elif LEGACY_ENTRY.fullmatch(item.name) and os.path.isfile(os.path.join(item.path, "meta.json")):
                 shutil.rmtree(item.path, ignore_errors=True)
         except OSError:
             continue  # removed by another process meanwhile
     total = sum(size for _, size, _ in entries)
     keep_path = os.fspath(keep) if keep is not None else None
+    used = {os.path.dirname(p) for p in paths_in_use()}
+    entries = [e for e in entries if e[2] == keep_path or (e[2] not in used and now - e[0] > RECENT_USE_SECONDS)]
     # Oldest first; the entry just written goes last, and only if it alone is over the limit.
     for _, size, entry in sorted(entries, key=lambda e: (e[2] == keep_path, e[0])):
         if total <= limit:
             break
         try:
-            os.unlink(entry)
+            if os.path.isdir(entry):
+                shutil.rmtree(entry)
+            else:
+                os.unlink(entry)
         except OSError:
             continue
         total -= size

@@ -84,10 +84,22 @@ def _track_ids(events: pl.DataFrame) -> pl.Series:
     return events.select(pl.struct(key).rank("dense").alias("_id")).get_column("_id").cast(pl.UInt64)
 
 
-def pair_begin_end(holder: list[pl.DataFrame], source: str, warnings: FileWarnings) -> pl.DataFrame:
+def pair_begin_end(
+    holder: list[pl.DataFrame],
+    source: str,
+    warnings: FileWarnings,
+    *,
+    carry: list[pl.DataFrame] | None = None,
+) -> pl.DataFrame:
     """Match the B/E events among the events in `holder` as a per-track stack, vectorised with
     whole-column (not per-group) scans. `holder` is emptied, so the events' columns can go as their
-    spans' copies are made."""
+    spans' copies are made.
+
+    With `carry` (a trace paired a chunk at a time), the B events still open at the end of these
+    events are appended to it, in line order, instead of becoming unclosed spans: they are every
+    open stack entry, so pairing them again in front of the next chunk's events continues each
+    track's stack exactly where it was (depths included). Only the closed spans are returned then.
+    """
     events = holder.pop()
     phase = events.get_column("ph")
     narrow = pl.DataFrame(
@@ -163,6 +175,11 @@ def pair_begin_end(holder: list[pl.DataFrame], source: str, warnings: FileWarnin
         (~pl.col("_last") & (pl.col("_delta").shift(-1) == -1)).alias("closed"),
         pl.col("_row").shift(-1).alias("_end_row"),
     ).filter(pl.col("_delta") == 1)
+    if carry is not None:
+        carry.append(events[pairs.filter(~pl.col("closed")).get_column("_row").sort()])
+        pairs = pairs.filter(pl.col("closed"))
+        if pairs.height == 0:
+            return pl.DataFrame(schema=PAIRED_SCHEMA)
     closed = pairs.get_column("closed")
     # Gather only the columns each side contributes: these are copies of ~half the events. The
     # begin side goes last, a column at a time, each event column released once copied.

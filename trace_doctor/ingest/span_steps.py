@@ -15,60 +15,84 @@ from trace_doctor.ingest.span_pairing import constant
 
 
 def attribute_steps(spans: pl.DataFrame) -> pl.DataFrame:
-    """Give step-less spans the step of the innermost enclosing stepped span on their pid."""
-    stepped = spans.filter(pl.col("step").is_not_null() & pl.col("closed")).with_row_index("_container")
-    if stepped.height == 0 or stepped.height == spans.height:
-        return spans
-    cover, parent = _innermost_cover(stepped)
-    containers = stepped.select(
-        "_container",
-        pl.col("start_us").alias("_c_start"),
-        pl.col("end_us").alias("_c_end"),
-        pl.col("step").alias("_c_step"),
-    ).join(parent, on="_container", how="left")
-    # Grouping by a column with one value (one process, one pid: the usual case) only costs time.
+    """Give step-less spans the step of the innermost enclosing stepped span on their pid (the
+    whole table at once, sorted by start)."""
+    stepped = spans.filter(pl.col("step").is_not_null() & pl.col("closed"))
     by = [c for c in ("segment", "pid") if not constant(spans.get_column(c))]
-    lookup = (
-        spans.with_row_index("_span")
-        .filter(pl.col("step").is_null())
-        .select("_span", *by, "start_us", pl.coalesce("end_us", "start_us").alias("_end"))
-    )
-    if not lookup.get_column("start_us").is_sorted():  # spans come sorted unless a run was resumed
-        lookup = lookup.sort("start_us")
-    found = lookup.join_asof(
-        cover, left_on="start_us", right_on="_t", by=by or None, strategy="backward", check_sortedness=False
-    )
-    found = found.select("_span", "start_us", "_end", "_container")
-    resolved: list[pl.DataFrame] = []
-    # Climb from the innermost cover at the span's start to the first container that also covers
-    # its end; stepped spans nest only a few levels deep.
-    for _ in range(16):
-        found = found.join(containers, on="_container", how="left")
-        ok = found.filter(pl.col("_container").is_null() | (pl.col("_c_end") >= pl.col("_end")))
-        resolved.append(ok.select("_span", "_c_step"))
-        found = found.filter(pl.col("_container").is_not_null() & (pl.col("_c_end") < pl.col("_end"))).select(
-            "_span", "start_us", "_end", pl.col("_parent").alias("_container")
+    return StepCovers.of(stepped, total=spans.height, by=by).attribute(spans)
+
+
+class StepCovers:
+    """The stepped spans of a whole file, ready to attribute any part of its spans (a window of
+    them sorted by start gets the steps it would get in the whole table)."""
+
+    def __init__(self, cover: pl.DataFrame | None, containers: pl.DataFrame | None, by: list[str]) -> None:
+        self._cover = cover
+        self._containers = containers
+        self._by = by
+
+    @classmethod
+    def of(cls, stepped: pl.DataFrame, *, total: int, by: list[str]) -> StepCovers:
+        """`stepped`: the file's closed spans with a step from their args, in table order; `total`:
+        the file's span count; `by`: the columns among (segment, pid) that vary in the file."""
+        if stepped.height == 0 or stepped.height == total:
+            return cls(None, None, by)
+        stepped = stepped.with_row_index("_container")
+        cover, parent = _innermost_cover(stepped)
+        containers = stepped.select(
+            "_container",
+            pl.col("start_us").alias("_c_start"),
+            pl.col("end_us").alias("_c_end"),
+            pl.col("step").alias("_c_step"),
+        ).join(parent, on="_container", how="left")
+        return cls(cover, containers, by)
+
+    def attribute(self, spans: pl.DataFrame) -> pl.DataFrame:
+        """`spans` (sorted by start within each segment) with steps attributed by containment."""
+        if self._cover is None or self._containers is None or spans.height == 0:
+            return spans
+        cover, containers, by = self._cover, self._containers, self._by
+        lookup = (
+            spans.with_row_index("_span")
+            .filter(pl.col("step").is_null())
+            .select("_span", *by, "start_us", pl.coalesce("end_us", "start_us").alias("_end"))
         )
-        if found.height == 0:
-            break
-    steps = pl.concat(resolved).filter(pl.col("_c_step").is_not_null())
-    # Scattered into place rather than joined: a join would gather every (wide) span column again.
-    found_step = (
-        pl.Series("_c_step", [None], dtype=pl.Int64)
-        .extend_constant(None, spans.height - 1)
-        .scatter(steps.get_column("_span"), steps.get_column("_c_step"))
-    )
-    return (
-        spans.with_columns(found_step)
-        .with_columns(
-            pl.coalesce("step", "_c_step").alias("step"),
-            pl.when(pl.col("step").is_null() & pl.col("_c_step").is_not_null())
-            .then(pl.lit("containment"))
-            .otherwise(pl.col("step_source"))
-            .alias("step_source"),
+        if not lookup.get_column("start_us").is_sorted():  # spans come sorted unless a run was resumed
+            lookup = lookup.sort("start_us")
+        found = lookup.join_asof(
+            cover, left_on="start_us", right_on="_t", by=by or None, strategy="backward", check_sortedness=False
         )
-        .drop("_c_step")
-    )
+        found = found.select("_span", "start_us", "_end", "_container")
+        resolved: list[pl.DataFrame] = []
+        # Climb from the innermost cover at the span's start to the first container that also covers
+        # its end; stepped spans nest only a few levels deep.
+        for _ in range(16):
+            found = found.join(containers, on="_container", how="left")
+            ok = found.filter(pl.col("_container").is_null() | (pl.col("_c_end") >= pl.col("_end")))
+            resolved.append(ok.select("_span", "_c_step"))
+            found = found.filter(pl.col("_container").is_not_null() & (pl.col("_c_end") < pl.col("_end"))).select(
+                "_span", "start_us", "_end", pl.col("_parent").alias("_container")
+            )
+            if found.height == 0:
+                break
+        steps = pl.concat(resolved).filter(pl.col("_c_step").is_not_null())
+        # Scattered into place rather than joined: a join would gather every (wide) span column again.
+        found_step = (
+            pl.Series("_c_step", [None], dtype=pl.Int64)
+            .extend_constant(None, spans.height - 1)
+            .scatter(steps.get_column("_span"), steps.get_column("_c_step"))
+        )
+        return (
+            spans.with_columns(found_step)
+            .with_columns(
+                pl.coalesce("step", "_c_step").alias("step"),
+                pl.when(pl.col("step").is_null() & pl.col("_c_step").is_not_null())
+                .then(pl.lit("containment"))
+                .otherwise(pl.col("step_source"))
+                .alias("step_source"),
+            )
+            .drop("_c_step")
+        )
 
 
 def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -23,6 +23,7 @@ from trace_doctor.ingest.input_stream import InputStream
 from trace_doctor.ingest.jsonl import (
     CHUNK_BYTES,
     MAX_LINE_BYTES,
+    LineChunk,
     as_int64,
     certainly_not_an_object,
     decode_line,
@@ -30,23 +31,24 @@ from trace_doctor.ingest.jsonl import (
     iter_line_chunks,
     oversized_problem,
 )
+from trace_doctor.ingest.stored_table import PartWriter, StoredTable, scratch_folder
 from trace_doctor.model import STEP_SPANS_SCHEMA, IngestWarning, InputFile
 
 SCHEMA: dict[str, pl.DataType] = {**STEP_SPANS_SCHEMA, "index": pl.Int32, "segment": pl.Int32, "source": pl.String}
 
 
-def parse_timing_spans_files(paths: list[Path], warnings: list[IngestWarning]) -> tuple[pl.DataFrame, list[InputFile]]:
-    """Parse every timing_spans file into one `step_spans` table."""
-    frames: list[pl.DataFrame] = []
+def parse_timing_spans_files(paths: list[Path], warnings: list[IngestWarning]) -> tuple[StoredTable, list[InputFile]]:
+    """Parse every timing_spans file into one stored `step_spans` table (on disk, read lazily)."""
+    tables: list[StoredTable] = []
     inputs: list[InputFile] = []
     for path in paths:
-        frame, info = parse_timing_spans_file(path, warnings)
-        frames.append(frame)
+        table, info = parse_timing_spans_file(path, warnings)
+        tables.append(table)
         inputs.append(info)
-    frames = [f for f in frames if f.height]
-    if not frames:
-        return pl.DataFrame(schema=SCHEMA), inputs
-    return pl.concat(frames, how="vertical"), inputs
+    tables = [t for t in tables if t.height]
+    if not tables:
+        return StoredTable([], 0, SCHEMA), inputs
+    return StoredTable.of(tables), inputs
 
 
 LINE_SCHEMA: dict[str, pl.DataType] = {
@@ -90,16 +92,23 @@ class Typed(NamedTuple):
 MIN_BISECT_LINES = 8
 
 
-def _segments(steps: list[int]) -> list[int]:
-    """Segment per line: a step already logged in the current segment starts a new one."""
-    segments, seen, segment = [], set(), 0
-    for step in steps:
-        if step in seen:
-            segment += 1
-            seen = set()
-        seen.add(step)
-        segments.append(segment)
-    return segments
+class Segments:
+    """Segment per line, line by line in file order: a step already logged in the current segment
+    starts a new one (a resumed process re-logs steps from its checkpoint)."""
+
+    def __init__(self) -> None:
+        self.segment = 0
+        self._seen: set[int] = set()
+
+    def of(self, steps: list[int]) -> list[int]:
+        segments = []
+        for step in steps:
+            if step in self._seen:
+                self.segment += 1
+                self._seen = set()
+            self._seen.add(step)
+            segments.append(self.segment)
+        return segments
 
 
 def _read_typed(data: bytes, numbers: pl.Series) -> Typed | None:
@@ -220,74 +229,93 @@ class _Decoded:
         return pl.DataFrame(self.columns, schema={name: SCHEMA[name] for name in self.columns})
 
 
-def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[pl.DataFrame, InputFile]:
-    """Parse one file; a line (= one step) counts as one record, a bad span inside it as a warning."""
+def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[StoredTable, InputFile]:
+    """Parse one file; a line (= one step) counts as one record, a bad span inside it as a warning.
+
+    Each chunk's spans are written to disk as soon as the chunk is read (its lines' segments follow
+    from the lines before them), so the file's spans are never all in memory."""
     info = InputFile(kind="spans", path=str(path))
     source = str(path)
     log = FileWarnings(source)
-    pieces: list[Typed] = []
-    # Lines polars refused are decoded one by one as their chunk is read (a few, unless the file is
-    # damaged), so no chunk's lines outlive it.
-    decoded = _Decoded(source, log)
-    count = 0
-    # A chunk that needed care comes back in pieces grouped by layout, decoded lines apart.
-    needs_sort = False
     try:
         stream = InputStream(path)
     except OSError as exc:
         warnings.append(IngestWarning(source, None, f"cannot read file: {exc.strerror or exc}"))
         info.skipped = 1
-        return pl.DataFrame(schema=SCHEMA), info
-    with stream:
-        # A chunk at a time: the raw bytes and polars' parse of them are held for one chunk,
-        # not the whole file (RL steps log hundreds of spans each: ~100 MB over 6,000 steps).
-        for chunk in iter_line_chunks(stream, CHUNK_BYTES):
-            if chunk.oversized:
-                log.add(count + 1, oversized_problem(chunk.oversized))
-                count += 1
-                continue
-            lines_in_chunk = chunk.lines
-            numbers = pl.int_range(count + 1, count + lines_in_chunk + 1, dtype=pl.Int64, eager=True)
-            # The chunk straight from its bytes first: one read when nothing needs care, and no
-            # per-line Python objects (their memory would stay with the C allocator after they are freed).
-            whole = None if chunk.unterminated else _read_typed(chunk.data, numbers)
-            if whole is not None:
-                pieces.append(whole)
-            else:
-                lines = chunk.data.split(b"\n")
-                if not chunk.unterminated:
-                    lines.pop()
-                typed, others = _read_lines(lines, count + 1)
-                needs_sort = True
-                pieces += typed
-                last = count + lines_in_chunk
-                for number in others:
-                    decoded.line(lines[number - count - 1], number, chunk.unterminated and number == last)
-            count += lines_in_chunk
-        for problem in stream.problems():
-            log.add(None, problem)
+        return StoredTable([], 0, SCHEMA), info
+    # Straight to disk, however small: no rule reads the step spans (exports and the bundle do).
+    out = PartWriter(scratch_folder("step-spans-"), SCHEMA)
+    segments = Segments()
+    span_warnings = 0  # warnings about one span of a kept line (not a skipped record)
+    count = 0
+    try:
+        with stream:
+            # A chunk at a time: the raw bytes and polars' parse of them are held for one chunk,
+            # not the whole file (RL steps log hundreds of spans each: ~100 MB over 6,000 steps).
+            for chunk in iter_line_chunks(stream, CHUNK_BYTES):
+                if chunk.oversized:
+                    log.add(count + 1, oversized_problem(chunk.oversized))
+                    count += 1
+                    continue
+                # Lines polars refused are decoded one by one as their chunk is read (a few, unless
+                # the file is damaged), so no chunk's lines outlive it.
+                decoded = _Decoded(source, log)
+                pieces = _read_chunk(chunk, count, decoded)
+                span_warnings += decoded.span_warnings
+                count += chunk.lines
+                info.records += _write_chunk(pieces, decoded, segments, source, out)
+            for problem in stream.problems():
+                log.add(None, problem)
+    except BaseException:
+        out.abandon()
+        raise
+    # Skipped records are whole lines (and the unreadable rest of a corrupt gzip file); a bad span
+    # inside a kept line is a warning, not a record.
+    info.skipped = log.lined - span_warnings + (stream.error is not None)
+    warnings.extend(log.close())
+    out.close()
+    return out.stored(), info
+
+
+def _read_chunk(chunk: LineChunk, count: int, decoded: _Decoded) -> list[Typed]:
+    """The chunk's lines polars read (in pieces grouped by layout when the chunk needed care); the
+    others go through `decoded`. `count`: lines before the chunk."""
+    numbers = pl.int_range(count + 1, count + chunk.lines + 1, dtype=pl.Int64, eager=True)
+    # The chunk straight from its bytes first: one read when nothing needs care, and no per-line
+    # Python objects (their memory would stay with the C allocator after they are freed).
+    whole = None if chunk.unterminated else _read_typed(chunk.data, numbers)
+    if whole is not None:
+        return [whole]
+    lines = chunk.data.split(b"\n")
+    if not chunk.unterminated:
+        lines.pop()
+    typed, others = _read_lines(lines, count + 1)
+    last = count + chunk.lines
+    for number in others:
+        decoded.line(lines[number - count - 1], number, chunk.unterminated and number == last)
+    return typed
+
+
+def _write_chunk(pieces: list[Typed], decoded: _Decoded, segments: Segments, source: str, out: PartWriter) -> int:
+    """Write one chunk's spans in (line, index) order with their segments; returns its records (lines)."""
     steps_by_line = dict(pl.concat([p.steps for p in pieces]).iter_rows()) if pieces else {}
     steps_by_line.update(decoded.steps_by_line)
     layout = (
         pl.concat([p.spans for p in pieces]) if pieces else pl.DataFrame(schema={k: SCHEMA[k] for k in SPAN_COLUMNS})
     )
     spans = layout.cast({name: SCHEMA[name] for name in SPAN_COLUMNS})
-    if needs_sort:
+    if len(pieces) != 1 or decoded.steps_by_line:
+        # Pieces grouped by layout, decoded lines apart: back into file order. Chunks hold
+        # consecutive lines, so the file's order is each chunk's in turn.
         spans = pl.concat([spans, decoded.frame()]).sort("line", "index")
-    # A resumed process re-logs steps from its checkpoint: each repeat starts a new segment, as in metrics.
     ordered = sorted(steps_by_line.items())
-    segments = _segments([step for _, step in ordered])
-    info.records = len(ordered)
-    # Skipped records are whole lines (and the unreadable rest of a corrupt gzip file); a bad span
-    # inside a kept line is a warning, not a record.
-    info.skipped = log.lined - decoded.span_warnings + (stream.error is not None)
-    warnings.extend(log.close())
-    if any(segments):
+    segment = segments.of([step for _, step in ordered])
+    if any(segment):
         segment_of = pl.DataFrame(
-            {"line": [line for line, _ in ordered], "segment": segments}, schema={"line": pl.Int64, "segment": pl.Int32}
+            {"line": [line for line, _ in ordered], "segment": segment}, schema={"line": pl.Int64, "segment": pl.Int32}
         )
         spans = spans.join(segment_of, on="line", how="left", maintain_order="left")
-    else:  # one process (no step logged twice): no join of every span against its line
+    else:  # one process so far (no step logged twice): no join of every span against its line
         spans = spans.with_columns(pl.lit(0, pl.Int32).alias("segment"))
-    spans = spans.with_columns(pl.lit(source).alias("source"))
-    return spans.select(list(SCHEMA)).cast(SCHEMA), info
+    out.write(spans.with_columns(pl.lit(source).alias("source")).select(list(SCHEMA)).cast(SCHEMA))
+    return len(ordered)

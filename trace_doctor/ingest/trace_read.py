@@ -30,6 +30,8 @@ from trace_doctor.ingest.trace_parse import (
 )
 
 Progress = Callable[[str, int, int], None]
+# Takes one chunk's span events and metadata rows (lines numbered in the file), in file order.
+ChunkSink = Callable[[pl.DataFrame, pl.DataFrame], None]
 
 # Chunks read at once, and chunks held (read or being read) at once: two threads keep both cores of
 # a small CI machine busy; holding one more lets the next chunk's bytes be ready when a thread frees.
@@ -50,8 +52,12 @@ class TraceRead(NamedTuple):
     broken: bool
 
 
-def read_trace_events(path: Path, bad: FileWarnings, progress: Progress | None) -> TraceRead:
-    """The events of one trace file; unreadable records go to `bad`.
+def read_trace_events(
+    path: Path, bad: FileWarnings, progress: Progress | None, *, sink: ChunkSink | None = None
+) -> TraceRead:
+    """The events of one trace file; unreadable records go to `bad`. With `sink`, each chunk's
+    events and metadata rows are handed to it in file order as they are read, and the returned
+    event and metadata tables are empty: the whole tables never exist.
 
     Raises OSError when the file cannot be opened. A corrupt gzip stream or the decompression cap
     ends the read with a warning, keeping the records before it.
@@ -61,7 +67,7 @@ def read_trace_events(path: Path, bad: FileWarnings, progress: Progress | None) 
         if _is_json_document(stream.head(HEAD_BYTES)):
             document = DocumentEvents(stream)
             pieces = (LineChunk(piece.data, False, piece.oversized) for piece in document)
-            events, meta = read_line_chunks(pieces, source, bad, progress, stream, prefix=EVENT_PREFIX)
+            events, meta = read_line_chunks(pieces, source, bad, progress, stream, prefix=EVENT_PREFIX, sink=sink)
             if document.truncated is not None:
                 number = document.truncated
                 bad.add(number, f"event {number}: the document ends inside this event (truncated); skipped")
@@ -70,7 +76,7 @@ def read_trace_events(path: Path, bad: FileWarnings, progress: Progress | None) 
                 bad.add(None if document.found else 1, document.problem)
         else:
             chunks = iter_line_chunks(stream, CHUNK_BYTES)
-            events, meta = read_line_chunks(chunks, source, bad, progress, stream)
+            events, meta = read_line_chunks(chunks, source, bad, progress, stream, sink=sink)
         for problem in stream.problems():
             bad.add(None, problem)
     return TraceRead(events, meta, stream.error is not None)
@@ -109,10 +115,12 @@ def read_line_chunks(
     stream: InputStream,
     *,
     prefix: str = "",
+    sink: ChunkSink | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every readable event of the chunks' lines, typed, with its 1-based line number: (span events, metadata).
 
-    `prefix` names the line in warnings (a document's events: "event 12: ...").
+    `prefix` names the line in warnings (a document's events: "event 12: ..."). With `sink`, each
+    chunk's events and metadata go to it as the chunk is taken back, and neither is returned.
     """
     frames: list[pl.DataFrame] = []
     metas: list[pl.DataFrame] = []
@@ -128,9 +136,15 @@ def read_line_chunks(
         nonlocal line_offset
         read = pending.popleft().result()
         shift = pl.col("line") + line_offset
-        frames.extend(f.with_columns(shift) if line_offset else f for f in read.events)
-        metas.extend(f.with_columns(shift) if line_offset else f for f in read.meta)
+        events = [f.with_columns(shift) if line_offset else f for f in read.events]
+        chunk_meta = [f.with_columns(shift) if line_offset else f for f in read.meta]
         bad.absorb(read.bad, line_offset, prefix=prefix)
+        if sink is None:
+            frames.extend(events)
+            metas.extend(chunk_meta)
+        else:
+            sink(_one(events, SPAN_EVENT_COLUMNS), _one(chunk_meta, META_COLUMNS))
+        del events
         line_offset += read.lines
         if progress is not None:
             progress(Path(source).name, stream.position(), stream.size)
@@ -154,6 +168,14 @@ def read_line_chunks(
     # one chunk again (at 1M events that cost ~100 MB of peak memory). Copied a column at a time,
     # so the chunks' columns go as they are copied: the peak is the table and one column, not two tables.
     return concat_releasing(frames), meta
+
+
+def _one(frames: list[pl.DataFrame], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A chunk's pieces as one table (most chunks are one piece)."""
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 
 def _oversized(source: str, length: int) -> Future[ChunkRead]:

@@ -257,7 +257,7 @@ def worst_steps(result: Analysis, count: int = WORST_STEPS) -> list[int]:
     """The steps with the longest extent on the trace timeline (ties: lower step first)."""
     from trace_doctor.report.export import step_ranges_us
 
-    ranges = step_ranges_us(result.run.spans)
+    ranges = step_ranges_us(result.run.scan("spans"))
     return sorted(sorted(ranges, key=lambda s: (-(ranges[s][1] - ranges[s][0]), s))[:count])
 
 
@@ -268,13 +268,12 @@ def worst_steps_slice(result: Analysis) -> bytes | None:
     steps = worst_steps(result)
     if not steps:
         return None
-    ranges = step_ranges_us(result.run.spans)
-    spans = result.run.spans
+    ranges = step_ranges_us(result.run.scan("spans"))
     keep = pl.lit(False)
     for step in steps:
         start, end = ranges[step]
         keep = keep | ((pl.col("start_us") <= end) & (pl.col("end_us").fill_null(end) >= start))
-    return chrome_json_bytes(result, spans.filter(keep), with_findings=True)
+    return chrome_json_bytes(result, result.run.spans_where(keep), with_findings=True)
 
 
 def _html_report(result: Analysis) -> bytes | None:

@@ -113,31 +113,41 @@ def choose_gantt_steps(step_times: pl.DataFrame, finding_steps: list[list[int]],
     return StepChoice(sorted(reasons), reasons)
 
 
-def step_windows(spans: pl.DataFrame, steps: list[int]) -> pl.DataFrame:
+def step_windows(spans: pl.DataFrame | pl.LazyFrame, steps: list[int]) -> pl.DataFrame:
     """Time window (first start, last end) of each chosen step's attributed spans."""
-    if not steps or "step" not in spans.columns:
+    spans = spans.lazy()
+    if not steps or "step" not in spans.collect_schema().names():
         return pl.DataFrame(schema={"step": pl.Int64, "start_us": pl.Float64, "end_us": pl.Float64})
     return (
         spans.filter(pl.col("step").is_in(steps))
         .group_by("step")
         .agg(pl.col("start_us").min(), pl.col("end_us").max())
         .sort("step")
+        .collect()
     )
 
 
-def spans_in_windows(spans: pl.DataFrame, windows: pl.DataFrame, budget: int, notes: Summarised) -> pl.DataFrame:
-    """Spans overlapping any window, keeping the longest ones when more than `budget` overlap."""
-    if spans.is_empty():
-        return spans
+def spans_in_windows(
+    spans: pl.DataFrame | pl.LazyFrame, windows: pl.DataFrame, budget: int, notes: Summarised
+) -> pl.DataFrame:
+    """Spans overlapping any window, keeping the longest ones when more than `budget` overlap.
+
+    Only those spans are read: on a stored table, the scan is filtered by the windows."""
+    spans = spans.lazy()
+    total = spans.select(pl.len()).collect().item()
+    if total == 0:
+        return spans.head(0).collect()
     if windows.is_empty():
-        chosen = spans.sort("start_us").head(budget)
-        if len(chosen) < len(spans):
-            notes.add(f"The timeline shows the first {len(chosen):,} of {len(spans):,} spans (no span names a step).")
+        # The earliest `budget` spans: a cut on the start times alone, then the spans up to it.
+        cut = spans.select(pl.col("start_us").bottom_k(budget).max()).collect().item()
+        chosen = spans.filter(pl.col("start_us") <= cut).collect().sort("start_us").head(budget)
+        if len(chosen) < total:
+            notes.add(f"The timeline shows the first {len(chosen):,} of {total:,} spans (no span names a step).")
         return chosen
     overlap = pl.lit(False)
     for start, end in windows.select("start_us", "end_us").iter_rows():
         overlap = overlap | ((pl.col("start_us") < end) & (pl.col("end_us") > start))
-    chosen = spans.filter(overlap)
+    chosen = spans.filter(overlap).collect()
     if len(chosen) > budget:
         kept = chosen.sort(["dur_us", "start_us"], descending=[True, False]).head(budget)
         shortest = kept["dur_us"].min()

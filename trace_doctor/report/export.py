@@ -173,15 +173,17 @@ def _finding_args(finding: Finding) -> dict[str, Any]:
     return args
 
 
-def step_ranges_us(spans: pl.DataFrame) -> dict[int, tuple[float, float]]:
+def step_ranges_us(spans: pl.DataFrame | pl.LazyFrame) -> dict[int, tuple[float, float]]:
     """Each step's extent on the spans timeline (the last segment wins: a resume re-runs steps)."""
-    if spans.is_empty() or "step" not in spans.columns:
+    spans = spans.lazy()
+    if "step" not in spans.collect_schema().names():
         return {}
     extent = (
         spans.filter(pl.col("step").is_not_null() & pl.col("start_us").is_not_null())
         .group_by(["segment", "step"])
         .agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
         .sort(["segment", "step"], nulls_last=False)
+        .collect()
     )
     ranges: dict[int, tuple[float, float]] = {}
     for row in extent.iter_rows(named=True):
@@ -218,7 +220,7 @@ def finding_tracks(result: Analysis) -> list[Track]:
 
     A finding without time ranges covers its affected steps; the findings track always exists.
     """
-    steps = step_ranges_us(result.run.spans)
+    steps = step_ranges_us(result.run.scan("spans"))
     slices = [
         Slice(finding.rule, start, end, _finding_args(finding))
         for finding in result.findings

@@ -215,13 +215,14 @@ def _colour_names(result: Analysis) -> list[str]:
     """Every phase and span name the report colours, most prominent first, for one shared palette."""
     times = _step_times(result)
     phase_names = sorted(_phase_columns(times)) + sorted(_phase_columns(times, "inner:"))
-    spans = result.run.spans
+    spans = result.run.scan("spans")
     span_names: list[str] = []
-    if not spans.is_empty() and "name" in spans.columns:
+    if result.run.height("spans") and "name" in spans.collect_schema().names():
         busiest = (
             spans.group_by("name")
             .agg(pl.col("dur_us").sum())
             .sort(["dur_us", "name"], descending=[True, False], nulls_last=True)
+            .collect()
         )
         span_names = [n for n in busiest["name"].to_list() if n is not None]
     return phase_names + span_names
@@ -288,21 +289,30 @@ def _timeline(
     """The Gantt chart, each finding's target x range on it, the step buttons and colour key around it,
     and the colour of every finding drawn in colour (a lane here, and `painted_elsewhere`: a segment of
     the time account, a mark on the training-health panels)."""
-    spans = result.run.spans
+    # Read by filtered scans: the drawn steps' spans, and aggregates of the rest (a stored table of
+    # millions of spans is never read whole for a chart of a few steps).
+    spans = result.run.scan("spans")
     none: dict[str, Any] = {
         "buttons": [],
         "legend": [],
         "lanes": {},
         "painted": findings_view.colours(read, painted_elsewhere),
     }
-    if spans.is_empty():
+    if result.run.height("spans") == 0:
         return None, {}, none
     spans = spans.filter(pl.col("start_us").is_not_null() & pl.col("end_us").is_not_null())
-    if spans.is_empty():
+    has_step = "step" in spans.collect_schema().names()
+    extent = spans.select(pl.len().alias("n"), pl.col("start_us").min().alias("origin")).collect()
+    if extent["n"][0] == 0:
         return None, {}, none
-    origin = float(spans["start_us"].min())
-    traced = set(spans["step"].drop_nulls().to_list()) if "step" in spans.columns else set()
-    anchors = {i: _finding_anchor_steps(f, spans) for i, f in enumerate(result.findings)}
+    origin = float(extent["origin"][0])
+    stepped = (
+        spans.filter(pl.col("step").is_not_null()).select("step", "start_us", "end_us").collect()
+        if has_step
+        else pl.DataFrame(schema={"step": pl.Int64, "start_us": pl.Float64, "end_us": pl.Float64})
+    )
+    traced = set(stepped["step"].to_list())
+    anchors = {i: _finding_anchor_steps(f, stepped) for i, f in enumerate(result.findings)}
     choice = downsample.choose_gantt_steps(_step_times(result), [a for a in anchors.values() if a], traced)
     windows = downsample.step_windows(spans, choice.steps)
     shown = downsample.spans_in_windows(spans, windows, budget.spans, notes)

@@ -16,6 +16,24 @@ SCHEMA_VERSION = 1
 
 def _clean(value: Any) -> Any:
     """JSON has no NaN/Infinity: non-finite floats become null; floats are rounded for stable diffs."""
+    # Exact types first: a large run's document holds tens of thousands of values (time ranges).
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return round(value, 6) if math.isfinite(value) else None
+    if kind is list:
+        # Leaves inline: a time range is a list of two floats, and a finding can hold thousands.
+        return [
+            (round(v, 6) if math.isfinite(v) else None)
+            if type(v) is float
+            else v
+            if type(v) is int or type(v) is str
+            else _clean(v)
+            for v in value
+        ]
+    if kind is dict:
+        return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, float):
         return round(value, 6) if math.isfinite(value) else None
     if isinstance(value, dict):

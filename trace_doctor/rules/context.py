@@ -96,7 +96,7 @@ class RuleContext:
         """The run's wall time, one definition for every rule and output (derive.wall)."""
         from trace_doctor.derive.wall import wall_time_s
 
-        return wall_time_s(self.run.spans, self.step_times)
+        return wall_time_s(self.run.scan("spans"), self.step_times)
 
     @cached_property
     def kl_sawtooth(self):

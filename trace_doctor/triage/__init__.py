@@ -8,7 +8,7 @@ measured; it only relates what the rules found.
 
 from __future__ import annotations
 
-from trace_doctor.triage.account import attribute, time_account
+from trace_doctor.triage.account import attribute, service_time_s, time_account
 from trace_doctor.triage.links import link_findings
 
 __all__ = ["attribute", "link_findings", "time_account", "triage"]
@@ -17,10 +17,24 @@ __all__ = ["attribute", "link_findings", "time_account", "triage"]
 def triage(findings, *, wall_s, spans, step_times, trainer, clock_cycle):
     """(findings linked and attributed, the time account) — see links and account."""
     linked = link_findings(findings, spans=spans, step_times=step_times)
+    # Both steps weigh claims against the service's waits: read them from the spans once.
+    service = service_time_s(spans, step_times) if wall_s and wall_s > 0 else None
     attributed, floor = attribute(
-        linked, wall_s=wall_s, spans=spans, step_times=step_times, trainer=trainer, clock_cycle=clock_cycle
+        linked,
+        wall_s=wall_s,
+        spans=spans,
+        step_times=step_times,
+        trainer=trainer,
+        clock_cycle=clock_cycle,
+        service=service,
     )
     account = time_account(
-        attributed, wall_s=wall_s, spans=spans, step_times=step_times, clock_cycle=clock_cycle, floor_s=floor
+        attributed,
+        wall_s=wall_s,
+        spans=spans,
+        step_times=step_times,
+        clock_cycle=clock_cycle,
+        floor_s=floor,
+        service=service,
     )
     return attributed, account

@@ -25,7 +25,7 @@ import math
 
 import polars as pl
 
-from trace_doctor.derive.intervals import length, merge, overlap
+from trace_doctor.derive.intervals import length, merge, merge_columns, overlap
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.derive.wall import step_totals, trace_wall_time_s
 from trace_doctor.knowledge.tinker import RESULT_WAIT_PHASES, SAMPLE_CALLS
@@ -78,22 +78,24 @@ def attribute(
     findings: list[Finding],
     *,
     wall_s: float | None,
-    spans: pl.DataFrame,
+    spans: pl.DataFrame | pl.LazyFrame,
     step_times: pl.DataFrame,
     trainer: str,
     clock_cycle,
+    service: tuple[float | None, str] | None = None,
 ) -> tuple[list[Finding], float]:
     """Findings with non-overlapping `seconds_lost` (and `fraction_of_wall` of the one wall time), and
-    the clock-cycle floor used. The rule's own estimate stays in `evidence.own_estimate_s` when changed."""
+    the clock-cycle floor used. The rule's own estimate stays in `evidence.own_estimate_s` when changed.
+    `service` is `service_time_s(spans, step_times)` when the caller already has it."""
     if not wall_s or wall_s <= 0:
         return findings, 0.0
     floor = min(cycle_floor_s(step_times, trainer, clock_cycle), wall_s)
-    service, _ = service_time_s(spans, step_times)
+    service_s, _ = service or service_time_s(spans, step_times)
     # Three budgets: every loss together fits in the wall time above the cycle floor; client-side
     # fixes can at best hide client work behind the service's waits, so together they never win back
     # more than the time outside the waits; service-side losses live inside the waits. A loss of
     # unknown place (a symptom no cause explained, warm-up, scheduled work) only has the first.
-    waits = min(service, wall_s) if service is not None else None
+    waits = min(service_s, wall_s) if service_s is not None else None
     budget = {
         "all": wall_s - floor,
         "client": wall_s - max(floor, waits) if waits is not None else wall_s - floor,
@@ -148,13 +150,18 @@ def attribute(
     return [out[id(f)] for f in findings], floor
 
 
-def service_time_s(spans: pl.DataFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
+def service_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
     """Time the client waited on the service's results: the union of result-wait spans (trace), else
     the summed `time/step` waits of the metrics."""
-    if not spans.is_empty():
-        waits = spans.filter(pl.col("name").is_in(list(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True))
+    spans = spans.lazy()
+    if spans.select(pl.len()).collect().item():
+        waits = (
+            spans.filter(pl.col("name").is_in(list(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True))
+            .select("start_us", "end_us")
+            .collect()
+        )
         if waits.height:
-            union = merge(list(zip(waits["start_us"].to_list(), waits["end_us"].to_list(), strict=True)))
+            union = merge_columns(waits["start_us"], waits["end_us"])
             return length(union) / 1e6, "union of result-wait spans in the trace"
     if step_times.height:
         waits = phase_seconds(step_times, "step").drop_nulls().drop_nans()
@@ -174,12 +181,14 @@ def time_account(
     findings: list[Finding],
     *,
     wall_s: float | None,
-    spans: pl.DataFrame,
+    spans: pl.DataFrame | pl.LazyFrame,
     step_times: pl.DataFrame,
     clock_cycle,
     floor_s: float,
+    service: tuple[float | None, str] | None = None,
 ) -> dict | None:
-    """Where the wall time went, and the run time if every fix were applied (None without a wall time)."""
+    """Where the wall time went, and the run time if every fix were applied (None without a wall time).
+    `service` is `service_time_s(spans, step_times)` when the caller already has it."""
     if not wall_s or wall_s <= 0:
         return None
     rows = []
@@ -199,11 +208,11 @@ def time_account(
             }
         )
     accounted = sum(r["seconds"] for r in rows)
-    service, service_basis = service_time_s(spans, step_times)
+    service_s, service_basis = service or service_time_s(spans, step_times)
     # Service-side losses (late results, retries inside a call) are inside the waits: the useful part
     # is what is left of the waits once they are taken out.
     inside_waits = sum(r["seconds"] for r in rows if r["rule"] in SERVICE_SIDE_RULES)
-    useful = None if service is None else max(min(service - inside_waits, wall_s - accounted), 0.0)
+    useful = None if service_s is None else max(min(service_s - inside_waits, wall_s - accounted), 0.0)
     unexplained = max(wall_s - accounted - (useful or 0.0), 0.0)
     fixable = [r for r in rows if r["kind"] == "loss"]
     steps = len(step_totals(step_times))

@@ -40,7 +40,9 @@ def _covers(causes: list[Finding], symptom: Finding) -> bool:
     return sum(c.seconds_lost or 0.0 for c in causes) >= MIN_COVER * symptom.seconds_lost
 
 
-def link_findings(findings: list[Finding], *, spans: pl.DataFrame, step_times: pl.DataFrame) -> list[Finding]:
+def link_findings(
+    findings: list[Finding], *, spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame
+) -> list[Finding]:
     """The findings with `explained_by` set (fingerprints of the explaining findings, triage order)."""
     windows = step_windows(spans)
     where = {id(f): locate(f, windows) for f in findings}

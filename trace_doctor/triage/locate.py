@@ -15,14 +15,17 @@ def finding_key(finding: Finding) -> str:
     return finding.fingerprint or finding.rule
 
 
-def step_windows(spans: pl.DataFrame) -> dict[int, tuple[float, float]]:
+def step_windows(spans: pl.DataFrame | pl.LazyFrame) -> dict[int, tuple[float, float]]:
     """Step → (first span start, last span end) in trace microseconds, for steps the trace attributes."""
-    if spans.is_empty() or "step" not in spans.columns:
+    spans = spans.lazy()
+    if "step" not in spans.collect_schema().names():
         return {}
     rows = (
-        spans.filter(pl.col("step").is_not_null())
+        spans.lazy()
+        .filter(pl.col("step").is_not_null())
         .group_by("step")
         .agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
+        .collect()
     )
     return {int(s): (float(a), float(b)) for s, a, b in rows.iter_rows() if a is not None and b is not None}
 

@@ -90,27 +90,32 @@ def _stack_waits(ctx: RuleContext) -> Signal | None:
 
 
 def _trace_blocks(ctx: RuleContext) -> Signal | None:
-    spans = ctx.run.spans
-    if spans.is_empty():
+    if ctx.run.height("spans") == 0:
         return None
     min_s = float(ctx.thresholds.min_blocked_s)
-    closed = spans.filter(pl.col("closed") & pl.col("dur_us").is_not_null())
+    is_closed = pl.col("closed") & pl.col("dur_us").is_not_null()
+    closed = ctx.run.scan("spans").filter(is_closed)
     stretched = stretched_round_trips(closed, ROUND_TRIP_STRETCH, min_s)
-    long = closed.filter(
-        (pl.col("dur_us") > min_s * 1e6)
+    long = ctx.run.spans_where(
+        is_closed
+        & (pl.col("dur_us") > min_s * 1e6)
         & (
             pl.col("name").is_in(list(SUBMIT_ONLY_CALLS))
             | (pl.col("track").str.starts_with("sync:") & (pl.col("thread") == "MainThread"))
         )
     )
     # Those overlapping stretched round trips are gil-stall's: the SDK thread stalled too.
-    rows = [r for r in long.sort("segment", "start_us").to_dicts() if not overlapping_spans(r, stretched)]
+    rows = long.sort("segment", "start_us").to_dicts()
+    if not stretched.is_empty():
+        rows = [r for r in rows if not overlapping_spans(r, stretched)]
     if not rows:
         return None
     typical = (
-        closed.filter(pl.col("name").is_in([r["name"] for r in rows]))
+        closed.lazy()
+        .filter(pl.col("name").is_in(sorted({r["name"] for r in rows})))
         .group_by("name")
         .agg(pl.col("dur_us").median().alias("typical_us"))
+        .collect()
     )
     typical_us = dict(typical.iter_rows())
     excess = sum(max(r["dur_us"] - min(typical_us.get(r["name"], 0.0), r["dur_us"]), 0.0) for r in rows) / 1e6
@@ -140,7 +145,7 @@ def _confidence(readings: list[Signal]) -> str:
 
 def check(ctx: RuleContext) -> list[Finding]:
     run = ctx.run
-    if run.task_snapshots.is_empty() and run.stack_snapshots.is_empty() and run.spans.is_empty():
+    if run.task_snapshots.is_empty() and run.stack_snapshots.is_empty() and run.height("spans") == 0:
         if not sync_from_async_lines(run.log_events):
             raise NotApplicable(
                 "no task dumps, stack dumps, trace or SDK sync-from-async warnings to see the main thread blocked"

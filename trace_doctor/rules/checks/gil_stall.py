@@ -15,7 +15,14 @@ from trace_doctor.derive.dump_cadence import process_silences, silences
 from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_lines
 from trace_doctor.derive.profile_stats import StackState, stack_states
 from trace_doctor.derive.robust import median, robust_cv
-from trace_doctor.derive.stalls import main_track_gaps, merge_ranges, overlapping_spans, span_ref, stretched_round_trips
+from trace_doctor.derive.stalls import (
+    MAIN_TRACK_SPANS,
+    main_track_gaps,
+    merge_ranges,
+    overlapping_spans,
+    span_ref,
+    stretched_round_trips,
+)
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -135,15 +142,18 @@ def _stack_signal(ctx: RuleContext) -> Signal | None:
 
 
 def _trace_signals(ctx: RuleContext) -> list[Signal]:
-    spans = ctx.run.spans
-    if spans.is_empty():
+    if ctx.run.height("spans") == 0:
         return []
-    closed = spans.filter(pl.col("closed") & pl.col("dur_us").is_not_null())
+    is_closed = pl.col("closed") & pl.col("dur_us").is_not_null()
     min_s = float(ctx.thresholds.min_blocked_submit_s)
-    stretched = stretched_round_trips(closed, float(ctx.thresholds.round_trip_stretch_ratio), min_s)
+    stretched = stretched_round_trips(
+        ctx.run.scan("spans").filter(is_closed), float(ctx.thresholds.round_trip_stretch_ratio), min_s
+    )
     signals = []
+    if stretched.is_empty():
+        return signals  # both readings are of spans that overlap a stretched round trip
 
-    submits = closed.filter(pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)))
+    submits = ctx.run.spans_where(is_closed & pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)))
     if not submits.is_empty():
         submits = submits.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
         long_submits = submits.filter(pl.col("dur_us") > min_s * 1e6).sort("segment", "start_us").to_dicts()
@@ -180,8 +190,9 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
             )
 
     sync_main = (
-        closed.filter(
-            pl.col("track").str.starts_with("sync:")
+        ctx.run.spans_where(
+            is_closed
+            & pl.col("track").str.starts_with("sync:")
             & (pl.col("thread") == "MainThread")
             & (pl.col("dur_us") > min_s * 1e6)
         )
@@ -218,9 +229,9 @@ def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
     Alone this cannot tell a stall from untraced work, so it only supports other signals — but it
     places them on the timeline.
     """
-    if ctx.run.spans.is_empty():
+    if ctx.run.height("spans") == 0:
         return None
-    gaps = main_track_gaps(ctx.run.spans, float(ctx.thresholds.min_blocked_submit_s))
+    gaps = main_track_gaps(ctx.run.spans_where(MAIN_TRACK_SPANS), float(ctx.thresholds.min_blocked_submit_s))
     if not gaps:
         return None
     total = sum(b - a for a, b in gaps) / 1e6
@@ -280,7 +291,7 @@ def _inputs(ctx: RuleContext) -> dict[str, bool]:
         "gil-monitor": bool(gil_monitor_lines(ctx.run.log_events)),
         "task dumps": not ctx.run.task_snapshots.is_empty(),
         "stack dumps": not ctx.run.stack_snapshots.is_empty(),
-        "trace": not ctx.run.spans.is_empty(),
+        "trace": ctx.run.height("spans") > 0,
     }
 
 

@@ -14,7 +14,7 @@ import polars as pl
 from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.robust import robust_cv
 from trace_doctor.derive.scheduled import scheduled_work
-from trace_doctor.derive.stalls import main_track_gaps
+from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -126,15 +126,14 @@ def untraced_stalls(ctx, level_s: float, reported_steps: set[int]) -> Finding | 
     """Stalls between steps that no step time contains: the main task ran nothing traced for many
     steps' worth of time (a sleep, a blocking call, untraced work). Only the trace shows them: SFT
     steps are timed by their phases, and the stall falls between them."""
-    spans = ctx.run.spans
-    if spans.is_empty() or level_s <= 0:
+    if ctx.run.height("spans") == 0 or level_s <= 0:
         return None
     t = ctx.thresholds
-    gaps = main_track_gaps(spans, t.spike_ratio * level_s)
+    gaps = main_track_gaps(ctx.run.spans_where(MAIN_TRACK_SPANS), t.spike_ratio * level_s)
     if not gaps:
         return None
     starts = (
-        spans.filter(pl.col("step").is_not_null())
+        ctx.run.spans_where(pl.col("step").is_not_null(), ["step", "start_us"])
         .group_by("step")
         .agg(pl.col("start_us").min().alias("start_us"))
         .sort("start_us")

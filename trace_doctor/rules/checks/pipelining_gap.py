@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.derive.pipelining import fb_optim_waits, step_transitions
+from trace_doctor.derive.pipelining import PIPELINING_CALLS, fb_optim_waits, step_transitions
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.model import Finding
 from trace_doctor.policy.timing import PipeliningGapPolicy
@@ -190,9 +190,8 @@ def from_metrics(ctx) -> list[Finding]:
 
 
 def check(ctx) -> list[Finding]:
-    spans = ctx.run.spans
-    if not spans.is_empty():
-        return from_trace(ctx, spans)
+    if ctx.run.height("spans"):
+        return from_trace(ctx, ctx.run.spans_where(pl.col("name").is_in(PIPELINING_CALLS)))
     return from_metrics(ctx)
 
 

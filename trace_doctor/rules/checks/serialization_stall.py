@@ -103,9 +103,9 @@ def _test_finding(ctx: RuleContext) -> Finding | None:
 
 def _trace_finding(ctx: RuleContext) -> Finding | None:
     """Every training submit slow: the request is built and serialized on the calling thread."""
-    spans = ctx.run.spans
-    if spans.is_empty():
+    if ctx.run.height("spans") == 0:
         return None
+    spans = ctx.run.spans_where(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)))
     submits = spans.filter(
         pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))
         & pl.col("closed").fill_null(True)
@@ -145,7 +145,7 @@ def _trace_finding(ctx: RuleContext) -> Finding | None:
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    has_trace = not ctx.run.spans.is_empty()
+    has_trace = ctx.run.height("spans") > 0
     has_profile = not ctx.run.frames.is_empty()
     has_stacks = not ctx.run.stack_snapshots.is_empty()
     has_test = bool(serialization_test_lines(ctx.run.log_events))

@@ -13,9 +13,9 @@ from __future__ import annotations
 import polars as pl
 
 from trace_doctor.derive.intervals import merge, overlap
-from trace_doctor.derive.pipelining import fb_optim_waits, step_transitions
+from trace_doctor.derive.pipelining import PIPELINING_CALLS, fb_optim_waits, step_transitions
 from trace_doctor.derive.sessions import session_ids
-from trace_doctor.derive.stalls import main_track_gaps
+from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps
 from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -32,10 +32,12 @@ CYCLES_NEEDED = 2
 def step_intervals(spans: pl.DataFrame) -> pl.DataFrame:
     """Per step, the time from its first span to the next step's first span (same launch)."""
     starts = (
-        spans.filter(pl.col("step").is_not_null())
+        spans.lazy()
+        .filter(pl.col("step").is_not_null())
         .group_by("segment", "step")
         .agg(pl.col("start_us").min().alias("start_us"))
         .sort("segment", "step")
+        .collect()
     )
     return (
         starts.with_columns(pl.col("start_us").shift(-1).over("segment").alias("end_us"))
@@ -51,7 +53,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             f"trainer {run.meta.trainer}: the clock-cycle price of a step is known for SL/DPO steps "
             "(forward_backward + optim_step); an RL step's sampling has no fixed price"
         )
-    if run.spans.is_empty():
+    if run.height("spans") == 0:
         raise NotApplicable("no trace: whether submissions were prompt and pipelined cannot be seen")
     cycle = ctx.clock_cycle
     if cycle is None or cycle.confidence == "low":
@@ -59,7 +61,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             "no confident clock-cycle estimate (waits do not cluster at several multiples of one period): "
             "set the shared clock_cycle_s to judge results against the cycle"
         )
-    submits = run.spans.filter(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("dur_us").is_not_null())
+    submits = run.spans_where(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("dur_us").is_not_null())
     if submits.is_empty():
         raise NotApplicable("the trace has no forward_backward/optim_step submissions")
     submit_median = float(submits["dur_us"].median()) / 1e6
@@ -68,8 +70,9 @@ def check(ctx: RuleContext) -> list[Finding]:
             f"submissions take {submit_median:.3f} s (median): the client is slow to hand work over "
             "(serialization-stall), so late results are not the service's"
         )
-    handoffs = fb_optim_waits(run.spans, HANDOFF_S)
-    transitions = step_transitions(run.spans)
+    calls = run.spans_where(pl.col("name").is_in(PIPELINING_CALLS))
+    handoffs = fb_optim_waits(calls, HANDOFF_S)
+    transitions = step_transitions(calls)
     pipelined = [
         float((~frame["sequential"]).mean())
         for frame in (handoffs, transitions)
@@ -82,12 +85,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         return ctx.passed(
             f"only {share:.0%} of steps are pipelined: awaited calls (pipelining-gap) explain late results first"
         )
-    intervals = step_intervals(run.spans)
+    intervals = step_intervals(run.spans_where(pl.col("step").is_not_null(), ["segment", "step", "start_us"]))
     if intervals.height < 3:
         raise NotApplicable("fewer than 3 traced step intervals")
     # Time the main task ran nothing traced for over a cycle is the client's (a sleep, untraced work:
     # inconsistent-step-times reports it), never the service's: it is taken out of the intervals.
-    stalls = merge([(float(a), float(b)) for a, b in main_track_gaps(run.spans, cycle.seconds)])
+    stalls = merge([(float(a), float(b)) for a, b in main_track_gaps(run.spans_where(MAIN_TRACK_SPANS), cycle.seconds)])
     if stalls:
         client = [overlap([(a, b)], stalls) / 1e6 for a, b in intervals.select("start_us", "end_us").iter_rows()]
         intervals = intervals.with_columns(pl.col("interval_s") - pl.Series(client, dtype=pl.Float64))

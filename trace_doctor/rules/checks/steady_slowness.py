@@ -35,7 +35,12 @@ def client_share(steady: pl.DataFrame) -> float | None:
 def slow_submissions(spans: pl.DataFrame) -> tuple[float, int] | None:
     if spans.is_empty():
         return None
-    subs = spans.filter(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("closed").fill_null(True))
+    subs = (
+        spans.lazy()
+        .filter(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("closed").fill_null(True))
+        .select("dur_us")
+        .collect()
+    )
     if subs.is_empty():
         return None
     return float((subs["dur_us"] / 1e6).median()), subs.height
@@ -74,7 +79,7 @@ def check(ctx) -> list[Finding]:
         evidence["client_share"] = round(share, 4)
         if share > t.max_client_share:
             reasons.append(f"{share:.0%} of each step is client-side work outside the result wait")
-    submits = slow_submissions(ctx.run.spans)
+    submits = slow_submissions(ctx.run.spans_where(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))))
     if submits is not None:
         evidence["submit_median_s"], evidence["submit_spans"] = round(submits[0], 6), submits[1]
         if submits[0] > t.max_submit_s:

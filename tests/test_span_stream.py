@@ -1,0 +1,175 @@
+"""Spans paired a chunk at a time are the spans of the whole file: the chunk size changes nothing,
+even when every line is a chunk of its own, so every truncated line, unmatched E, still-open B and
+resumed-process boundary falls on a chunk boundary. Likewise the spill's sizes: spans written to
+disk a few at a time and sorted back in windows of a few spans give the same table as a file small
+enough to be sorted in memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trace_doctor.ingest import span_spill, span_stream, trace_document, trace_read
+from trace_doctor.ingest.trace_events import parse_trace_files
+
+
+def event(name: str, ph: str, ts: float, *, tid: int = 1, track: str = "main", step: int | None = None) -> str:
+    args = {"track": track, "thread": "MainThread", **({"step": step} if step is not None else {})}
+    return json.dumps({"name": name, "ph": ph, "pid": 0, "tid": tid, "ts": ts, "args": args, "cat": "async"})
+
+
+def process(label: str) -> str:
+    return json.dumps({"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "ts": 0, "args": {"name": label}})
+
+
+def run_part(t0: float, steps: int) -> list[str]:
+    """A few cookbook steps: a train step around concurrent sampling tasks, as the writer emits them."""
+    lines = []
+    for step in range(steps):
+        t = t0 + step * 100
+        lines.append(event("train_step", "B", t))
+        lines += [event("sample_async", "B", t + 1 + k, tid=10 + k, track=f"Task-{k}") for k in range(3)]
+        lines += [event("sample_async", "E", t + 20 + k, tid=10 + k, track=f"Task-{k}") for k in range(3)]
+        lines.append(event("train_step", "E", t + 50, step=step))
+    return lines
+
+
+def damaged_trace() -> list[str]:
+    first = run_part(0.0, 4)
+    # The resumed process's first event is written before its process_name metadata.
+    second = run_part(10_000.0, 3)
+    # A span around the whole first process: its train steps nest inside it, chunks apart.
+    outer = [event("outer", "B", -1.0), *first, event("outer", "E", 9_000.0)]
+    lines = [process("MainThread Thread"), *outer, second[0], process("MainThread Thread"), *second[1:]]
+    lines.insert(2, event("lonely", "E", 7.0, tid=11, track="Task-1"))  # an E with no open B
+    lines.insert(9, '{"name": "cut", "ph": "B", "pid": 0, "ti')  # a line truncated mid-write
+    lines.insert(12, "not json at all")
+    lines.insert(14, json.dumps({"name": "tick", "ph": "C", "pid": 0, "tid": 1, "ts": 3, "args": {"v": 1}}))
+    lines.insert(20, json.dumps({"name": "op", "ph": "X", "pid": 0, "tid": 5, "ts": 30.0, "dur": 4.0, "args": {}}))
+    lines.append(event("never_closed", "B", 20_000.0, tid=12, track="Task-2"))
+    lines.append('{"name": "train_step", "ph": "E", "pid": 0, "tid": 1, "ts": 2')  # the file ends mid-line
+    return lines
+
+
+def parse(path: Path) -> tuple:
+    warnings: list = []
+    spans, infos = parse_trace_files([path], warnings)
+    return spans.read(), [vars(i) for i in infos], [(w.line, w.problem) for w in warnings]
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    path = tmp_path / "trace_events.jsonl"
+    path.write_text("\n".join(damaged_trace()))
+    return path
+
+
+def test_the_whole_file_as_one_chunk_reads_the_damage(trace):
+    spans, infos, warnings = parse(trace)
+    problems = [problem for _, problem in warnings]
+    assert any("unmatched E event 'lonely'" in p for p in problems)
+    assert any("phase 'C'" in p for p in problems)
+    assert sum("truncated" in p or "not valid JSON" in p or "not JSON" in p for p in problems) >= 2
+    never = spans.filter(spans["name"] == "never_closed")
+    assert never.height == 1 and not never["closed"][0]
+    # The resumed process starts at its first event, written before its metadata.
+    assert sorted(spans["segment"].unique().to_list()) == [0, 1]
+    assert spans.filter(spans["start_us"] == 10_000.0)["segment"].to_list() == [1]
+    assert spans.filter((spans["name"] == "sample_async") & (spans["segment"] == 0))["step"].null_count() == 0
+    assert spans.filter(spans["name"] == "op")["depth"].to_list() == [0]
+    outer = spans.filter(spans["name"] == "outer")
+    assert outer["closed"].to_list() == [True] and outer["depth"].to_list() == [0]
+    steps = spans.filter(spans["name"] == "train_step")
+    assert steps.filter(steps["segment"] == 0)["depth"].unique().to_list() == [1]
+    assert steps.filter(steps["segment"] == 1)["depth"].unique().to_list() == [0]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 97, 1024])
+def test_any_chunk_size_gives_the_same_spans_and_warnings(trace, monkeypatch, chunk_bytes):
+    """Every chunk paired as it arrives (the batch of one event), so every boundary is a pairing one."""
+    whole = parse(trace)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
+    chunked = parse(trace)
+    assert chunked[0].equals(whole[0], null_equal=True)
+    assert chunked[1:] == whole[1:]
+
+
+@pytest.mark.parametrize(("buffer", "window", "sample"), [(1, 1, 1), (3, 4, 2), (7, 2, 3)])
+def test_spans_spilled_and_sorted_back_in_small_windows_are_the_same_table(trace, monkeypatch, buffer, window, sample):
+    whole = parse(trace)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", 211)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
+    monkeypatch.setattr(span_spill, "MEMORY_ROWS", 0)  # spilled however small
+    monkeypatch.setattr(span_spill, "BUFFER_ROWS", buffer)
+    monkeypatch.setattr(span_spill, "WINDOW_ROWS", window)
+    monkeypatch.setattr(span_spill, "SAMPLE_EVERY", sample)
+    monkeypatch.setattr(span_spill, "SCRATCH_ROW_GROUP", 2)
+    spilled = parse(trace)
+    assert spilled[0].equals(whole[0], null_equal=True)
+    assert spilled[1:] == whole[1:]
+
+
+def test_a_document_read_in_tiny_blocks_gives_the_same_spans(tmp_path, monkeypatch):
+    path = tmp_path / "trace.json"
+    lines = [line for line in damaged_trace() if line.startswith("{") and line.endswith("}")]
+    path.write_text('{"traceEvents": [\n' + ",\n".join(lines) + "\n]}")
+    whole = parse(path)
+    assert whole[0].height > 20
+    monkeypatch.setattr(trace_document, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
+    chunked = parse(path)
+    assert chunked[0].equals(whole[0], null_equal=True)
+    assert chunked[1:] == whole[1:]
+
+
+def deep_stack_trace() -> list[str]:
+    """Never-closed B events pile up on one track while spans open and close on top of them (and an
+    E too many at the end): the stack a chunk pairs again is only what its E events can reach."""
+    lines = []
+    for k in range(60):
+        lines.append(event("leak", "B", 10.0 * k))
+        lines.append(event("work", "B", 10.0 * k + 1))
+        lines.append(event("inner", "B", 10.0 * k + 2, tid=2, track="other"))
+        lines.append(event("inner", "E", 10.0 * k + 3, tid=2, track="other"))
+        lines.append(event("work", "E", 10.0 * k + 4, step=k))
+    lines += [event("leak", "E", 700.0 + k) for k in range(3)]
+    lines.append(event("extra", "E", 800.0, tid=2, track="other"))
+    return lines
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 300, 4096])
+def test_a_deep_stack_carried_across_chunks_pairs_like_the_whole_file(tmp_path, monkeypatch, chunk_bytes):
+    path = tmp_path / "trace_events.jsonl"
+    path.write_text("\n".join(deep_stack_trace()) + "\n")
+    whole = parse(path)
+    assert whole[0].filter(whole[0]["name"] == "leak")["closed"].sum() == 3
+    assert whole[0].filter(whole[0]["name"] == "work")["depth"].to_list()[-1] == 60
+    monkeypatch.setattr(span_stream, "DEEP_STACK", 0)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
+    chunked = parse(path)
+    assert chunked[0].equals(whole[0], null_equal=True)
+    assert chunked[1:] == whole[1:]
+
+
+def test_the_damaged_trace_pairs_alike_with_the_deep_stack_set_apart(trace, monkeypatch):
+    whole = parse(trace)
+    monkeypatch.setattr(span_stream, "DEEP_STACK", 0)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", 97)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 1)  # pair every chunk
+    chunked = parse(trace)
+    assert chunked[0].equals(whole[0], null_equal=True)
+    assert chunked[1:] == whole[1:]
+
+
+@pytest.mark.parametrize("batch", [2, 7, 40])
+def test_pairing_in_batches_of_any_size_gives_the_same_spans(trace, monkeypatch, batch):
+    whole = parse(trace)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", 150)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", batch)
+    batched = parse(trace)
+    assert batched[0].equals(whole[0], null_equal=True)
+    assert batched[1:] == whole[1:]
