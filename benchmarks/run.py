@@ -43,6 +43,11 @@ PYTHON = sys.executable
 CLI = str(Path(PYTHON).with_name("trace-doctor"))
 SEED = 0
 STAMP = "bench-params.json"
+# The environment the children get: as this process found it. Importing polars (main() imports the
+# package) sets _RJEM_MALLOC_CONF to polars' own default in os.environ, which every child would
+# inherit, and the CLI's allocator setting (trace_doctor/cli.py) would then never apply: the
+# analysis measured with another allocator than a user's shell gives it (~100 MB more at 3000x64).
+BASE_ENV = dict(os.environ)
 
 NAIVE = "import json,sys\nevents=[json.loads(line) for line in open(sys.argv[1])]\nprint(len(events))"
 PANDAS = "import pandas,sys\nframe=pandas.read_json(sys.argv[1], lines=True)\nprint(len(frame))"
@@ -223,7 +228,7 @@ def bench_size(run: Path, repeats: int, keys: list[str], outputs: Path | None = 
     size = run.name.removeprefix("rl_")
     result = SizeResult(size, run, [])
     # Analysis runs without the table cache: the point is the cold parse of a new run.
-    cold = {**os.environ, "TRACE_DOCTOR_CACHE": "off"}
+    cold = {**BASE_ENV, "TRACE_DOCTOR_CACHE": "off"}
     analyze_argv = [CLI, "analyze", str(run), "--no-html", "--format", "json"]
     if "pandas" in keys and os.path.getsize(trace) > PANDAS_MAX_TRACE_MB * 1e6:
         keys = [k for k in keys if k != "pandas"]
@@ -235,7 +240,7 @@ def bench_size(run: Path, repeats: int, keys: list[str], outputs: Path | None = 
     with tempfile.TemporaryDirectory() as cache_dir, tempfile.TemporaryDirectory() as html_dir:
         # A cap above any size measured: the default (1 GB) would evict a large run's own tables.
         cache_env = {
-            **os.environ,
+            **BASE_ENV,
             "TRACE_DOCTOR_CACHE": "on",
             "TRACE_DOCTOR_CACHE_DIR": cache_dir,
             "TRACE_DOCTOR_CACHE_MAX_MB": "1000000",
