@@ -40,6 +40,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import xxhash
 
+from trace_doctor.ingest import digest_memo
 from trace_doctor.ingest.stored_table import PartWriter, StoredTable, paths_in_use, scratch_dir, scratch_folder
 from trace_doctor.model import IngestWarning, InputFile
 
@@ -124,12 +125,16 @@ def snapshot(path: Path, *, min_bytes: int | None = None) -> Snapshot | None:
         before = path.stat()
         if before.st_size < (MIN_CACHED_BYTES if min_bytes is None else min_bytes):
             return None
+        remembered = digest_memo.recall(cache_root(), before)
+        if remembered is not None:
+            return Snapshot(before.st_size, remembered, _stamp(before))
         digest = file_digest(path, before.st_size)
         after = path.stat()
     except OSError:
         return None
     if digest is None or _stamp(after) != _stamp(before) or after.st_size != before.st_size:
         return None
+    digest_memo.remember(cache_root(), before, digest)
     return Snapshot(before.st_size, digest, _stamp(before))
 
 
@@ -180,6 +185,7 @@ def _parser_fingerprint() -> str:
         "span_spill.py",
         "span_names.py",
         "stored_table.py",
+        "digest_memo.py",
         "cache.py",
     ):
         try:
