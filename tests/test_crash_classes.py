@@ -116,7 +116,7 @@ def test_a_cache_entry_of_null_metadata_is_a_miss(run_dir, tmp_path, monkeypatch
     monkeypatch.delenv("TRACE_DOCTOR_CACHE", raising=False)
     monkeypatch.setattr(cache, "MIN_CACHED_BYTES", 0)
     first = invoke("analyze", str(run_dir), "--format", "json", "--no-html").stdout
-    [entry] = (tmp_path / "cache").iterdir()
+    [entry] = (tmp_path / "cache").glob("spans-*.parts")
     for garbage in (b"null\n", b"[]\n", b"{}\n", b'{"parser": 1}\n'):
         (entry / "entry.json").write_bytes(garbage)
         again = invoke("analyze", str(run_dir), "--format", "json", "--no-html")

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
-from trace_doctor.ingest import span_spill, span_stream, trace_document, trace_read
+from trace_doctor.ingest import cache, span_spill, span_stream, stored_table, trace_document, trace_read
 from trace_doctor.ingest.trace_events import parse_trace_files
 
 
@@ -173,3 +174,50 @@ def test_pairing_in_batches_of_any_size_gives_the_same_spans(trace, monkeypatch,
     batched = parse(trace)
     assert batched[0].equals(whole[0], null_equal=True)
     assert batched[1:] == whole[1:]
+
+
+def small_spill(monkeypatch) -> None:
+    """Spill however small the trace, a few spans at a time."""
+    monkeypatch.setattr(span_spill, "MEMORY_ROWS", 0)
+    monkeypatch.setattr(span_spill, "BUFFER_ROWS", 3)
+    monkeypatch.setattr(span_spill, "WINDOW_ROWS", 4)
+    monkeypatch.setattr(span_spill, "SAMPLE_EVERY", 2)
+    monkeypatch.setattr(stored_table, "_scratch", None)
+    monkeypatch.setattr(stored_table, "_disk_ok", True)
+    monkeypatch.setattr(stored_table, "notes", [])
+    # A refused cache folder turns the cache off for the process: for this test only.
+    monkeypatch.setattr(cache, "_unwritable", None)
+
+
+def test_no_disk_to_spill_to_keeps_the_spans_in_memory_with_a_note(trace, monkeypatch):
+    whole = parse(trace)
+    small_spill(monkeypatch)
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(stored_table.tempfile, "mkdtemp", no_space)
+    monkeypatch.setattr(stored_table.tempfile, "mkstemp", no_space)
+    kept = parse(trace)
+    assert kept[0].equals(whole[0], null_equal=True)
+    assert kept[1:] == whole[1:]
+    assert any("No space left on device" in note for note in stored_table.notes)
+
+
+def test_a_disk_that_fills_up_midway_loses_no_span(trace, monkeypatch):
+    whole = parse(trace)
+    small_spill(monkeypatch)
+    real = pl.DataFrame.write_parquet
+    written = []
+
+    def fills_up(self, *args, **kwargs):
+        if len(written) >= 2:
+            raise OSError(28, "No space left on device")
+        written.append(self.height)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", fills_up)
+    kept = parse(trace)
+    assert len(written) == 2
+    assert kept[0].equals(whole[0], null_equal=True)
+    assert kept[1:] == whole[1:]

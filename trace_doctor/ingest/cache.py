@@ -40,8 +40,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import xxhash
 
-from trace_doctor.ingest import digest_memo
-from trace_doctor.ingest.stored_table import PartWriter, StoredTable, paths_in_use, scratch_dir, scratch_folder
+from trace_doctor.ingest import digest_memo, stored_table
+from trace_doctor.ingest.stored_table import PartWriter, StoredTable, paths_in_use, scratch_folder
 from trace_doctor.model import IngestWarning, InputFile
 
 MIN_CACHED_BYTES = 4 * 1024 * 1024
@@ -92,9 +92,11 @@ def max_bytes() -> int:
 
 
 def take_notes() -> list[str]:
-    """Notes for the user about the cache (e.g. a folder that cannot be written), each given once."""
-    notes = list(_notes)
+    """Notes for the user about the cache and the disk (e.g. a folder that cannot be written), each
+    given once."""
+    notes = list(_notes) + list(stored_table.notes)
     _notes.clear()
+    stored_table.notes.clear()
     return notes
 
 
@@ -362,16 +364,18 @@ def adopt(
         taken is not None
         and enabled()
         and _unwritable is None
+        and out.folder is not None
         and out.folder.parent == cache_root()
         and _unchanged_since(path, taken)
     )
-    if not cacheable:
+    if cacheable and taken is not None:
+        header = json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode()
+        cacheable = out.close(header)  # False: the disk refused some rows, kept in memory
+    if not cacheable or taken is None or out.folder is None:
         out.close()
-        if out.folder.parent != scratch_dir():
+        if out.folder is not None:  # this process's copy only (a scratch folder goes at exit anyway)
             atexit.register(shutil.rmtree, os.fspath(out.folder), True)
         return out.stored()
-    assert taken is not None
-    out.close(json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode())
     entry = _stored_entry_path(path, table, taken)
     try:
         # Entries never change once in place (another process may be reading one): the same

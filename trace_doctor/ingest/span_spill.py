@@ -27,7 +27,7 @@ from trace_doctor.ingest.columnwise import gather_releasing
 from trace_doctor.ingest.span_names import SpanNames
 from trace_doctor.ingest.span_pairing import PAIRED_SCHEMA
 from trace_doctor.ingest.span_steps import StepCovers
-from trace_doctor.ingest.stored_table import MEMORY_ROWS, PartWriter, scratch_file
+from trace_doctor.ingest.stored_table import MEMORY_ROWS, PartWriter, disk_failed, scratch_file
 
 # Spans buffered before a scratch file is written, and spans per window of the second pass:
 # ~15-30 MB of spans each, the most this stage holds, whatever the file's length. A file of at most
@@ -73,6 +73,7 @@ class SpanSpill:
         self.segments = ColumnRange()
         self._buffer: list[pl.DataFrame] = []
         self._buffered = 0
+        self._disk = True  # False once the disk refused a scratch file: the rest stays in memory
         self._covers: list[pl.DataFrame] = []
         self._samples: list[pl.DataFrame] = []
 
@@ -89,16 +90,26 @@ class SpanSpill:
             self._covers.append(stepped.select(COVER_COLUMNS))
         self._buffer.append(spans)
         self._buffered += spans.height
-        if self._buffered >= (BUFFER_ROWS if self.files else max(BUFFER_ROWS, MEMORY_ROWS + 1)):
+        if self._disk and self._buffered >= (BUFFER_ROWS if self.files else max(BUFFER_ROWS, MEMORY_ROWS + 1)):
             self._flush()
 
     def _flush(self) -> None:
-        if not self._buffer:
+        if not self._buffer or not self._disk:
+            return
+        path = scratch_file("spans-pass1-")
+        if path is None:  # nowhere to write: the spans stay in memory (the user is told once)
+            self._disk = False
             return
         frame = pl.concat(self._buffer, how="vertical").sort(SORT_KEYS)
+        try:
+            frame.write_parquet(path, compression="lz4", row_group_size=SCRATCH_ROW_GROUP, statistics=True)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            disk_failed(exc)
+            self._disk = False
+            return
         self._buffer, self._buffered = [], 0
-        path = scratch_file("spans-pass1-")
-        frame.write_parquet(path, compression="lz4", row_group_size=SCRATCH_ROW_GROUP, statistics=True)
         self.files.append(path)
         usable = frame.select("segment", "start_us").filter(pl.col("start_us").is_finite())
         self._samples.append(usable.gather_every(SAMPLE_EVERY))
@@ -106,6 +117,12 @@ class SpanSpill:
     def finish(self) -> None:
         if self.files:
             self._flush()
+
+    def remainder(self) -> pl.DataFrame | None:
+        """The spans still in memory after some were spilled (the disk refused the rest)."""
+        if not self.files or not self._buffer:
+            return None
+        return pl.concat(self._buffer, how="vertical", rechunk=False)
 
     def held(self) -> pl.DataFrame | None:
         """All the spans, when none was spilled (a small file)."""
@@ -197,7 +214,11 @@ def write_sorted(spill: SpanSpill, names: SpanNames | None, source: str, out: Pa
                     write_window([held.filter(pl.col("segment") == segment)])
         else:
             scan = pl.scan_parquet(spill.files)
+            remainder = spill.remainder()
             for window in spill.windows():
-                write_window([scan.filter(window).collect()])
+                part = scan.filter(window).collect()
+                if remainder is not None:
+                    part = pl.concat([part, remainder.filter(window)], how="vertical")
+                write_window([part])
     finally:
         spill.discard()

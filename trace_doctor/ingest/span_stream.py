@@ -28,7 +28,7 @@ from trace_doctor.ingest.span_args import with_track_thread
 from trace_doctor.ingest.span_names import SpanNames
 from trace_doctor.ingest.span_pairing import KEY, complete_spans, pair_begin_end
 from trace_doctor.ingest.span_spill import SpanSpill
-from trace_doctor.ingest.stored_table import scratch_file
+from trace_doctor.ingest.stored_table import disk_failed, scratch_file
 from trace_doctor.ingest.trace_parse import META_COLUMNS, SPAN_PHASES
 
 # Phases other than spans and metadata are counted, not read: their names make the warning readable.
@@ -169,21 +169,30 @@ class SpanStream:
         """The file's thread and process names, when some span needs them (None otherwise)."""
         if self.spill.named:
             return None
-        self._spill_names()
         files, self._name_files = self._name_files, []
-        if not files:
-            return SpanNames.from_meta(pl.DataFrame(schema=META_COLUMNS).with_columns(self.segments.expr()))
-        meta = pl.read_parquet(files)
+        # In file order: the rows spilled first, then those still held (all of them without a disk).
+        parts = [pl.read_parquet(files)] if files else []
+        parts += self._names
+        self._names, self._names_held = [], 0
         for path in files:
             with contextlib.suppress(OSError):
                 path.unlink()
+        meta = pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=META_COLUMNS)
         return SpanNames.from_meta(meta.with_columns(self.segments.expr()))
 
     def _spill_names(self) -> None:
         if not self._names:
             return
         path = scratch_file("names-")
-        pl.concat(self._names, how="vertical").write_parquet(path, compression="lz4")
+        if path is None:
+            return  # nowhere to write: the names stay in memory
+        try:
+            pl.concat(self._names, how="vertical").write_parquet(path, compression="lz4")
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            disk_failed(exc)
+            return
         self._name_files.append(path)
         self._names, self._names_held = [], 0
 

@@ -12,6 +12,7 @@ a scratch folder of this process that is removed when it exits.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
@@ -29,25 +30,66 @@ _scratch: Path | None = None
 _live: weakref.WeakSet[StoredTable] = weakref.WeakSet()
 
 
-def scratch_dir() -> Path:
-    """This process's folder for stored tables that are not cache entries (removed at exit)."""
+# Said once to the user (the CLI prints them as notes): no disk to spill to, tables kept in memory.
+notes: list[str] = []
+
+
+def disk_failed(exc: OSError) -> None:
+    """Tables are kept in memory from now on: the scratch folder cannot be made or written (no
+    writable temporary folder, a full disk). The analysis goes on; only its memory is not bounded."""
+    global _disk_ok
+    _disk_ok = False
+    note = (
+        f"cannot write temporary files ({exc.strerror or exc}): large tables are kept in memory "
+        "(set TMPDIR to a writable folder with free space)"
+    )
+    if note not in notes:
+        notes.append(note)
+
+
+_disk_ok = True
+
+
+def scratch_dir() -> Path | None:
+    """This process's folder for stored tables that are not cache entries (removed at exit), or
+    None when none can be made."""
     global _scratch
+    if not _disk_ok:
+        return None
     if _scratch is None or not _scratch.is_dir():
-        _scratch = Path(tempfile.mkdtemp(prefix="trace-doctor-"))
+        try:
+            _scratch = Path(tempfile.mkdtemp(prefix="trace-doctor-"))
+        except OSError as exc:
+            disk_failed(exc)
+            return None
         atexit.register(shutil.rmtree, _scratch, True)
     return _scratch
 
 
-def scratch_file(prefix: str) -> Path:
-    """A new, unused file name in the scratch folder."""
-    handle, name = tempfile.mkstemp(dir=scratch_dir(), prefix=prefix, suffix=".parquet")
+def scratch_file(prefix: str) -> Path | None:
+    """A new, unused file name in the scratch folder (None: no disk to write to)."""
+    folder = scratch_dir()
+    if folder is None:
+        return None
+    try:
+        handle, name = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".parquet")
+    except OSError as exc:
+        disk_failed(exc)
+        return None
     os.close(handle)
     return Path(name)
 
 
-def scratch_folder(prefix: str) -> Path:
-    """A new, empty folder in the scratch folder."""
-    return Path(tempfile.mkdtemp(dir=scratch_dir(), prefix=prefix))
+def scratch_folder(prefix: str) -> Path | None:
+    """A new, empty folder in the scratch folder (None: no disk to write to)."""
+    folder = scratch_dir()
+    if folder is None:
+        return None
+    try:
+        return Path(tempfile.mkdtemp(dir=folder, prefix=prefix))
+    except OSError as exc:
+        disk_failed(exc)
+        return None
 
 
 class StoredTable:
@@ -110,12 +152,13 @@ class PartWriter:
     ROW_GROUP_ROWS = 65_536
     HEADER = "entry.json"
 
-    def __init__(self, folder: Path, schema: dict[str, pl.DataType], memory_rows: int = 0) -> None:
+    def __init__(self, folder: Path | None, schema: dict[str, pl.DataType], memory_rows: int = 0) -> None:
+        # No folder (nowhere to write): every row stays in memory.
         self.folder = folder
         self.schema = schema
         self.memory_rows = memory_rows
         self.height = 0
-        self.parts: list[Path] = []
+        self.parts: list[Path | pl.DataFrame] = []
         self._held: list[pl.DataFrame] = []
 
     def write(self, frame: pl.DataFrame) -> None:
@@ -126,23 +169,49 @@ class PartWriter:
         if self.height > self.memory_rows:
             self.persist()
 
-    def persist(self) -> None:
-        """Every row on disk from now on."""
-        self.memory_rows = -1
-        for frame in self._held:
-            part = self.folder / f"part-{len(self.parts):05d}.parquet"
-            frame.write_parquet(part, compression="lz4", row_group_size=self.ROW_GROUP_ROWS, statistics=True)
-            self.parts.append(part)
-        self._held = []
+    @property
+    def on_disk(self) -> bool:
+        """Every row is in the folder's files (what a cache entry needs)."""
+        return self.folder is not None and not self._held and all(isinstance(p, Path) for p in self.parts)
 
-    def close(self, header: bytes | None = None) -> None:
-        """Finish the folder (with `header`, the cache's record of what it holds, written last)."""
-        if header is not None:
-            self.persist()
+    def persist(self) -> None:
+        """Every row on disk from now on (in memory instead if the disk refuses them)."""
+        self.memory_rows = -1
+        if self.folder is None:
+            return
+        while self._held:
+            part = self.folder / f"part-{len(self.parts):05d}.parquet"
+            try:
+                self._held[0].write_parquet(
+                    part, compression="lz4", row_group_size=self.ROW_GROUP_ROWS, statistics=True
+                )
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    part.unlink()
+                disk_failed(exc)
+                self.folder = None
+                self.memory_rows = 1 << 62
+                return
+            self.parts.append(part)
+            self._held.pop(0)
+
+    def close(self, header: bytes | None = None) -> bool:
+        """Finish the folder (with `header`, the cache's record of what it holds, written last);
+        False when the rows could not all be written."""
+        if header is None:
+            return self.on_disk
+        self.persist()
+        if not self.on_disk or self.folder is None:
+            return False
+        try:
             (self.folder / self.HEADER).write_bytes(header)
+        except OSError as exc:
+            disk_failed(exc)
+            return False
+        return True
 
     def moved(self, folder: Path) -> None:
-        self.parts = [folder / p.name for p in self.parts]
+        self.parts = [folder / p.name if isinstance(p, Path) else p for p in self.parts]
         self.folder = folder
 
     def stored(self) -> StoredTable:
@@ -150,4 +219,5 @@ class PartWriter:
         return StoredTable([*self.parts, *held], self.height, self.schema)
 
     def abandon(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
