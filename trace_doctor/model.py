@@ -330,9 +330,6 @@ class RunTables:
         scan = self.scan("spans").filter(where)
         return (scan.select(columns) if columns else scan).collect()
 
-    def is_stored(self, name: str) -> bool:
-        return name in self.STORED_TABLES and not isinstance(self._raw(name), pl.DataFrame)
-
     def has_input(self, kind: str) -> bool:
         return any(i.kind == kind and i.records > 0 for i in self.inputs)
 

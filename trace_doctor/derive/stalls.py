@@ -27,14 +27,28 @@ def merge_ranges(ranges: list[list[float]]) -> list[list[float]]:
     return merged
 
 
-def stretched_round_trips(spans: pl.DataFrame | pl.LazyFrame, ratio: float, min_excess_s: float) -> pl.DataFrame:
+# The spans the stall readings judge: closed, with a duration.
+CLOSED_WITH_DURATION = pl.col("closed") & pl.col("dur_us").is_not_null()
+
+
+def round_trip_medians(spans: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """Median duration (`typical_us`) per round-trip call, from the names and durations alone."""
+    trips = spans.lazy().filter(pl.col("name").is_in(list(ROUND_TRIP)))
+    return trips.group_by("name").agg(pl.col("dur_us").median().alias("typical_us")).collect()
+
+
+def stretched_round_trips(
+    spans: pl.DataFrame | pl.LazyFrame, ratio: float, min_excess_s: float, typical: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Sample round trips longer than `ratio` x their median and `min_excess_s` beyond it: the SDK thread
     that polls results could not run (or the service was slow for them).
 
-    The medians are found first from the durations alone; then only the stretched trips are read
-    whole (a round trip per sample is most of an RL trace's spans)."""
+    The medians (`typical`: round_trip_medians of the same spans, when already known) come first;
+    then only the stretched trips are read whole (a round trip per sample is most of an RL trace's
+    spans)."""
     trips = spans.lazy().filter(pl.col("name").is_in(list(ROUND_TRIP)))
-    typical = trips.group_by("name").agg(pl.col("dur_us").median().alias("typical_us")).collect()
+    if typical is None:
+        typical = round_trip_medians(spans)
     stretched = [
         (pl.col("name") == name)
         & (pl.col("dur_us") > ratio * typical_us)

@@ -10,6 +10,7 @@ tick would leave the times as they were (a run still being written is hashed on 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -24,8 +25,14 @@ MAX_ENTRIES = 4096
 # A hash taken less than this long after the file's last change is not trusted later.
 RACY_SECONDS = 2.0
 
-# Per cache folder: what this process loaded from it and added to it.
+# The memo is written to its folder at most this often (and at exit).
+SAVE_EVERY_S = 1.0
+
+# Per cache folder: what this process loaded from it and added to it, which folders have additions
+# not yet written, and when each was last written.
 _memos: dict[str, dict[str, list[Any]]] = {}
+_unsaved: set[str] = set()
+_saved_at: dict[str, float] = {}
 
 
 def _identity(stat: os.stat_result) -> str:
@@ -56,12 +63,28 @@ def recall(root: Path, stat: os.stat_result) -> str | None:
 
 
 def remember(root: Path, stat: os.stat_result, digest: str) -> None:
-    """Record the hash of the file `stat` describes (taken now), in memory and in the cache folder."""
+    """Record the hash of the file `stat` describes (taken now); the memo is written to the cache
+    folder at most once a second and when the process ends (a folder of 200 runs hashes a thousand
+    files: writing the whole memo for each would cost more than it saves)."""
     memo = _load(root)
     memo[_identity(stat)] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, digest, time.time()]
     if len(memo) > MAX_ENTRIES:
         for identity, _ in sorted(memo.items(), key=lambda item: item[1][4])[: len(memo) - MAX_ENTRIES]:
             del memo[identity]
+    key = os.fspath(root)
+    if key not in _unsaved:
+        _unsaved.add(key)
+        atexit.register(_save, root)
+    if time.monotonic() - _saved_at.get(key, float("-inf")) >= SAVE_EVERY_S:
+        _save(root)
+
+
+def _save(root: Path) -> None:
+    key = os.fspath(root)
+    memo = _memos.get(key)
+    if memo is None or key not in _unsaved:
+        return
+    _saved_at[key] = time.monotonic()
     temp = None
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -69,8 +92,9 @@ def remember(root: Path, stat: os.stat_result, digest: str) -> None:
         with os.fdopen(handle, "w") as out:
             json.dump(memo, out)
         os.replace(temp, root / MEMO_NAME)
+        _unsaved.discard(key)
     except OSError:
-        # A cache folder that cannot be written: the hash is remembered for this process only.
+        # A cache folder that cannot be written: the hashes are remembered for this process only.
         if temp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
@@ -79,3 +103,5 @@ def remember(root: Path, stat: os.stat_result, digest: str) -> None:
 def forget() -> None:
     """Drop what this process loaded (the next lookup reads the folders' memos again)."""
     _memos.clear()
+    _unsaved.clear()
+    _saved_at.clear()

@@ -11,16 +11,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.ingest.span_pairing import constant
-
-
-def attribute_steps(spans: pl.DataFrame) -> pl.DataFrame:
-    """Give step-less spans the step of the innermost enclosing stepped span on their pid (the
-    whole table at once, sorted by start)."""
-    stepped = spans.filter(pl.col("step").is_not_null() & pl.col("closed"))
-    by = [c for c in ("segment", "pid") if not constant(spans.get_column(c))]
-    return StepCovers.of(stepped, total=spans.height, by=by).attribute(spans)
-
 
 class StepCovers:
     """The stepped spans of a whole file, ready to attribute any part of its spans (a window of

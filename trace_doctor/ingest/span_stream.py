@@ -162,7 +162,6 @@ class SpanStream:
         self._complete = []
         if complete_events:
             self.spill.add(complete_spans(pl.concat(complete_events, how="vertical")))
-        self.spill.finish()
         return self.spill, self._unmatched
 
     def names(self) -> SpanNames | None:

@@ -122,6 +122,14 @@ class RuleContext:
         )
 
     @cached_property
+    def round_trip_medians(self):
+        """Median duration per round-trip call among the closed spans: gil-stall and
+        blocking-call-in-async judge stretched round trips against the same medians."""
+        from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, round_trip_medians
+
+        return round_trip_medians(self.run.scan("spans").filter(CLOSED_WITH_DURATION))
+
+    @cached_property
     def clock_cycle(self):
         """Service clock-cycle estimate from the trace, or the configured shared knob (derive.cycles)."""
         from trace_doctor.derive.cycles import estimate_clock_cycle

@@ -16,7 +16,13 @@ import polars as pl
 from trace_doctor.derive.dump_cadence import silences
 from trace_doctor.derive.log_signals import sync_from_async_lines
 from trace_doctor.derive.profile_stats import stack_states
-from trace_doctor.derive.stalls import merge_ranges, overlapping_spans, span_ref, stretched_round_trips
+from trace_doctor.derive.stalls import (
+    CLOSED_WITH_DURATION,
+    merge_ranges,
+    overlapping_spans,
+    span_ref,
+    stretched_round_trips,
+)
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -93,11 +99,10 @@ def _trace_blocks(ctx: RuleContext) -> Signal | None:
     if ctx.run.height("spans") == 0:
         return None
     min_s = float(ctx.thresholds.min_blocked_s)
-    is_closed = pl.col("closed") & pl.col("dur_us").is_not_null()
-    closed = ctx.run.scan("spans").filter(is_closed)
-    stretched = stretched_round_trips(closed, ROUND_TRIP_STRETCH, min_s)
+    closed = ctx.run.scan("spans").filter(CLOSED_WITH_DURATION)
+    stretched = stretched_round_trips(closed, ROUND_TRIP_STRETCH, min_s, ctx.round_trip_medians)
     long = ctx.run.spans_where(
-        is_closed
+        CLOSED_WITH_DURATION
         & (pl.col("dur_us") > min_s * 1e6)
         & (
             pl.col("name").is_in(list(SUBMIT_ONLY_CALLS))

@@ -16,6 +16,7 @@ from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_lines
 from trace_doctor.derive.profile_stats import StackState, stack_states
 from trace_doctor.derive.robust import median, robust_cv
 from trace_doctor.derive.stalls import (
+    CLOSED_WITH_DURATION,
     MAIN_TRACK_SPANS,
     main_track_gaps,
     merge_ranges,
@@ -144,10 +145,13 @@ def _stack_signal(ctx: RuleContext) -> Signal | None:
 def _trace_signals(ctx: RuleContext) -> list[Signal]:
     if ctx.run.height("spans") == 0:
         return []
-    is_closed = pl.col("closed") & pl.col("dur_us").is_not_null()
+    is_closed = CLOSED_WITH_DURATION
     min_s = float(ctx.thresholds.min_blocked_submit_s)
     stretched = stretched_round_trips(
-        ctx.run.scan("spans").filter(is_closed), float(ctx.thresholds.round_trip_stretch_ratio), min_s
+        ctx.run.scan("spans").filter(is_closed),
+        float(ctx.thresholds.round_trip_stretch_ratio),
+        min_s,
+        ctx.round_trip_medians,
     )
     signals = []
     if stretched.is_empty():
