@@ -33,7 +33,9 @@ class InputStream:
     where it breaks (`error` says why), so what was read before it is kept.
     """
 
-    def __init__(self, path: Path, *, max_expansion: int | None = None, min_cap: int | None = None) -> None:
+    def __init__(
+        self, path: Path, *, max_expansion: int | None = None, min_cap: int | None = None, limit: int | None = None
+    ) -> None:
         self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by close() / the context manager
         try:
             self.size = os.fstat(self._raw.fileno()).st_size
@@ -46,6 +48,8 @@ class InputStream:
         self.max_expansion = MAX_EXPANSION if max_expansion is None else max_expansion
         floor = MIN_CAP_BYTES if min_cap is None else min_cap
         self.cap = max(floor, self.max_expansion * self.size) if self.compressed else None
+        # The bytes read at most, as an earlier read of the file saw them (it may have grown since).
+        self.limit = limit
         self.produced = 0  # bytes handed out (decompressed)
         self.capped = False  # reading stopped at the cap with more data left
         self.error: str | None = None  # reading stopped at a corrupt or truncated compressed stream
@@ -85,6 +89,10 @@ class InputStream:
         if self.error is not None:
             return b""
         try:
+            if self.limit is not None:
+                size = min(size, self.limit - self.produced)
+                if size <= 0:
+                    return b""
             if self.cap is not None:
                 size = min(size, self.cap - self.produced)
                 if size <= 0:

@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -92,10 +93,30 @@ def scratch_folder(prefix: str) -> Path | None:
         return None
 
 
-class StoredTable:
-    """Rows kept in Parquet files, in frames held in memory (a small table), or both, in order."""
+class DeferredPart:
+    """Rows written only when first read: a file checked at ingest (its rows counted, nothing in it
+    to report) whose parse no analysis needs. `produce` makes the stored table then."""
 
-    def __init__(self, parts: list[Path | pl.DataFrame], height: int, schema: dict[str, pl.DataType]) -> None:
+    def __init__(self, produce: Callable[[], StoredTable], height: int) -> None:
+        self.height = height  # the rows the check counted
+        self._produce: Callable[[], StoredTable] | None = produce
+        self._table: StoredTable | None = None
+
+    def table(self) -> StoredTable:
+        if self._table is None:
+            assert self._produce is not None
+            self._table, self._produce = self._produce(), None
+        return self._table
+
+
+Part = Path | pl.DataFrame | DeferredPart
+
+
+class StoredTable:
+    """Rows kept in Parquet files, in frames held in memory (a small table), or both, in order; a
+    deferred part is produced the first time the table is read."""
+
+    def __init__(self, parts: list[Part], height: int, schema: dict[str, pl.DataType]) -> None:
         self.parts = list(parts)
         self.height = height
         self.schema = dict(schema)
@@ -111,10 +132,25 @@ class StoredTable:
     def paths(self) -> list[Path]:
         return [p for p in self.parts if isinstance(p, Path)]
 
+    def _produced(self) -> list[Path | pl.DataFrame]:
+        """The parts, deferred ones produced (once: they replace themselves)."""
+        if any(isinstance(part, DeferredPart) for part in self.parts):
+            parts: list[Part] = []
+            for part in self.parts:
+                if isinstance(part, DeferredPart):
+                    produced = part.table()
+                    # As counted, unless the file changed in between (its checked bytes are what is read).
+                    self.height += produced.height - part.height
+                    parts += produced.parts
+                else:
+                    parts.append(part)
+            self.parts = parts
+        return [p for p in self.parts if not isinstance(p, DeferredPart)]
+
     def scan(self) -> pl.LazyFrame:
         scans: list[pl.LazyFrame] = []
         files: list[Path] = []
-        for part in self.parts:
+        for part in self._produced():
             if isinstance(part, Path):
                 files.append(part)
                 continue
@@ -129,8 +165,9 @@ class StoredTable:
         return scans[0] if len(scans) == 1 else pl.concat(scans, how="vertical")
 
     def read(self) -> pl.DataFrame:
-        if len(self.parts) == 1 and isinstance(self.parts[0], pl.DataFrame):
-            return self.parts[0]
+        parts = self._produced()
+        if len(parts) == 1 and isinstance(parts[0], pl.DataFrame):
+            return parts[0]
         return self.scan().collect()
 
     def is_empty(self) -> bool:

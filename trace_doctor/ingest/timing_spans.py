@@ -31,7 +31,7 @@ from trace_doctor.ingest.jsonl import (
     iter_line_chunks,
     oversized_problem,
 )
-from trace_doctor.ingest.stored_table import PartWriter, StoredTable, scratch_folder
+from trace_doctor.ingest.stored_table import DeferredPart, PartWriter, StoredTable, scratch_folder
 from trace_doctor.model import STEP_SPANS_SCHEMA, IngestWarning, InputFile
 
 SCHEMA: dict[str, pl.DataType] = {**STEP_SPANS_SCHEMA, "index": pl.Int32, "segment": pl.Int32, "source": pl.String}
@@ -59,23 +59,39 @@ LINE_SCHEMA: dict[str, pl.DataType] = {
 }
 # The cookbook writes each line with `json.dumps` defaults, so its bytes follow one layout:
 #   {"step": N, "spans": [{"name": S, "duration": D, "wall_start": W, "wall_end": W}, ...]}
-# spelled here in JSON's own string and number grammar. Used only to sort lines when a file needs
-# care: lines in this layout are read together, others one piece at a time.
+# spelled here in JSON's own string and number grammar.
 _TEXT = r'[^"\\\x00-\x1f]*'
 _INT = r"-?(?:0|[1-9][0-9]*)"
 _NUMBER = _INT + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
-_SPAN = (
-    r'\{"name": "'
-    + _TEXT
-    + r'", "duration": '
-    + _NUMBER
-    + r', "wall_start": '
-    + _NUMBER
-    + r', "wall_end": '
-    + _NUMBER
-    + r"\}"
-)
-LINE_LAYOUT = r'^\{"step": ' + _INT + r', "spans": \[(?:' + _SPAN + r"(?:, " + _SPAN + r")*)?\]\}$"
+# The same grammar bounded so that every value fits its column: a step within 64 bits (18 digits),
+# a number at most ~1e299 (200 digits, a two-digit exponent), which no float overflows to infinity.
+_SMALL_INT = r"-?(?:0|[1-9][0-9]{0,17})"
+_FINITE_NUMBER = r"-?(?:0|[1-9][0-9]{0,199})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]{1,2})?"
+
+
+def _line_layout(step: str, number: str) -> str:
+    span = (
+        r'\{"name": "'
+        + _TEXT
+        + r'", "duration": '
+        + number
+        + r', "wall_start": '
+        + number
+        + r', "wall_end": '
+        + number
+        + r"\}"
+    )
+    return r'^\{"step": ' + step + r', "spans": \[(?:' + span + r"(?:, " + span + r")*)?\]\}$"
+
+
+# Used to sort lines when a file needs care: lines in this layout are read together, others one
+# piece at a time.
+LINE_LAYOUT = _line_layout(_INT, _NUMBER)
+# A line the reader keeps whole, every span of it, with nothing to report: what the check before
+# the read looks for (see parse_timing_spans_file).
+CLEAN_LINE = _line_layout(_SMALL_INT, _FINITE_NUMBER)
+# Each span of a line in the layout holds this text once, and no name can (names hold no quote).
+SPAN_MARK = '"wall_end": '
 # The step_spans columns read from the file (the rest are added per file).
 SPAN_COLUMNS = ("step", "name", "duration_s", "wall_start_s", "wall_end_s", "line", "index")
 
@@ -229,16 +245,86 @@ class _Decoded:
         return pl.DataFrame(self.columns, schema={name: SCHEMA[name] for name in self.columns})
 
 
+class Checked(NamedTuple):
+    """A file whose every line is CLEAN_LINE: its lines, its spans, and the bytes checked."""
+
+    lines: int
+    spans: int
+    size: int
+
+
 def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[StoredTable, InputFile]:
     """Parse one file; a line (= one step) counts as one record, a bad span inside it as a warning.
 
-    Each chunk's spans are written to disk as soon as the chunk is read (its lines' segments follow
-    from the lines before them), so the file's spans are never all in memory."""
+    No rule reads the step spans (exports and the bundle do), so a file the cookbook wrote is only
+    checked here: when every line is in its exact layout with values that fit their columns, the
+    read would keep every line and span and report nothing, so its records and spans are counted
+    and the read itself waits until a reader asks for the table (of the bytes checked, should the
+    file grow meanwhile). Any other file is read now, for its warnings.
+    """
+    checked = _check(path)
+    if checked is None:
+        return _parse(path, warnings)
+    info = InputFile(kind="spans", path=str(path), records=checked.lines)
+
+    def produce() -> StoredTable:
+        # Nothing to report (the check saw to that); a file changed since says so in no output.
+        return _parse(path, [], limit=checked.size)[0]
+
+    return StoredTable([DeferredPart(produce, checked.spans)], checked.spans, SCHEMA), info
+
+
+def _check(path: Path) -> Checked | None:
+    """The file's lines and spans if every line is CLEAN_LINE (None: the read must look at it)."""
+    lines = spans = 0
+    try:
+        with InputStream(path) as stream:
+            for chunk in iter_line_chunks(stream, CHUNK_BYTES):
+                # An oversized or unterminated line, a CR, a NUL: things the reader reports or
+                # treats apart. Lines are cut at the NUL byte, which no clean line holds.
+                if chunk.oversized or chunk.unterminated or b"\r" in chunk.data or b"\x00" in chunk.data:
+                    return None
+                counted = _clean_lines(chunk.data)
+                if counted is None:
+                    return None
+                lines += counted[0]
+                spans += counted[1]
+            if stream.problems():
+                return None
+            return Checked(lines, spans, stream.produced)
+    except OSError:
+        return None  # the read reports it
+
+
+def _clean_lines(data: bytes) -> tuple[int, int] | None:
+    """(lines, spans) of a chunk of whole lines, if every line is CLEAN_LINE."""
+    try:
+        raw = pl.read_csv(
+            io.BytesIO(data), has_header=False, separator="\x00", quote_char=None, schema={"text": pl.String}
+        )
+    except Exception:  # noqa: BLE001 - not UTF-8, or anything else the CSV reader refuses: read it
+        return None
+    if raw.height != data.count(b"\n"):
+        return None
+    text = pl.col("text")
+    found = raw.select(
+        text.str.contains(CLEAN_LINE).fill_null(False).all().alias("clean"),
+        text.str.count_matches(SPAN_MARK, literal=True).sum().alias("spans"),
+    )
+    if not found.item(0, "clean"):
+        return None
+    return raw.height, int(found.item(0, "spans"))
+
+
+def _parse(path: Path, warnings: list[IngestWarning], *, limit: int | None = None) -> tuple[StoredTable, InputFile]:
+    """Read the file (its first `limit` bytes), each chunk's spans written to disk as soon as the
+    chunk is read (its lines' segments follow from the lines before them), so the file's spans are
+    never all in memory."""
     info = InputFile(kind="spans", path=str(path))
     source = str(path)
     log = FileWarnings(source)
     try:
-        stream = InputStream(path)
+        stream = InputStream(path, limit=limit)
     except OSError as exc:
         warnings.append(IngestWarning(source, None, f"cannot read file: {exc.strerror or exc}"))
         info.skipped = 1
