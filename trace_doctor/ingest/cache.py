@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow.parquet as pq
 import xxhash
 
 from trace_doctor.ingest import digest_memo, stored_table
@@ -415,7 +414,7 @@ def load_stored(
         info = InputFile(**_input_fields(meta["input"]))
         warnings = [_warning(w) for w in meta["warnings"]]
         parts = sorted(entry.glob("part-*.parquet"))
-        rows = sum(pq.read_metadata(part).num_rows for part in parts)
+        rows = sum(pl.scan_parquet(part).select(pl.len()).collect().item() for part in parts)
     except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
         return None
     with contextlib.suppress(OSError):  # a read-only cache still answers
