@@ -64,17 +64,39 @@ def stretched_round_trips(
     return trips.filter(pl.any_horizontal(stretched)).with_columns(typical_of.alias("typical_us")).collect()
 
 
-def overlapping_spans(row: dict, others: pl.DataFrame) -> list[dict]:
-    """Spans of `others` on another thread that overlap `row` in time (same launch)."""
-    if others.is_empty():
-        return []
-    hits = others.filter(
-        (pl.col("segment").eq_missing(row["segment"]))
-        & (pl.col("start_us") < row["end_us"])
-        & (pl.col("end_us") > row["start_us"])
-        & ~((pl.col("tid") == row["tid"]) & (pl.col("pid") == row["pid"]))
+def overlaps(rows: pl.DataFrame, others: pl.DataFrame) -> pl.DataFrame:
+    """Which spans of `others` on another thread overlap each span of `rows` in time (same launch):
+    (`_row`, `_other`) index pairs, in the order of both.
+
+    One inequality join instead of a scan of `others` per row: a run stalled for thousands of steps
+    has thousands of long calls to test against thousands of stretched round trips.
+    """
+    left = rows.select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"), "segment", "start_us", "end_us", "pid", "tid"
     )
-    return hits.to_dicts()
+    right = others.select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("_other"),
+        pl.col("segment").alias("_segment"),
+        pl.col("start_us").alias("_start"),
+        pl.col("end_us").alias("_end"),
+        pl.col("pid").alias("_pid"),
+        pl.col("tid").alias("_tid"),
+    )
+    if left.is_empty() or right.is_empty():
+        return pl.DataFrame(schema={"_row": pl.UInt32, "_other": pl.UInt32})
+    pairs = left.join_where(right, pl.col("_start") < pl.col("end_us"), pl.col("_end") > pl.col("start_us"))
+    # A null in the thread test leaves the pair a hit only if the rest decides it (Kleene logic),
+    # as a filter of `others` by one row's values would.
+    other_thread = ~((pl.col("_tid") == pl.col("tid")) & (pl.col("_pid") == pl.col("pid")))
+    return (
+        pairs.filter(pl.col("_segment").eq_missing(pl.col("segment")) & other_thread)
+        .select("_row", "_other")
+        .sort("_row", "_other")
+    )
+
+
+# What span_ref cites and overlaps compares: the columns the stall readings read of a span.
+CITED_COLUMNS = ["name", "track", "thread", "step", "start_us", "end_us", "dur_us", "segment", "pid", "tid"]
 
 
 def span_ref(row: dict) -> dict[str, Any]:

@@ -17,9 +17,10 @@ from trace_doctor.derive.dump_cadence import silences
 from trace_doctor.derive.log_signals import sync_from_async_lines
 from trace_doctor.derive.profile_stats import stack_states
 from trace_doctor.derive.stalls import (
+    CITED_COLUMNS,
     CLOSED_WITH_DURATION,
     merge_ranges,
-    overlapping_spans,
+    overlaps,
     span_ref,
     stretched_round_trips,
 )
@@ -107,35 +108,47 @@ def _trace_blocks(ctx: RuleContext) -> Signal | None:
         & (
             pl.col("name").is_in(list(SUBMIT_ONLY_CALLS))
             | (pl.col("track").str.starts_with("sync:") & (pl.col("thread") == "MainThread"))
-        )
+        ),
+        CITED_COLUMNS,
     )
-    # Those overlapping stretched round trips are gil-stall's: the SDK thread stalled too.
-    rows = long.sort("segment", "start_us").to_dicts()
+    # Those overlapping stretched round trips are gil-stall's: the SDK thread stalled too. (The
+    # table is in start order already: a stable sort keeps ties in it.)
+    long = long.sort("segment", "start_us", maintain_order=True)
     if not stretched.is_empty():
-        rows = [r for r in rows if not overlapping_spans(r, stretched)]
-    if not rows:
+        taken = overlaps(long, stretched).get_column("_row").unique()
+        long = long.filter(~pl.int_range(pl.len(), dtype=pl.UInt32).is_in(taken))
+    if long.is_empty():
         return None
+    names = long.get_column("name").unique().sort().to_list()
     typical = (
         closed.lazy()
-        .filter(pl.col("name").is_in(sorted({r["name"] for r in rows})))
+        .filter(pl.col("name").is_in(names))
         .group_by("name")
         .agg(pl.col("dur_us").median().alias("typical_us"))
         .collect()
     )
-    typical_us = dict(typical.iter_rows())
-    excess = sum(max(r["dur_us"] - min(typical_us.get(r["name"], 0.0), r["dur_us"]), 0.0) for r in rows) / 1e6
-    names = sorted({r["name"] for r in rows})
+    # A row's excess over its call's median; summed in row order, as the rows are listed.
+    over = long.join(typical, on="name", how="left", maintain_order="left").select(
+        pl.col("dur_us") - pl.min_horizontal(pl.col("typical_us").fill_null(0.0), pl.col("dur_us"))
+    )
+    excess = sum(max(value, 0.0) for value in over.to_series().to_list()) / 1e6
+    durations = long.get_column("dur_us")
     return Signal(
         "trace-blocked",
         SUPPORTING,
-        f"{len(rows)} span(s) of submit-only SDK calls or synchronous main-thread work ({', '.join(names[:4])}) "
-        f"took over {min_s:g} s (longest {max(r['dur_us'] for r in rows) / 1e6:.2f} s) while sample round trips "
+        f"{long.height} span(s) of submit-only SDK calls or synchronous main-thread work ({', '.join(names[:4])}) "
+        f"took over {min_s:g} s (longest {durations.max() / 1e6:.2f} s) while sample round trips "
         "kept their usual pace: handing a request over takes milliseconds unless the calling thread is busy "
         "(building or serializing a large payload, or a blocking call)",
-        {"spans": [span_ref(r) for r in rows[:MAX_CITED]], "count": len(rows)},
+        {"spans": [span_ref(r) for r in long.head(MAX_CITED).to_dicts()], "count": long.height},
         seconds=excess,
-        time_ranges_us=merge_ranges([[r["start_us"], r["end_us"]] for r in rows]),
-        steps=sorted({int(r["step"]) for r in rows if r["step"] is not None}),
+        time_ranges_us=merge_ranges(
+            [
+                [a, b]
+                for a, b in zip(long.get_column("start_us").to_list(), long.get_column("end_us").to_list(), strict=True)
+            ]
+        ),
+        steps=sorted({int(step) for step in long.get_column("step").drop_nulls().to_list()}),
     )
 
 

@@ -16,11 +16,12 @@ from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_lines
 from trace_doctor.derive.profile_stats import StackState, stack_states
 from trace_doctor.derive.robust import median, robust_cv
 from trace_doctor.derive.stalls import (
+    CITED_COLUMNS,
     CLOSED_WITH_DURATION,
     MAIN_TRACK_SPANS,
     main_track_gaps,
     merge_ranges,
-    overlapping_spans,
+    overlaps,
     span_ref,
     stretched_round_trips,
 )
@@ -157,14 +158,14 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
     if stretched.is_empty():
         return signals  # both readings are of spans that overlap a stretched round trip
 
-    submits = ctx.run.spans_where(is_closed & pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)))
+    submits = ctx.run.spans_where(is_closed & pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)), CITED_COLUMNS)
     if not submits.is_empty():
         submits = submits.with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
-        long_submits = submits.filter(pl.col("dur_us") > min_s * 1e6).sort("segment", "start_us").to_dicts()
+        long = submits.filter(pl.col("dur_us") > min_s * 1e6).sort("segment", "start_us", maintain_order=True)
         # A slow submit alone says only that the calling thread was busy (building or serializing the
         # payload, a blocking call): blocking-call-in-async. It is a GIL stall when the SDK's own
         # round trips stretched at the same time.
-        with_stretch = [(row, hits) for row in long_submits if (hits := overlapping_spans(row, stretched))]
+        with_stretch = _with_overlaps(long, stretched)
         long_submits = [row for row, _ in with_stretch]
         if long_submits:
             excess = sum((row["dur_us"] - row["typical_us"]) / 1e6 for row in long_submits)
@@ -193,17 +194,14 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
                 )
             )
 
-    sync_main = (
-        ctx.run.spans_where(
-            is_closed
-            & pl.col("track").str.starts_with("sync:")
-            & (pl.col("thread") == "MainThread")
-            & (pl.col("dur_us") > min_s * 1e6)
-        )
-        .sort("segment", "start_us")
-        .to_dicts()
-    )
-    corroborated_sync = [(row, hits) for row in sync_main if (hits := overlapping_spans(row, stretched))]
+    sync_main = ctx.run.spans_where(
+        is_closed
+        & pl.col("track").str.starts_with("sync:")
+        & (pl.col("thread") == "MainThread")
+        & (pl.col("dur_us") > min_s * 1e6),
+        CITED_COLUMNS,
+    ).sort("segment", "start_us", maintain_order=True)
+    corroborated_sync = _with_overlaps(sync_main, stretched)
     if corroborated_sync:
         ranges = merge_ranges([[r["start_us"], r["end_us"]] for r, _ in corroborated_sync])
         signals.append(
@@ -225,6 +223,19 @@ def _trace_signals(ctx: RuleContext) -> list[Signal]:
             )
         )
     return signals
+
+
+def _with_overlaps(rows: pl.DataFrame, stretched: pl.DataFrame) -> list[tuple[dict, list[dict]]]:
+    """The rows that overlap a stretched round trip on another thread, in table order; the first
+    MAX_CITED of them (those a finding cites) with the first three round trips they overlap."""
+    pairs = overlaps(rows, stretched)
+    if pairs.is_empty():
+        return []
+    firsts = pairs.group_by("_row", maintain_order=True).agg(pl.col("_other").head(3))
+    hit_rows = rows[firsts.get_column("_row")].to_dicts()
+    cited = stretched.select(CITED_COLUMNS)
+    hits = [cited[others].to_dicts() for others in firsts.get_column("_other").head(MAX_CITED).to_list()]
+    return [(row, hits[i] if i < len(hits) else []) for i, row in enumerate(hit_rows)]
 
 
 def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
