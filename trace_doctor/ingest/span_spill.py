@@ -100,7 +100,12 @@ class SpanSpill:
         if path is None:  # nowhere to write: the spans stay in memory (the user is told once)
             self._disk = False
             return
-        frame = pl.concat(self._buffer, how="vertical").sort(SORT_KEYS)
+        # Sorted a column at a time, each buffered column released once copied: the first flush holds
+        # MEMORY_ROWS spans, and a whole-table sort would hold them twice (the peak of a long trace).
+        holder = [pl.concat(self._buffer, how="vertical", rechunk=False)]
+        self._buffer = []
+        order = holder[0].select(pl.arg_sort_by(SORT_KEYS)).to_series()
+        frame = gather_releasing(holder, order)
         try:
             frame.write_parquet(path, compression="lz4", row_group_size=SCRATCH_ROW_GROUP, statistics=True)
         except OSError as exc:
@@ -108,8 +113,9 @@ class SpanSpill:
                 path.unlink()
             disk_failed(exc)
             self._disk = False
+            self._buffer = [frame]  # kept in memory (sorted, which is no matter)
             return
-        self._buffer, self._buffered = [], 0
+        self._buffered = 0
         self.files.append(path)
         usable = frame.select("segment", "start_us").filter(pl.col("start_us").is_finite())
         self._samples.append(usable.gather_every(SAMPLE_EVERY))
