@@ -139,7 +139,8 @@ class StoredTable:
             for part in self.parts:
                 if isinstance(part, DeferredPart):
                     produced = part.table()
-                    # As counted, unless the file changed in between (its checked bytes are what is read).
+                    # The rows the check counted, unless the file was rewritten since (a file that
+                    # only grew reads as checked: only the checked bytes are read).
                     self.height += produced.height - part.height
                     parts += produced.parts
                 else:
