@@ -42,6 +42,8 @@ def spans(rng: random.Random, n: int, *, nulls: bool) -> pl.DataFrame:
     )
 
 
+# The reference compares with a row's nulls as scalars, which polars warns always gives null (as meant).
+@pytest.mark.filterwarnings("ignore:Comparisons with None")
 @pytest.mark.parametrize("seed", range(12))
 def test_overlaps_are_what_a_scan_per_row_finds(seed):
     rng = random.Random(seed)

@@ -115,8 +115,8 @@ def _trace_blocks(ctx: RuleContext) -> Signal | None:
     # table is in start order already: a stable sort keeps ties in it.)
     long = long.sort("segment", "start_us", maintain_order=True)
     if not stretched.is_empty():
-        taken = overlaps(long, stretched).get_column("_row").unique()
-        long = long.filter(~pl.int_range(pl.len(), dtype=pl.UInt32).is_in(taken))
+        taken = overlaps(long, stretched).select(pl.col("_row").unique())
+        long = long.with_row_index("_row").join(taken, on="_row", how="anti", maintain_order="left").drop("_row")
     if long.is_empty():
         return None
     names = long.get_column("name").unique().sort().to_list()
