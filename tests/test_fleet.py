@@ -191,3 +191,21 @@ def test_row_leads_with_the_training_cause_not_the_symptom_it_explains():
     (report,) = analyze_sources(split_runs([run]).runs, Settings(), jobs=1).reports
     assert report.main_finding["rule"] == "renderer-model-mismatch"
     assert report.quality_finding is None  # it is the main finding already
+
+
+def test_run_ids_that_clean_to_one_another_stay_apart_in_the_dataset(tmp_path):
+    # `x y` and `x_y` both clean to `x_y`; the repeat must not take `x_y-2`, a third run's own id,
+    # or that run's partition (and report file) is overwritten by another run's data.
+    for name, steps in (("x y", 3), ("x_y", 4), ("x_y-2", 5)):
+        metrics(tmp_path / "runs" / name / "metrics.jsonl", steps=steps)
+    ids = [r.run_id for r in split_runs([tmp_path / "runs"]).runs]
+    assert len(set(ids)) == 3, ids
+    out = tmp_path / "dataset"
+    result = CliRunner().invoke(main, ["ingest", str(tmp_path / "runs"), "--out", str(out), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    partitions = sorted(p.name for p in (out / "steps").iterdir())
+    assert len(partitions) == 3, partitions
+    import polars as pl
+
+    rows = pl.scan_parquet(out / "steps", hive_partitioning=True).collect()
+    assert sorted(rows.group_by("run").len()["len"].to_list()) == [3, 4, 5]
