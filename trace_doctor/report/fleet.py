@@ -10,13 +10,12 @@ import io
 import xml.etree.ElementTree as ET
 
 import orjson
-from rich.markup import escape
 from rich.table import Table
 
 from trace_doctor import __version__
 from trace_doctor.fleet import Fleet, RunReport
 from trace_doctor.humanize import format_seconds, json_dumps
-from trace_doctor.report.console import _console, terminal_width
+from trace_doctor.report.console import _console, escape, terminal_width
 from trace_doctor.report.json_doc import SCHEMA_VERSION, _clean
 from trace_doctor.report.markdown import _fit, cell
 from trace_doctor.report.markdown_text import code, html_text
