@@ -209,3 +209,14 @@ def test_run_ids_that_clean_to_one_another_stay_apart_in_the_dataset(tmp_path):
 
     rows = pl.scan_parquet(out / "steps", hive_partitioning=True).collect()
     assert sorted(rows.group_by("run").len()["len"].to_list()) == [3, 4, 5]
+
+
+def test_a_baseline_that_holds_several_runs_is_refused_not_merged(sweep):
+    # Read as one run, the sweep's three runs would be merged into one baseline and compared as such.
+    for candidate in (str(fixture_run("sl_healthy_pipelined")), str(sweep)):
+        result = CliRunner().invoke(
+            main, ["analyze", "--no-html", "--jobs", "1", "--format", "json", "--baseline", str(sweep), candidate]
+        )
+        assert result.exit_code == 2, result.output
+        assert "baseline:" in result.stderr and "holds 3 runs" in result.stderr
+        assert result.stdout == ""

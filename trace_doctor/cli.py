@@ -174,14 +174,15 @@ def _echo_report(text: str, fmt: str) -> None:
     click.echo(text, nl=not text.endswith("\n"), color=color)
 
 
-def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:
-    """`paths` when they hold one run; else exit 2 naming the runs (a trace or bundle is of one run)."""
+def _one_run(paths: tuple[str, ...], what: str = "") -> tuple[str, ...]:
+    """`paths` when they hold one run; else exit 2 naming the runs (a trace, a bundle or a baseline is
+    of one run: read as one, a folder of runs would be merged into one). `what` prefixes the message."""
     from trace_doctor.runs import split_runs
 
     runs = split_runs(list(paths)).runs
     if len(runs) > 1:
         names = ", ".join(run.path for run in runs[:3]) + (", ..." if len(runs) > 3 else "")
-        _fail(f"{', '.join(paths)} holds {len(runs)} runs; name one of them ({names})")
+        _fail(f"{what}{', '.join(paths)} holds {len(runs)} runs; name one of them ({names})")
     return paths
 
 
@@ -266,6 +267,8 @@ def _analyze(
     )
     from trace_doctor.runs import split_runs
 
+    if baseline:
+        _one_run((baseline,), "baseline: ")
     split = split_runs(list(paths))
     if len(split.runs) > 1:
         _analyze_fleet(
