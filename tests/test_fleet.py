@@ -220,3 +220,25 @@ def test_a_baseline_that_holds_several_runs_is_refused_not_merged(sweep):
         assert result.exit_code == 2, result.output
         assert "baseline:" in result.stderr and "holds 3 runs" in result.stderr
         assert result.stdout == ""
+
+
+@pytest.mark.parametrize("columns", ["80", "120", "200"])
+def test_the_fleet_table_fits_the_terminal_with_every_column_whole(tmp_path, columns):
+    # Short run names once left the run column at its 32-character minimum, which rich meets after
+    # fitting the table: the last column was pushed off the edge (`5.27 s` printed as `5.2`).
+    for name in ("sl_gil_stall", "rl_kl_step0"):
+        shutil.copytree(fixture_run(name), tmp_path / name)
+    env = {"COLUMNS": columns, "NO_COLOR": "1"}
+    runner = CliRunner()
+    text = runner.invoke(main, ["analyze", "--no-html", "--jobs", "1", str(tmp_path)], env=env).stdout
+    document = json.loads(
+        runner.invoke(main, ["analyze", "--no-html", "--jobs", "1", "--format", "json", str(tmp_path)], env=env).stdout
+    )
+    width = max(int(columns), 120)
+    assert all(len(line) <= width for line in text.splitlines())
+    header = next(line for line in text.splitlines() if line.startswith("run "))
+    assert header.split()[-1] == "lost"
+    from trace_doctor.humanize import format_seconds
+
+    lost = [format_seconds(row["seconds_lost"]) for row in document["fleet"]["table"] if row["seconds_lost"]]
+    assert lost and all(value in text for value in lost)
