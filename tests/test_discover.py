@@ -72,3 +72,20 @@ def test_corpus_pyinstrument_html_sessions_are_profiles():
 
 def test_corpus_viztracer_trace_is_a_trace():
     assert classify(corpus_path("viztracer/example/json/async_simple.json"))[0] == "trace"
+
+
+def test_a_linked_folder_is_named_when_it_leads_out_of_the_tree(tmp_path):
+    elsewhere = tmp_path / "elsewhere" / "run-7"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "metrics.jsonl").write_text('{"step": 0, "time/total": 1.0}\n')
+    runs = tmp_path / "runs"
+    (runs / "run-1" / "wandb" / "run-x").mkdir(parents=True)
+    (runs / "run-1" / "metrics.jsonl").write_text('{"step": 0, "time/total": 1.0}\n')
+    (runs / "run-1" / "wandb" / "latest-run").symlink_to("run-x")  # a second name inside: nothing to say
+    (runs / "run-1" / "loop").symlink_to("..")  # a loop inside: not followed, nothing to say
+    (runs / "run-7").symlink_to(elsewhere)  # a run kept elsewhere: not read, and said
+    found = discover([runs])
+    assert [p.name for p in found.files["metrics"]] == ["metrics.jsonl"]
+    assert [(p.path, p.reason.split(":")[0]) for p in found.passed_over] == [
+        (str(runs / "run-7"), "symbolic link to a folder outside the one named")
+    ]

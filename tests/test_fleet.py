@@ -191,3 +191,54 @@ def test_row_leads_with_the_training_cause_not_the_symptom_it_explains():
     (report,) = analyze_sources(split_runs([run]).runs, Settings(), jobs=1).reports
     assert report.main_finding["rule"] == "renderer-model-mismatch"
     assert report.quality_finding is None  # it is the main finding already
+
+
+def test_run_ids_that_clean_to_one_another_stay_apart_in_the_dataset(tmp_path):
+    # `x y` and `x_y` both clean to `x_y`; the repeat must not take `x_y-2`, a third run's own id,
+    # or that run's partition (and report file) is overwritten by another run's data.
+    for name, steps in (("x y", 3), ("x_y", 4), ("x_y-2", 5)):
+        metrics(tmp_path / "runs" / name / "metrics.jsonl", steps=steps)
+    ids = [r.run_id for r in split_runs([tmp_path / "runs"]).runs]
+    assert len(set(ids)) == 3, ids
+    out = tmp_path / "dataset"
+    result = CliRunner().invoke(main, ["ingest", str(tmp_path / "runs"), "--out", str(out), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    partitions = sorted(p.name for p in (out / "steps").iterdir())
+    assert len(partitions) == 3, partitions
+    import polars as pl
+
+    rows = pl.scan_parquet(out / "steps", hive_partitioning=True).collect()
+    assert sorted(rows.group_by("run").len()["len"].to_list()) == [3, 4, 5]
+
+
+def test_a_baseline_that_holds_several_runs_is_refused_not_merged(sweep):
+    # Read as one run, the sweep's three runs would be merged into one baseline and compared as such.
+    for candidate in (str(fixture_run("sl_healthy_pipelined")), str(sweep)):
+        result = CliRunner().invoke(
+            main, ["analyze", "--no-html", "--jobs", "1", "--format", "json", "--baseline", str(sweep), candidate]
+        )
+        assert result.exit_code == 2, result.output
+        assert "baseline:" in result.stderr and "holds 3 runs" in result.stderr
+        assert result.stdout == ""
+
+
+@pytest.mark.parametrize("columns", ["80", "120", "200"])
+def test_the_fleet_table_fits_the_terminal_with_every_column_whole(tmp_path, columns):
+    # Short run names once left the run column at its 32-character minimum, which rich meets after
+    # fitting the table: the last column was pushed off the edge (`5.27 s` printed as `5.2`).
+    for name in ("sl_gil_stall", "rl_kl_step0"):
+        shutil.copytree(fixture_run(name), tmp_path / name)
+    env = {"COLUMNS": columns, "NO_COLOR": "1"}
+    runner = CliRunner()
+    text = runner.invoke(main, ["analyze", "--no-html", "--jobs", "1", str(tmp_path)], env=env).stdout
+    document = json.loads(
+        runner.invoke(main, ["analyze", "--no-html", "--jobs", "1", "--format", "json", str(tmp_path)], env=env).stdout
+    )
+    width = max(int(columns), 120)
+    assert all(len(line) <= width for line in text.splitlines())
+    header = next(line for line in text.splitlines() if line.startswith("run "))
+    assert header.split()[-1] == "lost"
+    from trace_doctor.humanize import format_seconds
+
+    lost = [format_seconds(row["seconds_lost"]) for row in document["fleet"]["table"] if row["seconds_lost"]]
+    assert lost and all(value in text for value in lost)

@@ -21,6 +21,7 @@ DOCTEST_MODULES = (
     "trace_doctor.rules.requires",
     "trace_doctor.redact",
     "trace_doctor.report.markdown_text",
+    "trace_doctor.report.terminal_text",
 )
 
 

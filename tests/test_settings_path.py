@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -113,3 +117,22 @@ def test_the_report_draws_the_kl_band_the_rules_used():
     edge = '"dash":"dash","width":1}},"type":"line","x0":0,"x1":1,"xref":"paper","y0":{band},"y1":{band}}}'
     assert edge.format(band=0.5) in render_html(wide) and edge.format(band=0.5) not in render_html(default)
     assert edge.format(band=0.01) in render_html(default)
+
+
+def test_a_config_that_is_a_fifo_or_endless_is_a_usage_error_not_a_hang(tmp_path):
+    fifo = tmp_path / "trace-doctor.toml"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.toml"
+    huge.write_text("# " + "x" * (2 << 20) + "\n")
+    run = fixture_run("sl_healthy_pipelined")
+    for config in (fifo, "/dev/zero", huge):
+        # A subprocess with a timeout: the hang this guards against would stop the test run itself.
+        done = subprocess.run(
+            [sys.executable, "-m", "trace_doctor.cli", "analyze", "--no-html", "--config", str(config), str(run)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(Path(trace_doctor.__file__).parent.parent)},
+        )
+        assert done.returncode == 2, done.stderr
+        assert "configuration" in done.stderr and str(config) in done.stderr

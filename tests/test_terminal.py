@@ -44,3 +44,48 @@ def test_rules_without_input_are_one_line_unless_asked():
     assert "Not applicable (" in short and "--show-skipped" in short and "Rules that could not run" not in short
     full = text_of(run, "--show-skipped", env={"NO_COLOR": "1"})
     assert "Rules that could not run" in full and "not applicable" in full
+
+
+# What a terminal acts on: CSI (clear screen, colour, cursor up), an OSC whose terminator rich would
+# drop (it would swallow the output after it), carriage return, C1 CSI, a bidi override.
+HOSTILE = "Qwen\x1b[2J\x1b[31mX\x1b]0;title\x07\r\x9b1A\u202eevil"
+ACTING = ("\x1b", "\x07", "\r", "\x9b", "\u202e")
+
+
+def _hostile_run(root):
+    import json
+
+    run = root / "run\x1b[2Kname"
+    shutil.copytree(fixture_run("sl_gil_stall"), run)
+    config = json.loads((run / "config.json").read_text())
+    config["model_name"] = HOSTILE
+    config["renderer_name"] = HOSTILE
+    (run / "config.json").write_text(json.dumps(config))
+    return run
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_a_name_cannot_rewrite_the_terminal(fmt, tmp_path):
+    run = _hostile_run(tmp_path)
+    for env in ({"NO_COLOR": "1"}, {"FORCE_COLOR": "1"}):
+        # Written to a file, as the bytes would reach a terminal (click strips nothing there).
+        out = tmp_path / f"report.{fmt}"
+        result = CliRunner().invoke(
+            main, ["analyze", "--no-html", "--format", fmt, "--output", str(out), str(run)], env=env
+        )
+        assert result.exit_code == 0, result.output
+        text = out.read_text()
+        colour = "\x1b[" in text and fmt == "text" and "FORCE_COLOR" in env
+        # Only the report's own colour codes, never one from the input.
+        stray = text.replace("\x1b[", "") if colour else text
+        assert not any(c in stray for c in ACTING), [c for c in ACTING if c in stray]
+        assert "x1b" in text and "\\u202eevil" in text  # shown, as escapes (Markdown escapes the `[`)
+    fleet = CliRunner().invoke(main, ["analyze", "--no-html", "--jobs", "1", str(tmp_path)], env={"NO_COLOR": "1"})
+    assert "\x1b" not in fleet.stdout and "run\\x1b[2Kname" in fleet.stdout.replace("\n", "")
+
+
+def test_an_error_message_naming_input_is_inert(tmp_path):
+    missing = tmp_path / "gone\x1b]0;pwned\x07"
+    result = CliRunner().invoke(main, ["analyze", "--no-html", str(missing)])
+    assert result.exit_code == 2
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr and "gone\\x1b]0;pwned" in result.stderr

@@ -27,6 +27,7 @@ from trace_doctor.crash_report import EXIT_INTERNAL_ERROR, one_line, write_trace
 from trace_doctor.humanize import printable  # noqa: E402
 from trace_doctor.model import Analysis  # noqa: E402
 from trace_doctor.policy import PolicyError  # noqa: E402
+from trace_doctor.report.terminal_text import inert  # noqa: E402
 from trace_doctor.settings import FAIL_ON_LEVELS, Settings, load_settings  # noqa: E402
 
 FORMATS = ("text", "json", "markdown", "junit", "sarif")
@@ -34,12 +35,18 @@ CONFIG_HELP = "Configuration file (default: nearest trace-doctor.toml or pyproje
 DEFAULT_HTML = "trace-doctor-report.html"
 
 
+def _shown(value: str) -> str:
+    """Text for the terminal: valid UTF-8 (printable), and nothing in it a terminal would act on
+    (a run's name or path can hold escape sequences: terminal_text.py)."""
+    return inert(printable(value))
+
+
 def _split(values: tuple[str, ...]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
 def _fail(message: str) -> None:
-    click.echo(f"trace-doctor: {printable(message)}", err=True)
+    click.echo(f"trace-doctor: {_shown(message)}", err=True)
     sys.exit(2)
 
 
@@ -67,12 +74,12 @@ def _write_html(write, target: Path, *, named: bool) -> bool:
 def _html_not_written(reason: str, *, named: bool) -> None:
     if named:
         _fail(reason)
-    click.echo(f"trace-doctor: {printable(reason)} (use --html FILE to write it elsewhere, or --no-html)", err=True)
+    click.echo(f"trace-doctor: {_shown(reason)} (use --html FILE to write it elsewhere, or --no-html)", err=True)
 
 
 def _internal_error(exc: BaseException) -> None:
     """A bug: one line on stderr saying so and where its traceback is, and exit 3 (never 1, the gate)."""
-    click.echo(f"trace-doctor: {one_line(exc, write_traceback(exc))}", err=True)
+    click.echo(f"trace-doctor: {_shown(one_line(exc, write_traceback(exc)))}", err=True)
     sys.exit(EXIT_INTERNAL_ERROR)
 
 
@@ -151,7 +158,7 @@ def _settings(config: str | None, **options) -> Settings:
     except PolicyError as exc:
         _fail(f"configuration error: {exc}")
     for note in settings.policy.notes:
-        click.echo(f"trace-doctor: note: {note}", err=True)
+        click.echo(f"trace-doctor: note: {_shown(note)}", err=True)
     return settings
 
 
@@ -167,14 +174,15 @@ def _echo_report(text: str, fmt: str) -> None:
     click.echo(text, nl=not text.endswith("\n"), color=color)
 
 
-def _one_run(paths: tuple[str, ...]) -> tuple[str, ...]:
-    """`paths` when they hold one run; else exit 2 naming the runs (a trace or bundle is of one run)."""
+def _one_run(paths: tuple[str, ...], what: str = "") -> tuple[str, ...]:
+    """`paths` when they hold one run; else exit 2 naming the runs (a trace, a bundle or a baseline is
+    of one run: read as one, a folder of runs would be merged into one). `what` prefixes the message."""
     from trace_doctor.runs import split_runs
 
     runs = split_runs(list(paths)).runs
     if len(runs) > 1:
         names = ", ".join(run.path for run in runs[:3]) + (", ..." if len(runs) > 3 else "")
-        _fail(f"{', '.join(paths)} holds {len(runs)} runs; name one of them ({names})")
+        _fail(f"{what}{', '.join(paths)} holds {len(runs)} runs; name one of them ({names})")
     return paths
 
 
@@ -259,6 +267,8 @@ def _analyze(
     )
     from trace_doctor.runs import split_runs
 
+    if baseline:
+        _one_run((baseline,), "baseline: ")
     split = split_runs(list(paths))
     if len(split.runs) > 1:
         _analyze_fleet(
@@ -286,7 +296,7 @@ def _analyze(
 
         target = Path(html or DEFAULT_HTML)
         if _write_html(lambda: write_html(result, target), target, named=bool(html)):
-            click.echo(f"HTML report: {printable(str(target.resolve()))}", err=fmt != "text" or bool(output))
+            click.echo(f"HTML report: {_shown(str(target.resolve()))}", err=fmt != "text" or bool(output))
     if result.gate.tripped:
         sys.exit(1)
 
@@ -349,8 +359,8 @@ def _analyze_fleet(
             _html_not_written(f"{count} not written: {unwritten[0]}", named=html_named)
         if _write_html(lambda: write_fleet_html(fleet, Path(html)), Path(html), named=html_named):
             click.echo(
-                f"HTML overview: {printable(str(Path(html).resolve()))} "
-                f"(each run's report in {printable(str(Path(html_dir).resolve()))})",
+                f"HTML overview: {_shown(str(Path(html).resolve()))} "
+                f"(each run's report in {_shown(str(Path(html_dir).resolve()))})",
                 err=fmt != "text" or bool(output),
             )
     _fleet_internal_errors(fleet)
@@ -369,7 +379,7 @@ def _fleet_internal_errors(fleet) -> None:
     names = ", ".join(r.source.label for r in crashed[:3]) + (", ..." if len(crashed) > 3 else "")
     logs = "; ".join(where_written(r.crash_log) for r in crashed[:3])
     click.echo(
-        printable(
+        _shown(
             f"trace-doctor: internal error (a bug in trace-doctor, not a problem with your runs) in "
             f"{len(crashed)} of {len(fleet.reports)} run(s) ({names}): "
             f"{crashed[0].error.removeprefix('internal error: ')}; {logs}; please report it"
@@ -381,7 +391,7 @@ def _fleet_internal_errors(fleet) -> None:
 
 def _echo_notes(notes: list[str]) -> None:
     for note in notes:
-        click.echo(f"trace-doctor: note: {printable(note)}", err=True)
+        click.echo(f"trace-doctor: note: {_shown(note)}", err=True)
 
 
 def _analyze_options(func):
@@ -514,7 +524,7 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact
     tables: dict[str, int] = {}
     for report in sorted(fleet.reports, key=lambda r: r.source.label):
         if report.error:
-            click.echo(f"  {report.source.label}: not ingested: {report.error}")
+            click.echo(_shown(f"  {report.source.label}: not ingested: {report.error}"))
             continue
         inputs = (report.document or {}).get("run", {}).get("inputs", [])
         records = sum(i["records"] for i in inputs)
@@ -524,7 +534,7 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact
         )
         for name, rows in report.dataset_rows.items():
             tables[name] = tables.get(name, 0) + rows
-    click.echo(f"Parquet dataset in {printable(str(Path(out).resolve()))} ({len(fleet.analysed)} run(s)):")
+    click.echo(f"Parquet dataset in {_shown(str(Path(out).resolve()))} ({len(fleet.analysed)} run(s)):")
     for name, rows in tables.items():
         click.echo(f"  {name}/  {rows:,} rows")
     _fleet_internal_errors(fleet)
@@ -545,10 +555,10 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None, co
     result = _analysis(_one_run(paths), _settings(config), redact=redact)
     if perfetto_file:
         _write_output(perfetto_file, lambda: write_perfetto(result, Path(perfetto_file)), "the Perfetto trace")
-        click.echo(f"Perfetto trace: {printable(str(Path(perfetto_file).resolve()))}")
+        click.echo(f"Perfetto trace: {_shown(str(Path(perfetto_file).resolve()))}")
     if chrome_file:
         _write_output(chrome_file, lambda: write_chrome_json(result, Path(chrome_file)), "the Chrome trace JSON")
-        click.echo(f"Chrome trace JSON: {printable(str(Path(chrome_file).resolve()))}")
+        click.echo(f"Chrome trace JSON: {_shown(str(Path(chrome_file).resolve()))}")
 
 
 @main.command("bundle")
@@ -561,7 +571,7 @@ def bundle_command(paths, output: str, config: str | None) -> None:
 
     result = _analysis(_one_run(paths), _settings(config), redact=True)
     manifest = _write_output(output, lambda: write_bundle(result, Path(output)), "the bundle")
-    click.echo(f"Escalation bundle: {printable(str(Path(output).resolve()))} ({len(manifest)} files, secrets redacted)")
+    click.echo(f"Escalation bundle: {_shown(str(Path(output).resolve()))} ({len(manifest)} files, secrets redacted)")
 
 
 def run() -> None:
@@ -580,12 +590,12 @@ def run() -> None:
     except SystemExit as exc:
         if isinstance(exc.code, str):
             # A message as exit status is no verdict: never 1, which CI reads as a tripped gate.
-            sys.stderr.write(printable(exc.code) + "\n")
+            sys.stderr.write(_shown(exc.code) + "\n")
             code = EXIT_INTERNAL_ERROR
         else:
             code = exc.code or 0
     except Exception as exc:  # noqa: BLE001 - outside any command (the group catches theirs): still one line
-        sys.stderr.write(f"trace-doctor: {one_line(exc, write_traceback(exc))}\n")
+        sys.stderr.write(f"trace-doctor: {_shown(one_line(exc, write_traceback(exc)))}\n")
         code = EXIT_INTERNAL_ERROR
     if "logging" in sys.modules:
         import logging

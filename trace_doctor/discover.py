@@ -184,6 +184,7 @@ def classify(path: Path) -> tuple[str | None, str]:
 def _walk(root: Path, passed_over: list[PassedOver]) -> list[Path]:
     found: list[Path] = []
     root_depth = len(root.parts)
+    inside = os.path.realpath(root)
 
     def unlistable(exc: OSError) -> None:
         passed_over.append(PassedOver(str(input_path(exc.filename)), f"cannot list directory: {exc.strerror or exc}"))
@@ -200,9 +201,28 @@ def _walk(root: Path, passed_over: list[PassedOver]) -> list[Path]:
                 for d in sorted(dirnames)
                 if d not in SKIP_DIRS
             )
+        # os.walk lists a link to a folder and does not enter it (a link can loop). A link within
+        # the tree is a second name for a folder read anyway (W&B's `latest-run`); one that leads
+        # out of it is a run (or part of one) left unread: said, so it is not missing without a word.
+        passed_over.extend(
+            PassedOver(
+                str(input_path(os.path.join(dirpath, d))),
+                "symbolic link to a folder outside the one named: not followed (name it to analyse it)",
+            )
+            for d in sorted(dirnames)
+            if d not in SKIP_DIRS and depth < MAX_DEPTH and _links_outside(os.path.join(dirpath, d), inside)
+        )
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and depth < MAX_DEPTH)
         found.extend(input_path(os.path.join(dirpath, f)) for f in sorted(filenames))
     return found
+
+
+def _links_outside(path: str, root: str) -> bool:
+    """Whether `path` is a symbolic link to a folder that is not under `root` (a real path)."""
+    if not os.path.islink(path):
+        return False
+    target = os.path.realpath(path)
+    return os.path.commonpath([target, root]) != root
 
 
 def discover(paths: list[str | os.PathLike[str]]) -> Discovered:

@@ -178,12 +178,29 @@ def split_runs(paths: list[str | os.PathLike[str]]) -> RunSplit:
                 path=str(loose[0]),
             )
         )
-    # Ids must be unique: they name partitions and report files.
-    seen: dict[str, int] = {}
-    unique = []
-    for run in out.runs:
-        count = seen.get(run.run_id, 0)
-        seen[run.run_id] = count + 1
-        unique.append(run if count == 0 else replace(run, run_id=f"{run.run_id}-{count + 1}"))
-    out.runs = unique
+    out.runs = _unique_ids(out.runs)
     return out
+
+
+def _unique_ids(runs: list[RunSource]) -> list[RunSource]:
+    """Runs with unique ids: they name partitions and report files, and a repeat overwrites a run's data.
+
+    A repeat takes the first `<id>-<n>` that no run has: `x y`, `x_y` and `x_y-2` clean to `x_y`,
+    `x_y` and `x_y-2`, so the second `x_y` cannot be `x_y-2` too.
+    """
+    taken = {run.run_id for run in runs}
+    seen: set[str] = set()
+    unique = []
+    for run in runs:
+        if run.run_id not in seen:
+            seen.add(run.run_id)
+            unique.append(run)
+            continue
+        count = 2
+        while f"{run.run_id}-{count}" in taken:
+            count += 1
+        run_id = f"{run.run_id}-{count}"
+        taken.add(run_id)
+        seen.add(run_id)
+        unique.append(replace(run, run_id=run_id))
+    return unique

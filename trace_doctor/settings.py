@@ -7,6 +7,7 @@ threshold types and ranges, gate level) and returns `Settings`, or raises Policy
 
 from __future__ import annotations
 
+import stat
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -69,8 +70,19 @@ def _as_list(value: Any, key: str, source: str) -> tuple[str, ...]:
     raise PolicyError(f"{source}: `{key}` must be a list of rule slugs")
 
 
+# A configuration is a few hundred bytes; far more is not one (`--config /dev/zero` read forever).
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _section(path: Path) -> dict[str, Any] | None:
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    # Opening a FIFO for reading waits for a writer, and a device can be endless: regular files only.
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise OSError(f"{path} is not a regular file (FIFO, socket, device or folder)")
+    with path.open("rb") as fh:
+        raw = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise OSError(f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a configuration file")
+    data = tomllib.loads(raw.decode("utf-8"))
     if path.name == "pyproject.toml":
         return data.get("tool", {}).get("trace-doctor")
     return data.get("tool", {}).get("trace-doctor", data)

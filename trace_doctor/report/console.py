@@ -9,11 +9,12 @@ import sys
 import textwrap
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, RunTables
+from trace_doctor.report.terminal_text import inert
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
 
@@ -59,14 +60,19 @@ def _console(buffer: io.StringIO, width: int | None = None) -> Console:
     )
 
 
+def escape(text: str) -> str:
+    """Input text for rich: its markup characters escaped, what a terminal would act on shown inert."""
+    return markup_escape(inert(text))
+
+
 def _block(text: str, *, width: int, label: str = "", style: str = "") -> str:
     """Indented, wrapped paragraph (rich markup-escaped), with an optional styled label.
 
     Lines break between words only: a path or a `file:line` is never split, so it can be copied.
     """
-    wrapped = escape(
+    wrapped = markup_escape(
         textwrap.fill(
-            text,
+            inert(text),
             width=width - INDENT,
             initial_indent=" " * INDENT,
             subsequent_indent=" " * INDENT,
@@ -153,7 +159,7 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     meta = run.meta
     summary = result.summary
     out.print(f"[bold]trace-doctor[/] {escape(meta.path)}")
-    details = [f"trainer {meta.trainer}" + (f" ({meta.trainer_mode})" if meta.trainer_mode else "")]
+    details = [f"trainer {escape(meta.trainer)}" + (f" ({escape(meta.trainer_mode)})" if meta.trainer_mode else "")]
     if meta.model_name:
         details.append(f"model {escape(meta.model_name)}")
     if meta.renderer_name:

@@ -10,20 +10,22 @@ import io
 import xml.etree.ElementTree as ET
 
 import orjson
-from rich.markup import escape
 from rich.table import Table
 
 from trace_doctor import __version__
 from trace_doctor.fleet import Fleet, RunReport
 from trace_doctor.humanize import format_seconds, json_dumps
-from trace_doctor.report.console import _console, terminal_width
+from trace_doctor.report.console import _console, escape, terminal_width
 from trace_doctor.report.json_doc import SCHEMA_VERSION, _clean
 from trace_doctor.report.markdown import _fit, cell
 from trace_doctor.report.markdown_text import code, html_text
 from trace_doctor.report.sarif import SCHEMA_URI
+from trace_doctor.report.terminal_text import inert
 
 # A fleet table has eight columns: it takes the terminal's width, and at least this many columns.
 FLEET_MIN_WIDTH = 120
+# The run column's width at most (longer names fold), and on terminals at least WIDE_TERMINAL wide.
+RUN_COLUMN, RUN_COLUMN_WIDE, WIDE_TERMINAL = 32, 44, 160
 STATUS_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "failed": "bold red", "limited": "dim"}
 
 
@@ -49,8 +51,12 @@ def render_fleet_text(fleet: Fleet) -> str:
     failed = sum(1 for r in fleet.reports if r.error)
     out.print(f"[bold]trace-doctor[/] {len(fleet.reports)} runs, each analysed on its own")
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
-    # The run's name is what tells runs apart: folded over lines when long, never cut.
-    table.add_column("run", overflow="fold", min_width=32, max_width=44)
+    # The run's name is what tells runs apart: folded over lines when long, never cut. Its width is
+    # set, not a minimum: rich meets a column's minimum after fitting the table to the terminal, so
+    # a minimum pushed the last column ("lost") off the edge (`5.27 s` printed as `5.2`).
+    longest = max((len(inert(r.source.label)) for r in fleet.reports), default=0)
+    cap = RUN_COLUMN_WIDE if out.width >= WIDE_TERMINAL else RUN_COLUMN
+    table.add_column("run", overflow="fold", width=max(len("run"), min(longest, cap)))
     for name in ("trainer", "model", "steps", "steady step", "verdict"):
         table.add_column(name, overflow="fold", justify="right" if name in ("steps", "steady step") else "left")
     table.add_column("main finding", overflow="fold", ratio=1)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import html
 import re
 
+from trace_doctor.report.terminal_text import inert
+
 # Characters with a meaning in inline Markdown (CommonMark + GFM tables and strikethrough), each
 # escaped with a backslash: `[` `]` `!` (links, images), `*` `_` `~` (emphasis, strikethrough),
 # backtick (code spans), `|` (table cells), `#` (headings), backslash itself. `<`, `>` and `&` are
@@ -33,7 +35,10 @@ _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029]+")
 
 
 def _cut(text: object, limit: int | None) -> str:
-    value = "" if text is None else str(text)
+    # Control and bidi characters shown as escapes: a report printed to a terminal must not act on
+    # them, and a rendered one must not reorder or hide a name (terminal_text.py). A CRLF is a line
+    # break, which each helper lays out its own way.
+    value = inert(("" if text is None else str(text)).replace("\r\n", "\n"))
     if limit is not None and len(value) > limit:
         value = value[: limit - 1] + "…"
     return value
