@@ -180,7 +180,7 @@ def test_garbage_in_the_middle_costs_only_those_lines(tmp_path, monkeypatch):
         lines += [ev("s", "B", float(i), track=f"Task-{i}", tid=i), ev("s", "E", i + 0.5, track=f"Task-{i}", tid=i)]
     bad_at = {
         101: "garbage \x00 not json",
-        2500: '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": "12.5"}',
+        2500: '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": "soon"}',
         3001: '{"name": "s", "ph": "B", "pid": 0, "tid": 1, "ts": NaN, "args": {}}',
     }
     for index, text in sorted(bad_at.items()):
@@ -527,3 +527,21 @@ def test_an_event_without_a_phase_beside_metadata_is_reported_not_dropped(tmp_pa
     spans, info, warnings = parse(write(tmp_path, lines))
     assert [(w.line, w.problem) for w in warnings] == [(3, "event without a string `ph` (phase)")]
     assert (info.records, info.skipped) == (3, 1) and spans.height == 1
+
+
+def test_times_written_as_number_strings_are_read_as_perfetto_reads_them(tmp_path):
+    # Some tools write `ts`/`dur` as strings to keep every digit; Perfetto's JSON importer coerces a
+    # string spelled as a JSON number, so a trace that opens there opens here too.
+    events = [
+        {"name": "step", "ph": "X", "pid": 1, "tid": 2, "ts": "1000.5", "dur": "2500"},
+        {"name": "fwd", "ph": "X", "pid": 1, "tid": 2, "ts": "1.2e3", "dur": "1e2"},
+        {"name": "bad", "ph": "X", "pid": 1, "tid": 2, "ts": "12 ms", "dur": "5"},
+        {"name": "bad", "ph": "X", "pid": 1, "tid": 2, "ts": " 12", "dur": "5"},
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    spans, info, warnings = parse(path)
+    rows = spans.sort("start_us").select("name", "start_us", "end_us").rows()
+    assert rows == [("step", 1000.5, 3500.5), ("fwd", 1200.0, 1300.0)]
+    assert info.skipped == 2 and [w.line for w in warnings] == [3, 4]
+    assert all("`ts` is not a finite number" in w.problem for w in warnings)

@@ -824,3 +824,17 @@ def test_backticked_names_in_a_message_are_code_and_stay_inert():
     assert "<script>" not in hostile and "<img" not in hostile
     assert "<code>&lt;/code&gt;&lt;script&gt;alert(1)&lt;/script&gt;</code>" in hostile
     assert hostile.endswith("`tail")  # an unpaired backtick opens nothing
+
+
+def test_bidi_and_zero_width_characters_from_the_run_are_shown_not_obeyed(tmp_path: Path):
+    # U+202E would display "gnp.exe" as "exe.png"; a zero-width space hides itself. Shown as escapes,
+    # as the text report shows them; the JSON keeps the text exactly.
+    hostile = "qwen\u202egnp.exe\u200b"
+    result = build_analysis(hostile=hostile)
+    path = tmp_path / "report.html"
+    write_html(result, path)
+    html = path.read_text(encoding="utf-8")
+    page = re.sub(r"<script.*?</script>", "", html, flags=re.S)  # what the page shows as text
+    assert "\u202e" not in page and "\u200b" not in page
+    assert "qwen\\u202egnp.exe\\u200b" in page
+    assert embedded_document(html)["run"]["model_name"] == hostile

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -207,6 +208,18 @@ def rows_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=EVENT_COLUMNS) if rows else pl.DataFrame(schema=EVENT_COLUMNS)
 
 
+# A JSON number spelled as a string: Perfetto's JSON importer takes `ts` and `dur` so (some tools
+# write them as strings to keep every digit), and so does this reader.
+_NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def time_value(value: Any) -> float | None:
+    """A `ts` or `dur` as a finite float: a number, or a number written as a string; else None."""
+    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value):
+        return finite_float(float(value))
+    return finite_float(value)
+
+
 def _ident(value: Any) -> tuple[int | None, str | None, bool]:
     """(int id, text label, ok): Chrome traces allow string pids/tids, which keep a label."""
     if isinstance(value, bool):
@@ -233,12 +246,12 @@ def validate_event(value: Any) -> tuple[dict[str, Any], str | None]:
         return {}, f"`pid`/`tid` of unexpected type ({shown(value.get('pid'), 20)!r}, {shown(value.get('tid'), 20)!r})"
     # The same words as drop_incomplete's for what the typed read lets through (a missing `ts`, a
     # negative or missing `dur`), so a line's warning does not depend on which reader took it.
-    ts = finite_float(value.get("ts"))
+    ts = time_value(value.get("ts"))
     if ph in SPAN_PHASES and ts is None:
         if value.get("ts") is None:
             return {}, "`ts` is missing"
         return {}, f"`ts` is not a finite number ({shown(value.get('ts'), 40)!r})"
-    dur = finite_float(value.get("dur"))
+    dur = time_value(value.get("dur"))
     if ph == "X" and (dur is None or dur < 0):
         shown_dur = dur if dur is not None or value.get("dur") is None else shown(value.get("dur"), 40)
         return {}, f"X event `dur` is not a non-negative number ({shown_dur!r})"

@@ -23,6 +23,7 @@ from trace_doctor.humanize import format_seconds, printable
 from trace_doctor.report import figures
 from trace_doctor.report.html import _environment, _plotly_js, script_json
 from trace_doctor.report.json_doc import _clean
+from trace_doctor.report.terminal_text import inert
 
 # The stylesheet's colour class of each verdict (the one-run report calls a clear run "ok").
 VERDICT_CLASS = {
@@ -81,7 +82,7 @@ def _display_labels(labels: list[str]) -> list[str]:
 
 def _breakable(text: Any) -> markupsafe.Markup:
     """Escaped text that may wrap after a path separator or underscore rather than mid-word."""
-    escaped = str(markupsafe.escape(str(text)))
+    escaped = str(markupsafe.escape(inert(str(text))))
     return markupsafe.Markup(escaped.replace("/", "/<wbr>").replace("_", "_<wbr>"))
 
 

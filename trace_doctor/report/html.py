@@ -24,6 +24,7 @@ from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample, figures, findings_view, health_view, timeline_figure
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
+from trace_doctor.report.terminal_text import inert
 
 SIZE_BUDGET_BYTES = 10 * 1024 * 1024
 LOG_KINDS_SHOWN = ("error", "warning", "heartbeat", "gil-monitor")
@@ -636,7 +637,7 @@ def _document_json(result: Analysis, budget: Budget, notes: Summarised) -> str:
 def code_spans(text: object) -> markupsafe.Markup:
     """A message as HTML with what a rule put between backticks (a metric key, a quoted line) as
     <code>: everything is escaped first, so input can only pair backticks differently, never inject."""
-    parts = str(text).split("`")
+    parts = inert(str(text)).split("`")
     if len(parts) % 2 == 0:  # an odd number of backticks: the last one opens no span
         parts[-2:] = [parts[-2] + "`" + parts[-1]]
     out = []
@@ -648,10 +649,20 @@ def code_spans(text: object) -> markupsafe.Markup:
     return markupsafe.Markup("").join(out)
 
 
+def _shown(value: object) -> object:
+    """Every value a template prints, text from the run made inert: escaping keeps markup out, and
+    this keeps a bidi override or zero-width character in a name from reordering or hiding it on
+    the page (shown as `\u202e`, as in the text report). Markup built by the report is its own."""
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup):
+        return inert(value)
+    return value
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("trace_doctor", "templates"),
         autoescape=True,
+        finalize=_shown,
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
