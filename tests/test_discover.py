@@ -89,3 +89,14 @@ def test_a_linked_folder_is_named_when_it_leads_out_of_the_tree(tmp_path):
     assert [(p.path, p.reason.split(":")[0]) for p in found.passed_over] == [
         (str(runs / "run-7"), "symbolic link to a folder outside the one named")
     ]
+
+
+def test_a_folder_named_like_an_input_file_is_said_and_searched(tmp_path):
+    run = tmp_path / "run"
+    (run / "metrics.jsonl").mkdir(parents=True)
+    (run / "metrics.jsonl" / "metrics.jsonl").write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n")
+    found = discover([run])
+    assert [(p.path, p.reason) for p in found.passed_over] == [
+        (str(run / "metrics.jsonl"), "a folder named like an input file: its files are searched, it is not read as one")
+    ]
+    assert found.files["metrics"] == [run / "metrics.jsonl" / "metrics.jsonl"]

@@ -130,6 +130,21 @@ def _classify_json(head: bytes) -> str | None:
     return None
 
 
+# The inputs known by their exact name (classify's first tests).
+INPUT_FILE_NAMES = frozenset(
+    {
+        "metrics.jsonl",
+        "trace_events.jsonl",
+        "timing_spans.jsonl",
+        "config.json",
+        "checkpoints.jsonl",
+        "code.diff",
+        "wandb-metadata.json",
+        "logs.log",
+    }
+)
+
+
 def classify(path: Path) -> tuple[str | None, str]:
     """Kind of one file, or None with the reason it is not an input."""
     name = path.name
@@ -211,6 +226,17 @@ def _walk(root: Path, passed_over: list[PassedOver]) -> list[Path]:
             )
             for d in sorted(dirnames)
             if d not in SKIP_DIRS and depth < MAX_DEPTH and _links_outside(os.path.join(dirpath, d), inside)
+        )
+        # A folder with an input file's name (an archive unpacked into `metrics.jsonl/`, a path
+        # mistyped by a script): searched like any folder, and said, since the file the user meant
+        # is not there.
+        passed_over.extend(
+            PassedOver(
+                str(input_path(os.path.join(dirpath, d))),
+                "a folder named like an input file: its files are searched, it is not read as one",
+            )
+            for d in sorted(dirnames)
+            if d in INPUT_FILE_NAMES and depth < MAX_DEPTH
         )
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and depth < MAX_DEPTH)
         found.extend(input_path(os.path.join(dirpath, f)) for f in sorted(filenames))
