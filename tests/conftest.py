@@ -30,3 +30,17 @@ def fixture_run(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"fixture run {name} has not been generated (make fixtures)")
     return path
+
+
+def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache folder of the test's own, on whatever the environment said, with the cache's
+    per-process state (an unwritable folder seen, notes) reset; returns the folder."""
+    from trace_doctor.ingest import cache
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TRACE_DOCTOR_CACHE_DIR", str(root))
+    monkeypatch.delenv("TRACE_DOCTOR_CACHE", raising=False)
+    monkeypatch.delenv("TRACE_DOCTOR_CACHE_MAX_MB", raising=False)
+    monkeypatch.setattr(cache, "_unwritable", None)
+    cache.take_notes()
+    return root

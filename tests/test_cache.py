@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from conftest import isolated_cache
 
 from trace_doctor.cli import main
 from trace_doctor.ingest import cache
@@ -50,13 +51,8 @@ def parse(path: Path):
 @pytest.fixture
 def cached(tmp_path, monkeypatch):
     """A cache in tmp_path that takes any file, and a fresh per-process state."""
-    root = tmp_path / "cache"
-    monkeypatch.setenv("TRACE_DOCTOR_CACHE_DIR", str(root))
-    monkeypatch.delenv("TRACE_DOCTOR_CACHE", raising=False)
-    monkeypatch.delenv("TRACE_DOCTOR_CACHE_MAX_MB", raising=False)
+    root = isolated_cache(tmp_path, monkeypatch)
     monkeypatch.setattr(cache, "MIN_CACHED_BYTES", 0)
-    monkeypatch.setattr(cache, "_unwritable", None)
-    cache.take_notes()
     return root
 
 

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, fixture_run
+from conftest import ROOT, fixture_run, isolated_cache
 
 import trace_doctor.api as api
 from trace_doctor import result_cache
 from trace_doctor.cli import main
-from trace_doctor.ingest import cache
 from trace_doctor.settings import Settings
 
 FORMATS = ("json", "text", "markdown", "junit", "sarif")
@@ -26,13 +25,8 @@ TRAINING = ROOT / "fixtures" / "training"
 @pytest.fixture
 def stored(tmp_path, monkeypatch):
     """A cache folder of its own that takes any run, and a count of the fresh analyses."""
-    root = tmp_path / "cache"
-    monkeypatch.setenv("TRACE_DOCTOR_CACHE_DIR", str(root))
-    monkeypatch.delenv("TRACE_DOCTOR_CACHE", raising=False)
-    monkeypatch.delenv("TRACE_DOCTOR_CACHE_MAX_MB", raising=False)
+    isolated_cache(tmp_path, monkeypatch)
     monkeypatch.setattr(result_cache, "MIN_INPUT_BYTES", 0)
-    monkeypatch.setattr(cache, "_unwritable", None)
-    cache.take_notes()
     fresh = []
     analyze = api.analyze
 

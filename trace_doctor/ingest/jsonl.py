@@ -30,6 +30,10 @@ UTF8_BOM = b"\xef\xbb\xbf"
 CHUNK_BYTES = 8 * 1024 * 1024
 # JSON's own whitespace (what may precede a document's first character).
 JSON_WHITESPACE = b" \t\r\n"
+# JSON's integer and number grammar (RFC 8259), as regex text: the fixed-layout readers match
+# values with it, and a number written as a string is recognised by it.
+JSON_INT = r"-?(?:0|[1-9][0-9]*)"
+JSON_NUMBER = JSON_INT + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 
 
 @dataclass

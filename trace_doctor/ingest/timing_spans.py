@@ -22,6 +22,8 @@ from trace_doctor.ingest.file_warnings import FileWarnings
 from trace_doctor.ingest.input_stream import InputStream
 from trace_doctor.ingest.jsonl import (
     CHUNK_BYTES,
+    JSON_INT,
+    JSON_NUMBER,
     MAX_LINE_BYTES,
     LineChunk,
     as_int64,
@@ -32,6 +34,7 @@ from trace_doctor.ingest.jsonl import (
     oversized_problem,
 )
 from trace_doctor.ingest.stored_table import DeferredPart, PartWriter, StoredTable, scratch_folder
+from trace_doctor.ingest.trace_layout import text_lines
 from trace_doctor.model import STEP_SPANS_SCHEMA, IngestWarning, InputFile
 
 SCHEMA: dict[str, pl.DataType] = {**STEP_SPANS_SCHEMA, "index": pl.Int32, "segment": pl.Int32, "source": pl.String}
@@ -61,8 +64,6 @@ LINE_SCHEMA: dict[str, pl.DataType] = {
 #   {"step": N, "spans": [{"name": S, "duration": D, "wall_start": W, "wall_end": W}, ...]}
 # spelled here in JSON's own string and number grammar.
 _TEXT = r'[^"\\\x00-\x1f]*'
-_INT = r"-?(?:0|[1-9][0-9]*)"
-_NUMBER = _INT + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 # The same grammar bounded so that every value fits its column: a step within 64 bits (18 digits),
 # a number at most ~1e299 (200 digits, a two-digit exponent), which no float overflows to infinity.
 _SMALL_INT = r"-?(?:0|[1-9][0-9]{0,17})"
@@ -86,7 +87,7 @@ def _line_layout(step: str, number: str) -> str:
 
 # Used to sort lines when a file needs care: lines in this layout are read together, others one
 # piece at a time.
-LINE_LAYOUT = _line_layout(_INT, _NUMBER)
+LINE_LAYOUT = _line_layout(JSON_INT, JSON_NUMBER)
 # A line the reader keeps whole, every span of it, with nothing to report: what the check before
 # the read looks for (see parse_timing_spans_file).
 CLEAN_LINE = _line_layout(_SMALL_INT, _FINITE_NUMBER)
@@ -280,9 +281,9 @@ def _check(path: Path) -> Checked | None:
     try:
         with InputStream(path) as stream:
             for chunk in iter_line_chunks(stream, CHUNK_BYTES):
-                # An oversized or unterminated line, a CR, a NUL: things the reader reports or
-                # treats apart. Lines are cut at the NUL byte, which no clean line holds.
-                if chunk.oversized or chunk.unterminated or b"\r" in chunk.data or b"\x00" in chunk.data:
+                # An oversized or unterminated line, a CR: things the reader reports or treats
+                # apart (text_lines refuses a NUL).
+                if chunk.oversized or chunk.unterminated or b"\r" in chunk.data:
                     return None
                 counted = _clean_lines(chunk.data)
                 if counted is None:
@@ -298,13 +299,8 @@ def _check(path: Path) -> Checked | None:
 
 def _clean_lines(data: bytes) -> tuple[int, int] | None:
     """(lines, spans) of a chunk of whole lines, if every line is CLEAN_LINE."""
-    try:
-        raw = pl.read_csv(
-            io.BytesIO(data), has_header=False, separator="\x00", quote_char=None, schema={"text": pl.String}
-        )
-    except Exception:  # noqa: BLE001 - not UTF-8, or anything else the CSV reader refuses: read it
-        return None
-    if raw.height != data.count(b"\n"):
+    raw = text_lines(data)
+    if raw is None:
         return None
     text = pl.col("text")
     found = raw.select(

@@ -22,9 +22,11 @@ from typing import NamedTuple
 
 import polars as pl
 
+from trace_doctor.ingest.jsonl import JSON_INT, JSON_NUMBER
+
 _TEXT = r'([^"\\\x00-\x1f]*)'
-_INT = r"(-?(?:0|[1-9][0-9]*))"
-_NUMBER = r"(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
+_INT = f"({JSON_INT})"
+_NUMBER = f"({JSON_NUMBER})"
 # One expression for both layouts. The alternatives part after the common `"` of `{"track"` /
 # `{"name"`, so the next byte picks the branch: the expression stays deterministic left to right
 # (one-pass), which is what keeps capture extraction at DFA speed. (Branching before that quote
@@ -105,13 +107,13 @@ class LayoutRead(NamedTuple):
     lines: int
 
 
-def read_layout(chunk: bytes, event_columns: dict[str, pl.DataType]) -> LayoutRead | None:
-    """The lines of `chunk` in the fixed layout, typed; None if the chunk cannot be cut into one row per line.
+def text_lines(chunk: bytes) -> pl.DataFrame | None:
+    """The chunk's lines as one String row each (`text`; a blank line is a null row), or None if it
+    cannot be cut so (a NUL byte, invalid UTF-8): then the chunk needs a line-by-line reader.
 
-    None (e.g. invalid UTF-8) means the caller reads the whole chunk the general way.
+    The lines are cut at the NUL byte, which no JSON text holds raw: a chunk with one is refused, so
+    a cut can never hide the rest of a line.
     """
-    # The lines are cut at the NUL byte, which no JSON text holds raw: a chunk with one is read
-    # the general way, so a cut can never hide the rest of a line.
     if b"\x00" in chunk:
         return None
     try:
@@ -132,6 +134,17 @@ def read_layout(chunk: bytes, event_columns: dict[str, pl.DataType]) -> LayoutRe
     if text_bytes + raw.height - (0 if terminated else 1) != len(chunk):
         if raw.height != chunk.count(b"\n") + (0 if terminated else 1):
             return None
+    return raw
+
+
+def read_layout(chunk: bytes, event_columns: dict[str, pl.DataType]) -> LayoutRead | None:
+    """The lines of `chunk` in the fixed layout, typed; None if the chunk cannot be cut into one row per line.
+
+    None (e.g. invalid UTF-8) means the caller reads the whole chunk the general way.
+    """
+    raw = text_lines(chunk)
+    if raw is None:
+        return None
     lines = raw.lazy().with_columns(pl.int_range(1, 1 + pl.len(), dtype=pl.Int64).alias("line"))
     typed = _typed(lines).collect()
     ok = typed.get_column("_ok")

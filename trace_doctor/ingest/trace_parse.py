@@ -23,7 +23,7 @@ import polars as pl
 from trace_doctor.ingest.bisected_read import Refused, read_bisected
 from trace_doctor.ingest.chunk_lines import BLANK, GARBAGE, ChunkLines, runs
 from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.jsonl import decode_line, finite_float, json_text, shown
+from trace_doctor.ingest.jsonl import JSON_NUMBER, decode_line, finite_float, json_text, shown
 from trace_doctor.ingest.trace_layout import LAYOUT_COLUMNS, read_layout
 
 SPAN_PHASES = ("B", "E", "X")
@@ -210,7 +210,7 @@ def rows_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 
 # A JSON number spelled as a string: Perfetto's JSON importer takes `ts` and `dur` so (some tools
 # write them as strings to keep every digit), and so does this reader.
-_NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_NUMBER_TEXT = re.compile(JSON_NUMBER)
 
 
 def time_value(value: Any) -> float | None:
