@@ -43,5 +43,6 @@ def build_spans(stream: SpanStream, source: str, warnings: FileWarnings, out: Pa
     # Ignored phases first, then unmatched E events: the order the whole-table builder reported them.
     stream.ignored_phase_warnings(warnings)
     warnings.absorb(unmatched)
+    stream.imprecise_clock_warning(warnings)
     write_sorted(spill, stream.names(), source, out)
     return out.height

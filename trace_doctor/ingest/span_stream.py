@@ -21,6 +21,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from trace_doctor.ingest.file_warnings import FileWarnings
@@ -60,6 +61,10 @@ NAMES_HELD = 100_000
 PAIR_BATCH_EVENTS = 250_000
 # Carried B events beyond which only the ones a chunk's E events can reach are paired again.
 DEEP_STACK = 10_000
+# Timestamps are microseconds held as doubles: from 2**53 on, a double cannot tell neighbouring
+# microseconds apart (epoch microseconds today are ~1.8e15, well below; a clock in nanoseconds or
+# garbage such as 1e300 is above), so durations and gaps there are rounded, up to all being zero.
+PRECISE_TS_LIMIT = float(2**53)
 
 
 class Segments:
@@ -114,6 +119,7 @@ class SpanStream:
         self._names: list[pl.DataFrame] = []
         self._names_held = 0
         self._name_files: list[Path] = []
+        self._peak_ts = 0.0  # largest |ts| of a span event: whether times below a microsecond survive
 
     def feed(self, events: pl.DataFrame, meta: pl.DataFrame) -> None:
         """One chunk's events and metadata rows (trace_parse's columns, lines numbered in the file)."""
@@ -130,6 +136,9 @@ class SpanStream:
         self.segments.observe(meta, events.get_column("line"))
         if events.height == 0:
             return
+        peak = events.get_column("ts").abs().max()
+        if isinstance(peak, float) and peak > self._peak_ts:
+            self._peak_ts = peak
         events = with_track_thread(events)
         pending = pl.concat([self._held, events], how="vertical") if self._held.height else events
         # The latest event waits for the next chunk's metadata (see the module docstring).
@@ -213,6 +222,18 @@ class SpanStream:
                 f"{n} event(s) of phase {ph!r} ({kind}) ignored, first at line/event {first}: "
                 "only B/E/X spans and M metadata are read",
             )
+
+    def imprecise_clock_warning(self, warnings: FileWarnings) -> None:
+        """One warning when the timestamps are too large for a double to hold their microseconds."""
+        if not self._peak_ts >= PRECISE_TS_LIMIT:
+            return
+        step = float(np.spacing(self._peak_ts))
+        warnings.add(
+            None,
+            f"timestamps reach {self._peak_ts:.3g} us, beyond 2^53 us (~285 years): there a double holds "
+            f"times only to the nearest {step:.3g} us, so span durations and gaps are rounded to that "
+            "(or to zero); Chrome-trace ts is in microseconds (a clock in nanoseconds?)",
+        )
 
     def _known_phases(self, events: pl.DataFrame) -> pl.DataFrame:
         """The chunk's span events; the others are counted per phase."""
