@@ -838,3 +838,20 @@ def test_bidi_and_zero_width_characters_from_the_run_are_shown_not_obeyed(tmp_pa
     assert "\u202e" not in page and "\u200b" not in page
     assert "qwen\\u202egnp.exe\\u200b" in page
     assert embedded_document(html)["run"]["model_name"] == hostile
+
+
+def test_gantt_labels_and_hovers_show_bidi_characters_as_escapes():
+    # Plotly draws row labels, hover boxes and tooltips from the figure's data in the page's script,
+    # which the text-only check above skips: a track named with U+202E would read reversed there.
+    result = build_analysis(steps=6)
+    hostile = "sample\u202etask\u200b"
+    result.run.spans = result.run.spans.with_columns(
+        pl.when(pl.col("track") == "sample_task_0").then(pl.lit(hostile)).otherwise(pl.col("track")).alias("track"),
+        pl.when(pl.col("name") == "sample_async").then(pl.lit(hostile)).otherwise(pl.col("name")).alias("name"),
+    )
+    figure = embedded_figure(render_html(result), "chart-gantt")
+    drawn = json.dumps(figure, ensure_ascii=False)
+    assert "\u202e" not in drawn and "\u200b" not in drawn
+    assert "MainThread · sample\\u202etask\\u200b" in figure["layout"]["yaxis"]["tickvals"]
+    hovers = [text for trace in figure["data"] for text in trace.get("hovertext") or []]
+    assert any("<b>sample\\u202etask\\u200b</b>" in text for text in hovers)

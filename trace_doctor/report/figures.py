@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from trace_doctor.humanize import format_seconds
+from trace_doctor.report.terminal_text import inert
 
 SEVERITY_COLOUR = {"error": "#cf222e", "warning": "#bf8700", "info": "#0969da"}
 UNTIMED_COLOUR = "#d5dae0"
@@ -57,8 +58,9 @@ SEVERITY_LIKE = ("#cf222e", "#bf8700", "#0969da")
 
 
 def plot_text(value: Any) -> str:
-    """Input text made inert for plotly's HTML-ish labels, shortened for hover boxes."""
-    text = str(value)
+    """Input text made inert for plotly's HTML-ish labels (markup escaped; bidi, zero-width and control
+    characters shown as their escapes, as everywhere else in the report), shortened for hover boxes."""
+    text = inert(str(value))
     if len(text) > MAX_LABEL_CHARS:
         text = text[: MAX_LABEL_CHARS - 1] + "…"
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -16,6 +16,7 @@ import polars as pl
 
 from trace_doctor.humanize import format_seconds
 from trace_doctor.report.figures import MAX_DEPTH_LAYERS, base_layout, phase_colour, plot_text, with_alpha
+from trace_doctor.report.terminal_text import inert
 
 # The Okabe-Ito palette (Wong, "Color blindness", Nature Methods 8:441, 2011): its eight colours
 # stay apart under protanopia, deuteranopia and tritanopia. Findings take them in reading order.
@@ -102,13 +103,15 @@ def _tick_texts(rows: list[str], width: int) -> tuple[list[str], dict[str, str],
     """Tick label per row at a line width, the full name behind each shortened one (keyed by the
     text the tick's SVG holds: its lines without breaks) and the longest line."""
     # When one label breaks, all break at their " · ": every row reads thread above track.
-    split = any(len(row.strip()) > width for row in rows)
-    shown = {row: label_lines(row, width, split=split) for row in rows}
+    # Measured and keyed as drawn: a name's bidi or control characters show as their escapes.
+    drawn = {row: inert(row) for row in rows}
+    split = any(len(text.strip()) > width for text in drawn.values())
+    shown = {row: label_lines(drawn[row], width, split=split) for row in rows}
     tooltips: dict[str, str] = {}
     for row, lines in shown.items():
-        if lines != [row.strip()]:
+        if lines != [drawn[row].strip()]:
             key = "".join(lines)
-            tooltips[key] = row if key not in tooltips else f"{tooltips[key]}\n{row}"
+            tooltips[key] = drawn[row] if key not in tooltips else f"{tooltips[key]}\n{drawn[row]}"
     ticks = ["<br>".join(plot_text(line) for line in shown[row]) for row in rows]
     widest = max((len(line) for lines in shown.values() for line in lines), default=0)
     return ticks, tooltips, widest
