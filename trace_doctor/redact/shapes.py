@@ -48,6 +48,10 @@ VENDOR_TOKENS: dict[str, str] = {
     "xai": r"xai-[A-Za-z0-9]{40,}",
     "replicate": r"r8_[A-Za-z0-9]{30,}",
     "sendgrid": r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}",
+    # Incoming-webhook URLs: whoever has the path can post to the channel (training scripts use
+    # them for run notifications). The host starts the match, so what is kept is `https://`.
+    "slack_webhook": r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_\-/]{20,}",
+    "discord_webhook": r"discord(?:app)?\.com/api/webhooks/[0-9]{5,}+/[A-Za-z0-9_\-]{20,}",
     # A JWT (header.payload.signature, base64url): Tinker also accepts one as its API key.
     "jwt": r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{8,}",
 }
@@ -77,6 +81,9 @@ VENDOR_PREFIXES = (
     "xai-",
     "r8_",
     "SG.",
+    "hooks.slack.com/",
+    "discord.com/api/webhooks/",
+    "discordapp.com/api/webhooks/",
     "eyJ",
 )
 
