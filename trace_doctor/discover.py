@@ -84,6 +84,33 @@ def _head(path: Path) -> bytes | str:
     return head
 
 
+# Archive and compressor signatures (their first bytes; tar's "ustar" sits at offset 257 of its
+# first header, seen through gzip for a .tar.gz since _head decompresses .gz files).
+ARCHIVE_MAGIC = (
+    (b"PK\x03\x04", "a zip archive"),
+    (b"PK\x05\x06", "an empty zip archive"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
+    (b"Rar!\x1a\x07", "a RAR archive"),
+    (b"\xfd7zXZ\x00", "an xz-compressed file"),
+    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file"),
+    (b"BZh", "a bzip2-compressed file"),
+    (b"\x1f\x8b", "a gzip-compressed file"),
+)
+
+
+def _archive_kind(head: bytes) -> str | None:
+    """What kind of archive or compressed file `head` starts, if any."""
+    if head[257:262] == b"ustar":
+        return "a tar archive"
+    for magic, kind in ARCHIVE_MAGIC:
+        if head.startswith(magic):
+            # "BZh" is also three letters of text: bzip2 follows it with the block size digit.
+            if magic == b"BZh" and not head[3:4].isdigit():
+                continue
+            return kind
+    return None
+
+
 def _first_line(head: bytes) -> bytes:
     for raw in head.split(b"\n"):
         if raw.strip():
@@ -145,18 +172,31 @@ INPUT_FILE_NAMES = frozenset(
 )
 
 
+# Inputs known by name whose readers also read them gzipped (named `<name>.gz`).
+GZIP_READ_NAMES = frozenset({"metrics.jsonl", "trace_events.jsonl", "timing_spans.jsonl", "checkpoints.jsonl"})
+
+
 def classify(path: Path) -> tuple[str | None, str]:
     """Kind of one file, or None with the reason it is not an input."""
     name = path.name
-    if name == "metrics.jsonl" or re.fullmatch(r"metrics\.jsonl\.pre_resume_\d+", name):
+    # The line readers read gzip wherever they find it: a log folder gzipped file by file for
+    # sharing (`gzip -r`) keeps its files' kinds.
+    plain = name.removesuffix(".gz")
+    if (plain != name and plain in GZIP_READ_NAMES) or re.fullmatch(r"metrics\.jsonl\.pre_resume_\d+\.gz", name):
+        # A stream that does not even start is said here, as for any `.gz` (one that breaks later
+        # is read up to the break, with a warning).
+        head = _head(path)
+        if isinstance(head, str):
+            return None, head
+    if plain == "metrics.jsonl" or re.fullmatch(r"metrics\.jsonl\.pre_resume_\d+", plain):
         return "metrics", ""
-    if name == "trace_events.jsonl":
+    if plain == "trace_events.jsonl":
         return "trace", ""
-    if name == "timing_spans.jsonl":
+    if plain == "timing_spans.jsonl":
         return "spans", ""
     if name == "config.json":
         return "config", ""
-    if name == "checkpoints.jsonl":
+    if plain == "checkpoints.jsonl":
         return "checkpoints", ""
     if is_rollout_summaries_name(name):
         return "rollouts", ""
@@ -177,7 +217,7 @@ def classify(path: Path) -> tuple[str | None, str]:
         return None, "empty file"
     if name.endswith(".html") or name.endswith(".htm"):
         return None, "HTML (timing_gantt/logtree pages are summaries of inputs read elsewhere)"
-    if name.endswith(".jsonl"):
+    if name.endswith(".jsonl") or name.endswith(".jsonl.gz"):
         kind = _classify_jsonl(head)
         return (
             (kind, "")
@@ -187,6 +227,12 @@ def classify(path: Path) -> tuple[str | None, str]:
     if name.endswith(".json") or name.endswith(".json.gz"):
         kind = _classify_json(head)
         return (kind, "") if kind else (None, "JSON that is neither a pyinstrument profile nor a trace")
+    archive = _archive_kind(head)
+    if archive:
+        # Runs are shared as archives; nothing here is read from inside one (no extraction of
+        # untrusted archives behind the user's back), but the user learns what to do.
+        todo = "decompress it" if archive.endswith("compressed file") else "unpack it"
+        return None, f"{archive}: {todo} and analyze what it holds"
     if b"\x00" in head[:4096] and not name.endswith(".pyisession"):
         return None, "binary file"
     if any(marker.search(head) for marker in DUMP_MARKERS):
@@ -251,6 +297,11 @@ def _links_outside(path: str, root: str) -> bool:
     return os.path.commonpath([target, root]) != root
 
 
+def _plain_copy_beside(path: Path) -> bool:
+    """Whether `path` is `X.gz` with a regular file `X` in the same folder."""
+    return path.name.endswith(".gz") and path.with_name(path.name.removesuffix(".gz")).is_file()
+
+
 def discover(paths: list[str | os.PathLike[str]]) -> Discovered:
     """Classify every file under the given directories and files."""
     result = Discovered()
@@ -269,6 +320,12 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovered:
                 result.passed_over.append(PassedOver(str(candidate), reason))
                 continue
             kind, reason = classify(candidate)
+            if kind is not None and _plain_copy_beside(candidate):
+                # `gzip -k`: the same records twice would be read as twice the run.
+                kind, reason = (
+                    None,
+                    f"a gzipped copy of {candidate.name.removesuffix('.gz')} beside it (that one is read)",
+                )
             if kind is None:
                 result.passed_over.append(PassedOver(str(candidate), reason))
             else:

@@ -33,6 +33,8 @@ ANCHOR_KINDS = ("metrics", "trace", "spans", "config", "checkpoints")
 STANDARD_NAMES = re.compile(
     r"^(metrics\.jsonl(\.pre_resume_\d+)?|trace_events\.jsonl|trace\.json|timing_spans\.jsonl|config\.json"
     r"|checkpoints\.jsonl|logs\.log|code\.diff)$"
+    # gzipped line files keep their names' meaning (discover.classify)
+    r"|^(metrics\.jsonl(\.pre_resume_\d+)?|trace_events\.jsonl|timing_spans\.jsonl|checkpoints\.jsonl)\.gz$"
 )
 # A renamed file: `<run name><sep><kind word>[<sep>...].<ext>`, e.g. `gptoss-20b-v2-metrics.jsonl`.
 RENAMED = re.compile(
