@@ -15,8 +15,8 @@ from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.robust import median as robust_median
 from trace_doctor.derive.robust import robust_cv, robust_sigma
 from trace_doctor.derive.scheduled import scheduled_work
-from trace_doctor.derive.timekeys import PARENTS
 from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps
+from trace_doctor.derive.timekeys import PARENTS
 from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES, RESULT_WAIT_PHASES
 from trace_doctor.model import Finding
@@ -55,12 +55,13 @@ def innermost_phase(row: dict, phase: str) -> tuple[str, float]:
     return phase, float(total)
 
 
-def result_wait_spread(rows: pl.DataFrame, max_spread: float) -> dict | None:
+def result_wait_spread(rows: pl.DataFrame, max_spread: float, spikes: pl.DataFrame) -> dict | None:
     """How the steps' spread splits between waiting for results and client work, when the client's
     share is steady: the top-level result-wait phases (`finish_batch`, `step`: awaiting
     forward_backward / optim_step) vary while everything else the step does keeps within
-    `max_spread` (robust σ as a share of the median step). None when the metrics time no result wait
-    or the client work varies as much.
+    `max_spread` (its robust CV, and its robust σ as a share of the median step), and every spike's
+    excess (`spikes`, with `_excess`) lies at least half in the wait. None when the metrics time no
+    result wait or the client work varies as much.
 
     A step that waits for results its loop submitted promptly varies with when the service returns
     them (a queue delivering results in pairs gives alternating short and long waits): nothing the
@@ -69,7 +70,11 @@ def result_wait_spread(rows: pl.DataFrame, max_spread: float) -> dict | None:
     waits = [f"phase:{n}" for n in RESULT_WAIT_PHASES if f"phase:{n}" in rows.columns]
     if not waits or rows.height == 0:
         return None
-    wait = rows.select(pl.sum_horizontal([pl.col(c).fill_null(0.0) for c in waits])).to_series()
+
+    def wait_of(frame: pl.DataFrame) -> pl.Series:
+        return frame.select(pl.sum_horizontal([pl.col(c).fill_null(0.0) for c in waits])).to_series()
+
+    wait = wait_of(rows)
     if float(wait.sum()) <= 0:
         return None
     client = rows["total_s"] - wait
@@ -78,8 +83,14 @@ def result_wait_spread(rows: pl.DataFrame, max_spread: float) -> dict | None:
         return None
     client_spread = robust_sigma(client) / level
     wait_spread = robust_sigma(wait) / level
-    if client_spread > max_spread or wait_spread <= client_spread:
+    # The client's work is steady by the same bar as step times: in itself (its own robust CV) and as
+    # a share of a step; and the wait, not the client, holds the spread.
+    if robust_cv(client) > max_spread or client_spread > max_spread or wait_spread <= client_spread:
         return None
+    if spikes.height:
+        spike_client = spikes["total_s"] - wait_of(spikes) - (robust_median(client) or 0.0)
+        if bool((spike_client > (1.0 - EXPLAINED_SHARE) * spikes["_excess"]).any()):
+            return None
     return {
         "phases": [c.split(":", 1)[1] for c in waits],
         "client_spread": round(client_spread, 4),
@@ -88,6 +99,8 @@ def result_wait_spread(rows: pl.DataFrame, max_spread: float) -> dict | None:
         "wait_low_s": float(wait.quantile(0.1) or 0.0),
         "wait_high_s": float(wait.quantile(0.9) or 0.0),
         "client_median_s": robust_median(client),
+        "spikes": spikes.height,
+        "spike_steps": sorted(int(x) for x in spikes["step"].to_list())[:MAX_LISTED_STEPS],
     }
 
 
@@ -245,12 +258,17 @@ def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
     """The spread is in the wait for results while the client's work is steady: info, not the user's code."""
     t = ctx.thresholds
     phases = ", ".join(f"`{p}`" for p in spread["phases"])
+    spikes = (
+        f"; {spread['spikes']} step(s) above {t.spike_ratio}x the median, steps {spread['spike_steps'][:8]}"
+        if spread["spikes"]
+        else ""
+    )
     return ctx.finding(
         severity="info",
         title="Step times vary in the wait for results, not in your code",
         message=(
-            f"Steady step times vary (robust CV {cv:.2f}, threshold {t.max_robust_cv}), but the work the client does "
-            f"in a step is steady ({format_seconds(spread['client_median_s'])} median, spread "
+            f"Steady step times vary (robust CV {cv:.2f}, threshold {t.max_robust_cv}{spikes}), but the work the "
+            f"client does in a step is steady ({format_seconds(spread['client_median_s'])} median, spread "
             f"{spread['client_spread']:.0%} of a step): the spread is in {phases}, the wait for forward_backward / "
             f"optim_step results ({format_seconds(spread['wait_low_s'])} to {format_seconds(spread['wait_high_s'])}, "
             f"median {format_seconds(spread['wait_median_s'])}). When the service returns results is its own: "
@@ -262,6 +280,7 @@ def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
             "results (pipelining-gap); if it is, check the Tinker status page and escalate a persistent slowdown "
             "with the session id (`trace-doctor bundle`)."
         ),
+        steps=spread["spike_steps"],
         evidence={"robust_cv": round(cv, 4), "result_wait": spread},
         fingerprint="inconsistent-step-times:result-wait",
         confidence="medium",
@@ -314,7 +333,9 @@ def check(ctx) -> list[Finding]:
     if stall is not None:
         findings.append(stall)
 
-    in_wait = result_wait_spread(rest, t.max_robust_cv) if not unexplained.height and cv > t.max_robust_cv else None
+    in_wait = (
+        result_wait_spread(rest, t.max_robust_cv, unexplained) if unexplained.height or cv > t.max_robust_cv else None
+    )
     if in_wait is not None:
         findings.append(result_wait_finding(ctx, in_wait, cv))
     elif unexplained.height or cv > t.max_robust_cv:
