@@ -95,3 +95,19 @@ def test_spike_names_the_nested_timer_and_prints_subsecond_times(tmp_path):
     assert "mostly in `get_batch` inside `submit_batch` (1.90 s)" in spike.message
     assert "median of 50." in spike.message and " ms)" in spike.message
     assert "0.0 s" not in spike.message and "took 2 s" not in spike.message
+
+
+def test_one_long_result_wait_stays_a_spike(tmp_path):
+    """One step whose result wait took 40 s (a GIL hold starving the SDK thread, retries, a host
+    pause) is an isolated stall for the stall rules to explain, not the service's way of returning
+    results: it stays an unexplained spike (warning)."""
+    rows = queued_sft_rows()
+    for row in rows:  # an unloaded service: every wait one ~5 s cycle
+        row["time/step"] = row["time/finish_batch"] = 5.0 + 0.01 * (row["step"] % 3)
+    rows[20]["time/step"], rows[20]["time/finish_batch"] = 40.0, 40.01
+    result, doc = run_analysis(write_run(tmp_path, rows, SFT_CONFIG))
+    assert_sane(result, doc)
+    spread = fired(result)["inconsistent-step-times"]
+    assert [(f.fingerprint, f.severity, f.steps) for f in spread] == [
+        ("inconsistent-step-times:unexplained", "warning", [20])
+    ]

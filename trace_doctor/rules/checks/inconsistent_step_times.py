@@ -333,9 +333,9 @@ def check(ctx) -> list[Finding]:
     if stall is not None:
         findings.append(stall)
 
-    in_wait = (
-        result_wait_spread(rest, t.max_robust_cv, unexplained) if unexplained.height or cv > t.max_robust_cv else None
-    )
+    # Long waits on a few steps are stalls for the stall rules; on many, how the service returns results.
+    wait_pattern = cv > t.max_robust_cv or unexplained.height >= t.min_wait_spike_share * rest.height
+    in_wait = result_wait_spread(rest, t.max_robust_cv, unexplained) if wait_pattern else None
     if in_wait is not None:
         findings.append(result_wait_finding(ctx, in_wait, cv))
     elif unexplained.height or cv > t.max_robust_cv:
