@@ -7,8 +7,10 @@ analysed end to end; the assertions are the verdict a Tinker expert would give.
 from __future__ import annotations
 
 import random
+import shutil
 from typing import Any
 
+from conftest import ROOT
 from test_unseen_shapes import SFT_CONFIG, assert_sane, fired, noisy, run_analysis, write_run
 
 
@@ -111,3 +113,27 @@ def test_one_long_result_wait_stays_a_spike(tmp_path):
     assert [(f.fingerprint, f.severity, f.steps) for f in spread] == [
         ("inconsistent-step-times:unexplained", "warning", [20])
     ]
+
+
+def _trace_only(tmp_path, fixture: str):
+    shutil.copy(ROOT / "fixtures" / "runs" / fixture / "trace_events.jsonl", tmp_path / "trace_events.jsonl")
+    return run_analysis(tmp_path)
+
+
+def test_trace_only_run_still_shows_a_stall_between_steps(tmp_path):
+    """Only trace_events.jsonl (metrics lost): the 2 s host sleep after step 10 of sl_stall_after_normal
+    is still seen in the trace, against the median traced step interval, instead of every timing rule
+    abstaining and the verdict reading "no problems found"."""
+    result, doc = _trace_only(tmp_path, "sl_stall_after_normal")
+    assert_sane(result, doc)
+    stall = fired(result)["inconsistent-step-times"]
+    assert [f.fingerprint for f in stall] == ["inconsistent-step-times:untraced-stall"]
+    assert 1.8 <= stall[0].seconds_lost <= 2.3 and stall[0].steps == [13]
+    assert result.verdict.costliest is stall[0]
+
+
+def test_trace_only_healthy_run_passes(tmp_path):
+    result, doc = _trace_only(tmp_path, "sl_healthy_pipelined")
+    assert_sane(result, doc)
+    outcome = {o.rule: o for o in result.outcomes}["inconsistent-step-times"]
+    assert outcome.status == "passed" and "no per-step times in metrics" in outcome.reason

@@ -15,13 +15,13 @@ from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.robust import median as robust_median
 from trace_doctor.derive.robust import robust_cv, robust_sigma
 from trace_doctor.derive.scheduled import scheduled_work
-from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps
+from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
 from trace_doctor.derive.timekeys import PARENTS
 from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES, RESULT_WAIT_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
-from trace_doctor.rules.requires import requires, values_in
+from trace_doctor.rules.requires import found, requires, values_in
 
 # A spike is explained by evals/checkpoints when they account for at least half its excess.
 EXPLAINED_SHARE = 0.5
@@ -287,6 +287,28 @@ def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
     )
 
 
+def trace_only(ctx) -> list[Finding]:
+    """Without per-step times (a run with only a trace) the trace still shows stalls between steps,
+    judged against the median traced step interval; spread and spikes need the metrics' step times."""
+    t = ctx.thresholds
+    if ctx.run.height("spans") == 0:
+        raise NotApplicable("no per-step times (no time/total or phase timers in metrics)")
+    intervals = step_intervals(ctx.run.spans_where(pl.col("step").is_not_null(), ["segment", "step", "start_us"]))
+    if intervals.height < t.min_steady_steps:
+        raise NotApplicable(
+            f"no per-step times in metrics, and {intervals.height} traced step interval(s) "
+            f"(need {t.min_steady_steps} to judge stalls against)"
+        )
+    level = float(intervals["interval_s"].median())
+    stall = untraced_stalls(ctx, level, set())
+    if stall is not None:
+        return [stall]
+    return ctx.passed(
+        f"no per-step times in metrics (spread and spikes not judged); the trace has no stall between steps "
+        f"above {t.spike_ratio}x the median traced step interval ({format_seconds(level)})"
+    )
+
+
 def check(ctx) -> list[Finding]:
     t = ctx.thresholds
     steady = (
@@ -295,7 +317,7 @@ def check(ctx) -> list[Finding]:
         else None
     )
     if steady is None or steady.is_empty():
-        raise NotApplicable("no per-step times (no time/total or phase timers in metrics)")
+        return trace_only(ctx)
     if steady.height < t.min_steady_steps:
         raise NotApplicable(f"only {steady.height} steady steps (need {t.min_steady_steps})")
     steady = steady.sort(["segment", "step"])
@@ -422,7 +444,7 @@ RULE = register(
         code="TD110",
         title="High unexplained variance of steady step time",
         severity="warning",
-        needs="metrics.jsonl with per-step times",
+        needs="metrics.jsonl with per-step times (or, for stalls between steps only, trace_events.jsonl)",
         docs=RuleDocs(
             what=(
                 "Steady-state steps whose times vary widely (robust CV) or spike far above the median, leaving "
@@ -447,7 +469,9 @@ RULE = register(
         shared=("max_warmup_share",),
         requires=(
             requires(
-                "no per-step times (no time/total or phase timers in metrics)", values_in("step_times", "total_s")
+                "no per-step times (no time/total or phase timers in metrics) and no trace",
+                values_in("step_times", "total_s"),
+                found("trace"),
             ),
         ),
         tags=("timing", "metrics"),
