@@ -254,6 +254,11 @@ def untraced_stalls(ctx, level_s: float, reported_steps: set[int]) -> Finding | 
     )
 
 
+def share_text(share: float) -> str:
+    """A share for people: "<1%" rather than a misleading "0%"."""
+    return "<1%" if share < 0.005 else f"{share:.0%}"
+
+
 def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
     """The spread is in the wait for results while the client's work is steady: info, not the user's code."""
     t = ctx.thresholds
@@ -268,8 +273,8 @@ def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
         title="Step times vary in the wait for results, not in your code",
         message=(
             f"Steady step times vary (robust CV {cv:.2f}, threshold {t.max_robust_cv}{spikes}), but the work the "
-            f"client does in a step is steady ({format_seconds(spread['client_median_s'])} median, spread "
-            f"{spread['client_spread']:.0%} of a step): the spread is in {phases}, the wait for forward_backward / "
+            f"client does in a step is steady ({format_seconds(spread['client_median_s'])} median, varying by "
+            f"{share_text(spread['client_spread'])} of a step): the spread is in {phases}, the wait for forward_backward / "
             f"optim_step results ({format_seconds(spread['wait_low_s'])} to {format_seconds(spread['wait_high_s'])}, "
             f"median {format_seconds(spread['wait_median_s'])}). When the service returns results is its own: "
             "queueing or capacity delivers them unevenly. If pipelining-gap does not fire (submissions ahead "
