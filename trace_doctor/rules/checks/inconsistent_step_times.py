@@ -274,8 +274,8 @@ def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
         message=(
             f"Steady step times vary (robust CV {cv:.2f}, threshold {t.max_robust_cv}{spikes}), but the work the "
             f"client does in a step is steady ({format_seconds(spread['client_median_s'])} median, varying by "
-            f"{share_text(spread['client_spread'])} of a step): the spread is in {phases}, the wait for forward_backward / "
-            f"optim_step results ({format_seconds(spread['wait_low_s'])} to {format_seconds(spread['wait_high_s'])}, "
+            f"{share_text(spread['client_spread'])} of a step): the spread is in {phases}, the wait for "
+            f"forward_backward / optim_step results ({format_seconds(spread['wait_low_s'])} to {format_seconds(spread['wait_high_s'])}, "
             f"median {format_seconds(spread['wait_median_s'])}). When the service returns results is its own: "
             "queueing or capacity delivers them unevenly. If pipelining-gap does not fire (submissions ahead "
             "of the waits), this is service-side; server-side-wait judges it with a trace and a clock cycle."
