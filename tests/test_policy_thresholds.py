@@ -187,6 +187,25 @@ def slower_regime_at_the_end() -> RunTables:
     return run_from_rows(rows)
 
 
+@cache
+def result_waits_in_pairs() -> RunTables:
+    """Pipelined 0.6.1 SFT on a queueing service: 40 steps of 0.4 s client work, the result wait
+    alternating 5 s / 25 s (results in pairs): 19 of the 39 steady steps are spikes in finish_batch."""
+    rows = []
+    for i in range(40):
+        wait = (25.0 if i % 2 == 0 else 5.0) + 0.01 * (i % 3)
+        rows.append(
+            {
+                "step": i,
+                "time/get_batch": 0.4 + 0.002 * (i % 5),
+                "time/submit_batch": 0.43 + 0.002 * (i % 5),
+                "time/step": wait,
+                "time/finish_batch": wait + 0.01,
+            }
+        )
+    return run_from_rows(rows)
+
+
 def _rl_rows(kl: list[float]) -> list[dict[str, Any]]:
     return [
         {
@@ -570,6 +589,11 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("inconsistent-step-times", "min_regime_share"): Probe(
         slower_regime_at_the_end, 0.5, "a slow regime of 30% of the steps is too short: fired -> passed"
+    ),
+    ("inconsistent-step-times", "min_wait_spike_share"): Probe(
+        result_waits_in_pairs,
+        0.6,
+        "long waits on 49% of the steps are spikes, not the service's pattern: info -> warning",
     ),
     # scheduled-work
     ("scheduled-work", "min_share_of_wall"): Probe(

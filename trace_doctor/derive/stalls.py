@@ -134,3 +134,20 @@ def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
         .collect()
     )
     return sorted([a, b] for a, b in reached.iter_rows())
+
+
+def step_intervals(spans: pl.DataFrame) -> pl.DataFrame:
+    """Per step, the time from its first span to the next step's first span (same launch)."""
+    starts = (
+        spans.lazy()
+        .filter(pl.col("step").is_not_null())
+        .group_by("segment", "step")
+        .agg(pl.col("start_us").min().alias("start_us"))
+        .sort("segment", "step")
+        .collect()
+    )
+    return (
+        starts.with_columns(pl.col("start_us").shift(-1).over("segment").alias("end_us"))
+        .drop_nulls("end_us")
+        .with_columns(((pl.col("end_us") - pl.col("start_us")) / 1e6).alias("interval_s"))
+    )

@@ -180,6 +180,15 @@ class InconsistentStepTimesPolicy:
         "shorter excursions are spikes.",
         bounds=SHARE,
     )
+    min_wait_spike_share: float = threshold(
+        0.2,
+        unit="share of steady steps",
+        why="Spikes in the result wait (finish_batch/step) with the client's work steady are read as how "
+        "the service returns results (a queue delivering them in pairs: every other step waits cycles "
+        "longer) when at least this share of the steady steps has one; fewer are isolated stalls (a GIL "
+        "hold, retries, a host pause) and stay unexplained spikes for the stall rules to explain.",
+        bounds=SHARE,
+    )
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,16 @@ import math
 import polars as pl
 
 from trace_doctor.derive.regimes import regime_levels, steady_regimes
-from trace_doctor.derive.robust import robust_cv
+from trace_doctor.derive.robust import median as robust_median
+from trace_doctor.derive.robust import robust_cv, robust_sigma
 from trace_doctor.derive.scheduled import scheduled_work
-from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps
-from trace_doctor.knowledge.tinker import PERIODIC_PHASES
+from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
+from trace_doctor.derive.timekeys import PARENTS
+from trace_doctor.humanize import format_seconds
+from trace_doctor.knowledge.tinker import PERIODIC_PHASES, RESULT_WAIT_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
-from trace_doctor.rules.requires import requires, values_in
+from trace_doctor.rules.requires import found, requires, values_in
 
 # A spike is explained by evals/checkpoints when they account for at least half its excess.
 EXPLAINED_SHARE = 0.5
@@ -35,16 +38,95 @@ def periodic_seconds(frame: pl.DataFrame) -> pl.Series:
     return frame.select(pl.sum_horizontal([pl.col(f"phase:{n}").fill_null(0.0) for n in top])).to_series()
 
 
+def innermost_phase(row: dict, phase: str) -> tuple[str, float]:
+    """The timer that holds most of `phase` in this row: a nested timer (`inner:<name>`, e.g. SFT
+    `get_batch` inside `submit_batch`) when it holds at least half of it, else the phase itself.
+    Naming the wrapper alone sends the user to the wrong code."""
+    total = row.get(f"phase:{phase}") or 0.0
+    inner = {
+        c.split(":", 1)[1]: row[c]
+        for c in row
+        if c.startswith("inner:") and row[c] is not None and phase in PARENTS.get(c.split(":", 1)[1], ())
+    }
+    if inner and total > 0:
+        name = max(inner, key=inner.get)
+        if inner[name] >= EXPLAINED_SHARE * total:
+            return name, float(inner[name])
+    return phase, float(total)
+
+
+def result_wait_spread(rows: pl.DataFrame, max_spread: float, spikes: pl.DataFrame) -> dict | None:
+    """How the steps' spread splits between waiting for results and client work, when the client's
+    share is steady: the top-level result-wait phases (`finish_batch`, `step`: awaiting
+    forward_backward / optim_step) vary while everything else the step does keeps within
+    `max_spread` (its robust CV, and its robust σ as a share of the median step), and every spike's
+    excess (`spikes`, with `_excess`) lies at least half in the wait. None when the metrics time no
+    result wait or the client work varies as much.
+
+    A step that waits for results its loop submitted promptly varies with when the service returns
+    them (a queue delivering results in pairs gives alternating short and long waits): nothing the
+    user's code does between the waits explains that spread.
+    """
+    waits = [f"phase:{n}" for n in RESULT_WAIT_PHASES if f"phase:{n}" in rows.columns]
+    if not waits or rows.height == 0:
+        return None
+
+    def wait_of(frame: pl.DataFrame) -> pl.Series:
+        return frame.select(pl.sum_horizontal([pl.col(c).fill_null(0.0) for c in waits])).to_series()
+
+    wait = wait_of(rows)
+    if float(wait.sum()) <= 0:
+        return None
+    client = rows["total_s"] - wait
+    level = robust_median(rows["total_s"])
+    if not level:
+        return None
+    client_spread = robust_sigma(client) / level
+    wait_spread = robust_sigma(wait) / level
+    # The client's work is steady by the same bar as step times: in itself (its own robust CV) and as
+    # a share of a step; and the wait, not the client, holds the spread.
+    if robust_cv(client) > max_spread or client_spread > max_spread or wait_spread <= client_spread:
+        return None
+    if spikes.height:
+        spike_client = spikes["total_s"] - wait_of(spikes) - (robust_median(client) or 0.0)
+        if bool((spike_client > (1.0 - EXPLAINED_SHARE) * spikes["_excess"]).any()):
+            return None
+    return {
+        "phases": [c.split(":", 1)[1] for c in waits],
+        "client_spread": round(client_spread, 4),
+        "wait_spread": round(wait_spread, 4),
+        "wait_median_s": robust_median(wait),
+        "wait_low_s": float(wait.quantile(0.1) or 0.0),
+        "wait_high_s": float(wait.quantile(0.9) or 0.0),
+        "client_median_s": robust_median(client),
+        "spikes": spikes.height,
+        "spike_steps": sorted(int(x) for x in spikes["step"].to_list())[:MAX_LISTED_STEPS],
+    }
+
+
+def median_delta(before: pl.DataFrame, after: pl.DataFrame, column: str) -> float | None:
+    a, b = before[column].fill_null(0.0).median(), after[column].fill_null(0.0).median()
+    return None if a is None or b is None else float(b) - float(a)
+
+
 def phase_shift(before: pl.DataFrame, after: pl.DataFrame) -> tuple[str, float]:
-    """The phase (or untimed time) whose typical seconds changed most between two regimes."""
+    """The phase (or untimed time) whose typical seconds changed most between two regimes; the
+    nested timer inside it (`get_batch` in `submit_batch`) when that one moved by at least half as much."""
     best = ("untimed", 0.0)
     for column in sorted(c for c in before.columns if c.startswith("phase:")) + ["untimed_s"]:
-        a, b = before[column].fill_null(0.0).median(), after[column].fill_null(0.0).median()
-        if a is None or b is None:
-            continue
-        delta = float(b) - float(a)
-        if abs(delta) > abs(best[1]):
+        delta = median_delta(before, after, column)
+        if delta is not None and abs(delta) > abs(best[1]):
             best = (column.split(":", 1)[1] if ":" in column else "untimed", delta)
+    nested = [
+        (name, delta)
+        for column in sorted(c for c in before.columns if c.startswith("inner:"))
+        if best[0] in PARENTS.get(name := column.split(":", 1)[1], ())
+        and (delta := median_delta(before, after, column)) is not None
+    ]
+    if nested:
+        name, delta = max(nested, key=lambda item: abs(item[1]))
+        if abs(delta) >= EXPLAINED_SHARE * abs(best[1]) and delta * best[1] > 0:
+            return name, delta
     return best
 
 
@@ -172,6 +254,67 @@ def untraced_stalls(ctx, level_s: float, reported_steps: set[int]) -> Finding | 
     )
 
 
+def share_text(share: float) -> str:
+    """A share for people: "<1%" rather than a misleading "0%"."""
+    return "<1%" if share < 0.005 else f"{share:.0%}"
+
+
+def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
+    """The spread is in the wait for results while the client's work is steady: info, not the user's code."""
+    t = ctx.thresholds
+    phases = ", ".join(f"`{p}`" for p in spread["phases"])
+    spikes = (
+        f"; {spread['spikes']} step(s) above {t.spike_ratio}x the median, steps {spread['spike_steps'][:8]}"
+        if spread["spikes"]
+        else ""
+    )
+    return ctx.finding(
+        severity="info",
+        title="Step times vary in the wait for results, not in your code",
+        message=(
+            f"Steady step times vary (robust CV {cv:.2f}, threshold {t.max_robust_cv}{spikes}), but the work the "
+            f"client does in a step is steady ({format_seconds(spread['client_median_s'])} median, varying by "
+            f"{share_text(spread['client_spread'])} of a step): the spread is in {phases}, the wait for "
+            f"forward_backward / optim_step results ({format_seconds(spread['wait_low_s'])} to "
+            f"{format_seconds(spread['wait_high_s'])}, "
+            f"median {format_seconds(spread['wait_median_s'])}). When the service returns results is its own: "
+            "queueing or capacity delivers them unevenly. If pipelining-gap does not fire (submissions ahead "
+            "of the waits), this is service-side; server-side-wait judges it with a trace and a clock cycle."
+        ),
+        fix=(
+            "Nothing in the loop's own work to change. Make sure the next step is submitted before awaiting "
+            "results (pipelining-gap); if it is, check the Tinker status page and escalate a persistent slowdown "
+            "with the session id (`trace-doctor bundle`)."
+        ),
+        steps=spread["spike_steps"],
+        evidence={"robust_cv": round(cv, 4), "result_wait": spread},
+        fingerprint="inconsistent-step-times:result-wait",
+        confidence="medium",
+    )
+
+
+def trace_only(ctx) -> list[Finding]:
+    """Without per-step times (a run with only a trace) the trace still shows stalls between steps,
+    judged against the median traced step interval; spread and spikes need the metrics' step times."""
+    t = ctx.thresholds
+    if ctx.run.height("spans") == 0:
+        raise NotApplicable("no per-step times (no time/total or phase timers in metrics)")
+    intervals = step_intervals(ctx.run.spans_where(pl.col("step").is_not_null(), ["segment", "step", "start_us"]))
+    if intervals.height < t.min_steady_steps:
+        raise NotApplicable(
+            f"no per-step times in metrics, and {intervals.height} traced step interval(s) "
+            f"(need {t.min_steady_steps} to judge stalls against)"
+        )
+    level = float(intervals["interval_s"].median())
+    stall = untraced_stalls(ctx, level, set())
+    if stall is not None:
+        return [stall]
+    return ctx.passed(
+        f"no per-step times in metrics (spread and spikes not judged); the trace has no stall between steps "
+        f"above {t.spike_ratio}x the median traced step interval ({format_seconds(level)})"
+    )
+
+
 def check(ctx) -> list[Finding]:
     t = ctx.thresholds
     steady = (
@@ -180,7 +323,7 @@ def check(ctx) -> list[Finding]:
         else None
     )
     if steady is None or steady.is_empty():
-        raise NotApplicable("no per-step times (no time/total or phase timers in metrics)")
+        return trace_only(ctx)
     if steady.height < t.min_steady_steps:
         raise NotApplicable(f"only {steady.height} steady steps (need {t.min_steady_steps})")
     steady = steady.sort(["segment", "step"])
@@ -218,7 +361,12 @@ def check(ctx) -> list[Finding]:
     if stall is not None:
         findings.append(stall)
 
-    if unexplained.height or cv > t.max_robust_cv:
+    # Long waits on a few steps are stalls for the stall rules; on many, how the service returns results.
+    wait_pattern = cv > t.max_robust_cv or unexplained.height >= t.min_wait_spike_share * rest.height
+    in_wait = result_wait_spread(rest, t.max_robust_cv, unexplained) if wait_pattern else None
+    if in_wait is not None:
+        findings.append(result_wait_finding(ctx, in_wait, cv))
+    elif unexplained.height or cv > t.max_robust_cv:
         steps = sorted(int(s) for s in unexplained["step"].to_list())
         details = []
         for row in unexplained.sort("_excess", descending=True).head(5).iter_rows(named=True):
@@ -232,7 +380,10 @@ def check(ctx) -> list[Finding]:
                     "or the process being stopped"
                 )
             elif biggest:
-                note = f" — mostly in `{biggest.split(':', 1)[1]}` ({phase_cols[biggest]:.0f} s)"
+                top = biggest.split(":", 1)[1]
+                name, seconds = innermost_phase(row, top)
+                inside = f" inside `{top}`" if name != top else ""
+                note = f" — mostly in `{name}`{inside} ({format_seconds(seconds)})"
             details.append(
                 {
                     "step": int(row["step"]),
@@ -249,8 +400,8 @@ def check(ctx) -> list[Finding]:
         wall = ctx.wall_s
         head = details[0] if details else None
         lead = (
-            f"Step {head['step']} took {head['total_s']:.0f} s ({head['ratio']}x the steady median of "
-            f"{head['level_s']:.1f} s){head['note'] and ' — ' + head['note']}. "
+            f"Step {head['step']} took {format_seconds(head['total_s'])} ({head['ratio']}x the steady median of "
+            f"{format_seconds(head['level_s'])}){head['note'] and ' — ' + head['note']}. "
             if head
             else ""
         )
@@ -299,7 +450,7 @@ RULE = register(
         code="TD110",
         title="High unexplained variance of steady step time",
         severity="warning",
-        needs="metrics.jsonl with per-step times",
+        needs="metrics.jsonl with per-step times (or, for stalls between steps only, trace_events.jsonl)",
         docs=RuleDocs(
             what=(
                 "Steady-state steps whose times vary widely (robust CV) or spike far above the median, leaving "
@@ -324,7 +475,9 @@ RULE = register(
         shared=("max_warmup_share",),
         requires=(
             requires(
-                "no per-step times (no time/total or phase timers in metrics)", values_in("step_times", "total_s")
+                "no per-step times (no time/total or phase timers in metrics) and no trace",
+                values_in("step_times", "total_s"),
+                found("trace"),
             ),
         ),
         tags=("timing", "metrics"),

@@ -15,7 +15,7 @@ import polars as pl
 from trace_doctor.derive.intervals import merge, overlap
 from trace_doctor.derive.pipelining import PIPELINING_CALLS, fb_optim_waits, step_transitions
 from trace_doctor.derive.sessions import session_ids
-from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps
+from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
 from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -27,23 +27,6 @@ CYCLE_PRICED_TRAINERS = ("sl", "dpo")
 HANDOFF_S = 0.01
 # A pipelined forward_backward + optim_step is served in this many cycles.
 CYCLES_NEEDED = 2
-
-
-def step_intervals(spans: pl.DataFrame) -> pl.DataFrame:
-    """Per step, the time from its first span to the next step's first span (same launch)."""
-    starts = (
-        spans.lazy()
-        .filter(pl.col("step").is_not_null())
-        .group_by("segment", "step")
-        .agg(pl.col("start_us").min().alias("start_us"))
-        .sort("segment", "step")
-        .collect()
-    )
-    return (
-        starts.with_columns(pl.col("start_us").shift(-1).over("segment").alias("end_us"))
-        .drop_nulls("end_us")
-        .with_columns(((pl.col("end_us") - pl.col("start_us")) / 1e6).alias("interval_s"))
-    )
 
 
 def check(ctx: RuleContext) -> list[Finding]:
