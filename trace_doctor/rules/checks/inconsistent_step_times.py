@@ -204,10 +204,11 @@ def regime_findings(ctx, steady: pl.DataFrame, regimes: list, wall: float | None
     return findings
 
 
-def untraced_stalls(ctx, level_s: float, reported_steps: set[int]) -> Finding | None:
+def untraced_stalls(ctx, level_s: float, reported_steps: set[int], *, step_times: bool = True) -> Finding | None:
     """Stalls between steps that no step time contains: the main task ran nothing traced for many
     steps' worth of time (a sleep, a blocking call, untraced work). Only the trace shows them: SFT
-    steps are timed by their phases, and the stall falls between them."""
+    steps are timed by their phases, and the stall falls between them. `step_times`: the run's
+    metrics time its steps (`level_s` is their steady median; else the median traced interval)."""
     if ctx.run.height("spans") == 0 or level_s <= 0:
         return None
     t = ctx.thresholds
@@ -237,9 +238,15 @@ def untraced_stalls(ctx, level_s: float, reported_steps: set[int]) -> Finding | 
         title="Stall between steps, outside every timed phase",
         message=(
             f"The main task ran nothing traced for {(b - a) / 1e6:.1f} s{where} ({(b - a) / 1e6 / level_s:.0f}x the "
-            f"steady step of {level_s:.3g} s); {len(rows)} such stall(s), {seconds:.1f} s in all. No step time "
-            "contains them (the step is timed by its phases), so only the trace shows them: a sleep or blocking "
-            "call on the main thread, untraced work between steps, or the host suspending the process."
+            + (
+                f"steady step of {level_s:.3g} s); {len(rows)} such stall(s), {seconds:.1f} s in all. No step time "
+                "contains them (the step is timed by its phases), so only the trace shows them"
+                if step_times
+                else f"median traced step interval of {level_s:.3g} s); {len(rows)} such stall(s), {seconds:.1f} s "
+                "in all. The run has no step times in metrics, so only the trace shows them"
+            )
+            + ": a sleep or blocking call on the main thread, untraced work between steps, or the host suspending "
+            "the process."
         ),
         fix=(
             "Find what runs between steps (logging, checkpoint or eval code outside the cookbook's timers, a "
@@ -306,7 +313,7 @@ def trace_only(ctx) -> list[Finding]:
             f"(need {t.min_steady_steps} to judge stalls against)"
         )
     level = float(intervals["interval_s"].median())
-    stall = untraced_stalls(ctx, level, set())
+    stall = untraced_stalls(ctx, level, set(), step_times=False)
     if stall is not None:
         return [stall]
     return ctx.passed(
