@@ -12,6 +12,17 @@ CORPUS = ROOT.parent / "shared" / "corpus"
 CORPUS_MISSING = "the real-run corpus ../shared/corpus is not present on this machine (CI has it)"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _pipe_width_terminal():
+    """Every test renders at the width of a pipe, whatever runs pytest: an 80-column terminal, or
+    pytest-xdist's workers (which say COLUMNS=80), would otherwise rewrap the text tests read back."""
+    from trace_doctor.report.console import WIDTH
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", str(WIDTH))
+        yield
+
+
 def corpus_path(relative: str) -> Path:
     path = CORPUS / relative
     if not path.exists():
