@@ -56,6 +56,10 @@ SECRETS: dict[str, str] = {
     "bearer": _body(32, _ALNUM + "._-"),
     "api_header": _body(32),
     "client_secret": _body(28),
+    # A password with a JSON-escaped quote in it: what follows the quote is as secret as what precedes.
+    "escaped_quote": _body(24),
+    "spaced_password": "PLANTED correct horse battery staple",
+    "url_encoded": _body(26),
 }
 
 # Each secret in the sentence or assignment a run writes it in.
@@ -88,6 +92,9 @@ CONTEXTS: dict[str, str] = {
     "bearer": f"request headers: Authorization: Bearer {SECRETS['bearer']}",
     "api_header": f"X-API-Key: {SECRETS['api_header']}",
     "client_secret": f'{{"client_secret": "{SECRETS["client_secret"]}"}}',
+    "escaped_quote": f'{{"password": "x\\"{SECRETS["escaped_quote"]}"}}',
+    "spaced_password": f".env: DB_PASSWORD = {SECRETS['spaced_password']}",
+    "url_encoded": f"redirect to /login?next=%2Fcallback%3Fclient_secret%3D{SECRETS['url_encoded']}%26state%3D7",
 }
 
 # What must survive redaction: ids, digests, names, numbers a support engineer needs.
@@ -186,6 +193,8 @@ def write_secret_run(root: Path) -> Path:
         if step == 2:
             args["headers"] = {"Authorization": f"Bearer {SECRETS['bearer']}", "X-API-Key": SECRETS["api_header"]}
             args["note"] = f"\n{SECRETS['openai_legacy']}"
+            # JSON text inside a span argument: its quotes are escaped twice in the stored arguments.
+            args["request"] = CONTEXTS["escaped_quote"]
         trace.append({"name": name, "ph": "B", "pid": 0, "tid": tid, "ts": t0, "args": args, "cat": "async"})
         end = {"track": "main", "thread": "MainThread", "step": step}  # the cookbook puts the step on E
         trace.append({"name": name, "ph": "E", "pid": 0, "tid": tid, "ts": t0 + 900_000.0, "args": end, "cat": "async"})

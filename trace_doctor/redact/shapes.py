@@ -117,14 +117,34 @@ STRONG_WORDS = (
 WEAK_WORDS = r"token|key|auth|sig(?:nature)?"
 PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd"})
 # `name<sep>value`: `=`, `:`, `:=`, `=>` (quotes around the name allowed, JSON-escaped ones too),
-# prose `is` / `was`, or plain spaces (CLI flags, netrc lines, `Bearer <token>`: only values that
-# look like credentials). A name starts a word, or a camelCase part of one (`dbPassword`).
+# their URL encodings (`client_secret%3D…` inside an encoded redirect URL), prose `is` / `was` /
+# `is:`, or plain spaces (CLI flags, netrc lines, `Bearer <token>`: only values that look like
+# credentials). A name starts a word, or a camelCase part of one (`dbPassword`).
+KEYWORD_SEPARATOR = (
+    r"(?P<kw_sep>(?:\\?[\"']?[ \t]{0,3}|[ \t]{1,3}(?i:is|was)[ \t]{0,3})(?P<kw_assign>:=|=>|[:=]|%3[DdAa])[ \t]{0,3}"
+    r"|[ \t]{1,3}(?i:is|was)[ \t]{1,3}|[ \t]{1,3})"
+)
+# A quoted value runs to its closing quote, escapes included: in `"pw": "ab\"cd"` the secret is
+# all of `ab\"cd`, not `ab`. Span arguments are JSON text kept inside JSON, where the quotes are
+# themselves escaped (`\"pw\": \"ab\\\"cd\"`): there the value ends at a `\"` that is not part of
+# an escaped escape (`\\\"`, `\\\\`, `\\n`), and the other escapes (`\n`, `\u0022`) are characters.
+QUOTED_VALUE = r"(?:(?!(?P=kw_quote))[^\\\n]|\\[^\n]){1,512}+"
+ESCAPED_QUOTED_VALUE = r"(?:(?!(?P=kw_equote))[^\\\n]|\\\\\\[^\n]|\\\\[^\\\n]|\\[^\"'\\\n]){1,512}+"
+# An unquoted value is one word; a password's may go on over spaces (`password = correct horse
+# battery staple` in an .env or .ini line) up to the next `name=` / `name:` (text.py decides).
+UNQUOTED_WORD = r"[^\s\"'`<>,;&)}\]\\]{1,512}+"
+NOT_A_NAME = r"(?![A-Za-z_][A-Za-z0-9_.\-]{0,40}+(?:[:=]|%3[DdAa]))"
+MORE_WORDS = rf"(?:[ \t]{{1,3}}+{NOT_A_NAME}{UNQUOTED_WORD}){{1,16}}+"
+PASSWORD_WORD = r"passw(?:or)?d|passphrase|pwd"
 KEYWORD = (
-    rf"(?P<kw_word>(?i:{STRONG_WORDS}|{WEAK_WORDS}))"
+    rf"(?P<kw_word>(?i:(?P<kw_password>{PASSWORD_WORD})|{STRONG_WORDS}|{WEAK_WORDS}))"
     r"(?P<kw_tail>[A-Za-z0-9_.\-]{0,40}+)"
-    r"(?P<kw_sep>\\?[\"']?[ \t]{0,3}(?::=|=>|[:=])[ \t]{0,3}|[ \t]{1,3}(?i:is|was)[ \t]{1,3}|[ \t]{1,3})"
-    r"(?P<kw_scheme>(?i:bearer|basic|token|digest)[ \t]{1,3})?"
-    r"(?:(?P<kw_quote>\\?[\"'])(?P<kw_quoted>[^\"'\\\n]{1,512})|(?P<kw_value>[^\s\"'`<>,;&)}\]\\]{1,512}))"
+    + KEYWORD_SEPARATOR
+    + r"(?P<kw_scheme>(?i:bearer|basic|token|digest)[ \t]{1,3})?"
+    + rf"(?:\\(?P<kw_equote>[\"'])(?P<kw_equoted>{ESCAPED_QUOTED_VALUE})"
+    + rf"|(?P<kw_quote>[\"'])(?P<kw_quoted>{QUOTED_VALUE})"
+    # More words only after a password word and an `=`/`:` (a conditional: no other match pays for them).
+    + rf"|(?P<kw_value>{UNQUOTED_WORD})(?(kw_password)(?(kw_assign)(?P<kw_more>{MORE_WORDS})?)))"
 )
 # Vendor tokens and key-like names share one start test (evaluated once per position, not once
 # per branch: most positions are inside a word and fail it at once).
@@ -156,6 +176,7 @@ TRIGGER = "|".join(
         r"(?i:wandb|w&b)[^\n]*[0-9a-f]{40}",
         r"(?:^|[^A-Za-z0-9]|\\[nrtbf]|\\u[0-9A-Fa-f]{4})(?:" + "|".join(map(re.escape, _LOWER_PREFIXES)) + ")",
         "(?:" + "|".join(map(re.escape, _UPPER_PREFIXES)) + ")",
-        rf"(?i:{STRONG_WORDS}|{WEAK_WORDS})(?:[A-Z0-9_.\-][A-Za-z0-9_.\-]{{0,39}})?(?:\\?[\"']?[ \t]{{0,3}}[:=]|[ \t])",
+        rf"(?i:{STRONG_WORDS}|{WEAK_WORDS})(?:[A-Z0-9_.\-][A-Za-z0-9_.\-]{{0,39}})?"
+        r"(?:\\?[\"']?[ \t]{0,3}[:=]|[ \t]|%3[DdAa])",
     ]
 )

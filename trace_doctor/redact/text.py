@@ -101,16 +101,17 @@ def _is_word_end(word: str, tail: str) -> bool:
 
 def _keyword(match: re.Match) -> tuple[str, int]:
     word, tail, sep = match["kw_word"], match["kw_tail"], match["kw_sep"]
-    quoted = match["kw_quoted"] is not None
-    value = match["kw_quoted"] if quoted else match["kw_value"]
-    start = match.start("kw_quoted") if quoted else match.start("kw_value")
+    group = next(g for g in ("kw_equoted", "kw_quoted", "kw_value") if match[g] is not None)
+    value, start, end = match[group], match.start(group), match.end(group)
     head = match[0][: start - match.start()]
-    if _secret_value(word, tail, sep, value):
-        return head + REDACTED, match.end()
-    return head, start  # not named a secret: the value may still hold one (`token ghp_…`)
+    if not _secret_value(word, tail, sep, value, quoted=group != "kw_value"):
+        return head, start  # not named a secret: the value may still hold one (`token ghp_…`)
+    if match["kw_more"] is not None:
+        end = match.end("kw_more")  # `password = correct horse battery staple`: every word of it
+    return head + REDACTED, end
 
 
-def _secret_value(word: str, tail: str, sep: str, value: str) -> bool:
+def _secret_value(word: str, tail: str, sep: str, value: str, *, quoted: bool = False) -> bool:
     if not _is_word_end(word, tail):
         return False
     words = _words(tail)
@@ -122,8 +123,9 @@ def _secret_value(word: str, tail: str, sep: str, value: str) -> bool:
     if lower == "pwd" and value.startswith(("/", "~")):
         return False  # the shell's PWD: a working directory
     if not sep.strip():
-        # `password <value>` with no `=` or `:`: a netrc line, or prose (`password authentication failed`).
-        return credential_like(value, hex_ok=True) or _short_secret(value)
+        # `password <value>` with no `=` or `:`: a netrc line, or prose (`password authentication
+        # failed`); a quoted value there is given as one (`--password "correct horse"`).
+        return quoted or credential_like(value, hex_ok=True) or _short_secret(value)
     if _NUMBER.fullmatch(value):
         return lower in PASSWORD_WORDS or len(value) >= 12
     return True
