@@ -184,3 +184,47 @@ def test_any_damage_gives_what_the_read_gives(tmp_path_factory, data):
             raw[at : at + 1] = b"" if kind == "delete" else bytes([byte])
     path.write_bytes(bytes(raw))
     same_as_read(path)
+
+
+def deferred_run(root: Path) -> Path:
+    """A run whose timing_spans.jsonl the check defers (the cookbook's layout, nothing to report)."""
+    root.mkdir()
+    (root / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "time/total": 1.0}) + "\n" for s in range(40)))
+    cookbook_file(root / "timing_spans.jsonl", steps=40)
+    return root
+
+
+@pytest.mark.parametrize("change", ["removed", "cut"])
+def test_a_file_changed_between_the_check_and_the_read_says_so_in_the_run(tmp_path, change):
+    """Exports read the step spans after the analysis: a file removed or cut meanwhile gives fewer
+    rows than the analysis counted, and the run's account (every output's ingest warnings) says it."""
+    from trace_doctor.api import analyze, load_run
+    from trace_doctor.report.parquet import dataset_tables
+
+    root = deferred_run(tmp_path / "run")
+    path = root / "timing_spans.jsonl"
+    run = load_run(root)
+    assert isinstance(run._raw("step_spans").parts[0], DeferredPart)
+    counted = run.height("step_spans")
+    result = analyze(run)
+    before = len(run.warnings)
+    if change == "removed":
+        path.unlink()
+    else:
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(lines[:10]))
+    tables = dataset_tables(result, str(root))
+    assert tables["step_spans"].height < counted
+    late = [w.problem for w in run.warnings[before:]]
+    expected = "cannot read file" if change == "removed" else f"{counted:,} when the run was analysed"
+    assert len(late) == 1 and expected in late[0], late
+    assert tables["ingest_warnings"]["problem"].str.contains(re.escape(late[0])).any()
+
+
+def test_a_file_unchanged_since_the_check_adds_no_warning(tmp_path):
+    from trace_doctor.api import load_run
+
+    run = load_run(deferred_run(tmp_path / "run"))
+    before = list(run.warnings)
+    assert run.step_spans.height == run.height("step_spans") > 0
+    assert run.warnings == before

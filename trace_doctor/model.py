@@ -307,7 +307,18 @@ class RunTables:
     def scan(self, name: str) -> pl.LazyFrame:
         """A lazy scan of one table: only the columns and rows the query asks for are read."""
         value = self._raw(name) if name in self.STORED_TABLES else getattr(self, name)
-        return value.lazy() if isinstance(value, pl.DataFrame) else value.scan()
+        if isinstance(value, pl.DataFrame):
+            return value.lazy()
+        scan = value.scan()
+        self.take_late_warnings(value)
+        return scan
+
+    def take_late_warnings(self, stored: Any) -> None:
+        """A stored table's warnings from its first read (a file changed since ingest) join the run's."""
+        late = getattr(stored, "late_warnings", None)
+        if late:
+            self.warnings.extend(late)
+            late.clear()
 
     def height(self, name: str) -> int:
         """A table's row count, without reading a stored table."""
@@ -349,7 +360,8 @@ def _read_when_used(name: str) -> property:
     def get(self: RunTables) -> pl.DataFrame:
         value = self._raw(name)
         if not isinstance(value, pl.DataFrame):
-            value = value.read()
+            stored, value = value, value.read()
+            self.take_late_warnings(stored)
             self.__dict__[attr] = value
         return value
 

@@ -97,10 +97,13 @@ class DeferredPart:
     """Rows written only when first read: a file checked at ingest (its rows counted, nothing in it
     to report) whose parse no analysis needs. `produce` makes the stored table then."""
 
-    def __init__(self, produce: Callable[[], StoredTable], height: int) -> None:
+    def __init__(self, produce: Callable[[], StoredTable], height: int, warnings: list | None = None) -> None:
         self.height = height  # the rows the check counted
         self._produce: Callable[[], StoredTable] | None = produce
         self._table: StoredTable | None = None
+        # What `produce` found wrong (the file gone or rewritten since the check): the run's account
+        # takes them when the table is read (RunTables), so no output claims rows it lacks unsaid.
+        self.warnings: list = warnings if warnings is not None else []
 
     def table(self) -> StoredTable:
         if self._table is None:
@@ -120,6 +123,7 @@ class StoredTable:
         self.parts = list(parts)
         self.height = height
         self.schema = dict(schema)
+        self.late_warnings: list = []  # deferred parts' warnings, once produced (DeferredPart)
         _live.add(self)
 
     @classmethod
@@ -139,6 +143,7 @@ class StoredTable:
             for part in self.parts:
                 if isinstance(part, DeferredPart):
                     produced = part.table()
+                    self.late_warnings += part.warnings
                     # The rows the check counted, unless the file was rewritten since (a file that
                     # only grew reads as checked: only the checked bytes are read).
                     self.height += produced.height - part.height

@@ -267,12 +267,23 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
     if checked is None:
         return _parse(path, warnings)
     info = InputFile(kind="spans", path=str(path), records=checked.lines)
+    late: list[IngestWarning] = []
 
     def produce() -> StoredTable:
-        # Nothing to report (the check saw to that); a file changed since says so in no output.
-        return _parse(path, [], limit=checked.size)[0]
+        # Nothing to report unless the file changed since the check (removed, rewritten, cut).
+        table = _parse(path, late, limit=checked.size)[0]
+        if table.height != checked.spans and not late:
+            late.append(
+                IngestWarning(
+                    str(path),
+                    None,
+                    f"changed after it was checked: {table.height:,} step span(s) read from it now, "
+                    f"{checked.spans:,} when the run was analysed",
+                )
+            )
+        return table
 
-    return StoredTable([DeferredPart(produce, checked.spans)], checked.spans, SCHEMA), info
+    return StoredTable([DeferredPart(produce, checked.spans, late)], checked.spans, SCHEMA), info
 
 
 def _check(path: Path) -> Checked | None:
