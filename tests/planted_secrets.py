@@ -60,6 +60,9 @@ SECRETS: dict[str, str] = {
     "escaped_quote": _body(24),
     "spaced_password": "PLANTED correct horse battery staple",
     "url_encoded": _body(26),
+    # Azure OpenAI keys are 32 hex digits (an LLM grader's key in an RL run's environment dump).
+    "azure_openai": _body(32, "0123456789abcdef"),
+    "cookie_pair": _body(32),
 }
 
 # Each secret in the sentence or assignment a run writes it in.
@@ -95,6 +98,8 @@ CONTEXTS: dict[str, str] = {
     "escaped_quote": f'{{"password": "x\\"{SECRETS["escaped_quote"]}"}}',
     "spaced_password": f".env: DB_PASSWORD = {SECRETS['spaced_password']}",
     "url_encoded": f"redirect to /login?next=%2Fcallback%3Fclient_secret%3D{SECRETS['url_encoded']}%26state%3D7",
+    "azure_openai": f"AZURE_OPENAI_KEY={SECRETS['azure_openai']}",
+    "cookie_pair": f"request headers: Cookie: theme=dark; sessionid={SECRETS['cookie_pair']}",
 }
 
 # What must survive redaction: ids, digests, names, numbers a support engineer needs.

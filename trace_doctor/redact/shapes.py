@@ -135,16 +135,19 @@ ESCAPED_QUOTED_VALUE = r"(?:(?!(?P=kw_equote))[^\\\n]|\\\\\\[^\n]|\\\\[^\\\n]|\\
 UNQUOTED_WORD = r"[^\s\"'`<>,;&)}\]\\]{1,512}+"
 NOT_A_NAME = r"(?![A-Za-z_][A-Za-z0-9_.\-]{0,40}+(?:[:=]|%3[DdAa]))"
 MORE_WORDS = rf"(?:[ \t]{{1,3}}+{NOT_A_NAME}{UNQUOTED_WORD}){{1,16}}+"
+COOKIE_PAIRS = r"(?:;[ \t]{0,2}+[^\s;\"'`<>\\]{1,512}+){1,64}+"
 PASSWORD_WORD = r"passw(?:or)?d|passphrase|pwd"
 KEYWORD = (
-    rf"(?P<kw_word>(?i:(?P<kw_password>{PASSWORD_WORD})|{STRONG_WORDS}|{WEAK_WORDS}))"
+    rf"(?P<kw_word>(?i:(?P<kw_password>{PASSWORD_WORD})|(?P<kw_cookie>cookie)|{STRONG_WORDS}|{WEAK_WORDS}))"
     r"(?P<kw_tail>[A-Za-z0-9_.\-]{0,40}+)"
     + KEYWORD_SEPARATOR
     + r"(?P<kw_scheme>(?i:bearer|basic|token|digest)[ \t]{1,3})?"
     + rf"(?:\\(?P<kw_equote>[\"'])(?P<kw_equoted>{ESCAPED_QUOTED_VALUE})"
     + rf"|(?P<kw_quote>[\"'])(?P<kw_quoted>{QUOTED_VALUE})"
     # More words only after a password word and an `=`/`:` (a conditional: no other match pays for them).
-    + rf"|(?P<kw_value>{UNQUOTED_WORD})(?(kw_password)(?(kw_assign)(?P<kw_more>{MORE_WORDS})?)))"
+    + rf"|(?P<kw_value>{UNQUOTED_WORD})(?(kw_password)(?(kw_assign)(?P<kw_more>{MORE_WORDS})?))"
+    # A cookie header's other pairs (`Cookie: session=…; csrftoken=…`) are as secret as its first.
+    + rf"(?(kw_cookie)(?(kw_assign)(?P<kw_pairs>{COOKIE_PAIRS})?)))"
 )
 # Vendor tokens and key-like names share one start test (evaluated once per position, not once
 # per branch: most positions are inside a word and fail it at once).

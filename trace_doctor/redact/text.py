@@ -104,21 +104,32 @@ def _keyword(match: re.Match) -> tuple[str, int]:
     group = next(g for g in ("kw_equoted", "kw_quoted", "kw_value") if match[g] is not None)
     value, start, end = match[group], match.start(group), match.end(group)
     head = match[0][: start - match.start()]
-    if not _secret_value(word, tail, sep, value, quoted=group != "kw_value"):
+    quoted = group != "kw_value"
+    if not _secret_value(word, tail, sep, value, quoted=quoted, env_name=_ends_env_name(match)):
         return head, start  # not named a secret: the value may still hold one (`token ghp_…`)
-    if match["kw_more"] is not None:
-        end = match.end("kw_more")  # `password = correct horse battery staple`: every word of it
+    for more in ("kw_more", "kw_pairs"):
+        if match[more] is not None:
+            # `password = correct horse battery staple`, `Cookie: a=1; b=2`: all of it
+            end = match.end(more)
     return head + REDACTED, end
 
 
-def _secret_value(word: str, tail: str, sep: str, value: str, *, quoted: bool = False) -> bool:
+def _ends_env_name(match: re.Match) -> bool:
+    """`AZURE_OPENAI_KEY=…`: an upper-case weak word ending an environment variable's name."""
+    word, before = match["kw_word"], match.string[max(0, match.start() - 2) : match.start()]
+    return word.isupper() and len(before) == 2 and before[1] == "_" and (before[0].isupper() or before[0].isdigit())
+
+
+def _secret_value(word: str, tail: str, sep: str, value: str, *, quoted: bool = False, env_name: bool = False) -> bool:
     if not _is_word_end(word, tail):
         return False
     words = _words(tail)
     if (words and words[-1] in NOT_SECRET_SUFFIXES) or _PLACEHOLDER.fullmatch(value):
         return False
     if _STRONG.fullmatch(word) is None:
-        return credential_like(value)  # a weak word: only a value that looks like a token
+        # A weak word: only a value that looks like a token. A hex one is a digest (`cache key:
+        # <sha256>`), except under an environment variable's name: Azure's keys are 32 hex digits.
+        return credential_like(value, hex_ok=env_name and bool(sep.strip()))
     lower = word.lower()
     if lower == "pwd" and value.startswith(("/", "~")):
         return False  # the shell's PWD: a working directory
