@@ -11,6 +11,7 @@ import pytest
 from conftest import CORPUS, CORPUS_MISSING, FIXTURE_RUNS, fixture_run
 
 from trace_doctor import analyze, load_run
+from trace_doctor.derive.wall import TOTALS_BASIS
 from trace_doctor.knowledge.triage import COMPARISON_RULES
 from trace_doctor.model import Finding
 from trace_doctor.triage.account import attribute, time_account
@@ -142,7 +143,9 @@ def test_counterfactual_range_reflects_confidence():
     findings, _ = _attribute(
         [_finding("pipelining-gap", 4.0), _finding("cpu-bound-main-thread", 2.0, confidence="low")], wall=10.0
     )
-    account = time_account(findings, wall_s=10.0, spans=EMPTY, step_times=EMPTY, clock_cycle=None, floor_s=0.0)
+    account = time_account(
+        findings, wall_s=10.0, wall_basis=TOTALS_BASIS, spans=EMPTY, step_times=EMPTY, clock_cycle=None, floor_s=0.0
+    )
     assert account["counterfactual"]["range_s"] == [4.0, 6.0]
     assert account["lost_s"] == 6.0
 

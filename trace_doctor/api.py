@@ -191,7 +191,7 @@ def _triage(result: Analysis, ctx) -> None:
 
     result.findings, account = triage(
         result.findings,
-        wall_s=ctx.wall_s,
+        wall=ctx.wall,
         spans=ctx.run.scan("spans"),
         step_times=ctx.step_times,
         trainer=ctx.run.meta.trainer,

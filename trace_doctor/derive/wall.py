@@ -43,10 +43,20 @@ def step_totals(step_times: pl.DataFrame) -> pl.Series:
     return step_times["total_s"].drop_nulls().drop_nans()
 
 
-def wall_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> float | None:
-    """The trace's extent, else the live steps' totals summed; None when neither exists."""
+TRACE_BASIS = "trace extent per launch"
+TOTALS_BASIS = "sum of step totals"
+
+
+def wall_time(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
+    """(the wall time, its basis): the trace's extent, else the live steps' totals summed (None
+    when neither exists). The basis is named once here: the time account reports it."""
     traced = trace_wall_time_s(spans)
     if traced is not None:
-        return traced
+        return traced, TRACE_BASIS
     totals = step_totals(step_times)
-    return _finite(totals.sum()) if len(totals) else None
+    return (_finite(totals.sum()) if len(totals) else None), TOTALS_BASIS
+
+
+def wall_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> float | None:
+    """The trace's extent, else the live steps' totals summed; None when neither exists."""
+    return wall_time(spans, step_times)[0]

@@ -92,11 +92,15 @@ class RuleContext:
         )
 
     @cached_property
-    def wall_s(self) -> float | None:
-        """The run's wall time, one definition for every rule and output (derive.wall)."""
-        from trace_doctor.derive.wall import wall_time_s
+    def wall(self) -> tuple[float | None, str]:
+        """(The run's wall time, its basis): one definition for every rule and output (derive.wall)."""
+        from trace_doctor.derive.wall import wall_time
 
-        return wall_time_s(self.run.scan("spans"), self.step_times)
+        return wall_time(self.run.scan("spans"), self.step_times)
+
+    @property
+    def wall_s(self) -> float | None:
+        return self.wall[0]
 
     @cached_property
     def kl_sawtooth(self):

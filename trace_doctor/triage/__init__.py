@@ -14,8 +14,10 @@ from trace_doctor.triage.links import link_findings
 __all__ = ["attribute", "link_findings", "time_account", "triage"]
 
 
-def triage(findings, *, wall_s, spans, step_times, trainer, clock_cycle):
-    """(findings linked and attributed, the time account) — see links and account."""
+def triage(findings, *, wall, spans, step_times, trainer, clock_cycle):
+    """(findings linked and attributed, the time account) — see links and account. `wall` is
+    (seconds, basis) as derive.wall.wall_time gives it."""
+    wall_s, wall_basis = wall
     linked = link_findings(findings, spans=spans, step_times=step_times)
     # Both steps weigh claims against the service's waits: read them from the spans once.
     service = service_time_s(spans, step_times) if wall_s and wall_s > 0 else None
@@ -31,6 +33,7 @@ def triage(findings, *, wall_s, spans, step_times, trainer, clock_cycle):
     account = time_account(
         attributed,
         wall_s=wall_s,
+        wall_basis=wall_basis,
         spans=spans,
         step_times=step_times,
         clock_cycle=clock_cycle,

@@ -27,7 +27,7 @@ import polars as pl
 
 from trace_doctor.derive.intervals import length, merge, merge_columns, overlap
 from trace_doctor.derive.step_times import phase_seconds
-from trace_doctor.derive.wall import step_totals, trace_wall_time_s
+from trace_doctor.derive.wall import step_totals
 from trace_doctor.knowledge.tinker import RESULT_WAIT_PHASES, SAMPLE_CALLS
 from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, stage_of
 from trace_doctor.model import Finding
@@ -181,6 +181,7 @@ def time_account(
     findings: list[Finding],
     *,
     wall_s: float | None,
+    wall_basis: str,
     spans: pl.DataFrame | pl.LazyFrame,
     step_times: pl.DataFrame,
     clock_cycle,
@@ -222,7 +223,7 @@ def time_account(
     high = min(max(_quantized(wall_s - confident, steps, cycle_s), low), wall_s)
     return {
         "wall_time_s": round(wall_s, 6),
-        "wall_basis": "trace extent per launch" if trace_wall_time_s(spans) is not None else "sum of step totals",
+        "wall_basis": wall_basis,
         "useful_service_s": None if useful is None else round(useful, 6),
         "useful_basis": service_basis,
         "causes": rows,
