@@ -119,11 +119,20 @@ def periodic_fit(waits: np.ndarray) -> tuple[float, float] | None:
     return period, float(r[0])
 
 
+def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Theil–Sen line (Sen 1968): the median of the slopes of every pair of points with distinct x, and
+    the intercept median(y) - slope·median(x), as scipy.stats.theilslopes computes them (numpy only:
+    the JSON report never imports scipy, whose import costs the CI run its startup time)."""
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[j] - x[i]
+    distinct = dx != 0
+    slope = float(np.median((y[j] - y[i])[distinct] / dx[distinct]))
+    return slope, float(np.median(y) - slope * np.median(x))
+
+
 def refine_cycle(waits: np.ndarray, period: float) -> tuple[float, float, float] | None:
     """(cycle, offset, jitter): a Theil–Sen line wait = k·cycle + offset through the waits' nearest
     multiples k of `period`, and the residuals' robust spread (1.4826·MAD) as a share of the cycle."""
-    from scipy.stats import theilslopes
-
     waits = np.sort(waits[np.isfinite(waits) & (waits > 0)])
     if len(waits) > REFINE_POINTS:
         waits = waits[np.linspace(0, len(waits) - 1, REFINE_POINTS).astype(np.int64)]
@@ -134,9 +143,7 @@ def refine_cycle(waits: np.ndarray, period: float) -> tuple[float, float, float]
         # One multiple only: no slope to fit; the period itself, and the spread around it.
         cycle, offset = period, 0.0
     else:
-        # Its confidence interval (unused) takes a square root that is NaN for tiny samples.
-        with np.errstate(invalid="ignore"):
-            cycle, offset, _, _ = theilslopes(waits, multiples)
+        cycle, offset = theil_sen(multiples, waits)
     if not np.isfinite(cycle) or cycle <= 0:
         return None
     residuals = waits - (multiples * cycle + offset)
