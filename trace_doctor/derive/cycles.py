@@ -4,8 +4,8 @@ The Tinker service batches work in clock cycles, so result waits land near whole
 one cycle. For a candidate period c the phases 2π·w/c of the waits w concentrate around zero
 (mean resultant length R close to 1). The search is a Rayleigh periodogram (circular statistics,
 Mardia & Jupp 2000, ch. 6): R over a log grid of periods, kept where the Rayleigh test rejects
-uniform phases (p from Zar's approximation). Jitter in the service's timings spreads the phases:
-with Gaussian jitter of s·c, R ≈ exp(-2π²s²), 0.82 at 10 %, 0.45 at 20 %, so no fixed R bar
+uniform phases (p from Zar's approximation, Bonferroni over the grid). Jitter in the service's
+timings spreads the phases: with Gaussian jitter of s·c, R ≈ exp(-2π²s²), 0.82 at 10 %, 0.45 at 20 %, so no fixed R bar
 survives it; but a divisor c/k spreads k times faster, so the true period is the strongest peak,
 and where noise is too small to tell them apart (R ≈ 1 for every divisor) the longest of the peaks
 as strong as the best. The period is then refined by a Theil–Sen line through (multiple, wait)
@@ -36,8 +36,11 @@ CANDIDATE_MAX_S = 60.0
 # R above this is a clear cluster at multiples (uniform phases give R ≈ 1/√n): kept as the bar of
 # the periodogram's screen, which only reads the strongest peak below it when it is significant.
 MIN_RESULTANT = 0.8
-# The Rayleigh test's p-value a periodogram peak must beat to be a cycle rather than chance.
-MAX_RAYLEIGH_P = 1e-4
+# The Rayleigh test's p-value a periodogram peak must beat to be a cycle rather than chance, over the
+# whole periodogram: each of its GRID_PERIODS candidates is one test (Bonferroni), or a few dozen
+# irregular waits always fit some short period by chance.
+MAX_RAYLEIGH_P = 1e-3
+GRID_PERIODS = 400
 # Peaks within this share of the strongest one's R are equally good fits: the longest of them is the
 # cycle (the others are its divisors, indistinguishable without noise).
 PEAK_TIE_SHARE = 0.9
@@ -106,10 +109,12 @@ def periodic_fit(waits: np.ndarray) -> tuple[float, float] | None:
     screen = (
         waits[np.linspace(0, len(waits) - 1, screen_waits).astype(np.int64)] if len(waits) > screen_waits else waits
     )
-    periods = np.geomspace(CANDIDATE_MIN_S, upper, 400)
+    periods = np.geomspace(CANDIDATE_MIN_S, upper, GRID_PERIODS)
     rs, angles = _phase_stats(screen, periods)
     # A phase-0 cluster, not merely a tight cluster: the mean phase must sit near a multiple.
-    valid = (angles < np.pi / 6) & np.array([rayleigh_p(float(r), len(screen)) < MAX_RAYLEIGH_P for r in rs])
+    valid = (angles < np.pi / 6) & np.array(
+        [rayleigh_p(float(r), len(screen)) < MAX_RAYLEIGH_P / GRID_PERIODS for r in rs]
+    )
     if not valid.any():
         return None
     best = float(rs[valid].max())
