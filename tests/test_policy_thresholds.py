@@ -545,6 +545,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("gil-stall", "step_time_max_robust_cv"): Probe(
         "sl_gil_stall", 0.01, "a robust CV of 0.03 becomes a sixth, supporting signal"
     ),
+    ("gil-stall", "heartbeat_match_ratio"): Probe(
+        "sl_gil_stall", 1.001, "heartbeat outages of 3.34/1.87 s no longer match stalls of 3.27/1.84 s: no placement"
+    ),
     ("gil-stall", "step_time_min_steady_steps"): Probe(
         gil_monitor_with_erratic_steps, 20, "12 erratic steps no longer support the GIL-monitor line: 2 signals -> 1"
     ),

@@ -2,8 +2,16 @@
 
 The Tinker service batches work in clock cycles, so result waits land near whole multiples of
 one cycle. For a candidate period c the phases 2π·w/c of the waits w concentrate around zero
-(mean resultant length R close to 1); every divisor c/k fits as well, so the estimate is the
-longest candidate whose R clears the bar. A user-supplied `clock_cycle_s` always wins.
+(mean resultant length R close to 1). The search is a Rayleigh periodogram (circular statistics,
+Mardia & Jupp 2000, ch. 6): R over a log grid of periods, kept where the Rayleigh test rejects
+uniform phases (p from Zar's approximation, Bonferroni over the grid). Jitter in the service's
+timings spreads the phases: with Gaussian jitter of s·c, R ≈ exp(-2π²s²), 0.82 at 10 %, 0.45 at 20 %, so no fixed R bar
+survives it; but a divisor c/k spreads k times faster, so the true period is the strongest peak,
+and where noise is too small to tell them apart (R ≈ 1 for every divisor) the longest of the peaks
+as strong as the best. The period is then refined by a Theil–Sen line through (multiple, wait)
+(slope = cycle, intercept = the delivery offset; robust to the stalled waits that sit on no
+multiple), and the spread of the residuals (1.4826·MAD, as a share of the cycle) grades the
+confidence: the worse the fit, the lower. A user-supplied `clock_cycle_s` always wins.
 """
 
 from __future__ import annotations
@@ -25,8 +33,23 @@ MIN_WAITS = 8
 # Candidate periods: from 10 ms (simulated services run fast) to a minute.
 CANDIDATE_MIN_S = 0.01
 CANDIDATE_MAX_S = 60.0
-# R above this is a clear cluster at multiples (uniform phases give R ≈ 1/√n).
+# R above this is a clear cluster at multiples (uniform phases give R ≈ 1/√n): kept as the bar of
+# the periodogram's screen, which only reads the strongest peak below it when it is significant.
 MIN_RESULTANT = 0.8
+# The Rayleigh test's p-value a periodogram peak must beat to be a cycle rather than chance, over the
+# whole periodogram: each of its GRID_PERIODS candidates is one test (Bonferroni), or a few dozen
+# irregular waits always fit some short period by chance.
+MAX_RAYLEIGH_P = 1e-3
+GRID_PERIODS = 400
+# Peaks within this share of the strongest one's R are equally good fits: the longest of them is the
+# cycle (the others are its divisors, indistinguishable without noise).
+PEAK_TIE_SHARE = 0.9
+# Residual spread of the refined fit, as a share of the cycle: up to the first a fit is tight (service
+# jitter of a few percent), up to the second usable, up to the third only a rough (low) estimate; past
+# it the waits sit on no multiple at all and there is no cycle.
+TIGHT_JITTER, USABLE_JITTER, MAX_JITTER = 0.07, 0.15, 0.25
+# Theil–Sen is quadratic in its points: the refinement reads an evenly spaced subsample of this many.
+REFINE_POINTS = 1500
 # Results arriving closer together than this came back in the same cycle.
 SAME_CYCLE_S = 0.002
 # A multiple of the cycle counts as observed when this share of the waits (and at least 2) sit on it.
@@ -53,38 +76,84 @@ class ClockCycle:
         }
 
 
+def rayleigh_p(r: float, n: int) -> float:
+    """P-value of the Rayleigh test of uniform phases for mean resultant length `r` over `n` angles
+    (Zar, Biostatistical Analysis, eq. 27.4)."""
+    rn = r * n
+    return float(min(1.0, np.exp(np.sqrt(1.0 + 4.0 * n + 4.0 * (n * n - rn * rn)) - (1.0 + 2.0 * n))))
+
+
+def _phase_stats(sample: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """R and |mean phase| of the waits for each candidate period (chunked: 400 periods x 8k waits)."""
+    rs, angles = [], []
+    for chunk in np.array_split(periods, max(1, len(periods) // 50)):
+        phases = 2.0 * np.pi * sample[None, :] / chunk[:, None]
+        c, s = np.cos(phases).mean(axis=1), np.sin(phases).mean(axis=1)
+        rs.append(np.hypot(c, s))
+        angles.append(np.abs(np.arctan2(s, c)))
+    return np.concatenate(rs), np.concatenate(angles)
+
+
 def periodic_fit(waits: np.ndarray) -> tuple[float, float] | None:
-    """(period, R) of the longest period on a log grid whose R clears MIN_RESULTANT."""
+    """(period, R) of the periodogram's cycle: the longest grid period whose phases cluster around a
+    multiple as strongly as the best one's, significantly (Rayleigh test); None when none does."""
     waits = waits[np.isfinite(waits) & (waits > 0)]
     if len(waits) < MIN_WAITS:
         return None
     upper = min(CANDIDATE_MAX_S, float(np.median(waits)) * 1.05)
     if upper <= CANDIDATE_MIN_S:
         return None
-    screen_waits, screen_margin = 8192, 0.06  # subsample size; how far below the bar R must be to skip
-
-    def phase_stats(sample: np.ndarray, period: float) -> tuple[float, float]:
-        phases = 2.0 * np.pi * sample / period
-        c, s = np.cos(phases).mean(), np.sin(phases).mean()
-        return float(np.hypot(c, s)), abs(float(np.arctan2(s, c)))
-
-    # Screen every candidate on an evenly spaced subsample (its mean vector is within ~0.01 of
-    # the full one at 8k waits), then decide exactly, longest first, on all waits for each
-    # candidate the screen cannot rule out by a wide (>5 sigma) margin: the same answer as
-    # evaluating every candidate on every wait, without 400 passes over 100k+ waits.
+    # The periodogram reads an evenly spaced subsample (its mean vector is within ~0.01 of the full
+    # one at 8k waits); the chosen period's R is then computed on every wait.
+    screen_waits = 8192
     screen = (
         waits[np.linspace(0, len(waits) - 1, screen_waits).astype(np.int64)] if len(waits) > screen_waits else waits
     )
-    for period in np.geomspace(CANDIDATE_MIN_S, upper, 400)[::-1]:
-        if screen is not waits:
-            r, angle = phase_stats(screen, period)
-            if r < MIN_RESULTANT - screen_margin or angle > np.pi / 6 + screen_margin / max(r, 0.1):
-                continue
-        # A phase-0 cluster, not merely a tight cluster: the mean phase must sit near a multiple.
-        r, angle = phase_stats(waits, period)
-        if r >= MIN_RESULTANT and angle < np.pi / 6:
-            return float(period), r
-    return None
+    periods = np.geomspace(CANDIDATE_MIN_S, upper, GRID_PERIODS)
+    rs, angles = _phase_stats(screen, periods)
+    # A phase-0 cluster, not merely a tight cluster: the mean phase must sit near a multiple.
+    valid = (angles < np.pi / 6) & np.array(
+        [rayleigh_p(float(r), len(screen)) < MAX_RAYLEIGH_P / GRID_PERIODS for r in rs]
+    )
+    if not valid.any():
+        return None
+    best = float(rs[valid].max())
+    chosen = np.flatnonzero(valid & (rs >= PEAK_TIE_SHARE * best))[-1]
+    period = float(periods[chosen])
+    r, _ = _phase_stats(waits, np.array([period]))
+    return period, float(r[0])
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Theil–Sen line (Sen 1968): the median of the slopes of every pair of points with distinct x, and
+    the intercept median(y) - slope·median(x), as scipy.stats.theilslopes computes them (numpy only:
+    the JSON report never imports scipy, whose import costs the CI run its startup time)."""
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[j] - x[i]
+    distinct = dx != 0
+    slope = float(np.median((y[j] - y[i])[distinct] / dx[distinct]))
+    return slope, float(np.median(y) - slope * np.median(x))
+
+
+def refine_cycle(waits: np.ndarray, period: float) -> tuple[float, float, float] | None:
+    """(cycle, offset, jitter): a Theil–Sen line wait = k·cycle + offset through the waits' nearest
+    multiples k of `period`, and the residuals' robust spread (1.4826·MAD) as a share of the cycle."""
+    waits = np.sort(waits[np.isfinite(waits) & (waits > 0)])
+    if len(waits) > REFINE_POINTS:
+        waits = waits[np.linspace(0, len(waits) - 1, REFINE_POINTS).astype(np.int64)]
+    multiples = np.round(waits / period)
+    keep = multiples >= 1
+    waits, multiples = waits[keep], multiples[keep]
+    if len(np.unique(multiples)) < 2:
+        # One multiple only: no slope to fit; the period itself, and the spread around it.
+        cycle, offset = period, 0.0
+    else:
+        cycle, offset = theil_sen(multiples, waits)
+    if not np.isfinite(cycle) or cycle <= 0:
+        return None
+    residuals = waits - (multiples * cycle + offset)
+    jitter = 1.4826 * float(np.median(np.abs(residuals - np.median(residuals)))) / cycle
+    return float(cycle), float(offset), jitter
 
 
 def spans_several_multiples(waits: np.ndarray, period: float) -> bool:
@@ -135,16 +204,23 @@ def _fit(waits: np.ndarray, source: str) -> ClockCycle | None:
     fit = periodic_fit(waits)
     if fit is None:
         return None
-    period, r = fit
-    # R is ~1/sqrt(n) for phases that do not cluster: 0.85 over 20+ waits is far beyond chance.
+    refined = refine_cycle(waits, fit[0])
+    if refined is None:
+        return None
+    period, _, jitter = refined
+    if jitter > MAX_JITTER:
+        return None
+    finite = waits[np.isfinite(waits) & (waits > 0)]
+    r_at, _ = _phase_stats(finite, np.array([period]))
+    r = float(r_at[0])
     confidence = (
         "high"
-        if r >= 0.9 and len(waits) >= 20 and source.startswith("trace")
+        if jitter <= TIGHT_JITTER and len(waits) >= 20 and source.startswith("trace")
         else "medium"
-        if r >= 0.9 or (r >= 0.85 and len(waits) >= 20)
+        if jitter <= TIGHT_JITTER or (jitter <= USABLE_JITTER and len(waits) >= 20)
         else "low"
     )
-    method = f"waits cluster at multiples ({source})"
+    method = f"waits cluster at multiples ({source}; Theil-Sen fit, jitter {jitter:.0%} of the cycle)"
     if not spans_several_multiples(waits, period):
         # Waits that all take about the same time fit any divisor of it as well: the
         # estimate is only an upper bound on the cycle, not a measured period.

@@ -111,6 +111,25 @@ def heartbeat_lines(log_events: pl.DataFrame) -> list[LogLine]:
     return found
 
 
+def heartbeat_episodes(lines: list[LogLine]) -> list[list[LogLine]]:
+    """Group heartbeat warnings into outages: per session, a new outage starts when the count resets.
+
+    The SDK repeats the warning with a growing "failed for N seconds" while the outage lasts, so
+    summing the numbers would count one outage many times; its length is the largest N.
+    """
+    episodes: list[list[LogLine]] = []
+    current: dict[str | None, list[LogLine]] = {}
+    for line in lines:
+        session = line.values.get("session")
+        open_episode = current.get(session)
+        if open_episode and line.values["seconds"] > open_episode[-1].values["seconds"]:
+            open_episode.append(line)
+            continue
+        current[session] = [line]
+        episodes.append(current[session])
+    return episodes
+
+
 def sync_from_async_lines(log_events: pl.DataFrame) -> list[LogLine]:
     """The SDK's own warnings that a synchronous method was called from async code."""
     found = []

@@ -109,6 +109,16 @@ class GilStallPolicy:
         why="A sample round trip this many times its median (and min_blocked_submit_s longer) was stretched.",
         bounds=AT_LEAST_ONE,
     )
+    heartbeat_match_ratio: float = threshold(
+        2.0,
+        unit="x",
+        why=(
+            "A heartbeat outage and a stretch where a thread ran user code with nothing else moving are one "
+            "event when their lengths are within this factor: the SDK reports the seconds since its last "
+            "successful heartbeat, at most a couple of 10 s periods more than the stall (warned after 120 s)."
+        ),
+        bounds=AT_LEAST_ONE,
+    )
     step_time_max_robust_cv: float = threshold(
         0.35,
         unit="robust CV",

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.busy_threads import busy_thread_stalls, match_outages, stretched_waits
 from trace_doctor.derive.dump_cadence import process_silences, silences
-from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_lines
+from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_episodes, heartbeat_lines
 from trace_doctor.derive.profile_stats import StackState, stack_states
 from trace_doctor.derive.robust import median, robust_cv
 from trace_doctor.derive.stalls import (
@@ -40,7 +41,14 @@ MAX_CITED = 15
 # Without one of them there is no GIL stall: the guide's reading is that a GIL stall stops *every*
 # thread, while a main thread blocked in sync code leaves the SDK thread running
 # (blocking-call-in-async). Stack-watchdog blocks, heartbeats and step times only support.
-SDK_STARVED = frozenset({"gil-monitor", "holder-silent", "all-loops-silent", "trace-submit", "trace-sync"})
+# A heartbeat outage as long as a stretch where a thread ran user code and nothing on it moved is a
+# reading of both threads stopped at once (derive.busy_threads), like every loop's dumps stopping.
+SDK_STARVED = frozenset(
+    {"gil-monitor", "holder-silent", "all-loops-silent", "trace-submit", "trace-sync", "heartbeat-while-busy"}
+)
+# Readings that every thread stopped, which a suspended process (SIGSTOP, a paused VM) gives as well:
+# alone they say "the process's threads were starved", not which of the two, so never with high confidence.
+ALL_THREADS_STOPPED = frozenset({"all-loops-silent", "heartbeat-while-busy"})
 
 
 def confidence(signals: list[Signal]) -> str:
@@ -264,17 +272,57 @@ def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _heartbeat_signal(ctx: RuleContext) -> Signal | None:
+def _heartbeat_signals(ctx: RuleContext) -> list[Signal]:
+    """The heartbeat warnings: placed in the trace when an outage is as long as a stretch where a thread
+    ran user code and nothing on it moved (both threads stopped), else only corroborating."""
     lines = heartbeat_lines(ctx.run.log_events)
     if not lines:
-        return None
-    return Signal(
-        "heartbeat",
-        MEDIUM,
-        f"{len(lines)} SDK heartbeat warning(s) (the heartbeat runs on the SDK thread; network trouble "
-        "gives the same warning)",
-        {"lines": [ln.cite() for ln in lines[:MAX_CITED]], "count": len(lines)},
-    )
+        return []
+    outages = heartbeat_episodes(lines)
+    matches, service = [], []
+    if ctx.run.height("spans") > 0:
+        spans = ctx.run.scan("spans")
+        min_s = float(ctx.thresholds.min_blocked_submit_s)
+        matches, service = match_outages(
+            outages,
+            busy_thread_stalls(spans, min_s),
+            stretched_waits(spans, float(ctx.thresholds.round_trip_stretch_ratio), min_s),
+            float(ctx.thresholds.heartbeat_match_ratio),
+        )
+    on_service = sum(len(ep) for ep in service)
+    signals = [
+        Signal(
+            "heartbeat",
+            WEAK if on_service == len(lines) else MEDIUM,
+            f"{len(lines)} SDK heartbeat warning(s) (the heartbeat runs on the SDK thread; network trouble "
+            "gives the same warning)"
+            + (f"; {on_service} as long as a stretched wait on the service" if on_service else ""),
+            {"lines": [ln.cite() for ln in lines[:MAX_CITED]], "count": len(lines)},
+        )
+    ]
+    if matches:
+        stalls = [m.stall for m in matches]
+        signals.append(
+            Signal(
+                "heartbeat-while-busy",
+                MEDIUM,
+                f"the trace places {len(matches)} of those outage(s): each as long as a stretch where the "
+                f"{_where(stalls)} ran user code and nothing else on that thread moved "
+                f"({', '.join(f'{m.seconds:.1f} s ~ {m.stall.seconds:.1f} s' for m in matches[:5])}), so the "
+                "SDK thread and the user code's thread stopped together",
+                {"matches": [m.to_dict() for m in matches[:MAX_CITED]], "count": len(matches)},
+                seconds=sum(s.seconds for s in stalls),
+                time_ranges_us=merge_ranges([[s.start_us, s.end_us] for s in stalls]),
+                steps=sorted({s.step for s in stalls if s.step is not None}),
+            )
+        )
+    return signals
+
+
+def _where(stalls) -> str:
+    names = sorted({s.name if s.kind == "span" else "untraced code on the main task" for s in stalls})
+    threads = sorted({s.thread for s in stalls if s.thread})
+    return f"{'/'.join(threads) or 'thread'} ({', '.join(names)})"
 
 
 def _step_time_signal(ctx: RuleContext) -> Signal | None:
@@ -325,11 +373,11 @@ def check(ctx: RuleContext) -> list[Finding]:
             "monitor or task dumper, or enable_trace=True" + hint
         )
     signals: list[Signal] = []
-    for make in (_monitor_signal, _stack_signal, _heartbeat_signal):
+    for make in (_monitor_signal, _stack_signal):
         signal = make(ctx)
         if signal is not None:
             signals.append(signal)
-    signals += _dump_signals(ctx) + _trace_signals(ctx)
+    signals += _heartbeat_signals(ctx) + _dump_signals(ctx) + _trace_signals(ctx)
     direct = [s for s in signals if s.kind in SDK_STARVED]
     if not direct:
         looked = ", ".join(name for name, present in inputs.items() if present)
@@ -343,6 +391,12 @@ def check(ctx: RuleContext) -> list[Finding]:
             signals.append(supporting)
     signals.sort(key=lambda s: (-s.strength, s.kind))
     level = confidence(signals)
+    # Without a reading of the GIL itself (the monitor, a stack, one thread's dumps stopping, a call
+    # that could only be long if its thread was blocked) the evidence says every thread stopped: a
+    # GIL held by user code is the likely reading, a suspended process the other one.
+    threads_only = all(s.kind in ALL_THREADS_STOPPED for s in direct)
+    if threads_only and level == "high":
+        level = "medium"
     estimates = [s.seconds for s in signals if s.seconds is not None]
     lost = max(estimates) if estimates else None
     ranges = merge_ranges([r for s in signals for r in s.time_ranges_us])
@@ -350,12 +404,23 @@ def check(ctx: RuleContext) -> list[Finding]:
     return [
         ctx.finding(
             severity="warning",
-            title="GIL stall starving the SDK thread",
+            title=(
+                "Threads starved: the SDK thread stopped with user code (GIL stall likely)"
+                if threads_only
+                else "GIL stall starving the SDK thread"
+            ),
             message=(
                 f"{len(signals)} independent signal(s), confidence {level}: "
                 + "; ".join(s.summary for s in signals)
                 + (f". About {lost:.1f} s were lost." if lost else ".")
                 + " The SDK thread itself never appears in a trace or profile, so this is read from its effects."
+                + (
+                    " These readings show every thread of the process stopped at once: user code holding the "
+                    "GIL, or the process suspended by the host; the debug skill's GIL monitor or task dumper "
+                    "would tell them apart."
+                    if threads_only
+                    else ""
+                )
             ),
             fix=(
                 "Find the code holding the GIL (the [main] frames of the stack watchdog, or a profile of "
@@ -407,7 +472,10 @@ RULE = register(
                 "(and the reverse: [main] stops = main blocked in sync code); stack-watchdog blocks with "
                 "[main] in numpy/torch/tokenizers/pydantic/re while [holder] waits in poll; trace spans of "
                 "submit-only SDK calls longer than 0.5 s, or long `sync:` spans on the main thread while "
-                "sample round trips stretch; heartbeat warnings; erratic step times (supporting only)."
+                "sample round trips stretch; heartbeat warnings, placed in the trace when an outage is as "
+                "long as a stretch where a thread ran user code and nothing else on it moved (without a "
+                "GIL reading this says every thread stopped: medium confidence at most, and never when a "
+                "wait on the service is as long); erratic step times (supporting only)."
             ),
             fix=(
                 "Move CPU-bound work off the main thread (process pool), avoid huge pydantic dumps and "

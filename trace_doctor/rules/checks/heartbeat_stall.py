@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-from trace_doctor.derive.log_signals import LogLine, heartbeat_lines, paused_lines, stuck_lines
+from trace_doctor.derive.log_signals import LogLine, heartbeat_episodes, heartbeat_lines, paused_lines, stuck_lines
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires, table
 
 MAX_CITED = 20
-
-
-def heartbeat_episodes(lines: list[LogLine]) -> list[list[LogLine]]:
-    """Group heartbeat warnings into outages: per session, a new outage starts when the count resets.
-
-    The SDK repeats the warning with a growing "failed for N seconds" while the outage lasts, so
-    summing the numbers would count one outage many times; its length is the largest N.
-    """
-    episodes: list[list[LogLine]] = []
-    current: dict[str | None, list[LogLine]] = {}
-    for line in lines:
-        session = line.values.get("session")
-        open_episode = current.get(session)
-        if open_episode and line.values["seconds"] > open_episode[-1].values["seconds"]:
-            open_episode.append(line)
-            continue
-        current[session] = [line]
-        episodes.append(current[session])
-    return episodes
 
 
 def has_log_input(ctx: RuleContext) -> bool:
