@@ -129,4 +129,3 @@ def deoverlapped(frame: pl.DataFrame, *, tolerance_s: float) -> pl.DataFrame:
             "previous_in_flight"
         ),
     )
-

@@ -41,7 +41,9 @@ def check(ctx) -> list[Finding]:
                 f"; {float(hidden['_gb'].sum()):.1f} s of it on {hidden.height} steps ran while the previous step "
                 "was still on the service (its result wait followed), so it cost no time"
             )
-        steady = steady.with_columns(pl.when(pl.col("previous_in_flight")).then(0.0).otherwise(pl.col("_gb")).alias("_gb"))
+        steady = steady.with_columns(
+            pl.when(pl.col("previous_in_flight")).then(0.0).otherwise(pl.col("_gb")).alias("_gb")
+        )
     gb, total = float(steady["_gb"].sum()), float(steady["total_s"].sum())
     share = float((steady["_gb"] / steady["total_s"]).median())
     if share <= t.min_share:
