@@ -1,67 +1,19 @@
 """Legacy pipelined SFT `time/total` windows overlap: the wall, the step times and the account.
 
-The metrics are written by a replay of the cookbook's pipelined loop (supervised/train.py,
-2025-10-26 to 2026-03-17): submit_batch(k+1) then finish_batch(k), step k's `time/total` from the
-start of submit_batch(k) to the end of finish_batch(k), against a FIFO service. The replay knows the
-true wall clock, which summing the windows roughly doubles.
+The metrics are written by a replay of the cookbook's loop (tests/legacy_sft_replay.py), which
+knows the true wall clock; summing the pipelined loop's windows roughly doubles it.
 """
 
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 from conftest import corpus_path
+from legacy_sft_replay import replay_text
 
 from trace_doctor.api import analyze, load_run
 from trace_doctor.report.json_doc import build_document
-
-
-def _replay(n: int, *, pipelined: bool, seed: int = 7, untimed_s: float = 0.15, save_every: int = 20):
-    """(metrics.jsonl text in the cookbook's byte format, the true wall time in seconds)."""
-    rng = random.Random(seed)
-    gb = [290.0] + [rng.uniform(0.9, 1.8) for _ in range(n - 1)]  # first batch: dataset load
-    service = [rng.uniform(2.5, 4.5) for _ in range(n)]
-    t, done, rows = 0.0, 0.0, []
-    starts, arrive, timers = {}, {}, {}
-
-    def submit(k):
-        nonlocal t
-        starts[k] = t
-        t += gb[k] + untimed_s / 2  # get_batch, then the untimed SDK submissions
-        arrive[k] = t
-
-    def finish(k):
-        nonlocal t, done
-        done = max(arrive[k], done) + service[k]
-        save = None
-        if save_every and k % save_every == 0 and k > 0:
-            end = max(t, done) + 11.0
-            save, t, done = end - t, end, end
-        wait = max(done - t, 0.0)
-        t += wait + untimed_s / 2  # the result wait, then the loss computation
-        row = {"step": k, "epoch": 0, "progress": (k + 1) / 12000, "learning_rate": 0.001, "time/get_batch": gb[k]}
-        if save is not None:
-            row["time/save_checkpoint"] = save
-        row.update({"time/step": wait, "num_sequences": 32, "num_tokens": 316000, "num_loss_tokens": 305000})
-        row.update({"train_mean_nll": 1.7, "time/total": t - starts[k]})
-        rows.append(row)
-        t += 0.02  # writing the metrics row
-        timers[k] = row
-
-    if pipelined:
-        submit(0)
-        for k in range(n):
-            if k + 1 < n:
-                submit(k + 1)
-            finish(k)
-    else:
-        for k in range(n):
-            submit(k)
-            finish(k)
-    text = "".join(json.dumps(r) + "\n" for r in rows)
-    return text, t
 
 
 def _analysed(tmp_path, text):
@@ -71,7 +23,7 @@ def _analysed(tmp_path, text):
 
 
 def test_pipelined_windows_are_not_summed_twice(tmp_path):
-    text, true_wall = _replay(200, pipelined=True)
+    text, true_wall = replay_text(200, pipelined=True)
     raw_sum = sum(json.loads(line)["time/total"] for line in text.splitlines())
     assert raw_sum > 1.5 * true_wall  # what the old wall (sum of windows) reported
     doc = build_document(_analysed(tmp_path, text))
@@ -90,7 +42,7 @@ def test_pipelined_windows_are_not_summed_twice(tmp_path):
 
 
 def test_sequential_totals_are_kept_as_written(tmp_path):
-    text, true_wall = _replay(200, pipelined=False)
+    text, true_wall = replay_text(200, pipelined=False)
     doc = build_document(_analysed(tmp_path, text))
     raw_sum = sum(json.loads(line)["time/total"] for line in text.splitlines())
     assert doc["summary"]["wall_time_s"] == pytest.approx(raw_sum, rel=1e-6)
@@ -102,7 +54,7 @@ def test_sequential_totals_are_kept_as_written(tmp_path):
 def test_sequential_loop_with_a_large_untimed_part_is_not_read_as_overlapped(tmp_path):
     # 3 s of untimed client work per step: the overlap residual is positive, but it swings with the
     # neighbours' timers while total - own stays steady.
-    text, _ = _replay(200, pipelined=False, untimed_s=3.0)
+    text, _ = replay_text(200, pipelined=False, untimed_s=(2.9, 3.1))
     doc = build_document(_analysed(tmp_path, text))
     raw_sum = sum(json.loads(line)["time/total"] for line in text.splitlines())
     assert doc["summary"]["wall_time_s"] == pytest.approx(raw_sum, rel=1e-6)
