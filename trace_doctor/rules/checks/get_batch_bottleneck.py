@@ -31,8 +31,9 @@ def check(ctx) -> list[Finding]:
                 f"only {steady.height} step(s) with get_batch timing (need {t.min_steady_steps} steady steps)"
             )
         return ctx.passed(f"only {steady.height} steady steps with get_batch timing{warm_note}")
-    hidden_note = ""
+    hidden_note, what = "", "get_batch"
     if "previous_in_flight" in steady.columns:
+        what = "get_batch on the critical path"
         # Legacy pipelined SFT loads batch k+1 while step k is on the service: when the result wait
         # that follows is still long, the service set the pace and the loading cost nothing.
         hidden = steady.filter(pl.col("previous_in_flight"))
@@ -48,8 +49,7 @@ def check(ctx) -> list[Finding]:
     share = float((steady["_gb"] / steady["total_s"]).median())
     if share <= t.min_share:
         return ctx.passed(
-            f"get_batch on the critical path is {share:.1%} of a typical steady step ({gb:.1f} s of {total:.1f} s)"
-            f"{hidden_note}{warm_note}"
+            f"{what} is {share:.1%} of a typical steady step ({gb:.1f} s of {total:.1f} s){hidden_note}{warm_note}"
         )
     median_gb = float(steady["_gb"].median())
     return [
