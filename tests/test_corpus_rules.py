@@ -41,7 +41,8 @@ def test_distillation_off_step0_is_get_batch_warmup_not_bottleneck():
     assert 0 in warm.steps and warm.evidence["dominant_phase"] == "get_batch"
     assert warm.evidence["dominant_phase_excess_s"] > 280
     reason = outcomes["get-batch-bottleneck"].reason
-    assert outcomes["get-batch-bottleneck"].status == "passed" and "warm-up steps [0, 1]" in reason
+    # Step 1's raw window (23 s) held step 0's 18.7 s result wait; de-overlapped it is a steady step.
+    assert outcomes["get-batch-bottleneck"].status == "passed" and "warm-up steps [0]" in reason
 
 
 def test_bzz_exp4_kl_far_above_band():

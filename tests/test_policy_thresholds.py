@@ -25,6 +25,7 @@ from typing import Any
 import polars as pl
 import pytest
 from conftest import ROOT, fixture_run
+from legacy_sft_replay import replay_rows
 from rule_helpers import run_from_rows
 
 from trace_doctor.api import analyze, load_run
@@ -475,6 +476,13 @@ class Probe:
     baseline: str | None = None  # a regression rule: the fixture the run is compared with
 
 
+def _legacy_pipelined_sft(**options) -> Callable[[], RunTables]:
+    """A replayed legacy pipelined SFT run whose batches take most of a service turn (2.5-3 s of 2.5-4.5 s):
+    read as overlapping windows they hide behind the in-flight step (get-batch-bottleneck passes); summed
+    as written, the windows double every step and get_batch is over 20% of each: fired."""
+    return lambda: run_from_rows(replay_rows(60, pipelined=True, get_batch_s=(2.5, 3.0), **options)[0])
+
+
 PROBES: dict[tuple[str, str], Probe] = {
     # pipelining-gap
     ("pipelining-gap", "min_sequential_step_share"): Probe(
@@ -803,6 +811,30 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     (SHARED, "sawtooth_min_share"): Probe(
         sawtooth_missing_a_tooth, 0.9, "3 of 4 saves reset the KL: fired -> passed", observed_by="stale-sampler"
+    ),
+    (SHARED, "overlap_min_steps"): Probe(
+        _legacy_pipelined_sft(),
+        100,
+        "58 judged steps are too few: windows summed as written, get_batch 40% of each: passed -> fired",
+        observed_by="get-batch-bottleneck",
+    ),
+    (SHARED, "overlap_min_fit_share"): Probe(
+        _legacy_pipelined_sft(shortened_every=20),
+        1.0,
+        "3 of 58 windows written 0.5 s short: the reading fits 95%, not 100%: passed -> fired",
+        observed_by="get-batch-bottleneck",
+    ),
+    (SHARED, "overlap_max_spread_ratio"): Probe(
+        _legacy_pipelined_sft(),
+        0.001,
+        "the overlap residual's spread is ~7% of total - own's, above 0.1%: passed -> fired",
+        observed_by="get-batch-bottleneck",
+    ),
+    (SHARED, "overlap_tolerance_s"): Probe(
+        _legacy_pipelined_sft(shortened_every=5),
+        1.0,
+        "12 of 58 windows 0.5 s short fit within 1 s: windows de-overlapped: fired -> passed",
+        observed_by="get-batch-bottleneck",
     ),
     (SHARED, "sawtooth_min_correlation"): Probe(
         "training/rl_sync_stale_sawtooth",

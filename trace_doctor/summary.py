@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.derive.step_times import OVERLAPPING_TOTAL_KEY, live_training_rows
 from trace_doctor.derive.wall import step_totals
 from trace_doctor.rules.context import RuleContext
 
@@ -26,10 +27,20 @@ def summarize(ctx: RuleContext) -> dict[str, Any]:
         if split is not None and "total_s" in split.steady.columns
         else pl.Series([], dtype=pl.Float64)
     )
-    return {
+    out = {
         "wall_time_s": _rounded(wall),
         "step_time_p50_s": _rounded(totals.median()) if len(totals) else None,
         "steady_step_time_s": _rounded(steady.median()) if len(steady) else None,
         # No step times means no warm-up could be measured, which is not "zero warm-up steps".
         "warmup_steps": int(split.warmup_steps) if split is not None and len(totals) else None,
     }
+    fit = ctx.overlap_fit
+    if fit is not None and fit.overlapped:
+        # The windows as written, beside the wall they were rebuilt into: a user who summed
+        # `time/total` themselves sees why this wall is about half of it.
+        live = live_training_rows(ctx.run.steps)
+        out["overlapping_step_timers"] = {
+            **fit.to_dict(),
+            "summed_windows_s": _rounded(live[OVERLAPPING_TOTAL_KEY].drop_nulls().drop_nans().sum()),
+        }
+    return out

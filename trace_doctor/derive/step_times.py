@@ -9,20 +9,27 @@ and uses `time/training_loop/total`, the training loop's own iteration time; SFT
 2026-03-17 on writes no whole-step timer, so its total is rebuilt as the sum of the row's
 top-level phases (`submit_batch` + `finish_batch` + ...): exact for a sequential loop, and in a
 pipelined loop the wall time between those phases is nothing but the next step's submission.
-Caveat: legacy pipelined SFT `time/total` runs from step k's submission to the end of its
-finish, which includes step k-1's finish, so consecutive totals overlap.
+Legacy pipelined SFT `time/total` runs from step k's submission to the end of its finish, which
+includes step k+1's submission and step k-1's finish, so consecutive totals overlap: when the data
+bear that reading out (derive/overlap.py), `total_s` is the step's own timers plus half its untimed
+residual, `total_source` says so, and `previous_in_flight` marks steps whose submission-side timers
+ran while the previous step was still on the service; the raw window stays in `steps`.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.overlap import OverlapFit, OverlapKnobs, deoverlapped, fit_overlap
 from trace_doctor.derive.timekeys import PARENTS, phase_sources
-from trace_doctor.knowledge.tinker import WHOLE_STEP_KEYS
+from trace_doctor.knowledge.tinker import LEGACY_SFT_FINISH_PHASES, LEGACY_SFT_SUBMIT_PHASES, WHOLE_STEP_KEYS
 from trace_doctor.model import RunTables
 
 # Rows with these SFT timers and no whole-step timer get a total rebuilt from phases.
 RECONSTRUCTABLE_MARKERS = ("time/submit_batch", "time/finish_batch", "time/step")
+# The whole-step timer that legacy pipelined SFT wrote over overlapping windows.
+OVERLAPPING_TOTAL_KEY = "time/total"
+DEOVERLAPPED_SOURCE = "time/total de-overlapped (legacy pipelined SFT)"
 
 BASE_SCHEMA = {
     "step": pl.Int64,
@@ -76,11 +83,20 @@ def _numeric(frame: pl.DataFrame, column: str) -> pl.Expr:
     return pl.repeat(None, frame.height, dtype=pl.Float64)
 
 
-def step_times(run: RunTables) -> pl.DataFrame:
-    """The per-step time table of a run (see module docstring); empty when there are no steps."""
+def step_times(run: RunTables, overlap: OverlapKnobs | None = None) -> pl.DataFrame:
+    """The per-step time table of a run (see module docstring); empty when there are no steps.
+    With `overlap` knobs, overlapping legacy SFT totals are de-overlapped (see step_times_and_overlap)."""
+    return step_times_and_overlap(run, overlap)[0]
+
+
+def step_times_and_overlap(
+    run: RunTables, overlap: OverlapKnobs | None = None
+) -> tuple[pl.DataFrame, OverlapFit | None]:
+    """The per-step time table and, when `overlap` knobs are given and the run's `time/total` sits over
+    legacy SFT phase timers, how well the overlapping-window reading fits (None: not tested)."""
     rows = live_training_rows(run.steps)
     if rows.is_empty():
-        return pl.DataFrame(schema=BASE_SCHEMA)
+        return pl.DataFrame(schema=BASE_SCHEMA), None
     # The schema once: `rows.schema` builds all of it on every call (quadratic in a 20,000-key row).
     schema = rows.schema
     numeric_columns = [c for c, dtype in schema.items() if dtype.is_numeric()]
@@ -139,11 +155,58 @@ def step_times(run: RunTables) -> pl.DataFrame:
         else pl.lit(None, dtype=pl.Float64)
     )
     parts = parts.with_columns(untimed.cast(pl.Float64).alias("untimed_s"))
+    fit = None
+    if overlap is not None:
+        parts, fit = _deoverlap(parts, phase_cols, overlap)
 
+    extra = ["previous_in_flight"] if "previous_in_flight" in parts.columns else []
     out = parts.select(
-        "step", "segment", "total_s", "total_source", "untimed_s", *sorted(phase_cols), *sorted(inner_cols)
+        "step", "segment", "total_s", "total_source", "untimed_s", *extra, *sorted(phase_cols), *sorted(inner_cols)
     )
-    return out.with_columns(pl.col("total_s").cast(pl.Float64), pl.col("untimed_s").cast(pl.Float64))
+    return out.with_columns(pl.col("total_s").cast(pl.Float64), pl.col("untimed_s").cast(pl.Float64)), fit
+
+
+def _deoverlap(parts: pl.DataFrame, phase_cols: dict, knobs: OverlapKnobs) -> tuple[pl.DataFrame, OverlapFit | None]:
+    """Rows whose total is `time/total` over legacy SFT phases, tested for overlapping windows and
+    rebuilt when the reading holds (derive/overlap.py); other rows untouched."""
+    label = f"_w:{OVERLAPPING_TOTAL_KEY}"
+    submit = [f"phase:{n}" for n in LEGACY_SFT_SUBMIT_PHASES if f"phase:{n}" in phase_cols]
+    finish = [f"phase:{n}" for n in LEGACY_SFT_FINISH_PHASES if f"phase:{n}" in phase_cols]
+    # Only the legacy shape: a result wait and a submission-side timer, all phases top-level (a
+    # row with submit_batch/finish_batch is the newer loop, whose totals are rebuilt from them).
+    legacy = set(phase_cols) <= {f"phase:{n}" for n in (*LEGACY_SFT_SUBMIT_PHASES, *LEGACY_SFT_FINISH_PHASES)}
+    if label not in parts.columns or "phase:step" not in phase_cols or not submit or not legacy:
+        return parts, None
+
+    def seconds(columns: list[str]) -> pl.Expr:
+        return pl.sum_horizontal([pl.col(c).fill_null(0.0) for c in columns])
+
+    candidates = parts.filter(pl.col("total_source") == OVERLAPPING_TOTAL_KEY).select(
+        "segment",
+        "step",
+        pl.col("total_s").alias("total"),
+        seconds([*submit, *finish]).alias("own"),
+        seconds(submit).alias("submit"),
+        seconds(finish).alias("finish"),
+        pl.col("phase:step").alias("wait"),
+    )
+    fit = fit_overlap(candidates, knobs)
+    if fit is None or not fit.overlapped:
+        return parts, fit
+    rebuilt = deoverlapped(candidates, tolerance_s=knobs.tolerance_s).rename(
+        {"total_s": "_d_total", "untimed_s": "_d_untimed"}
+    )
+    parts = parts.join(rebuilt, on=["segment", "step"], how="left")
+    redo = pl.col("_d_total").is_not_null()
+    return (
+        parts.with_columns(
+            pl.when(redo).then(pl.col("_d_total")).otherwise(pl.col("total_s")).alias("total_s"),
+            pl.when(redo).then(pl.lit(DEOVERLAPPED_SOURCE)).otherwise(pl.col("total_source")).alias("total_source"),
+            pl.when(redo).then(pl.col("_d_untimed")).otherwise(pl.col("untimed_s")).alias("untimed_s"),
+            pl.col("previous_in_flight").fill_null(False),
+        ).drop("_d_total", "_d_untimed"),
+        fit,
+    )
 
 
 def phase_seconds(times: pl.DataFrame, name: str) -> pl.Series:

@@ -1,9 +1,9 @@
 """The run's wall time: one definition, used by the summary, every rule and the time account.
 
 The trace is a wall clock: its extent per launch (segment), summed, is the wall time. Without a
-trace, the live steps' totals summed. Summed totals are not a wall clock when timers overlap (a
-legacy pipelined SFT `time/total` spans two iterations) or leave time out (async RL excludes data
-waits), so the trace wins whenever there is one.
+trace, the live steps' totals summed. Summed raw totals are not a wall clock when timers overlap (a
+legacy pipelined SFT `time/total` spans three iterations' work: derive/step_times de-overlaps them)
+or leave time out (async RL excludes data waits), so the trace wins whenever there is one.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 
 import polars as pl
+
+from trace_doctor.derive.step_times import DEOVERLAPPED_SOURCE
 
 
 def _finite(value) -> float | None:
@@ -45,6 +47,11 @@ def step_totals(step_times: pl.DataFrame) -> pl.Series:
 
 TRACE_BASIS = "trace extent per launch"
 TOTALS_BASIS = "sum of step totals"
+# derive/step_times.DEOVERLAPPED_SOURCE rows: the summed raw windows would count most seconds twice.
+DEOVERLAPPED_BASIS = (
+    "sum of step totals, legacy pipelined time/total de-overlapped (each window also holds the next step's "
+    "submission and the previous step's finish)"
+)
 
 
 def wall_time(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
@@ -54,7 +61,8 @@ def wall_time(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> t
     if traced is not None:
         return traced, TRACE_BASIS
     totals = step_totals(step_times)
-    return (_finite(totals.sum()) if len(totals) else None), TOTALS_BASIS
+    deoverlapped = "total_source" in step_times.columns and (step_times["total_source"] == DEOVERLAPPED_SOURCE).any()
+    return (_finite(totals.sum()) if len(totals) else None), DEOVERLAPPED_BASIS if deoverlapped else TOTALS_BASIS
 
 
 def wall_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> float | None:

@@ -56,6 +56,12 @@ EVAL_PHASES = ("run_evals", "evals", "infrequent_evals", "run_evaluator", "run_e
 CHECKPOINT_PHASES = ("save_checkpoint", "save_checkpoint_async")
 # Evaluation and checkpoint phases, which recur periodically by design (FORMATS.md 1.4).
 PERIODIC_PHASES = (*EVAL_PHASES, *CHECKPOINT_PHASES)
+# Legacy pipelined SFT (cookbook 2025-10-26 to 2026-03-17, supervised/train.py): the loop runs
+# submit_batch(k+1) then finish_batch(k), and step k's `time/total` runs from the start of its own
+# submit_batch to the end of its finish_batch, so it also holds step k+1's submission and step k-1's
+# finish. Its timers by the side of the loop they run in (`timed(...)` inside each function):
+LEGACY_SFT_SUBMIT_PHASES = ("get_batch", "evals", "infrequent_evals")
+LEGACY_SFT_FINISH_PHASES = ("save_checkpoint", "step")
 # Phases during which an SFT/DPO client waits for the service's results: `step` (awaiting the
 # forward-backward and optimizer results) inside `finish_batch` (FORMATS.md 1.4, SFT spans).
 RESULT_WAIT_PHASES = ("step", "finish_batch")

@@ -28,6 +28,41 @@ class SharedPolicy:
         "slow run's steady state from every steady-state statistic.",
         bounds=Bounds(0.0, 1.0, low_open=True),
     )
+    # Overlapping step timers (derive/overlap.py): a legacy pipelined SFT `time/total` also holds the
+    # next step's submission and the previous step's finish; the per-step times and the wall are
+    # rebuilt only when the data bear that reading out.
+    overlap_min_steps: int = threshold(
+        5,
+        unit="steps",
+        why="The overlapping-window reading is tested on steps whose two neighbours were logged; fewer than "
+        "this say nothing about the loop's shape, and the totals are kept as written.",
+        bounds=AT_LEAST_ONE,
+    )
+    overlap_min_fit_share: float = threshold(
+        0.9,
+        unit="share of judged steps",
+        why="In an overlapped run total - own - next submit - previous finish is the untimed remainder, never "
+        "negative; in a sequential loop it is minus the neighbours' timers on nearly every step. A tenth of "
+        "exceptions leaves room for a resumed or hand-edited row.",
+        bounds=Bounds(0.0, 1.0, low_open=True),
+    )
+    overlap_max_spread_ratio: float = threshold(
+        0.5,
+        unit="x spread of total - own",
+        why="The overlap residual must also be steadier (IQR) than the sequential one, which in an overlapped run "
+        "swings with the neighbours' get_batch and result waits; on a real run it was 0.03x (tinker-rl-lab "
+        "distillation_off, 683 steps), so half leaves a wide margin while a loop with a large untimed part of "
+        "its own (sequential residual steady) is not read as overlapped.",
+        bounds=Bounds(0.0, 1.0, low_open=True),
+    )
+    overlap_tolerance_s: float = threshold(
+        0.05,
+        unit="s",
+        why="The timers nest exactly within one clock (time.time), so a residual below zero is measurement "
+        "rounding at most a few milliseconds; 50 ms also absorbs a clock step. Likewise a result wait "
+        "shorter than this means the results were already there: the step was no longer in flight.",
+        bounds=POSITIVE,
+    )
     max_stable_kl: float = threshold(
         0.01,
         unit="nats per token",

@@ -73,11 +73,30 @@ class RuleContext:
         return []
 
     @cached_property
-    def step_times(self) -> pl.DataFrame:
-        """Per-step wall time and phase breakdown of live training rows (derive.step_times)."""
-        from trace_doctor.derive.step_times import step_times
+    def _step_times_and_overlap(self):
+        from trace_doctor.derive.overlap import OverlapKnobs
+        from trace_doctor.derive.step_times import step_times_and_overlap
 
-        return step_times(self.run)
+        s = self.shared
+        knobs = OverlapKnobs(
+            min_steps=s.overlap_min_steps,
+            min_fit_share=s.overlap_min_fit_share,
+            max_spread_ratio=s.overlap_max_spread_ratio,
+            tolerance_s=s.overlap_tolerance_s,
+        )
+        return step_times_and_overlap(self.run, knobs)
+
+    @property
+    def step_times(self) -> pl.DataFrame:
+        """Per-step wall time and phase breakdown of live training rows (derive.step_times), with
+        overlapping legacy SFT totals de-overlapped by the shared knobs."""
+        return self._step_times_and_overlap[0]
+
+    @property
+    def overlap_fit(self):
+        """How the overlapping-window reading fits the run's `time/total` (derive.overlap), None when
+        the run has no legacy SFT totals to test."""
+        return self._step_times_and_overlap[1]
 
     @cached_property
     def warmup(self):

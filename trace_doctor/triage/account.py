@@ -28,7 +28,7 @@ import polars as pl
 from trace_doctor.derive.intervals import length, merge, merge_columns, overlap
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.derive.wall import step_totals
-from trace_doctor.knowledge.tinker import RESULT_WAIT_PHASES, SAMPLE_CALLS
+from trace_doctor.knowledge.tinker import LEGACY_SFT_SUBMIT_PHASES, RESULT_WAIT_PHASES, SAMPLE_CALLS
 from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, stage_of
 from trace_doctor.model import Finding
 from trace_doctor.triage.locate import finding_key
@@ -166,7 +166,19 @@ def service_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame)
     if step_times.height:
         waits = phase_seconds(step_times, "step").drop_nulls().drop_nans()
         if len(waits):
-            return float(waits.sum()), "time/step (result waits) in metrics"
+            if "previous_in_flight" not in step_times.columns:
+                return float(waits.sum()), "time/step (result waits) in metrics"
+            # Legacy pipelined SFT: while the client submitted step k+1 (get_batch, evals), step k was
+            # still on the service whenever a result wait followed; those seconds are the service's too.
+            submit = [phase_seconds(step_times, n).fill_null(0.0) for n in LEGACY_SFT_SUBMIT_PHASES]
+            in_flight = step_times.select(
+                pl.when(pl.col("previous_in_flight")).then(pl.sum_horizontal(submit)).otherwise(0.0)
+            ).to_series()
+            return (
+                float(waits.sum()) + float(in_flight.sum()),
+                "time/step (result waits) in metrics, plus the next step's submission while a step was in flight "
+                "(legacy pipelined SFT)",
+            )
     return None, "no result-wait spans or time/step"
 
 
