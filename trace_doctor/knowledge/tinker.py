@@ -56,6 +56,12 @@ EVAL_PHASES = ("run_evals", "evals", "infrequent_evals", "run_evaluator", "run_e
 CHECKPOINT_PHASES = ("save_checkpoint", "save_checkpoint_async")
 # Evaluation and checkpoint phases, which recur periodically by design (FORMATS.md 1.4).
 PERIODIC_PHASES = (*EVAL_PHASES, *CHECKPOINT_PHASES)
+# Async RL (rl/train.py `do_async_training`): the task that trains. `main` only awaits it (and the
+# rollout workers, `trajectory_group_worker_loop_<i>`), so the trainer's timeline is this track's.
+ASYNC_TRAINING_TRACK = "training_loop"
+# One trajectory group's rollout in the async and stream RL loops (`trajectory_group_worker`, inside
+# `trajectory_group_worker_loop` / `trajectory_group_worker_task`); its end hands the group to training.
+ROLLOUT_WORKER_SPAN = "trajectory_group_worker"
 # Phases during which an SFT/DPO client waits for the service's results: `step` (awaiting the
 # forward-backward and optimizer results) inside `finish_batch` (FORMATS.md 1.4, SFT spans).
 RESULT_WAIT_PHASES = ("step", "finish_batch")

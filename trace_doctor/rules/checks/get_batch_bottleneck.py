@@ -1,16 +1,101 @@
-"""TD102 get-batch-bottleneck: data loading takes a large share of steady-state step time."""
+"""TD102 get-batch-bottleneck: data loading takes a large share of steady-state step time.
+
+In async RL the training loop's batch is the rollouts' output: it waits for finished trajectory
+groups before each step's timer starts, so that wait is its data loading (derive/sample_waits)."""
 
 from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_SPANS, trainer_sample_waits
 from trace_doctor.derive.step_times import phase_seconds
+from trace_doctor.knowledge.tinker import ASYNC_STALENESS_PREFIX, TRAINING_CLIENT_STEP
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.requires import requires, values_in
 
 
+def _async_config(meta) -> dict:
+    config = meta.config.get("async_config")
+    return config if isinstance(config, dict) else {}
+
+
+def _sample_waits(ctx) -> list[Finding]:
+    """Async RL: the share of the training loop's time spent waiting for rollouts to deliver a batch."""
+    t = ctx.thresholds
+    if ctx.run.height("spans") == 0:
+        raise NotApplicable(
+            "async RL: the training loop waits for samples before each step's timer starts, so no time/* key "
+            "holds the wait; only trace_events.jsonl (enable_trace=True) shows it"
+        )
+    waits = trainer_sample_waits(ctx.run.spans_where(DRIVER_AND_ROLLOUT_SPANS))
+    totals = ctx.step_times.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0))
+    if totals.height < t.min_steady_steps:
+        raise NotApplicable(f"async RL: only {totals.height} step(s) with time/total (need {t.min_steady_steps})")
+    train_s = float(totals["total_s"].sum())
+    # The first batch has nothing to overlap with: every run waits for it, however fast its sampler.
+    first_steps = totals.group_by("segment").agg(pl.col("step").min())
+    fill = waits.join(first_steps, on=["segment", "step"], how="semi")
+    later = waits.join(first_steps, on=["segment", "step"], how="anti")
+    wait_s = float(later["wait_s"].sum())
+    fill_note = (
+        f"; {float(fill['wait_s'].sum()):.2f} s waiting for the first batch is not counted" if fill.height else ""
+    )
+    share = wait_s / (wait_s + train_s)
+    if share <= t.min_share:
+        return ctx.passed(
+            f"async RL: the training loop waited for samples {wait_s:.2f} s against {train_s:.1f} s of training "
+            f"steps ({share:.1%}){fill_note}"
+        )
+    bound = _async_config(ctx.run.meta).get("max_steps_off_policy")
+    waited = later.drop_nulls("step")
+    sampling = (
+        float(ctx.run.steps["time/sampling_time_mean"].median())
+        if "time/sampling_time_mean" in ctx.run.steps.columns
+        else None
+    )
+    per_group = f" A group's rollout took {sampling:.3g} s (median time/sampling_time_mean)." if sampling else ""
+    return [
+        ctx.finding(
+            severity="warning",
+            title="Training waits for samples: sampling is the bottleneck",
+            message=(
+                f"The async training loop waited {wait_s:.2f} s for rollouts to finish a batch, {share:.0%} of its "
+                f"time ({train_s:.1f} s in training steps, time/total, which excludes the wait), before "
+                f"{waited.height} of {totals.height} steps (median {float(later['wait_s'].median()):.3g} s)"
+                f"{fill_note}.{per_group} Samples arrive more slowly than the trainer uses them"
+                + (f" with max_steps_off_policy = {bound}" if bound is not None else "")
+                + "."
+            ),
+            fix=(
+                "Make rollouts faster (the environment's own steps: reward or grader code, tool calls, sandboxes) "
+                "or run more at once: raise async_config.max_steps_off_policy (each step of it adds "
+                "groups_per_batch rollout slots) or the rollout executor's size. More steps off policy means "
+                "staler samples: watch stale-sampler and the KL."
+            ),
+            steps=sorted(int(s) for s in waited.sort("wait_s", descending=True)["step"].head(20).to_list()),
+            time_ranges_us=[[a, b] for a, b in later.select("start_us", "end_us").iter_rows()],
+            evidence={
+                "source": "trace: training_loop intervals with no span open, ended by a rollout's delivery",
+                "wait_s": round(wait_s, 6),
+                "train_steps_s": round(train_s, 6),
+                "share": round(share, 4),
+                "waits": later.height,
+                "first_batch_wait_s": round(float(fill["wait_s"].sum()), 6),
+                "max_steps_off_policy": bound,
+                "sampling_time_mean_s": sampling,
+                "threshold": t.min_share,
+            },
+            seconds_lost=round(wait_s, 6),
+            # A faster or wider sampler wins the wait back only up to what training itself takes.
+            confidence="medium",
+        )
+    ]
+
+
 def check(ctx) -> list[Finding]:
+    if ctx.run.meta.trainer_mode == "async":
+        return _sample_waits(ctx)
     times = ctx.step_times
     t = ctx.thresholds
     frame = times.with_columns(phase_seconds(times, "get_batch").alias("_gb"))
@@ -97,6 +182,8 @@ RULE = register(
             requires(
                 "no time/get_batch in metrics (this trainer does not time data loading)",
                 values_in("step_times", "phase:get_batch", "inner:get_batch"),
+                # Async RL: its data loading is the wait for rollouts, read from the trace.
+                values_in("steps", TRAINING_CLIENT_STEP, ASYNC_STALENESS_PREFIX + "*"),
             ),
         ),
         tags=("timing", "metrics"),
