@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.staleness import loop_mode, sampler_lag
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -11,38 +12,11 @@ from trace_doctor.rules.checks.renderer_kl_step0 import kl_columns, run_label, t
 from trace_doctor.rules.requires import requires, values_in
 
 MAX_LISTED_STEPS = 50
-# Async RL (0.6.1) logs how many updates behind the sampler was; older async/stream runs do not.
-STALENESS_COLUMNS = ("async/staleness_mean", "async/staleness_max")
-# Steps behind: staleness this much higher on above-band steps makes it a confound worth naming.
-MIN_STALENESS_GAP = 0.5
 
 
-def staleness_confound(rows: pl.DataFrame, above_steps: list[int]) -> dict | None:
-    """Median staleness on the above-band steps vs the others, when the run logs it and it differs."""
-    column = next((c for c in STALENESS_COLUMNS if c in rows.columns and rows.schema[c].is_numeric()), None)
-    if column is None:
-        return None
-    values = rows.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select(
-        "step", pl.col(column).alias("s")
-    )
-    high = values.filter(pl.col("step").is_in(above_steps))["s"]
-    low = values.filter(~pl.col("step").is_in(above_steps))["s"]
-    if high.is_empty() or low.is_empty():
-        return None
-    above, within = float(high.median()), float(low.median())
-    if above - within < MIN_STALENESS_GAP:
-        return None
-    return {"metric": column, "above_band_median": round(above, 4), "in_band_median": round(within, 4)}
-
-
-def check(ctx) -> list[Finding]:
-    rows = live_training_rows(ctx.run.steps)
-    columns = kl_columns(rows)
-    if not columns:
-        raise NotApplicable("no optim/kl_sample_train_v1/_v2 in metrics: not an RL run")
-    t = ctx.thresholds
-    first_step = rows.sort(["segment", "step"])["step"][0]
-    later = rows.filter(~((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step)))
+def worst_series(later: pl.DataFrame, columns: dict[str, str], band: float):
+    """(share above the band, column, values, above-band rows) of the KL version with the largest share,
+    or None when no version has 3 values."""
     best = None
     for version in sorted(columns):
         column = columns[version]
@@ -51,11 +25,35 @@ def check(ctx) -> list[Finding]:
         )
         if values.height < 3:
             continue
-        above = values.filter(pl.col("kl") > ctx.shared.max_stable_kl)
+        above = values.filter(pl.col("kl") > band)
         share = above.height / values.height
-        candidate = (share, column, values, above)
         if best is None or share > best[0]:
-            best = candidate
+            best = (share, column, values, above)
+    return best
+
+
+def off_policy_lag(meta, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """Per step, how many updates behind its oldest sample was (`step`, `lag_max`), for async/stream loops;
+    None for an on-policy loop. An async loop that logs no lag gets an empty frame: every step may be stale."""
+    mode = loop_mode(meta, rows)
+    if mode not in ("async", "stream"):
+        return None
+    lag = sampler_lag(rows)
+    if lag is None:
+        return pl.DataFrame(schema={"step": pl.Int64, "lag_max": pl.Float64}) if mode == "async" else None
+    return lag.select("step", "lag_max")
+
+
+def check(ctx) -> list[Finding]:
+    rows = live_training_rows(ctx.run.steps)
+    columns = kl_columns(rows)
+    if not columns:
+        raise NotApplicable("no optim/kl_sample_train_v1/_v2 in metrics: not an RL run")
+    t = ctx.thresholds
+    band = ctx.shared.max_stable_kl
+    first_step = rows.sort(["segment", "step"])["step"][0]
+    later = rows.filter(~((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step)))
+    best = worst_series(later, columns, band)
     if best is None:
         raise NotApplicable("fewer than 3 later steps with a KL value")
     share, column, values, above = best
@@ -76,21 +74,48 @@ def check(ctx) -> list[Finding]:
             f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median "
             f"{median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift"
         )
+    lag = off_policy_lag(ctx.run.meta, rows)
+    off_policy = None
+    if lag is not None:
+        # On samples k updates old this KL also measures how far the policy moved in those k updates,
+        # which the on-policy band cannot tell from drift: judge only the on-policy steps, or abstain.
+        stale = lag.filter(pl.col("lag_max") > 0)["step"].to_list()
+        known = lag["step"].to_list()
+        stale_above = above.filter(pl.col("step").is_in(stale) | ~pl.col("step").is_in(known))
+        if stale_above.height:
+            on_policy = later.filter(pl.col("step").is_in(known) & ~pl.col("step").is_in(stale))
+            judged = worst_series(on_policy, columns, band)
+            lag_median = float(lag.filter(pl.col("step").is_in(stale_above["step"].to_list()))["lag_max"].median() or 0)
+            if judged is None or judged[0] < t.min_share_above or judged[3].height < 3:
+                raise NotApplicable(
+                    f"{ctx.run.meta.trainer_mode or 'async'} RL: |`{column}`| is above {band} on "
+                    f"{stale_above.height} step(s) trained on off-policy samples"
+                    + (f" (median lag {lag_median:g} update(s))" if known else " (lag not logged)")
+                    + ": there the KL includes the policy's own movement over those updates, which the "
+                    "on-policy band cannot tell from drift; "
+                    + (
+                        f"{judged[3].height} of {judged[2].height} on-policy step(s) above it"
+                        if judged is not None
+                        else "fewer than 3 on-policy steps to judge"
+                    )
+                )
+            share, column, values, above = judged
+            median = float(values["kl"].median())
+            off_policy = {
+                "off_policy_steps_excluded": len(stale),
+                "judged_on_policy_steps": values.height,
+            }
     steps = sorted(int(s) for s in above["step"].to_list())
     note = (
         f" Config temperature is {ctx.run.meta.temperature:g}, which inflates this KL by itself."
         if temperature_confound(ctx.run.meta)
         else ""
     )
-    stale = staleness_confound(rows, steps)
-    if stale:
+    if off_policy:
         note += (
-            f" Samples were staler on those steps (`{stale['metric']}` median {stale['above_band_median']:.3g} vs "
-            f"{stale['in_band_median']:.3g} on in-band steps): off-policy staleness inflates this KL, so reduce "
-            "max_steps_off_policy before blaming the learning rate."
+            f" Judged on the {off_policy['judged_on_policy_steps']} on-policy steps only: "
+            f"{off_policy['off_policy_steps_excluded']} steps trained on stale samples are left out."
         )
-    elif ctx.run.meta.trainer_mode in ("async", "stream"):
-        note += f" This is a {ctx.run.meta.trainer_mode} run: sampling from older weights (staleness) inflates this KL."
     measured = (
         f"|`{column}`| is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps "
         f"after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first "
@@ -132,7 +157,7 @@ def check(ctx) -> list[Finding]:
                 "steps_measured": values.height,
                 "share_above": round(share, 4),
                 "band": ctx.shared.max_stable_kl,
-                "staleness": stale,
+                "off_policy": off_policy,
                 "save_sawtooth": ctx.sawtooth_shown(),
             },
             fingerprint=f"kl-drift:{column}",
