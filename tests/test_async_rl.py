@@ -120,3 +120,23 @@ def test_off_policy_run_is_judged_on_its_on_policy_steps():
     (f,) = found
     assert all(s % 2 == 0 for s in f.steps)
     assert f.evidence["off_policy"] == {"off_policy_steps_excluded": 10, "judged_on_policy_steps": 9}
+
+
+def test_streaming_step_waits_between_minibatches_inside_its_window():
+    # The streaming train step is open while it awaits the rollout queue: its span does not cover the wait.
+    spans = pl.DataFrame(
+        [
+            _span("training_loop", "training_loop", 0.1, 9.9, depth=0),
+            _span("do_train_step_streaming_and_get_sampling_client", "training_loop", 1.0, 4.0, step=3),
+            _span("prepare_minibatch", "training_loop", 1.0, 1.1, depth=2, step=3),
+            _span("prepare_minibatch", "training_loop", 3.5, 3.6, depth=2, step=3),
+            _span("trajectory_group_worker", "trajectory_group_worker_loop_0", 0.2, 3.49),
+        ]
+    )
+    waits = trainer_sample_waits(spans)
+    assert waits["step"].to_list() == [3] and abs(waits["wait_s"][0] - 2.4) < 1e-9
+    assert main_track_gaps(spans, 1.0) == []
+    # Before: the streaming run's waits were inside time/total and get-batch-bottleneck saw none.
+    found, _, _ = findings(load_dir(fixture_run("rl_async_stream_starved")), ["get-batch-bottleneck"])
+    (f,) = found
+    assert f.evidence["share"] > 0.25 and f.evidence["waits"] > f.evidence["share"] * 20

@@ -5,7 +5,8 @@ trajectory groups *before* opening the step's iteration window, on its `training
 is in no `time/*` key, and the trace shows it as an interval of that task with no span open, closed
 when a rollout (`trajectory_group_worker`) delivers the group that completes the batch. Such an
 interval is the trainer starved of samples, not a stall: untraced code or a blocked thread does not
-end as a rollout ends.
+end as a rollout ends. With streaming minibatches the train step itself waits on the rollout queue
+between minibatches: its span is open over those waits, so it does not count as covering them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from trace_doctor.knowledge.tinker import ASYNC_TRAINING_TRACK, ROLLOUT_WORKER_SPAN
+from trace_doctor.knowledge.tinker import ASYNC_TRAINING_TRACK, ROLLOUT_WORKER_SPAN, STREAM_TRAIN_STEP_SPAN
 
 # Between a rollout's end and the next training span the cookbook only does bookkeeping (queue put,
 # sort by sampler step, a log line, opening the window): milliseconds. A gap that ends later than
@@ -36,7 +37,9 @@ def driver_gaps(spans: pl.DataFrame, min_gap_s: float) -> pl.DataFrame:
     """Intervals (`segment`, `start_us`, `end_us`, `delivered`) longer than `min_gap_s` where the trainer
     had no span open, per launch and thread; `delivered`: the interval ended as a rollout ended."""
     frame = spans.lazy().filter(DRIVER_AND_ROLLOUT_SPANS)
-    driver = frame.filter(pl.col("track").is_in(list(DRIVER_TRACKS)) & (pl.col("depth") >= 1))
+    driver = frame.filter(
+        pl.col("track").is_in(list(DRIVER_TRACKS)) & (pl.col("depth") >= 1) & (pl.col("name") != STREAM_TRAIN_STEP_SPAN)
+    )
     # A gap opens where a span starts after every earlier span of its thread has ended: the running
     # maximum of end times, in start order, is how far coverage reached. Main and the async training
     # task run on one thread and one timeline, so their spans cover it together.
@@ -66,14 +69,14 @@ def driver_gaps(spans: pl.DataFrame, min_gap_s: float) -> pl.DataFrame:
 
 
 def trainer_sample_waits(spans: pl.DataFrame) -> pl.DataFrame:
-    """Each wait of the async training task for samples (`start_us`, `end_us`, `wait_s`, `step`: the step
-    it held up, the first whose span starts at its end), in time order; empty without such a wait."""
+    """Each wait of the training loop for samples (`start_us`, `end_us`, `wait_s`, `step`: the step it
+    held up, whose span starts at its end), in time order; empty without such a wait."""
     gaps = driver_gaps(spans, 0.0).filter(pl.col("delivered"))
     starts = (
         spans.lazy()
-        .filter(pl.col("step").is_not_null() & (pl.col("track") == ASYNC_TRAINING_TRACK))
-        .group_by("segment", "step")
-        .agg(pl.col("start_us").min())
+        .filter(pl.col("step").is_not_null() & pl.col("track").is_in(list(DRIVER_TRACKS)))
+        .group_by("segment", "start_us")
+        .agg(pl.col("step").min())
         .collect()
     )
     return (
@@ -82,3 +85,15 @@ def trainer_sample_waits(spans: pl.DataFrame) -> pl.DataFrame:
         .select("segment", "start_us", "end_us", "wait_s", "step")
         .sort("start_us")
     )
+
+
+def training_extent_s(spans: pl.DataFrame) -> float:
+    """Seconds from the training loop's first stepped span to its last one's end, summed over launches."""
+    extent = (
+        spans.lazy()
+        .filter(pl.col("step").is_not_null() & pl.col("track").is_in(list(DRIVER_TRACKS)))
+        .group_by("segment")
+        .agg((pl.col("end_us").max() - pl.col("start_us").min()).alias("us"))
+        .collect()
+    )
+    return float(extent["us"].sum()) / 1e6 if extent.height else 0.0

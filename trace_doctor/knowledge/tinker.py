@@ -62,6 +62,9 @@ ASYNC_TRAINING_TRACK = "training_loop"
 # One trajectory group's rollout in the async and stream RL loops (`trajectory_group_worker`, inside
 # `trajectory_group_worker_loop` / `trajectory_group_worker_task`); its end hands the group to training.
 ROLLOUT_WORKER_SPAN = "trajectory_group_worker"
+# The streaming-minibatch train step: it waits on the rollout queue inside its own span, between the
+# minibatches it trains (rl/train.py `do_train_step_streaming_and_get_sampling_client`).
+STREAM_TRAIN_STEP_SPAN = "do_train_step_streaming_and_get_sampling_client"
 # Phases during which an SFT/DPO client waits for the service's results: `step` (awaiting the
 # forward-backward and optimizer results) inside `finish_batch` (FORMATS.md 1.4, SFT spans).
 RESULT_WAIT_PHASES = ("step", "finish_batch")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_SPANS, trainer_sample_waits
+from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_SPANS, trainer_sample_waits, training_extent_s
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.knowledge.tinker import ASYNC_STALENESS_PREFIX, TRAINING_CLIENT_STEP
 from trace_doctor.model import Finding
@@ -25,27 +25,29 @@ def _sample_waits(ctx) -> list[Finding]:
     t = ctx.thresholds
     if ctx.run.height("spans") == 0:
         raise NotApplicable(
-            "async RL: the training loop waits for samples before each step's timer starts, so no time/* key "
-            "holds the wait; only trace_events.jsonl (enable_trace=True) shows it"
+            "async RL: the training loop waits for samples before each step's timer starts (or, streaming, inside "
+            "it between minibatches), so no time/* key isolates the wait; only trace_events.jsonl "
+            "(enable_trace=True) shows it"
         )
-    waits = trainer_sample_waits(ctx.run.spans_where(DRIVER_AND_ROLLOUT_SPANS))
-    totals = ctx.step_times.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0))
-    if totals.height < t.min_steady_steps:
-        raise NotApplicable(f"async RL: only {totals.height} step(s) with time/total (need {t.min_steady_steps})")
-    train_s = float(totals["total_s"].sum())
+    spans = ctx.run.spans_where(DRIVER_AND_ROLLOUT_SPANS)
+    waits = trainer_sample_waits(spans)
+    stepped = spans.filter(pl.col("step").is_not_null()).select("segment", "step").unique()
+    if stepped.height < t.min_steady_steps:
+        raise NotApplicable(f"async RL: only {stepped.height} traced step(s) (need {t.min_steady_steps})")
+    loop_s = training_extent_s(spans)
     # The first batch has nothing to overlap with: every run waits for it, however fast its sampler.
-    first_steps = totals.group_by("segment").agg(pl.col("step").min())
+    first_steps = stepped.group_by("segment").agg(pl.col("step").min())
     fill = waits.join(first_steps, on=["segment", "step"], how="semi")
     later = waits.join(first_steps, on=["segment", "step"], how="anti")
     wait_s = float(later["wait_s"].sum())
     fill_note = (
         f"; {float(fill['wait_s'].sum()):.2f} s waiting for the first batch is not counted" if fill.height else ""
     )
-    share = wait_s / (wait_s + train_s)
+    share = wait_s / loop_s if loop_s > 0 else 0.0
     if share <= t.min_share:
         return ctx.passed(
-            f"async RL: the training loop waited for samples {wait_s:.2f} s against {train_s:.1f} s of training "
-            f"steps ({share:.1%}){fill_note}"
+            f"async RL: the training loop waited for samples {wait_s:.2f} s of its {loop_s:.1f} s from the first "
+            f"step to the last ({share:.1%}){fill_note}"
         )
     bound = _async_config(ctx.run.meta).get("max_steps_off_policy")
     waited = later.drop_nulls("step")
@@ -60,9 +62,10 @@ def _sample_waits(ctx) -> list[Finding]:
             severity="warning",
             title="Training waits for samples: sampling is the bottleneck",
             message=(
-                f"The async training loop waited {wait_s:.2f} s for rollouts to finish a batch, {share:.0%} of its "
-                f"time ({train_s:.1f} s in training steps, time/total, which excludes the wait), before "
-                f"{waited.height} of {totals.height} steps (median {float(later['wait_s'].median()):.3g} s)"
+                f"The async training loop waited {wait_s:.2f} s for rollouts to deliver its groups, {share:.0%} of "
+                f"its {loop_s:.1f} s from the first step to the last, in {later.height} waits over "
+                f"{waited['step'].n_unique()} of {stepped.height} steps "
+                f"(median {float(later['wait_s'].median()):.3g} s)"
                 f"{fill_note}.{per_group} Samples arrive more slowly than the trainer uses them"
                 + (f" with max_steps_off_policy = {bound}" if bound is not None else "")
                 + "."
@@ -78,7 +81,7 @@ def _sample_waits(ctx) -> list[Finding]:
             evidence={
                 "source": "trace: training_loop intervals with no span open, ended by a rollout's delivery",
                 "wait_s": round(wait_s, 6),
-                "train_steps_s": round(train_s, 6),
+                "training_loop_s": round(loop_s, 6),
                 "share": round(share, 4),
                 "waits": later.height,
                 "first_batch_wait_s": round(float(fill["wait_s"].sum()), 6),
