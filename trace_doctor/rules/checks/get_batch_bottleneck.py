@@ -160,11 +160,17 @@ RULE = register(
         code="TD102",
         title="get_batch takes a large share of step time",
         severity="warning",
-        needs="metrics.jsonl with time/get_batch and a step total (time/total, or SFT phases)",
+        needs=(
+            "metrics.jsonl with time/get_batch and a step total (time/total, or SFT phases); async RL: "
+            "trace_events.jsonl"
+        ),
         docs=RuleDocs(
             what=(
                 "get_batch (data loading and rendering) above a share of steady-state step time; warm-up steps "
-                "are excluded, so a slow first batch (dataset download/tokenisation) does not count."
+                "are excluded, so a slow first batch (dataset download/tokenisation) does not count. Async RL "
+                "(async_config): the training loop's batch is the rollouts' output, so its data loading is the "
+                "time it waits for rollouts to deliver groups (before a step, or inside a streaming step between "
+                "minibatches), above a share of the loop's time; the wait for the first batch does not count."
             ),
             why=(
                 "While the client builds a batch nothing new is submitted; the service idles and every step pays "
@@ -172,11 +178,14 @@ RULE = register(
             ),
             evidence=(
                 "Per-step time/get_batch against the step total over the steady steps (after the change-point "
-                "warm-up boundary); its seconds are what it costs."
+                "warm-up boundary); its seconds are what it costs. Async RL: intervals of the training loop "
+                "(main and its `training_loop` task) with no span open that a `trajectory_group_worker` span's "
+                "end closes, against the loop's time from its first step to its last."
             ),
             fix=(
                 "Pre-tokenise or cache the dataset, prefetch the next batch concurrently with the result wait, "
-                "move heavy rendering out of the loop."
+                "move heavy rendering out of the loop. Async RL: faster rollouts (environment, grader, tools), "
+                "or more of them at once (max_steps_off_policy, rollout executor size)."
             ),
         ),
         check=check,

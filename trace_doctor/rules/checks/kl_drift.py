@@ -176,7 +176,9 @@ RULE = register(
         docs=RuleDocs(
             what=(
                 "|KL| between sampler and trainer logprobs above the stable band (0.01) on a sustained share of "
-                "the steps after the first."
+                "the steps after the first. Async/stream RL: steps trained on samples from older weights (lag "
+                "step − sampling_client/step_min > 0) are judged only when in band; above it the rule judges the "
+                "on-policy steps, or abstains when there are too few."
             ),
             why=(
                 "The cookbook calls training stable when KL < 0.01; a sustained excess means the policy moves "
@@ -184,7 +186,8 @@ RULE = register(
             ),
             evidence=(
                 "Per-step |optim/kl_sample_train_v1/_v2| after the first step: share above the band, median, max, "
-                "the steps above it."
+                "the steps above it; for off-policy runs the per-step lag (sampling_client/step_* or "
+                "async/staleness_max), since on stale samples this KL also measures the policy's own movement."
             ),
             fix=(
                 "Lower the learning rate, add or raise the KL penalty, reduce off-policy staleness; check "
