@@ -140,3 +140,20 @@ def test_streaming_step_waits_between_minibatches_inside_its_window():
     found, _, _ = findings(load_dir(fixture_run("rl_async_stream_starved")), ["get-batch-bottleneck"])
     (f,) = found
     assert f.evidence["share"] > 0.25 and f.evidence["waits"] > f.evidence["share"] * 20
+
+
+def test_a_straggler_trained_late_is_the_0_6_1_loop_by_design_not_an_unenforced_bound():
+    # 0.6.1 trains a slow rollout when it finishes (AsyncConfig docs); before: "error, the loop does not
+    # enforce its staleness bound".
+    lag = [min(i, 1) for i in range(20)]
+    lag[8], lag[12] = 5, 4
+    rows = _async_rows([1e-3] * 20, lag)
+    config = {"async_config": {"max_steps_off_policy": 1, "groups_per_batch": 4}}
+    found, _, _ = findings(run_from_rows(rows, trainer="rl", trainer_mode="async", config=config), ["stale-sampler"])
+    (f,) = found
+    assert f.severity == "info" and f.fingerprint == "stale-sampler:stragglers:async"
+    assert "up to 5 updates old" in f.message and f.steps == [8, 12]
+    # A loop that logs no async/staleness_* (before 0.6.1) requeued stale groups: there it is a broken bound.
+    old = [{k: v for k, v in r.items() if not k.startswith("async/")} for r in rows]
+    found, _, _ = findings(run_from_rows(old, trainer="rl", trainer_mode="async", config=config), ["stale-sampler"])
+    assert [(f.severity, f.fingerprint) for f in found] == [("error", "stale-sampler:over-bound:async")]
