@@ -119,7 +119,7 @@ def test_off_policy_run_is_judged_on_its_on_policy_steps():
     found, _, _ = findings(run_from_rows(rows, trainer="rl", trainer_mode="async"), ["kl-drift"])
     (f,) = found
     assert all(s % 2 == 0 for s in f.steps)
-    assert f.evidence["off_policy"] == {"off_policy_steps_excluded": 10, "judged_on_policy_steps": 9}
+    assert f.evidence["staleness"] == {"off_policy_steps_excluded": 10, "judged_on_policy_steps": 9}
 
 
 def test_streaming_step_waits_between_minibatches_inside_its_window():

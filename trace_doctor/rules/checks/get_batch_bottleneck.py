@@ -8,6 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_SPANS, trainer_sample_waits, training_extent_s
+from trace_doctor.derive.staleness import loop_mode
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.knowledge.tinker import ASYNC_STALENESS_PREFIX, TRAINING_CLIENT_STEP
 from trace_doctor.model import Finding
@@ -97,7 +98,7 @@ def _sample_waits(ctx) -> list[Finding]:
 
 
 def check(ctx) -> list[Finding]:
-    if ctx.run.meta.trainer_mode == "async":
+    if loop_mode(ctx.run.meta, ctx.run.steps) == "async":
         return _sample_waits(ctx)
     times = ctx.step_times
     t = ctx.thresholds

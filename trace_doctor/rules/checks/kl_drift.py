@@ -157,7 +157,7 @@ def check(ctx) -> list[Finding]:
                 "steps_measured": values.height,
                 "share_above": round(share, 4),
                 "band": ctx.shared.max_stable_kl,
-                "off_policy": off_policy,
+                "staleness": off_policy,
                 "save_sawtooth": ctx.sawtooth_shown(),
             },
             fingerprint=f"kl-drift:{column}",
