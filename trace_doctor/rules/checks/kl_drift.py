@@ -32,6 +32,29 @@ def worst_series(later: pl.DataFrame, columns: dict[str, str], band: float):
     return best
 
 
+def per_update(later: pl.DataFrame, lag: pl.DataFrame, columns: dict[str, str]) -> tuple[pl.DataFrame, dict | None]:
+    """The KL of off-policy steps per policy update, and what was done (None when every step is on-policy).
+
+    On samples k updates old the sampler-vs-trainer gap holds the policy's own movement over those k
+    updates: to first order the logprob gap grows k-fold, so |v1| (a mean gap) by k and v2 (half a mean
+    squared gap) by k². Dividing by them leaves what one update moves, which the on-policy band can
+    judge. A step without a logged lag keeps its raw value and is counted, so an excess there abstains."""
+    joined = later.join(lag.rename({"lag_max": "_lag"}), on="step", how="left")
+    stale = joined.filter(pl.col("_lag") > 0)
+    unknown = joined.filter(pl.col("_lag").is_null())["step"].to_list()
+    if stale.is_empty() and not unknown:
+        return later, None
+    k = pl.when(pl.col("_lag") > 1).then(pl.col("_lag")).otherwise(1.0)
+    scaled = joined.with_columns(
+        [(pl.col(c) / (k if version == "v1" else k * k)).alias(c) for version, c in columns.items()]
+    )
+    return scaled.drop("_lag"), {
+        "off_policy_steps": stale.height,
+        "lag_max": float(stale["_lag"].max()) if stale.height else 0.0,
+        "unknown_lag_steps": unknown,
+    }
+
+
 def off_policy_lag(meta, rows: pl.DataFrame) -> pl.DataFrame | None:
     """Per step, how many updates behind its oldest sample was (`step`, `lag_max`), for async/stream loops;
     None for an on-policy loop. An async loop that logs no lag gets an empty frame: every step may be stale."""
@@ -53,15 +76,27 @@ def check(ctx) -> list[Finding]:
     band = ctx.shared.max_stable_kl
     first_step = rows.sort(["segment", "step"])["step"][0]
     later = rows.filter(~((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step)))
+    lag = off_policy_lag(ctx.run.meta, rows)
+    off_policy = None
+    if lag is not None:
+        later, off_policy = per_update(later, lag, columns)
     best = worst_series(later, columns, band)
     if best is None:
         raise NotApplicable("fewer than 3 later steps with a KL value")
     share, column, values, above = best
     median = float(values["kl"].median())
+    per = " per policy update (off-policy steps: |v1| / lag, v2 / lag²)" if off_policy else ""
     if share < t.min_share_above or above.height < 3:
         return ctx.passed(
-            f"`{column}` above {ctx.shared.max_stable_kl} on {above.height}/{values.height} later steps "
+            f"`{column}`{per} above {ctx.shared.max_stable_kl} on {above.height}/{values.height} later steps "
             f"(median {median:.3g})"
+            + (
+                f"; {off_policy['off_policy_steps']} step(s) trained on samples up to {off_policy['lag_max']:g} "
+                + ("update" if off_policy["lag_max"] == 1 else "updates")
+                + " old"
+                if off_policy
+                else ""
+            )
         )
     first = rows.filter((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step))[column]
     first_value = abs(float(first[0])) if first.len() and first[0] is not None else None
@@ -74,37 +109,13 @@ def check(ctx) -> list[Finding]:
             f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median "
             f"{median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift"
         )
-    lag = off_policy_lag(ctx.run.meta, rows)
-    off_policy = None
-    if lag is not None:
-        # On samples k updates old this KL also measures how far the policy moved in those k updates,
-        # which the on-policy band cannot tell from drift: judge only the on-policy steps, or abstain.
-        stale = lag.filter(pl.col("lag_max") > 0)["step"].to_list()
-        known = lag["step"].to_list()
-        stale_above = above.filter(pl.col("step").is_in(stale) | ~pl.col("step").is_in(known))
-        if stale_above.height:
-            on_policy = later.filter(pl.col("step").is_in(known) & ~pl.col("step").is_in(stale))
-            judged = worst_series(on_policy, columns, band)
-            lag_median = float(lag.filter(pl.col("step").is_in(stale_above["step"].to_list()))["lag_max"].median() or 0)
-            if judged is None or judged[0] < t.min_share_above or judged[3].height < 3:
-                raise NotApplicable(
-                    f"{ctx.run.meta.trainer_mode or 'async'} RL: |`{column}`| is above {band} on "
-                    f"{stale_above.height} step(s) trained on off-policy samples"
-                    + (f" (median lag {lag_median:g} update(s))" if known else " (lag not logged)")
-                    + ": there the KL includes the policy's own movement over those updates, which the "
-                    "on-policy band cannot tell from drift; "
-                    + (
-                        f"{judged[3].height} of {judged[2].height} on-policy step(s) above it"
-                        if judged is not None
-                        else "fewer than 3 on-policy steps to judge"
-                    )
-                )
-            share, column, values, above = judged
-            median = float(values["kl"].median())
-            off_policy = {
-                "off_policy_steps_excluded": len(stale),
-                "judged_on_policy_steps": values.height,
-            }
+    unknown = above.filter(pl.col("step").is_in(off_policy["unknown_lag_steps"])) if off_policy else above.clear()
+    if unknown.height:
+        raise NotApplicable(
+            f"{ctx.run.meta.trainer_mode or 'async'} RL without a logged lag (sampling_client/step_*, "
+            f"async/staleness_*): |`{column}`| is above {band} on {unknown.height} step(s) whose samples may be "
+            "several updates old, where this KL also measures the policy's own movement over those updates"
+        )
     steps = sorted(int(s) for s in above["step"].to_list())
     note = (
         f" Config temperature is {ctx.run.meta.temperature:g}, which inflates this KL by itself."
@@ -113,11 +124,13 @@ def check(ctx) -> list[Finding]:
     )
     if off_policy:
         note += (
-            f" Judged on the {off_policy['judged_on_policy_steps']} on-policy steps only: "
-            f"{off_policy['off_policy_steps_excluded']} steps trained on stale samples are left out."
+            f" {off_policy['off_policy_steps']} step(s) trained on samples up to {off_policy['lag_max']:g} "
+            + ("update" if off_policy["lag_max"] == 1 else "updates")
+            + " old: their KL is taken per policy update (|v1| / lag, v2 / lag²), so staleness alone does not count, "
+            "and the excess is in each update."
         )
     measured = (
-        f"|`{column}`| is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps "
+        f"|`{column}`|{per} is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps "
         f"after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first "
         f"at step {steps[0]} ({run_label(ctx.run.meta)})."
     )
@@ -157,7 +170,15 @@ def check(ctx) -> list[Finding]:
                 "steps_measured": values.height,
                 "share_above": round(share, 4),
                 "band": ctx.shared.max_stable_kl,
-                "staleness": off_policy,
+                "staleness": (
+                    None
+                    if off_policy is None
+                    else {
+                        "normalised": "per policy update: |v1| / lag, v2 / lag²",
+                        "off_policy_steps": off_policy["off_policy_steps"],
+                        "lag_max": off_policy["lag_max"],
+                    }
+                ),
                 "save_sawtooth": ctx.sawtooth_shown(),
             },
             fingerprint=f"kl-drift:{column}",
@@ -176,9 +197,10 @@ RULE = register(
         docs=RuleDocs(
             what=(
                 "|KL| between sampler and trainer logprobs above the stable band (0.01) on a sustained share of "
-                "the steps after the first. Async/stream RL: steps trained on samples from older weights (lag "
-                "step − sampling_client/step_min > 0) are judged only when in band; above it the rule judges the "
-                "on-policy steps, or abstains when there are too few."
+                "the steps after the first. Async/stream RL: a step trained on samples k updates old (lag = step − "
+                "sampling_client/step_min) is judged per policy update (|v1| / k, v2 / k²), since its KL also holds "
+                "the policy's own movement over those updates; an async run that logs no lag abstains when above "
+                "the band."
             ),
             why=(
                 "The cookbook calls training stable when KL < 0.01; a sustained excess means the policy moves "
