@@ -243,6 +243,24 @@ def async_over_bound() -> RunTables:
 
 
 @cache
+def async_stragglers() -> RunTables:
+    """0.6.1 async RL (max_steps_off_policy 1, async/staleness_*) with stragglers 4 steps behind on 3 of 20 steps."""
+    late = (6, 11, 16)
+    rows = [
+        {
+            "step": i,
+            "training_client/step": i,
+            "optim/kl_sample_train_v2": 1e-3,
+            "sampling_client/step_min": max(0, i - (4 if i in late else 1)),
+            "sampling_client/step_max": i,
+            "async/staleness_max": 4 if i in late else min(i, 1),
+        }
+        for i in range(20)
+    ]
+    return run_from_rows(rows, trainer="rl", trainer_mode="async", config={"async_config": {"max_steps_off_policy": 1}})
+
+
+@cache
 def sawtooth_missing_a_tooth() -> RunTables:
     """Sync RL saving every 8 steps whose KL resets at 3 of its 4 saves (the one before 24 is low)."""
     kl = [1e-3 + 4e-3 * (i % 8) for i in range(40)]
@@ -626,6 +644,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("stale-sampler", "min_steps_over_bound"): Probe(
         async_over_bound, 3, "2 steps beyond max_steps_off_policy: fired -> passed"
+    ),
+    ("stale-sampler", "max_straggler_step_share"): Probe(
+        async_stragglers, 0.2, "stragglers on 15% of the steps: warning -> info"
     ),
     # training-instability
     ("training-instability", "spike_window"): Probe(

@@ -447,16 +447,15 @@ def test_async_rl_healthy_is_quiet(tmp_path):
     assert result.summary["warmup_steps"] == 0
 
 
-def test_async_rl_late_kl_drift_names_staleness(tmp_path):
+def test_async_rl_late_kl_rise_within_the_staleness_bound_is_not_drift(tmp_path):
+    # KL 0.03 on samples 3 updates old (max_steps_off_policy 4): 0.01 per update for v1, 0.0033 for v2 —
+    # the policy's own movement over the lag, which the on-policy band cannot call drift.
     result, doc = run_analysis(write_run(tmp_path, async_rows(late_drift=True), ASYNC_CONFIG))
     assert_sane(result, doc)
     rules = fired(result)
-    assert "renderer-kl-step0" not in rules
-    drift = rules["kl-drift"][0]
-    assert drift.steps[0] >= 36
-    assert "staleness" in drift.message
-    assert drift.evidence["staleness"]["metric"] == "async/staleness_mean"
-    assert drift.evidence["staleness"]["above_band_median"] > drift.evidence["staleness"]["in_band_median"]
+    assert "renderer-kl-step0" not in rules and "kl-drift" not in rules
+    outcome = next(o for o in result.outcomes if o.rule == "kl-drift")
+    assert outcome.status == "passed" and "per policy update" in outcome.reason
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_SPANS, driver_gaps
 from trace_doctor.knowledge.tinker import SAMPLING_CALLS
 
 # Sample round trips stretch when the SDK thread cannot poll results.
@@ -111,29 +112,16 @@ def span_ref(row: dict) -> dict[str, Any]:
     }
 
 
-# The main task's child spans, the only ones main_track_gaps reads (a stored table is scanned for these).
-MAIN_TRACK_SPANS = (
-    ((pl.col("track") == "main") | (pl.col("track") == "sync:MainThread"))
-    & (pl.col("depth") >= 1)
-    & pl.col("closed")
-    & pl.col("end_us").is_not_null()
-)
+# The spans main_track_gaps reads (a stored table is scanned for these).
+MAIN_TRACK_SPANS = DRIVER_AND_ROLLOUT_SPANS
 
 
 def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
-    """Intervals inside the main task's outer span where no child span is open, per segment."""
-    main = spans.lazy().filter(MAIN_TRACK_SPANS)
-    # A gap opens where a span starts after every earlier span of its track has ended: the
-    # running maximum of end times, per track in start order, is how far coverage reached.
-    track = ["segment", "pid", "track"]
-    reached = (
-        main.sort([*track, "start_us", "end_us"])
-        .with_columns(pl.col("end_us").cum_max().shift(1).over(track).alias("_reached"))
-        .filter(pl.col("start_us") - pl.col("_reached") > min_gap_s * 1e6)
-        .select("_reached", "start_us")
-        .collect()
-    )
-    return sorted([a, b] for a, b in reached.iter_rows())
+    """Intervals where the trainer ran nothing traced, per launch: no child span of the main task open
+    (nor, in async RL, of the training task main awaits), less the async trainer's waits for samples,
+    which a rollout's delivery ends (derive/sample_waits)."""
+    gaps = driver_gaps(spans, min_gap_s).filter(~pl.col("delivered"))
+    return sorted([a, b] for a, b in gaps.select("start_us", "end_us").iter_rows())
 
 
 def step_intervals(spans: pl.DataFrame) -> pl.DataFrame:

@@ -62,6 +62,15 @@ PERIODIC_PHASES = (*EVAL_PHASES, *CHECKPOINT_PHASES)
 # finish. Its timers by the side of the loop they run in (`timed(...)` inside each function):
 LEGACY_SFT_SUBMIT_PHASES = ("get_batch", "evals", "infrequent_evals")
 LEGACY_SFT_FINISH_PHASES = ("save_checkpoint", "step")
+# Async RL (rl/train.py `do_async_training`): the task that trains. `main` only awaits it (and the
+# rollout workers, `trajectory_group_worker_loop_<i>`), so the trainer's timeline is this track's.
+ASYNC_TRAINING_TRACK = "training_loop"
+# One trajectory group's rollout in the async and stream RL loops (`trajectory_group_worker`, inside
+# `trajectory_group_worker_loop` / `trajectory_group_worker_task`); its end hands the group to training.
+ROLLOUT_WORKER_SPAN = "trajectory_group_worker"
+# The streaming-minibatch train step: it waits on the rollout queue inside its own span, between the
+# minibatches it trains (rl/train.py `do_train_step_streaming_and_get_sampling_client`).
+STREAM_TRAIN_STEP_SPAN = "do_train_step_streaming_and_get_sampling_client"
 # Phases during which an SFT/DPO client waits for the service's results: `step` (awaiting the
 # forward-backward and optimizer results) inside `finish_batch` (FORMATS.md 1.4, SFT spans).
 RESULT_WAIT_PHASES = ("step", "finish_batch")

@@ -48,9 +48,18 @@ class StaleSamplerPolicy:
     min_steps_over_bound: int = threshold(
         1,
         unit="training steps",
-        why="The cookbook never trains on samples staler than max_steps_off_policy (async) or older than "
-        "the current step (sync stream): a single step beyond that bound means the loop does not enforce it.",
+        why="The cookbook never trains on samples staler than max_steps_off_policy (async, before 0.6.1) or "
+        "older than the current step (sync stream): a single step beyond that bound means the loop does not "
+        "enforce it. The 0.6.1 async loop trains a slow rollout when it finishes, so there it counts stragglers.",
         bounds=AT_LEAST_ONE,
+    )
+    max_straggler_step_share: float = threshold(
+        0.1,
+        unit="share of training steps",
+        why="0.6.1 async RL trains a rollout that outlasts max_steps_off_policy when it finishes (by design): "
+        "a few such steps are stragglers (info); over one step in ten beyond the bound the run trains "
+        "off-policy throughout (warning).",
+        bounds=SHARE,
     )
 
 

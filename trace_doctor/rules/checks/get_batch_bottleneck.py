@@ -1,16 +1,105 @@
-"""TD102 get-batch-bottleneck: data loading takes a large share of steady-state step time."""
+"""TD102 get-batch-bottleneck: data loading takes a large share of steady-state step time.
+
+In async RL the training loop's batch is the rollouts' output: it waits for finished trajectory
+groups before each step's timer starts, so that wait is its data loading (derive/sample_waits)."""
 
 from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_SPANS, trainer_sample_waits, training_extent_s
+from trace_doctor.derive.staleness import loop_mode
 from trace_doctor.derive.step_times import phase_seconds
+from trace_doctor.knowledge.tinker import ASYNC_STALENESS_PREFIX, TRAINING_CLIENT_STEP
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.requires import requires, values_in
 
 
+def _async_config(meta) -> dict:
+    config = meta.config.get("async_config")
+    return config if isinstance(config, dict) else {}
+
+
+def _sample_waits(ctx) -> list[Finding]:
+    """Async RL: the share of the training loop's time spent waiting for rollouts to deliver a batch."""
+    t = ctx.thresholds
+    if ctx.run.height("spans") == 0:
+        raise NotApplicable(
+            "async RL: the training loop waits for samples before each step's timer starts (or, streaming, inside "
+            "it between minibatches), so no time/* key isolates the wait; only trace_events.jsonl "
+            "(enable_trace=True) shows it"
+        )
+    spans = ctx.run.spans_where(DRIVER_AND_ROLLOUT_SPANS)
+    waits = trainer_sample_waits(spans)
+    stepped = spans.filter(pl.col("step").is_not_null()).select("segment", "step").unique()
+    if stepped.height < t.min_steady_steps:
+        raise NotApplicable(f"async RL: only {stepped.height} traced step(s) (need {t.min_steady_steps})")
+    loop_s = training_extent_s(spans)
+    # The first batch has nothing to overlap with: every run waits for it, however fast its sampler.
+    first_steps = stepped.group_by("segment").agg(pl.col("step").min())
+    fill = waits.join(first_steps, on=["segment", "step"], how="semi")
+    later = waits.join(first_steps, on=["segment", "step"], how="anti")
+    wait_s = float(later["wait_s"].sum())
+    fill_note = (
+        f"; {float(fill['wait_s'].sum()):.2f} s waiting for the first batch is not counted" if fill.height else ""
+    )
+    share = wait_s / loop_s if loop_s > 0 else 0.0
+    if share <= t.min_share:
+        return ctx.passed(
+            f"async RL: the training loop waited for samples {wait_s:.2f} s of its {loop_s:.1f} s from the first "
+            f"step to the last ({share:.1%}){fill_note}"
+        )
+    bound = _async_config(ctx.run.meta).get("max_steps_off_policy")
+    waited = later.drop_nulls("step")
+    sampling = (
+        float(ctx.run.steps["time/sampling_time_mean"].median())
+        if "time/sampling_time_mean" in ctx.run.steps.columns
+        else None
+    )
+    per_group = f" A group's rollout took {sampling:.3g} s (median time/sampling_time_mean)." if sampling else ""
+    return [
+        ctx.finding(
+            severity="warning",
+            title="Training waits for samples: sampling is the bottleneck",
+            message=(
+                f"The async training loop waited {wait_s:.2f} s for rollouts to deliver its groups, {share:.0%} of "
+                f"its {loop_s:.1f} s from the first step to the last, in {later.height} waits over "
+                f"{waited['step'].n_unique()} of {stepped.height} steps "
+                f"(median {float(later['wait_s'].median()):.3g} s)"
+                f"{fill_note}.{per_group} Samples arrive more slowly than the trainer uses them"
+                + (f" with max_steps_off_policy = {bound}" if bound is not None else "")
+                + "."
+            ),
+            fix=(
+                "Make rollouts faster (the environment's own steps: reward or grader code, tool calls, sandboxes) "
+                "or run more at once: raise async_config.max_steps_off_policy (each step of it adds "
+                "groups_per_batch rollout slots) or the rollout executor's size. More steps off policy means "
+                "staler samples: watch stale-sampler and the KL."
+            ),
+            steps=sorted(int(s) for s in waited.sort("wait_s", descending=True)["step"].head(20).to_list()),
+            time_ranges_us=[[a, b] for a, b in later.select("start_us", "end_us").iter_rows()],
+            evidence={
+                "source": "trace: training_loop intervals with no span open, ended by a rollout's delivery",
+                "wait_s": round(wait_s, 6),
+                "training_loop_s": round(loop_s, 6),
+                "share": round(share, 4),
+                "waits": later.height,
+                "first_batch_wait_s": round(float(fill["wait_s"].sum()), 6),
+                "max_steps_off_policy": bound,
+                "sampling_time_mean_s": sampling,
+                "threshold": t.min_share,
+            },
+            seconds_lost=round(wait_s, 6),
+            # A faster or wider sampler wins the wait back only up to what training itself takes.
+            confidence="medium",
+        )
+    ]
+
+
 def check(ctx) -> list[Finding]:
+    if loop_mode(ctx.run.meta, ctx.run.steps) == "async":
+        return _sample_waits(ctx)
     times = ctx.step_times
     t = ctx.thresholds
     frame = times.with_columns(phase_seconds(times, "get_batch").alias("_gb"))
@@ -88,11 +177,17 @@ RULE = register(
         code="TD102",
         title="get_batch takes a large share of step time",
         severity="warning",
-        needs="metrics.jsonl with time/get_batch and a step total (time/total, or SFT phases)",
+        needs=(
+            "metrics.jsonl with time/get_batch and a step total (time/total, or SFT phases); async RL: "
+            "trace_events.jsonl"
+        ),
         docs=RuleDocs(
             what=(
                 "get_batch (data loading and rendering) above a share of steady-state step time; warm-up steps "
-                "are excluded, so a slow first batch (dataset download/tokenisation) does not count."
+                "are excluded, so a slow first batch (dataset download/tokenisation) does not count. Async RL "
+                "(async_config): the training loop's batch is the rollouts' output, so its data loading is the "
+                "time it waits for rollouts to deliver groups (before a step, or inside a streaming step between "
+                "minibatches), above a share of the loop's time; the wait for the first batch does not count."
             ),
             why=(
                 "While the client builds a batch nothing new is submitted; the service idles and every step pays "
@@ -102,11 +197,14 @@ RULE = register(
                 "Per-step time/get_batch against the step total over the steady steps (after the change-point "
                 "warm-up boundary); its seconds are what it costs. In a legacy pipelined SFT run (overlapping "
                 "time/total, derive/overlap.py) a batch loaded while the previous step was still on the service "
-                "(a result wait followed) costs nothing and is left out."
+                "(a result wait followed) costs nothing and is left out. Async RL: intervals of the training loop "
+                "(main and its `training_loop` task) with no span open that a `trajectory_group_worker` span's "
+                "end closes, against the loop's time from its first step to its last."
             ),
             fix=(
                 "Pre-tokenise or cache the dataset, prefetch the next batch concurrently with the result wait, "
-                "move heavy rendering out of the loop."
+                "move heavy rendering out of the loop. Async RL: faster rollouts (environment, grader, tools), "
+                "or more of them at once (max_steps_off_policy, rollout executor size)."
             ),
         ),
         check=check,
@@ -115,6 +213,8 @@ RULE = register(
             requires(
                 "no time/get_batch in metrics (this trainer does not time data loading)",
                 values_in("step_times", "phase:get_batch", "inner:get_batch"),
+                # Async RL: its data loading is the wait for rollouts, read from the trace.
+                values_in("steps", TRAINING_CLIENT_STEP, ASYNC_STALENESS_PREFIX + "*"),
             ),
         ),
         tags=("timing", "metrics"),

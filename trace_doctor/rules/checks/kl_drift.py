@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.staleness import loop_mode, sampler_lag
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -11,38 +12,11 @@ from trace_doctor.rules.checks.renderer_kl_step0 import kl_columns, run_label, t
 from trace_doctor.rules.requires import requires, values_in
 
 MAX_LISTED_STEPS = 50
-# Async RL (0.6.1) logs how many updates behind the sampler was; older async/stream runs do not.
-STALENESS_COLUMNS = ("async/staleness_mean", "async/staleness_max")
-# Steps behind: staleness this much higher on above-band steps makes it a confound worth naming.
-MIN_STALENESS_GAP = 0.5
 
 
-def staleness_confound(rows: pl.DataFrame, above_steps: list[int]) -> dict | None:
-    """Median staleness on the above-band steps vs the others, when the run logs it and it differs."""
-    column = next((c for c in STALENESS_COLUMNS if c in rows.columns and rows.schema[c].is_numeric()), None)
-    if column is None:
-        return None
-    values = rows.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select(
-        "step", pl.col(column).alias("s")
-    )
-    high = values.filter(pl.col("step").is_in(above_steps))["s"]
-    low = values.filter(~pl.col("step").is_in(above_steps))["s"]
-    if high.is_empty() or low.is_empty():
-        return None
-    above, within = float(high.median()), float(low.median())
-    if above - within < MIN_STALENESS_GAP:
-        return None
-    return {"metric": column, "above_band_median": round(above, 4), "in_band_median": round(within, 4)}
-
-
-def check(ctx) -> list[Finding]:
-    rows = live_training_rows(ctx.run.steps)
-    columns = kl_columns(rows)
-    if not columns:
-        raise NotApplicable("no optim/kl_sample_train_v1/_v2 in metrics: not an RL run")
-    t = ctx.thresholds
-    first_step = rows.sort(["segment", "step"])["step"][0]
-    later = rows.filter(~((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step)))
+def worst_series(later: pl.DataFrame, columns: dict[str, str], band: float):
+    """(share above the band, column, values, above-band rows) of the KL version with the largest share,
+    or None when no version has 3 values."""
     best = None
     for version in sorted(columns):
         column = columns[version]
@@ -51,19 +25,78 @@ def check(ctx) -> list[Finding]:
         )
         if values.height < 3:
             continue
-        above = values.filter(pl.col("kl") > ctx.shared.max_stable_kl)
+        above = values.filter(pl.col("kl") > band)
         share = above.height / values.height
-        candidate = (share, column, values, above)
         if best is None or share > best[0]:
-            best = candidate
+            best = (share, column, values, above)
+    return best
+
+
+def per_update(later: pl.DataFrame, lag: pl.DataFrame, columns: dict[str, str]) -> tuple[pl.DataFrame, dict | None]:
+    """The KL of off-policy steps per policy update, and what was done (None when every step is on-policy).
+
+    On samples k updates old the sampler-vs-trainer gap holds the policy's own movement over those k
+    updates: to first order the logprob gap grows k-fold, so |v1| (a mean gap) by k and v2 (half a mean
+    squared gap) by k². Dividing by them leaves what one update moves, which the on-policy band can
+    judge. A step without a logged lag keeps its raw value and is counted, so an excess there abstains."""
+    joined = later.join(lag.rename({"lag_max": "_lag"}), on="step", how="left")
+    stale = joined.filter(pl.col("_lag") > 0)
+    unknown = joined.filter(pl.col("_lag").is_null())["step"].to_list()
+    if stale.is_empty() and not unknown:
+        return later, None
+    k = pl.when(pl.col("_lag") > 1).then(pl.col("_lag")).otherwise(1.0)
+    scaled = joined.with_columns(
+        [(pl.col(c) / (k if version == "v1" else k * k)).alias(c) for version, c in columns.items()]
+    )
+    return scaled.drop("_lag"), {
+        "off_policy_steps": stale.height,
+        "lag_max": float(stale["_lag"].max()) if stale.height else 0.0,
+        "unknown_lag_steps": unknown,
+    }
+
+
+def off_policy_lag(meta, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """Per step, how many updates behind its oldest sample was (`step`, `lag_max`), for async/stream loops;
+    None for an on-policy loop. An async loop that logs no lag gets an empty frame: every step may be stale."""
+    mode = loop_mode(meta, rows)
+    if mode not in ("async", "stream"):
+        return None
+    lag = sampler_lag(rows)
+    if lag is None:
+        return pl.DataFrame(schema={"step": pl.Int64, "lag_max": pl.Float64}) if mode == "async" else None
+    return lag.select("step", "lag_max")
+
+
+def check(ctx) -> list[Finding]:
+    rows = live_training_rows(ctx.run.steps)
+    columns = kl_columns(rows)
+    if not columns:
+        raise NotApplicable("no optim/kl_sample_train_v1/_v2 in metrics: not an RL run")
+    t = ctx.thresholds
+    band = ctx.shared.max_stable_kl
+    first_step = rows.sort(["segment", "step"])["step"][0]
+    later = rows.filter(~((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step)))
+    lag = off_policy_lag(ctx.run.meta, rows)
+    off_policy = None
+    if lag is not None:
+        later, off_policy = per_update(later, lag, columns)
+    best = worst_series(later, columns, band)
     if best is None:
         raise NotApplicable("fewer than 3 later steps with a KL value")
     share, column, values, above = best
     median = float(values["kl"].median())
+    per = " per policy update (off-policy steps: |v1| / lag, v2 / lag²)" if off_policy else ""
     if share < t.min_share_above or above.height < 3:
         return ctx.passed(
-            f"`{column}` above {ctx.shared.max_stable_kl} on {above.height}/{values.height} later steps "
+            f"`{column}`{per} above {ctx.shared.max_stable_kl} on {above.height}/{values.height} later steps "
             f"(median {median:.3g})"
+            + (
+                f"; {off_policy['off_policy_steps']} step(s) trained on samples up to {off_policy['lag_max']:g} "
+                + ("update" if off_policy["lag_max"] == 1 else "updates")
+                + " old"
+                if off_policy
+                else ""
+            )
         )
     first = rows.filter((pl.col("segment") == rows["segment"].min()) & (pl.col("step") == first_step))[column]
     first_value = abs(float(first[0])) if first.len() and first[0] is not None else None
@@ -76,23 +109,28 @@ def check(ctx) -> list[Finding]:
             f"`{column}` is high from the first step ({first_value:.3g}) and stays near it (median "
             f"{median:.3g}): a step-0 mismatch (renderer-kl-step0), not drift"
         )
+    unknown = above.filter(pl.col("step").is_in(off_policy["unknown_lag_steps"])) if off_policy else above.clear()
+    if unknown.height:
+        raise NotApplicable(
+            f"{ctx.run.meta.trainer_mode or 'async'} RL without a logged lag (sampling_client/step_*, "
+            f"async/staleness_*): |`{column}`| is above {band} on {unknown.height} step(s) whose samples may be "
+            "several updates old, where this KL also measures the policy's own movement over those updates"
+        )
     steps = sorted(int(s) for s in above["step"].to_list())
     note = (
         f" Config temperature is {ctx.run.meta.temperature:g}, which inflates this KL by itself."
         if temperature_confound(ctx.run.meta)
         else ""
     )
-    stale = staleness_confound(rows, steps)
-    if stale:
+    if off_policy:
         note += (
-            f" Samples were staler on those steps (`{stale['metric']}` median {stale['above_band_median']:.3g} vs "
-            f"{stale['in_band_median']:.3g} on in-band steps): off-policy staleness inflates this KL, so reduce "
-            "max_steps_off_policy before blaming the learning rate."
+            f" {off_policy['off_policy_steps']} step(s) trained on samples up to {off_policy['lag_max']:g} "
+            + ("update" if off_policy["lag_max"] == 1 else "updates")
+            + " old: their KL is taken per policy update (|v1| / lag, v2 / lag²), so staleness alone does not count, "
+            "and the excess is in each update."
         )
-    elif ctx.run.meta.trainer_mode in ("async", "stream"):
-        note += f" This is a {ctx.run.meta.trainer_mode} run: sampling from older weights (staleness) inflates this KL."
     measured = (
-        f"|`{column}`| is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps "
+        f"|`{column}`|{per} is above {ctx.shared.max_stable_kl} on {above.height} of {values.height} steps "
         f"after the first ({share:.0%}); median {median:.3g}, max {float(values['kl'].max()):.3g}, first "
         f"at step {steps[0]} ({run_label(ctx.run.meta)})."
     )
@@ -132,7 +170,15 @@ def check(ctx) -> list[Finding]:
                 "steps_measured": values.height,
                 "share_above": round(share, 4),
                 "band": ctx.shared.max_stable_kl,
-                "staleness": stale,
+                "staleness": (
+                    None
+                    if off_policy is None
+                    else {
+                        "normalised": "per policy update: |v1| / lag, v2 / lag²",
+                        "off_policy_steps": off_policy["off_policy_steps"],
+                        "lag_max": off_policy["lag_max"],
+                    }
+                ),
                 "save_sawtooth": ctx.sawtooth_shown(),
             },
             fingerprint=f"kl-drift:{column}",
@@ -151,7 +197,10 @@ RULE = register(
         docs=RuleDocs(
             what=(
                 "|KL| between sampler and trainer logprobs above the stable band (0.01) on a sustained share of "
-                "the steps after the first."
+                "the steps after the first. Async/stream RL: a step trained on samples k updates old (lag = step − "
+                "sampling_client/step_min) is judged per policy update (|v1| / k, v2 / k²), since its KL also holds "
+                "the policy's own movement over those updates; an async run that logs no lag abstains when above "
+                "the band."
             ),
             why=(
                 "The cookbook calls training stable when KL < 0.01; a sustained excess means the policy moves "
@@ -159,7 +208,8 @@ RULE = register(
             ),
             evidence=(
                 "Per-step |optim/kl_sample_train_v1/_v2| after the first step: share above the band, median, max, "
-                "the steps above it."
+                "the steps above it; for off-policy runs the per-step lag (sampling_client/step_* or "
+                "async/staleness_max), since on stale samples this KL also measures the policy's own movement."
             ),
             fix=(
                 "Lower the learning rate, add or raise the KL penalty, reduce off-policy staleness; check "
