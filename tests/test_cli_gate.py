@@ -87,3 +87,26 @@ def test_junit_and_sarif_outputs_parse(tmp_path):
     sarif = json.loads(sarif_file.read_text())
     assert sarif["version"] == "2.1.0"
     assert "pipelining-gap" in {r["ruleId"] for r in sarif["runs"][0]["results"]}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("analyze", "{run}", "--baseline", ""),
+        ("analyze", ""),
+        ("analyze", "{run}", "--output", ""),
+        ("analyze", "{run}", "--html", ""),
+        ("bundle", "", "-o", "{tmp}/b.zip"),
+        ("ingest", "{run}", "--out", ""),
+        ("export", "{run}", "--chrome-json", ""),
+    ],
+)
+def test_an_empty_path_is_a_usage_error(tmp_path, monkeypatch, baseline_dir, args):
+    # `--baseline "$BASE"` with BASE unset ran no comparison and exited 0 (a CI gate silently off); an empty
+    # PATH analysed or bundled the working directory. Run from a folder holding a run, so "" would find one.
+    monkeypatch.chdir(baseline_dir)
+    argv = [a.format(run=baseline_dir, tmp=tmp_path) for a in args]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "empty path" in result.output
+    assert not (tmp_path / "b.zip").exists()

@@ -45,6 +45,15 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
+def _no_empty_path(ctx: click.Context, param: click.Parameter, value):
+    """A path option or argument given as "" is a usage error: an unset shell variable (`--baseline
+    "$BASE"`) would otherwise mean no comparison, the working directory, or stdout, without a word."""
+    values = value if isinstance(value, tuple) else (value,)
+    if any(v is not None and not v.strip() for v in values):
+        raise click.BadParameter("an empty path (an unset variable?); name a file or folder")
+    return value
+
+
 def _fail(message: str) -> None:
     click.echo(f"trace-doctor: {_shown(message)}", err=True)
     sys.exit(2)
@@ -396,7 +405,13 @@ def _echo_notes(notes: list[str]) -> None:
 
 def _analyze_options(func):
     options = [
-        click.option("--html", "html", metavar="FILE", help=f"Write the HTML report here (default: {DEFAULT_HTML})."),
+        click.option(
+            "--html",
+            "html",
+            metavar="FILE",
+            callback=_no_empty_path,
+            help=f"Write the HTML report here (default: {DEFAULT_HTML}).",
+        ),
         click.option("--no-html", is_flag=True, help="Do not write the HTML report."),
         click.option(
             "--format",
@@ -406,7 +421,13 @@ def _analyze_options(func):
             show_default=True,
             help="What goes to stdout (or --output).",
         ),
-        click.option("--output", "-o", metavar="FILE", help="Write the --format output to FILE instead of stdout."),
+        click.option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            callback=_no_empty_path,
+            help="Write the --format output to FILE instead of stdout.",
+        ),
         click.option(
             "--fail-on",
             type=click.Choice(FAIL_ON_LEVELS),
@@ -418,14 +439,15 @@ def _analyze_options(func):
             is_flag=True,
             help="With --baseline: also exit 1 when the comparison is inconclusive.",
         ),
-        click.option("--baseline", metavar="PATH", help="Compare against a baseline run (regression rules)."),
+        click.option(
+            "--baseline",
+            metavar="PATH",
+            callback=_no_empty_path,
+            help="Compare against a baseline run (regression rules).",
+        ),
         click.option("--select", multiple=True, metavar="SLUG,...", help="Run only these rules."),
         click.option("--ignore", multiple=True, metavar="SLUG,...", help="Skip these rules."),
-        click.option(
-            "--config",
-            metavar="FILE",
-            help=CONFIG_HELP,
-        ),
+        click.option("--config", metavar="FILE", callback=_no_empty_path, help=CONFIG_HELP),
         click.option(
             "--show-skipped",
             is_flag=True,
@@ -451,7 +473,7 @@ def _analyze_options(func):
 
 
 @main.command("analyze")
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1, required=True, callback=_no_empty_path)
 @_analyze_options
 def analyze_command(paths, **kwargs) -> None:
     """Analyse a run directory or single files (metrics, trace, profile, dump, log)."""
@@ -473,7 +495,9 @@ def demo_command(**kwargs) -> None:
 
 @main.command("rules")
 @click.argument("slug", required=False)
-@click.option("--config", metavar="FILE", help="Show thresholds as this configuration file sets them.")
+@click.option(
+    "--config", metavar="FILE", callback=_no_empty_path, help="Show thresholds as this configuration file sets them."
+)
 def rules_command(slug: str | None, config: str | None) -> None:
     """List the rules, or explain one (what, why, evidence, fix, thresholds in effect)."""
     from trace_doctor.rules.base import REGISTRY
@@ -491,9 +515,11 @@ def rules_command(slug: str | None, config: str | None) -> None:
 
 
 @main.command("ingest")
-@click.argument("paths", nargs=-1, required=True)
-@click.option("--out", "out", required=True, metavar="DIR", help="Directory of the Parquet dataset.")
-@click.option("--config", metavar="FILE", help=CONFIG_HELP)
+@click.argument("paths", nargs=-1, required=True, callback=_no_empty_path)
+@click.option(
+    "--out", "out", required=True, metavar="DIR", callback=_no_empty_path, help="Directory of the Parquet dataset."
+)
+@click.option("--config", metavar="FILE", callback=_no_empty_path, help=CONFIG_HELP)
 @click.option("--jobs", "-j", type=int, default=None, metavar="N", help="Runs ingested at a time (default: cores).")
 @click.option("--redact", is_flag=True, help="Remove credentials from what is written (names and values).")
 def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact: bool) -> None:
@@ -541,10 +567,18 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact
 
 
 @main.command("export")
-@click.argument("paths", nargs=-1, required=True)
-@click.option("--perfetto", "perfetto_file", metavar="FILE", help="Write a native Perfetto trace (.pftrace).")
-@click.option("--chrome-json", "chrome_file", metavar="FILE", help="Write a Chrome trace JSON array.")
-@click.option("--config", metavar="FILE", help=CONFIG_HELP)
+@click.argument("paths", nargs=-1, required=True, callback=_no_empty_path)
+@click.option(
+    "--perfetto",
+    "perfetto_file",
+    metavar="FILE",
+    callback=_no_empty_path,
+    help="Write a native Perfetto trace (.pftrace).",
+)
+@click.option(
+    "--chrome-json", "chrome_file", metavar="FILE", callback=_no_empty_path, help="Write a Chrome trace JSON array."
+)
+@click.option("--config", metavar="FILE", callback=_no_empty_path, help=CONFIG_HELP)
 @click.option("--redact", is_flag=True, help="Remove credentials from what is written (names and values).")
 def export_command(paths, perfetto_file: str | None, chrome_file: str | None, config: str | None, redact: bool) -> None:
     """Export the run's spans and the findings for the Perfetto UI or chrome://tracing."""
@@ -562,9 +596,17 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None, co
 
 
 @main.command("bundle")
-@click.argument("paths", nargs=-1, required=True)
-@click.option("-o", "--output", "output", required=True, metavar="FILE.zip", help="The escalation bundle to write.")
-@click.option("--config", metavar="FILE", help=CONFIG_HELP)
+@click.argument("paths", nargs=-1, required=True, callback=_no_empty_path)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    metavar="FILE.zip",
+    callback=_no_empty_path,
+    help="The escalation bundle to write.",
+)
+@click.option("--config", metavar="FILE", callback=_no_empty_path, help=CONFIG_HELP)
 def bundle_command(paths, output: str, config: str | None) -> None:
     """Write an escalation bundle: report, findings, environment, profiles, config — secrets redacted."""
     from trace_doctor.report.bundle import write_bundle
