@@ -183,36 +183,50 @@ def _echo_report(text: str, fmt: str) -> None:
     click.echo(text, nl=not text.endswith("\n"), color=color)
 
 
-def _one_run(paths: tuple[str, ...], what: str = "") -> tuple[str, ...]:
-    """`paths` when they hold one run; else exit 2 naming the runs (a trace, a bundle or a baseline is
-    of one run: read as one, a folder of runs would be merged into one). `what` prefixes the message."""
-    from trace_doctor.runs import split_runs
+def _one_run(paths: tuple[str, ...], what: str = ""):
+    """None when `paths` hold one run (read them as named); the folder's own run when the one folder named is
+    a run that also holds others below it (runs.folder_run); else exit 2 naming the runs (a trace, a bundle
+    or a baseline is of one run: read as one, a folder of runs would be merged into one). `what` prefixes
+    the message."""
+    from trace_doctor.runs import folder_run, split_runs
 
     runs = split_runs(list(paths)).runs
-    if len(runs) > 1:
+    if len(runs) <= 1:
+        return None
+    own = folder_run(list(paths), runs)
+    if own is None:
         names = ", ".join(run.path for run in runs[:3]) + (", ..." if len(runs) > 3 else "")
         _fail(f"{what}{', '.join(paths)} holds {len(runs)} runs; name one of them ({names})")
-    return paths
+    return own
 
 
 def _analysis(
-    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False
+    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False, source=None
 ) -> Analysis:
-    """The analysis of `paths`: the stored one when nothing it depends on changed (result_cache.py)."""
+    """The analysis of `paths` (or of `source`, one run of them: _one_run): the stored one when nothing it
+    depends on changed (result_cache.py)."""
     from trace_doctor import result_cache
 
-    request = result_cache.Request(tuple(paths), settings, baseline, redact)
+    if source is not None:
+        passed = tuple((p.path, p.reason) for p in source.passed_over)
+        request = result_cache.Request(source.files, settings, baseline, redact, naming=(source.path, False, passed))
+    else:
+        request = result_cache.Request(tuple(paths), settings, baseline, redact)
     return result_cache.cached(
         request,
-        compute=lambda: _fresh_analysis(paths, settings, baseline, redact=redact),
-        reload=lambda: _tables(paths, redact=redact),
+        compute=lambda: _fresh_analysis(paths, settings, baseline, redact=redact, source=source),
+        reload=lambda: _tables(paths, redact=redact, source=source),
     )
 
 
-def _tables(paths: tuple[str, ...], *, redact: bool):
+def _tables(paths: tuple[str, ...], *, redact: bool, source=None):
     """The run's tables read again, for a renderer of a stored analysis that needs them."""
     from trace_doctor.api import load_run
 
+    if source is not None:
+        from trace_doctor.fleet import source_tables
+
+        return source_tables(source, redact)
     run = load_run(*paths)
     if redact:
         from trace_doctor.redact import redact_run
@@ -222,15 +236,16 @@ def _tables(paths: tuple[str, ...], *, redact: bool):
 
 
 def _fresh_analysis(
-    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False
+    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False, source=None
 ) -> Analysis:
-    from trace_doctor.api import NothingToAnalyze, analyze, load_run
+    from trace_doctor.api import NothingToAnalyze, analyze
+    from trace_doctor.fleet import one_run_tables, source_tables
 
-    run = _load(paths, ANALYSIS_MODULES)
+    run = _load(paths, ANALYSIS_MODULES) if source is None else source_tables(source, False)
     base = None
     if baseline:
         try:
-            base = load_run(baseline)
+            base = one_run_tables(baseline)
         except NothingToAnalyze as exc:
             _fail(f"baseline: {exc}")
     if redact:
@@ -333,10 +348,11 @@ def _analyze_fleet(
 
         split = redact_split(split)  # the runs' names and paths, as every fleet output shows them
     if baseline:
-        from trace_doctor.api import NothingToAnalyze, load_run
+        from trace_doctor.api import NothingToAnalyze
+        from trace_doctor.fleet import one_run_tables
 
         try:
-            load_run(baseline)
+            one_run_tables(baseline)
         except NothingToAnalyze as exc:
             _fail(f"baseline: {exc}")
     html_dir = None
@@ -586,7 +602,7 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None, co
         _fail("give --perfetto FILE and/or --chrome-json FILE")
     from trace_doctor.report.export import write_chrome_json, write_perfetto
 
-    result = _analysis(_one_run(paths), _settings(config), redact=redact)
+    result = _analysis(paths, _settings(config), redact=redact, source=_one_run(paths))
     if perfetto_file:
         _write_output(perfetto_file, lambda: write_perfetto(result, Path(perfetto_file)), "the Perfetto trace")
         click.echo(f"Perfetto trace: {_shown(str(Path(perfetto_file).resolve()))}")
@@ -611,7 +627,7 @@ def bundle_command(paths, output: str, config: str | None) -> None:
     """Write an escalation bundle: report, findings, environment, profiles, config — secrets redacted."""
     from trace_doctor.report.bundle import write_bundle
 
-    result = _analysis(_one_run(paths), _settings(config), redact=True)
+    result = _analysis(paths, _settings(config), redact=True, source=_one_run(paths))
     manifest = _write_output(output, lambda: write_bundle(result, Path(output)), "the bundle")
     click.echo(f"Escalation bundle: {_shown(str(Path(output).resolve()))} ({len(manifest)} files, secrets redacted)")
 

@@ -184,6 +184,17 @@ def split_runs(paths: list[str | os.PathLike[str]]) -> RunSplit:
     return out
 
 
+def folder_run(paths: list[str | os.PathLike[str]], runs: list[RunSource]) -> RunSource | None:
+    """The run of the one folder named, when that folder is itself a run and also holds others below it (an
+    earlier attempt copied inside, a nested evaluation run): what a command of one run (export, bundle,
+    --baseline) reads, without the nested runs' files. None otherwise."""
+    if len(paths) != 1:
+        return None
+    folder = input_path(paths[0])
+    own = [run for run in runs if run.root == folder and run.path == str(folder)]
+    return own[0] if len(own) == 1 else None
+
+
 def _unique_ids(runs: list[RunSource]) -> list[RunSource]:
     """Runs with unique ids: they name partitions and report files, and a repeat overwrites a run's data.
 
