@@ -110,3 +110,11 @@ def test_an_empty_path_is_a_usage_error(tmp_path, monkeypatch, baseline_dir, arg
     assert result.exit_code == 2, result.output
     assert "empty path" in result.output
     assert not (tmp_path / "b.zip").exists()
+
+
+def test_a_file_where_the_output_folder_should_be_is_named(tmp_path, baseline_dir):
+    # bundle creates the zip's folder; a file of that name made it say "File exists", as if the zip were.
+    (tmp_path / "out").write_text("a file, not a folder")
+    result = CliRunner().invoke(main, ["bundle", baseline_dir, "-o", str(tmp_path / "out" / "b.zip")])
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'out'} is a file, not a folder" in result.output

@@ -65,7 +65,15 @@ def _write_output(path: str, write, what: str):
     try:
         return write()
     except OSError as exc:
-        _fail(f"cannot write {what} to {path}: {exc.strerror or exc}")
+        _fail(f"cannot write {what} to {path}: {_why(exc)}")
+
+
+def _why(exc: OSError) -> str:
+    """Why a file could not be written, in words. Creating its folder where a file of that name is raises
+    FileExistsError, whose own words ("File exists") read as if the output itself were in the way."""
+    if isinstance(exc, FileExistsError) and exc.filename:
+        return f"{exc.filename} is a file, not a folder"
+    return exc.strerror or str(exc)
 
 
 def _write_html(write, target: Path, *, named: bool) -> bool:
@@ -75,7 +83,7 @@ def _write_html(write, target: Path, *, named: bool) -> bool:
     try:
         write()
     except OSError as exc:
-        _html_not_written(f"cannot write the HTML report to {target}: {exc.strerror or exc}", named=named)
+        _html_not_written(f"cannot write the HTML report to {target}: {_why(exc)}", named=named)
         return False
     return True
 
