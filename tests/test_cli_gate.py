@@ -118,3 +118,25 @@ def test_a_file_where_the_output_folder_should_be_is_named(tmp_path, baseline_di
     result = CliRunner().invoke(main, ["bundle", baseline_dir, "-o", str(tmp_path / "out" / "b.zip")])
     assert result.exit_code == 2
     assert f"{tmp_path / 'out'} is a file, not a folder" in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("analyze", "{run}", "--no-html", "--output", "{run}/metrics.jsonl"),
+        ("analyze", "{run}", "--html", "{run}/./metrics.jsonl"),
+        ("analyze", "{other}", "--no-html", "--baseline", "{run}", "-o", "{run}/metrics.jsonl"),
+        ("export", "{run}", "--chrome-json", "{run}/metrics.jsonl"),
+        ("bundle", "{run}", "-o", "{run}/metrics.jsonl"),
+    ],
+)
+def test_an_output_over_an_input_file_is_refused_before_anything_is_written(tmp_path, args):
+    # `-o run/metrics.jsonl` (a slip of the shell's completion) replaced the run's metrics with the report.
+    run = write_sl_run(tmp_path / "run", step_times(12, 2.0, seed=4))
+    other = write_sl_run(tmp_path / "other", step_times(12, 2.0, seed=5))
+    before = (run / "metrics.jsonl").read_bytes()
+    argv = [a.format(run=run, other=other) for a in args]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "is one of the run's input files" in result.output
+    assert (run / "metrics.jsonl").read_bytes() == before

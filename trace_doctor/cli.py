@@ -191,7 +191,18 @@ def _echo_report(text: str, fmt: str) -> None:
     click.echo(text, nl=not text.endswith("\n"), color=color)
 
 
-def _one_run(paths: tuple[str, ...], what: str = ""):
+def _spare_inputs(runs, outputs: tuple[tuple[str, str | None], ...]) -> None:
+    """Exit 2 before anything is read when an output file named (`(flag, path)` pairs) is one of the runs'
+    input files: writing it would destroy the run it reports on (`-o run/metrics.jsonl`)."""
+    inputs = {os.path.realpath(f) for run in runs for f in run.files}
+    for flag, value in outputs:
+        if value and os.path.realpath(value) in inputs:
+            _fail(
+                f"{flag} {value} is one of the run's input files; writing there would overwrite it: name another file"
+            )
+
+
+def _one_run(paths: tuple[str, ...], what: str = "", outputs: tuple[tuple[str, str | None], ...] = ()):
     """None when `paths` hold one run (read them as named); the folder's own run when the one folder named is
     a run that also holds others below it (runs.folder_run); else exit 2 naming the runs (a trace, a bundle
     or a baseline is of one run: read as one, a folder of runs would be merged into one). `what` prefixes
@@ -199,6 +210,7 @@ def _one_run(paths: tuple[str, ...], what: str = ""):
     from trace_doctor.runs import folder_run, split_runs
 
     runs = split_runs(list(paths)).runs
+    _spare_inputs(runs, outputs)
     if len(runs) <= 1:
         return None
     own = folder_run(list(paths), runs)
@@ -300,8 +312,9 @@ def _analyze(
     from trace_doctor.runs import split_runs
 
     if baseline:
-        _one_run((baseline,), "baseline: ")
+        _one_run((baseline,), "baseline: ", outputs=(("--output", output), ("--html", html)))
     split = split_runs(list(paths))
+    _spare_inputs(split.runs, (("--output", output), ("--html", html)))
     if len(split.runs) > 1:
         _analyze_fleet(
             split,
@@ -610,7 +623,8 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None, co
         _fail("give --perfetto FILE and/or --chrome-json FILE")
     from trace_doctor.report.export import write_chrome_json, write_perfetto
 
-    result = _analysis(paths, _settings(config), redact=redact, source=_one_run(paths))
+    source = _one_run(paths, outputs=(("--perfetto", perfetto_file), ("--chrome-json", chrome_file)))
+    result = _analysis(paths, _settings(config), redact=redact, source=source)
     if perfetto_file:
         _write_output(perfetto_file, lambda: write_perfetto(result, Path(perfetto_file)), "the Perfetto trace")
         click.echo(f"Perfetto trace: {_shown(str(Path(perfetto_file).resolve()))}")
@@ -635,7 +649,7 @@ def bundle_command(paths, output: str, config: str | None) -> None:
     """Write an escalation bundle: report, findings, environment, profiles, config — secrets redacted."""
     from trace_doctor.report.bundle import write_bundle
 
-    result = _analysis(paths, _settings(config), redact=True, source=_one_run(paths))
+    result = _analysis(paths, _settings(config), redact=True, source=_one_run(paths, outputs=(("-o", output),)))
     manifest = _write_output(output, lambda: write_bundle(result, Path(output)), "the bundle")
     click.echo(f"Escalation bundle: {_shown(str(Path(output).resolve()))} ({len(manifest)} files, secrets redacted)")
 
