@@ -158,3 +158,6 @@ def test_a_rule_that_could_not_run_on_the_baseline_reports_nothing_new(tmp_path)
     )
     new = {f.evidence["rule"] for f in result.findings if f.rule == "new-finding"}
     assert "gil-stall" not in new
+    from trace_doctor.report.formats import render
+
+    assert "Not compared (the rule could not run on the baseline): `gil-stall`" in render(result, "markdown")
