@@ -49,7 +49,7 @@ def _no_empty_path(ctx: click.Context, param: click.Parameter, value):
     """A path option or argument given as "" is a usage error: an unset shell variable (`--baseline
     "$BASE"`) would otherwise mean no comparison, the working directory, or stdout, without a word."""
     values = value if isinstance(value, tuple) else (value,)
-    if any(v is not None and not v.strip() for v in values):
+    if any(v == "" for v in values):  # only "": a folder may be named " "
         raise click.BadParameter("an empty path (an unset variable?); name a file or folder")
     return value
 
