@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -140,3 +141,24 @@ def test_an_output_over_an_input_file_is_refused_before_anything_is_written(tmp_
     assert result.exit_code == 2, result.output
     assert "is one of the run's input files" in result.output
     assert (run / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("analyze", "{run}", "--html", "{tmp}/r.out", "--output", "{tmp}/./r.out"),
+        ("analyze", "{run}", "--output", "trace-doctor-report.html"),  # the default HTML's name
+        ("export", "{run}", "--perfetto", "{tmp}/t.out", "--chrome-json", "{tmp}/t.out"),
+    ],
+)
+def test_two_outputs_naming_one_file_are_refused(tmp_path, monkeypatch, args):
+    # The second write replaced the first: `-o trace-doctor-report.html` printed the report, then the
+    # default HTML report overwrote it, with exit 0.
+    monkeypatch.chdir(tmp_path)
+    run = write_sl_run(tmp_path / "run", step_times(12, 2.0, seed=4))
+    result = CliRunner().invoke(main, [a.format(run=run, tmp=tmp_path) for a in args], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "name the same file" in result.output
+    assert not list(tmp_path.glob("*.out")) and not (tmp_path / "trace-doctor-report.html").exists()
+    both_null = ["analyze", str(run), "--html", os.devnull, "--output", os.devnull]
+    assert CliRunner().invoke(main, both_null, catch_exceptions=False).exit_code == 0

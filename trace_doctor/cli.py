@@ -193,13 +193,21 @@ def _echo_report(text: str, fmt: str) -> None:
 
 def _spare_inputs(runs, outputs: tuple[tuple[str, str | None], ...]) -> None:
     """Exit 2 before anything is read when an output file named (`(flag, path)` pairs) is one of the runs'
-    input files: writing it would destroy the run it reports on (`-o run/metrics.jsonl`)."""
+    input files (writing it would destroy the run it reports on: `-o run/metrics.jsonl`), or when two
+    outputs name one file (the second would replace the first; /dev/null excepted)."""
     inputs = {os.path.realpath(f) for run in runs for f in run.files}
+    named: dict[str, str] = {}
     for flag, value in outputs:
-        if value and os.path.realpath(value) in inputs:
+        if not value:
+            continue
+        where = os.path.realpath(value)
+        if where in inputs:
             _fail(
                 f"{flag} {value} is one of the run's input files; writing there would overwrite it: name another file"
             )
+        if where in named and where != os.path.realpath(os.devnull):
+            _fail(f"{named[where]} and {flag} name the same file ({value}): one would replace the other")
+        named[where] = flag
 
 
 def _one_run(paths: tuple[str, ...], what: str = "", outputs: tuple[tuple[str, str | None], ...] = ()):
@@ -311,10 +319,14 @@ def _analyze(
     )
     from trace_doctor.runs import split_runs
 
+    # The HTML report is written unless --no-html, to DEFAULT_HTML unless named: `-o trace-doctor-report.html`
+    # would be replaced by it.
+    html_flag = "--html" if html else "the HTML report (add --no-html, or --html FILE)"
+    outputs = (("--output", output), (html_flag, None if no_html else (html or DEFAULT_HTML)))
     if baseline:
-        _one_run((baseline,), "baseline: ", outputs=(("--output", output), ("--html", html)))
+        _one_run((baseline,), "baseline: ", outputs=outputs)
     split = split_runs(list(paths))
-    _spare_inputs(split.runs, (("--output", output), ("--html", html)))
+    _spare_inputs(split.runs, outputs)
     if len(split.runs) > 1:
         _analyze_fleet(
             split,
