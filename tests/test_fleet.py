@@ -272,3 +272,21 @@ def test_a_run_folder_holding_another_run_is_one_run_for_bundle_export_and_basel
     assert block["path"] == str(parent) and block["statistics"]["n_baseline"] == 29
     runs = json.loads(CliRunner().invoke(main, ["analyze", "--no-html", "--format", "json", str(parent)]).stdout)
     assert sorted(r["run"]["steps"] for r in runs["runs"]) == [30, 30]
+
+
+def test_a_run_named_directly_and_inside_a_named_folder_is_analysed_once(tmp_path):
+    # `ingest sweep sweep/run_b` (or overlapping globs) analysed run_b twice: the fleet counted it twice and the
+    # dataset held its rows under two run ids.
+    sweep = tmp_path / "sweep"
+    shutil.copytree(fixture_run("sl_healthy_pipelined"), sweep / "run_a")
+    shutil.copytree(fixture_run("sl_steady_slow"), sweep / "run_b")
+    split = split_runs([sweep, sweep / "run_b"])
+    assert [run.label for run in split.runs] == ["sweep/run_a", "sweep/run_b"]
+    assert [(p.path, p.reason) for p in split.passed_over] == [
+        (str(sweep / "run_b"), "a run named twice: analysed once, as sweep/run_b")
+    ]
+    out = tmp_path / "dataset"
+    result = CliRunner().invoke(main, ["ingest", str(sweep), str(sweep / "run_b"), "--out", str(out), "-j", "1"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["run=sweep__run_a", "run=sweep__run_b"]
+    assert len(split_runs([sweep / "run_a", sweep / "run_a"]).runs) == 1
