@@ -267,11 +267,12 @@ def _fresh_analysis(
     paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False, source=None
 ) -> Analysis:
     from trace_doctor.api import NothingToAnalyze, analyze
-    from trace_doctor.fleet import one_run_tables, source_tables
 
-    run = _load(paths, ANALYSIS_MODULES) if source is None else source_tables(source, False)
+    run = _load(paths, ANALYSIS_MODULES) if source is None else _tables(paths, redact=False, source=source)
     base = None
     if baseline:
+        from trace_doctor.fleet import one_run_tables
+
         try:
             base = one_run_tables(baseline)
         except NothingToAnalyze as exc:
