@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -87,3 +88,77 @@ def test_junit_and_sarif_outputs_parse(tmp_path):
     sarif = json.loads(sarif_file.read_text())
     assert sarif["version"] == "2.1.0"
     assert "pipelining-gap" in {r["ruleId"] for r in sarif["runs"][0]["results"]}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("analyze", "{run}", "--baseline", ""),
+        ("analyze", ""),
+        ("analyze", "{run}", "--output", ""),
+        ("analyze", "{run}", "--html", ""),
+        ("bundle", "", "-o", "{tmp}/b.zip"),
+        ("ingest", "{run}", "--out", ""),
+        ("export", "{run}", "--chrome-json", ""),
+    ],
+)
+def test_an_empty_path_is_a_usage_error(tmp_path, monkeypatch, baseline_dir, args):
+    # `--baseline "$BASE"` with BASE unset ran no comparison and exited 0 (a CI gate silently off); an empty
+    # PATH analysed or bundled the working directory. Run from a folder holding a run, so "" would find one.
+    monkeypatch.chdir(baseline_dir)
+    argv = [a.format(run=baseline_dir, tmp=tmp_path) for a in args]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "empty path" in result.output
+    assert not (tmp_path / "b.zip").exists()
+
+
+def test_a_file_where_the_output_folder_should_be_is_named(tmp_path, baseline_dir):
+    # bundle creates the zip's folder; a file of that name made it say "File exists", as if the zip were.
+    (tmp_path / "out").write_text("a file, not a folder")
+    result = CliRunner().invoke(main, ["bundle", baseline_dir, "-o", str(tmp_path / "out" / "b.zip")])
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'out'} is a file, not a folder" in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("analyze", "{run}", "--no-html", "--output", "{run}/metrics.jsonl"),
+        ("analyze", "{run}", "--html", "{run}/./metrics.jsonl"),
+        ("analyze", "{other}", "--no-html", "--baseline", "{run}", "-o", "{run}/metrics.jsonl"),
+        ("export", "{run}", "--chrome-json", "{run}/metrics.jsonl"),
+        ("bundle", "{run}", "-o", "{run}/metrics.jsonl"),
+    ],
+)
+def test_an_output_over_an_input_file_is_refused_before_anything_is_written(tmp_path, args):
+    # `-o run/metrics.jsonl` (a slip of the shell's completion) replaced the run's metrics with the report.
+    run = write_sl_run(tmp_path / "run", step_times(12, 2.0, seed=4))
+    other = write_sl_run(tmp_path / "other", step_times(12, 2.0, seed=5))
+    before = (run / "metrics.jsonl").read_bytes()
+    argv = [a.format(run=run, other=other) for a in args]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "is one of the run's input files" in result.output
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("analyze", "{run}", "--html", "{tmp}/r.out", "--output", "{tmp}/./r.out"),
+        ("analyze", "{run}", "--output", "trace-doctor-report.html"),  # the default HTML's name
+        ("export", "{run}", "--perfetto", "{tmp}/t.out", "--chrome-json", "{tmp}/t.out"),
+    ],
+)
+def test_two_outputs_naming_one_file_are_refused(tmp_path, monkeypatch, args):
+    # The second write replaced the first: `-o trace-doctor-report.html` printed the report, then the
+    # default HTML report overwrote it, with exit 0.
+    monkeypatch.chdir(tmp_path)
+    run = write_sl_run(tmp_path / "run", step_times(12, 2.0, seed=4))
+    result = CliRunner().invoke(main, [a.format(run=run, tmp=tmp_path) for a in args], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "name the same file" in result.output
+    assert not list(tmp_path.glob("*.out")) and not (tmp_path / "trace-doctor-report.html").exists()
+    both_null = ["analyze", str(run), "--html", os.devnull, "--output", os.devnull]
+    assert CliRunner().invoke(main, both_null, catch_exceptions=False).exit_code == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import polars as pl
 import pytest
 from ci_fixtures import step_times, write_sl_run
@@ -125,3 +127,37 @@ def test_sequential_await_fixture_against_healthy_baseline():
     # The structural signals show the lost pipelining, not only the wall time.
     counts = result.baseline["structural"]["findings_by_rule"]["pipelining-gap"]
     assert counts["baseline"] == 0 and counts["candidate"] >= 1
+
+
+def test_a_copy_of_the_run_elsewhere_has_no_new_finding(tmp_path):
+    # A baseline is always another folder: a profile's finding must not be "new" because its path differs
+    # (the fingerprint named the profile by its full path, so every profile finding was new and --fail-on tripped).
+    run = fixture_run("sl_gil_stall")
+    copy = tmp_path / "baseline_copy"
+    shutil.copytree(run, copy)
+    result = compare_dirs(run, copy)
+    profile_prints = [f.fingerprint for f in result.findings if f.fingerprint and ":profile:" in f.fingerprint]
+    assert profile_prints == ["cpu-bound-main-thread:profile:profile.json"]
+    assert result.baseline["new_fingerprints"] == []
+    assert not [f for f in result.findings if f.rule == "new-finding"]
+
+
+def test_a_rule_that_could_not_run_on_the_baseline_reports_nothing_new(tmp_path):
+    # The same run recorded without a trace or dumps: gil-stall cannot judge it, so its finding on the
+    # candidate is "not compared", never "new since the baseline" (a tripped gate on no evidence).
+    run = fixture_run("sl_gil_stall")
+    untraced = tmp_path / "untraced"
+    shutil.copytree(run, untraced, ignore=shutil.ignore_patterns("trace_events.jsonl", "*.txt"))
+    result = compare_dirs(run, untraced)
+    base_status = {r["rule"]: r["status"] for r in result.baseline["rules"]}
+    assert base_status["gil-stall"] == "not_applicable"
+    assert any(f.rule == "gil-stall" for f in result.findings)
+    assert "gil-stall" not in result.baseline["new_fingerprints"]
+    assert {"rule": "gil-stall", "fingerprint": "gil-stall", "baseline_status": "not_applicable"} in (
+        result.baseline["not_compared"]
+    )
+    new = {f.evidence["rule"] for f in result.findings if f.rule == "new-finding"}
+    assert "gil-stall" not in new
+    from trace_doctor.report.formats import render
+
+    assert "Not compared (the rule could not run on the baseline): `gil-stall`" in render(result, "markdown")

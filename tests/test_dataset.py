@@ -83,3 +83,19 @@ def test_the_corpus_is_one_queryable_dataset(tmp_path):
         f"SELECT count(*) FROM read_parquet('{out}/steps/**/*.parquet', hive_partitioning=true, union_by_name=true)"
     ).fetchall()
     assert steps > 1000
+
+
+def test_metrics_named_run_and_run_value_are_both_kept(tmp_path):
+    # `run` is the partition column, so a metric `run` is renamed; a run that also logs `run_value` crashed
+    # the ingest (DuplicateError, exit 3) instead of keeping both.
+    run = tmp_path / "sweep_member"
+    run.mkdir()
+    rows = [{"step": i, "time/total": 1.0 + 0.01 * i, "run": 7.0, "run_value": float(i)} for i in range(12)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "dataset"
+    result = CliRunner().invoke(main, ["ingest", str(run), "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    steps = pl.read_parquet(out / "steps" / "**" / "*.parquet", hive_partitioning=True).sort("step")
+    assert steps["run"].unique().to_list() == ["sweep_member"]
+    assert steps["run_value"].to_list() == [float(i) for i in range(12)]
+    assert steps["run_value_2"].to_list() == [7.0] * 12

@@ -242,3 +242,51 @@ def test_the_fleet_table_fits_the_terminal_with_every_column_whole(tmp_path, col
 
     lost = [format_seconds(row["seconds_lost"]) for row in document["fleet"]["table"] if row["seconds_lost"]]
     assert lost and all(value in text for value in lost)
+
+
+def test_a_run_folder_holding_another_run_is_one_run_for_bundle_export_and_baseline(tmp_path):
+    # A run's folder with an earlier attempt copied inside it: `bundle parent` answered "parent holds 2 runs;
+    # name one of them (parent, ...)" — naming it again looped. One-run commands read the folder's own run,
+    # without the nested run's files; `analyze` still reports both runs apart.
+    parent = tmp_path / "parent"
+    shutil.copytree(fixture_run("sl_healthy_pipelined"), parent)
+    shutil.copytree(fixture_run("sl_steady_slow"), parent / "attempt1")
+    bundle = tmp_path / "b.zip"
+    result = CliRunner().invoke(main, ["bundle", str(parent), "-o", str(bundle)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    import zipfile
+
+    document = json.loads(zipfile.ZipFile(bundle).read("findings.json"))
+    assert document["run"]["steps"] == 30
+    assert {Path(i["path"]).parent.name for i in document["run"]["inputs"]} == {"parent"}
+    chrome = tmp_path / "t.json"
+    result = CliRunner().invoke(main, ["export", str(parent), "--chrome-json", str(chrome)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(
+        main,
+        ["analyze", "--no-html", "--format", "json", "--baseline", str(parent), str(fixture_run("sl_steady_slow"))],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 1, result.output  # sl_steady_slow regressed against the parent's own run
+    block = json.loads(result.stdout)["baseline"]
+    assert block["path"] == str(parent) and block["statistics"]["n_baseline"] == 29
+    runs = json.loads(CliRunner().invoke(main, ["analyze", "--no-html", "--format", "json", str(parent)]).stdout)
+    assert sorted(r["run"]["steps"] for r in runs["runs"]) == [30, 30]
+
+
+def test_a_run_named_directly_and_inside_a_named_folder_is_analysed_once(tmp_path):
+    # `ingest sweep sweep/run_b` (or overlapping globs) analysed run_b twice: the fleet counted it twice and the
+    # dataset held its rows under two run ids.
+    sweep = tmp_path / "sweep"
+    shutil.copytree(fixture_run("sl_healthy_pipelined"), sweep / "run_a")
+    shutil.copytree(fixture_run("sl_steady_slow"), sweep / "run_b")
+    split = split_runs([sweep, sweep / "run_b"])
+    assert [run.label for run in split.runs] == ["sweep/run_a", "sweep/run_b"]
+    assert [(p.path, p.reason) for p in split.passed_over] == [
+        (str(sweep / "run_b"), "a run named twice: analysed once, as sweep/run_b")
+    ]
+    out = tmp_path / "dataset"
+    result = CliRunner().invoke(main, ["ingest", str(sweep), str(sweep / "run_b"), "--out", str(out), "-j", "1"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["run=sweep__run_a", "run=sweep__run_b"]
+    assert len(split_runs([sweep / "run_a", sweep / "run_a"]).runs) == 1

@@ -244,3 +244,37 @@ def test_mutated_logs_never_raise_and_keep_the_untouched_copy(garbage: str, cut:
     assert [e for e in expected if e[1] not in ("renderer", "warning", "session", "version")] == [
         e for e in intact if e[1] not in ("renderer", "warning", "session", "version")
     ]
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_utf16_log_with_a_byte_order_mark_is_read_as_text(tmp_path: Path, codec: str) -> None:
+    # Windows PowerShell's `python train.py > train.log` writes UTF-16 with a BOM: it was passed over as
+    # "binary file" (a NUL every other byte), its errors and heartbeat warnings never read.
+    from trace_doctor.discover import classify
+
+    path = tmp_path / "train.log"
+    bom = "\ufeff".encode(codec)
+    path.write_bytes(bom + COOKBOOK_LOG.replace("\n", "\r\n").encode(codec))
+    assert classify(path) == ("log", "")
+    utf8 = tmp_path / "logs.log"
+    utf8.write_text(COOKBOOK_LOG, encoding="utf-8")
+    warnings: list = []
+    events, inputs = parse_log_files([path], warnings)
+    expected, _ = parse_log_files([utf8], [])
+    assert warnings == [] and inputs[0].records == COOKBOOK_LOG.count("\n")
+    assert events.drop("source").equals(expected.drop("source"))
+    cut = tmp_path / "cut.log"
+    cut.write_bytes(bom + COOKBOOK_LOG.encode(codec)[:-1])  # a file cut inside its last character
+    warnings = []
+    events, _ = parse_log_files([cut], warnings)
+    assert len(warnings) == 1 and "UTF-16" in warnings[0].problem
+    assert events.filter(pl.col("kind") == "error").height == 2
+
+
+def test_utf16_json_is_passed_over_with_what_to_do(tmp_path: Path) -> None:
+    from trace_doctor.discover import classify
+
+    path = tmp_path / "run_metrics.jsonl"
+    path.write_bytes('{"step": 0, "time/total": 1.0}\n'.encode("utf-16"))
+    kind, reason = classify(path)
+    assert kind is None and "UTF-16" in reason and "iconv" in reason

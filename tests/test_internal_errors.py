@@ -223,3 +223,23 @@ def test_a_file_the_user_named_that_cannot_be_written_is_exit_2(run_dir, tmp_pat
     result = invoke(*[a.format(run=run_dir, out=blocker) for a in args])
     assert result.exit_code == 2, result.output
     assert "cannot write " in result.stderr and "Traceback" not in result.output
+
+
+def test_a_crash_report_carries_no_credential(run_dir, monkeypatch):
+    # "please report it": the one line and the traceback file get shared, and an exception's message can
+    # quote the run (polars names a duplicate metric key, a JSON error quotes a config value).
+    from planted_secrets import CONTEXTS, SECRETS, leaks
+
+    import trace_doctor.api as api
+
+    def quoting(*args, **kwargs):
+        raise ValueError(f"column 'env/{CONTEXTS['tinker']}' is duplicate\n{CONTEXTS['aws_secret']}")
+
+    monkeypatch.setattr(api, "parse_metrics_files", quoting)
+    monkeypatch.setattr(sys, "argv", ["trace-doctor", "bundle", str(run_dir), "--api-key", SECRETS["openai"]])
+    result = invoke("bundle", str(run_dir), "-o", str(run_dir / "b.zip"))
+    assert result.exit_code == 3 and result.stderr.startswith(ONE_LINE)
+    assert "ValueError: column 'env/env: TINKER_API_KEY=[REDACTED]" in result.stderr
+    saved = traceback_file(result.stderr).read_text()
+    assert "Traceback (most recent call last)" in saved and "[REDACTED]" in saved
+    assert leaks(result.stderr) == [] and leaks(saved) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import zipfile
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -361,3 +362,40 @@ def test_export_and_ingest_redact_what_they_write(planted, tmp_path):
     # Without --redact the same export carries them (the test can fail).
     runner.invoke(main, ["export", str(planted), "--chrome-json", str(tmp_path / "raw.json")])
     assert leaks((tmp_path / "raw.json").read_bytes())
+
+
+def test_bundle_with_secrets_in_new_places(tmp_path):
+    # The folder's name, config keys, a key split from its name by a CRLF, a UTF-16 log (PowerShell's
+    # redirect, read since it has a byte-order mark), span and thread names, metric keys.
+    run = write_secret_run(tmp_path / f"run-{SECRETS['huggingface']}")
+    config = json.loads((run / "config.json").read_text())
+    config[SECRETS["openai"]] = 1
+    config["extra"] = {f"GITHUB_TOKEN={SECRETS['github_pat']}": "x", "alias": CONTEXTS["jwt"]}
+    (run / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (run / "crlf.log").write_bytes(
+        (
+            f"root:1 [WARNING] env: TINKER_API_KEY=\r\n{SECRETS['tinker']}\r\n"
+            f"root:3 [ERROR] auth failed Authorization: Bearer {SECRETS['bearer']}\r\n"
+        ).encode()
+    )
+    utf16 = (
+        f"root:1 [INFO] start\r\nroot:2 [ERROR] {CONTEXTS['openai']}\r\nroot:3 [WARNING] {CONTEXTS['aws_secret']}\r\n"
+    )
+    (run / "worker.log").write_bytes(utf16.encode("utf-16"))
+    with (run / "trace_events.jsonl").open("a", encoding="utf-8") as trace:
+        for ph, ts in (("B", 2_000_000.0), ("E", 2_100_000.0)):
+            args = {"thread": f"T-{SECRETS['stripe']}", "track": "main"}
+            event = {"name": f"call {CONTEXTS['aws_key_id']}", "ph": ph, "pid": 0, "tid": 7, "ts": ts, "args": args}
+            trace.write(json.dumps(event) + "\n")
+    out = CliRunner().invoke(main, ["bundle", str(run), "-o", str(tmp_path / "b.zip")], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert leaks(out.output) == []
+    with zipfile.ZipFile(tmp_path / "b.zip") as archive:
+        contents = {name: archive.read(name) for name in archive.namelist()}
+    for name, data in contents.items():
+        assert leaks(name) == [] and leaks(data) == [], name
+    document = json.loads(contents["findings.json"])
+    logs = {Path(i["path"]).name: i["records"] for i in document["run"]["inputs"] if i["kind"] == "log"}
+    assert logs["worker.log"] == 3 and logs["crlf.log"] == 3  # the UTF-16 log is read, not passed over
+    errors = json.dumps([f for f in document["findings"] if f["rule"] == "decoded-error"])
+    assert "OpenAI client created with key" in errors  # its error line reached the decoder, redacted

@@ -89,3 +89,26 @@ def test_an_error_message_naming_input_is_inert(tmp_path):
     result = CliRunner().invoke(main, ["analyze", "--no-html", str(missing)])
     assert result.exit_code == 2
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr and "gone\\x1b]0;pwned" in result.stderr
+
+
+def test_junit_and_sarif_show_bidi_and_controls_from_the_run_as_escapes(tmp_path):
+    # CI pages render JUnit messages and SARIF alerts: a U+202E in a quoted log line reversed what they
+    # showed (the text, Markdown and HTML reports escape it already); JUnit turned ESC into U+FFFD, unsaid.
+    import xml.etree.ElementTree as ET
+
+    run = _hostile_run(tmp_path)
+    with (run / "logs.log").open("a", encoding="utf-8") as log:
+        log.write("root:1 [ERROR] RuntimeError: upload failed for model\u202eevil\u200b\n")
+    junit, sarif = tmp_path / "r.xml", tmp_path / "r.sarif"
+    for fmt, out in (("junit", junit), ("sarif", sarif)):
+        result = CliRunner().invoke(main, ["analyze", "--no-html", "--format", fmt, "--output", str(out), str(run)])
+        assert result.exit_code == 0, result.output
+    shown = [v for e in ET.parse(junit).iter() for v in (e.text or "", *e.attrib.values())]
+    assert any("upload failed for model\\u202eevil\\u200b" in v for v in shown)
+    assert any("run\\x1b[2Kname" in v for v in shown)  # the run's path, a property
+    assert not any(c in v for v in shown for c in (*ACTING, "\ufffd"))
+    import json
+
+    messages = [r["message"]["text"] for r in json.loads(sarif.read_text())["runs"][0]["results"]]
+    assert any("\\u202eevil" in m for m in messages)
+    assert not any(c in m for m in messages for c in ACTING)

@@ -45,6 +45,15 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
+def _no_empty_path(ctx: click.Context, param: click.Parameter, value):
+    """A path option or argument given as "" is a usage error: an unset shell variable (`--baseline
+    "$BASE"`) would otherwise mean no comparison, the working directory, or stdout, without a word."""
+    values = value if isinstance(value, tuple) else (value,)
+    if any(v == "" for v in values):  # only "": a folder may be named " "
+        raise click.BadParameter("an empty path (an unset variable?); name a file or folder")
+    return value
+
+
 def _fail(message: str) -> None:
     click.echo(f"trace-doctor: {_shown(message)}", err=True)
     sys.exit(2)
@@ -56,7 +65,15 @@ def _write_output(path: str, write, what: str):
     try:
         return write()
     except OSError as exc:
-        _fail(f"cannot write {what} to {path}: {exc.strerror or exc}")
+        _fail(f"cannot write {what} to {path}: {_why(exc)}")
+
+
+def _why(exc: OSError) -> str:
+    """Why a file could not be written, in words. Creating its folder where a file of that name is raises
+    FileExistsError, whose own words ("File exists") read as if the output itself were in the way."""
+    if isinstance(exc, FileExistsError) and exc.filename:
+        return f"{exc.filename} is a file, not a folder"
+    return exc.strerror or str(exc)
 
 
 def _write_html(write, target: Path, *, named: bool) -> bool:
@@ -66,7 +83,7 @@ def _write_html(write, target: Path, *, named: bool) -> bool:
     try:
         write()
     except OSError as exc:
-        _html_not_written(f"cannot write the HTML report to {target}: {exc.strerror or exc}", named=named)
+        _html_not_written(f"cannot write the HTML report to {target}: {_why(exc)}", named=named)
         return False
     return True
 
@@ -174,36 +191,70 @@ def _echo_report(text: str, fmt: str) -> None:
     click.echo(text, nl=not text.endswith("\n"), color=color)
 
 
-def _one_run(paths: tuple[str, ...], what: str = "") -> tuple[str, ...]:
-    """`paths` when they hold one run; else exit 2 naming the runs (a trace, a bundle or a baseline is
-    of one run: read as one, a folder of runs would be merged into one). `what` prefixes the message."""
-    from trace_doctor.runs import split_runs
+def _spare_inputs(runs, outputs: tuple[tuple[str, str | None], ...]) -> None:
+    """Exit 2 before anything is read when an output file named (`(flag, path)` pairs) is one of the runs'
+    input files (writing it would destroy the run it reports on: `-o run/metrics.jsonl`), or when two
+    outputs name one file (the second would replace the first; /dev/null excepted)."""
+    inputs = {os.path.realpath(f) for run in runs for f in run.files}
+    named: dict[str, str] = {}
+    for flag, value in outputs:
+        if not value:
+            continue
+        where = os.path.realpath(value)
+        if where in inputs:
+            _fail(
+                f"{flag} {value} is one of the run's input files; writing there would overwrite it: name another file"
+            )
+        if where in named and where != os.path.realpath(os.devnull):
+            _fail(f"{named[where]} and {flag} name the same file ({value}): one would replace the other")
+        named[where] = flag
+
+
+def _one_run(paths: tuple[str, ...], what: str = "", outputs: tuple[tuple[str, str | None], ...] = ()):
+    """None when `paths` hold one run (read them as named); the folder's own run when the one folder named is
+    a run that also holds others below it (runs.folder_run); else exit 2 naming the runs (a trace, a bundle
+    or a baseline is of one run: read as one, a folder of runs would be merged into one). `what` prefixes
+    the message."""
+    from trace_doctor.runs import folder_run, split_runs
 
     runs = split_runs(list(paths)).runs
-    if len(runs) > 1:
+    _spare_inputs(runs, outputs)
+    if len(runs) <= 1:
+        return None
+    own = folder_run(list(paths), runs)
+    if own is None:
         names = ", ".join(run.path for run in runs[:3]) + (", ..." if len(runs) > 3 else "")
         _fail(f"{what}{', '.join(paths)} holds {len(runs)} runs; name one of them ({names})")
-    return paths
+    return own
 
 
 def _analysis(
-    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False
+    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False, source=None
 ) -> Analysis:
-    """The analysis of `paths`: the stored one when nothing it depends on changed (result_cache.py)."""
+    """The analysis of `paths` (or of `source`, one run of them: _one_run): the stored one when nothing it
+    depends on changed (result_cache.py)."""
     from trace_doctor import result_cache
 
-    request = result_cache.Request(tuple(paths), settings, baseline, redact)
+    if source is not None:
+        passed = tuple((p.path, p.reason) for p in source.passed_over)
+        request = result_cache.Request(source.files, settings, baseline, redact, naming=(source.path, False, passed))
+    else:
+        request = result_cache.Request(tuple(paths), settings, baseline, redact)
     return result_cache.cached(
         request,
-        compute=lambda: _fresh_analysis(paths, settings, baseline, redact=redact),
-        reload=lambda: _tables(paths, redact=redact),
+        compute=lambda: _fresh_analysis(paths, settings, baseline, redact=redact, source=source),
+        reload=lambda: _tables(paths, redact=redact, source=source),
     )
 
 
-def _tables(paths: tuple[str, ...], *, redact: bool):
+def _tables(paths: tuple[str, ...], *, redact: bool, source=None):
     """The run's tables read again, for a renderer of a stored analysis that needs them."""
     from trace_doctor.api import load_run
 
+    if source is not None:
+        from trace_doctor.fleet import source_tables
+
+        return source_tables(source, redact)
     run = load_run(*paths)
     if redact:
         from trace_doctor.redact import redact_run
@@ -213,15 +264,17 @@ def _tables(paths: tuple[str, ...], *, redact: bool):
 
 
 def _fresh_analysis(
-    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False
+    paths: tuple[str, ...], settings: Settings, baseline: str | None = None, *, redact: bool = False, source=None
 ) -> Analysis:
-    from trace_doctor.api import NothingToAnalyze, analyze, load_run
+    from trace_doctor.api import NothingToAnalyze, analyze
 
-    run = _load(paths, ANALYSIS_MODULES)
+    run = _load(paths, ANALYSIS_MODULES) if source is None else _tables(paths, redact=False, source=source)
     base = None
     if baseline:
+        from trace_doctor.fleet import one_run_tables
+
         try:
-            base = load_run(baseline)
+            base = one_run_tables(baseline)
         except NothingToAnalyze as exc:
             _fail(f"baseline: {exc}")
     if redact:
@@ -267,9 +320,14 @@ def _analyze(
     )
     from trace_doctor.runs import split_runs
 
+    # The HTML report is written unless --no-html, to DEFAULT_HTML unless named: `-o trace-doctor-report.html`
+    # would be replaced by it.
+    html_flag = "--html" if html else "the HTML report (add --no-html, or --html FILE)"
+    outputs = (("--output", output), (html_flag, None if no_html else (html or DEFAULT_HTML)))
     if baseline:
-        _one_run((baseline,), "baseline: ")
+        _one_run((baseline,), "baseline: ", outputs=outputs)
     split = split_runs(list(paths))
+    _spare_inputs(split.runs, outputs)
     if len(split.runs) > 1:
         _analyze_fleet(
             split,
@@ -324,10 +382,11 @@ def _analyze_fleet(
 
         split = redact_split(split)  # the runs' names and paths, as every fleet output shows them
     if baseline:
-        from trace_doctor.api import NothingToAnalyze, load_run
+        from trace_doctor.api import NothingToAnalyze
+        from trace_doctor.fleet import one_run_tables
 
         try:
-            load_run(baseline)
+            one_run_tables(baseline)
         except NothingToAnalyze as exc:
             _fail(f"baseline: {exc}")
     html_dir = None
@@ -396,7 +455,13 @@ def _echo_notes(notes: list[str]) -> None:
 
 def _analyze_options(func):
     options = [
-        click.option("--html", "html", metavar="FILE", help=f"Write the HTML report here (default: {DEFAULT_HTML})."),
+        click.option(
+            "--html",
+            "html",
+            metavar="FILE",
+            callback=_no_empty_path,
+            help=f"Write the HTML report here (default: {DEFAULT_HTML}).",
+        ),
         click.option("--no-html", is_flag=True, help="Do not write the HTML report."),
         click.option(
             "--format",
@@ -406,7 +471,13 @@ def _analyze_options(func):
             show_default=True,
             help="What goes to stdout (or --output).",
         ),
-        click.option("--output", "-o", metavar="FILE", help="Write the --format output to FILE instead of stdout."),
+        click.option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            callback=_no_empty_path,
+            help="Write the --format output to FILE instead of stdout.",
+        ),
         click.option(
             "--fail-on",
             type=click.Choice(FAIL_ON_LEVELS),
@@ -418,14 +489,15 @@ def _analyze_options(func):
             is_flag=True,
             help="With --baseline: also exit 1 when the comparison is inconclusive.",
         ),
-        click.option("--baseline", metavar="PATH", help="Compare against a baseline run (regression rules)."),
+        click.option(
+            "--baseline",
+            metavar="PATH",
+            callback=_no_empty_path,
+            help="Compare against a baseline run (regression rules).",
+        ),
         click.option("--select", multiple=True, metavar="SLUG,...", help="Run only these rules."),
         click.option("--ignore", multiple=True, metavar="SLUG,...", help="Skip these rules."),
-        click.option(
-            "--config",
-            metavar="FILE",
-            help=CONFIG_HELP,
-        ),
+        click.option("--config", metavar="FILE", callback=_no_empty_path, help=CONFIG_HELP),
         click.option(
             "--show-skipped",
             is_flag=True,
@@ -451,7 +523,7 @@ def _analyze_options(func):
 
 
 @main.command("analyze")
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1, required=True, callback=_no_empty_path)
 @_analyze_options
 def analyze_command(paths, **kwargs) -> None:
     """Analyse a run directory or single files (metrics, trace, profile, dump, log)."""
@@ -473,7 +545,9 @@ def demo_command(**kwargs) -> None:
 
 @main.command("rules")
 @click.argument("slug", required=False)
-@click.option("--config", metavar="FILE", help="Show thresholds as this configuration file sets them.")
+@click.option(
+    "--config", metavar="FILE", callback=_no_empty_path, help="Show thresholds as this configuration file sets them."
+)
 def rules_command(slug: str | None, config: str | None) -> None:
     """List the rules, or explain one (what, why, evidence, fix, thresholds in effect)."""
     from trace_doctor.rules.base import REGISTRY
@@ -491,9 +565,11 @@ def rules_command(slug: str | None, config: str | None) -> None:
 
 
 @main.command("ingest")
-@click.argument("paths", nargs=-1, required=True)
-@click.option("--out", "out", required=True, metavar="DIR", help="Directory of the Parquet dataset.")
-@click.option("--config", metavar="FILE", help=CONFIG_HELP)
+@click.argument("paths", nargs=-1, required=True, callback=_no_empty_path)
+@click.option(
+    "--out", "out", required=True, metavar="DIR", callback=_no_empty_path, help="Directory of the Parquet dataset."
+)
+@click.option("--config", metavar="FILE", callback=_no_empty_path, help=CONFIG_HELP)
 @click.option("--jobs", "-j", type=int, default=None, metavar="N", help="Runs ingested at a time (default: cores).")
 @click.option("--redact", is_flag=True, help="Remove credentials from what is written (names and values).")
 def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact: bool) -> None:
@@ -541,10 +617,18 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact
 
 
 @main.command("export")
-@click.argument("paths", nargs=-1, required=True)
-@click.option("--perfetto", "perfetto_file", metavar="FILE", help="Write a native Perfetto trace (.pftrace).")
-@click.option("--chrome-json", "chrome_file", metavar="FILE", help="Write a Chrome trace JSON array.")
-@click.option("--config", metavar="FILE", help=CONFIG_HELP)
+@click.argument("paths", nargs=-1, required=True, callback=_no_empty_path)
+@click.option(
+    "--perfetto",
+    "perfetto_file",
+    metavar="FILE",
+    callback=_no_empty_path,
+    help="Write a native Perfetto trace (.pftrace).",
+)
+@click.option(
+    "--chrome-json", "chrome_file", metavar="FILE", callback=_no_empty_path, help="Write a Chrome trace JSON array."
+)
+@click.option("--config", metavar="FILE", callback=_no_empty_path, help=CONFIG_HELP)
 @click.option("--redact", is_flag=True, help="Remove credentials from what is written (names and values).")
 def export_command(paths, perfetto_file: str | None, chrome_file: str | None, config: str | None, redact: bool) -> None:
     """Export the run's spans and the findings for the Perfetto UI or chrome://tracing."""
@@ -552,7 +636,8 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None, co
         _fail("give --perfetto FILE and/or --chrome-json FILE")
     from trace_doctor.report.export import write_chrome_json, write_perfetto
 
-    result = _analysis(_one_run(paths), _settings(config), redact=redact)
+    source = _one_run(paths, outputs=(("--perfetto", perfetto_file), ("--chrome-json", chrome_file)))
+    result = _analysis(paths, _settings(config), redact=redact, source=source)
     if perfetto_file:
         _write_output(perfetto_file, lambda: write_perfetto(result, Path(perfetto_file)), "the Perfetto trace")
         click.echo(f"Perfetto trace: {_shown(str(Path(perfetto_file).resolve()))}")
@@ -562,14 +647,22 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None, co
 
 
 @main.command("bundle")
-@click.argument("paths", nargs=-1, required=True)
-@click.option("-o", "--output", "output", required=True, metavar="FILE.zip", help="The escalation bundle to write.")
-@click.option("--config", metavar="FILE", help=CONFIG_HELP)
+@click.argument("paths", nargs=-1, required=True, callback=_no_empty_path)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    metavar="FILE.zip",
+    callback=_no_empty_path,
+    help="The escalation bundle to write.",
+)
+@click.option("--config", metavar="FILE", callback=_no_empty_path, help=CONFIG_HELP)
 def bundle_command(paths, output: str, config: str | None) -> None:
     """Write an escalation bundle: report, findings, environment, profiles, config — secrets redacted."""
     from trace_doctor.report.bundle import write_bundle
 
-    result = _analysis(_one_run(paths), _settings(config), redact=True)
+    result = _analysis(paths, _settings(config), redact=True, source=_one_run(paths, outputs=(("-o", output),)))
     manifest = _write_output(output, lambda: write_bundle(result, Path(output)), "the bundle")
     click.echo(f"Escalation bundle: {_shown(str(Path(output).resolve()))} ({len(manifest)} files, secrets redacted)")
 

@@ -35,11 +35,15 @@ class BaselineContext(RuleContext):
         candidate_findings: list[Finding],
         baseline_findings: list[Finding],
         run_wall_s: float | None,
+        baseline_statuses: dict[str, str] | None = None,
     ):
         super().__init__(run, policy=policy)
         self.baseline_ctx = baseline_ctx
         self.candidate_findings = candidate_findings
         self.baseline_findings = baseline_findings
+        # How each normal rule ended on the baseline: a rule that could not judge it (not_applicable,
+        # error) says nothing about whether its finding is new.
+        self.baseline_statuses = baseline_statuses or {}
         self.run_wall_s = run_wall_s
         # What the baseline-only rules measured, gathered into result.baseline afterwards.
         self.comparison: dict[str, Any] = {}
@@ -100,6 +104,7 @@ def compare_with_baseline(
         candidate_findings=candidate_findings,
         baseline_findings=base_findings,
         run_wall_s=(result.summary or {}).get("wall_time_s"),
+        baseline_statuses={o.rule: o.status for o in base_outcomes},
     )
     step_outcome = quality_outcome = None
     for rule in selected_rules(select, ignore):
@@ -129,6 +134,7 @@ def compare_with_baseline(
         "breakdown": step_time.get("breakdown", []),
         "structural": structural,
         "new_fingerprints": ctx.comparison.get("new_fingerprints", []),
+        "not_compared": ctx.comparison.get("not_compared", []),
         "summary": summarize(base_ctx),
         "rules": [o.to_dict() for o in base_outcomes],
     }

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.rollouts import is_rollout_summaries_name
+from trace_doctor.ingest.textfile import utf16_as_utf8, utf16_encoding
 from trace_doctor.model import PassedOver
 
 KINDS = (
@@ -217,6 +218,8 @@ def classify(path: Path) -> tuple[str | None, str]:
         return None, "empty file"
     if name.endswith(".html") or name.endswith(".htm"):
         return None, "HTML (timing_gantt/logtree pages are summaries of inputs read elsewhere)"
+    if utf16_encoding(head) and re.search(r"\.jsonl?(\.gz)?$", name):
+        return None, "UTF-16 JSON: the JSON readers take UTF-8 (convert it: iconv -f UTF-16 -t UTF-8)"
     if name.endswith(".jsonl") or name.endswith(".jsonl.gz"):
         kind = _classify_jsonl(head)
         return (
@@ -233,6 +236,7 @@ def classify(path: Path) -> tuple[str | None, str]:
         # untrusted archives behind the user's back), but the user learns what to do.
         todo = "decompress it" if archive.endswith("compressed file") else "unpack it"
         return None, f"{archive}: {todo} and analyze what it holds"
+    head = utf16_as_utf8(head)  # a UTF-16 log (PowerShell's redirect) is text, classified as its UTF-8
     if b"\x00" in head[:4096] and not name.endswith(".pyisession"):
         return None, "binary file"
     if any(marker.search(head) for marker in DUMP_MARKERS):

@@ -239,7 +239,7 @@ def _analyze_into(
         result = result_cache.cached(
             request,
             compute=lambda: _fresh_analysis(source, settings, baseline, redact),
-            reload=lambda: _tables(source, redact),
+            reload=lambda: source_tables(source, redact),
         )
     except NothingToAnalyze as exc:
         report.error, report.headline = str(exc), f"not analysed: {exc}"
@@ -289,7 +289,7 @@ def _analyze_into(
     return report
 
 
-def _tables(source: RunSource, redact: bool):
+def source_tables(source: RunSource, redact: bool):
     """The run's tables as the fleet reads them (redacted when asked), named as the fleet names it."""
     from trace_doctor.api import load_run
 
@@ -308,7 +308,7 @@ def _fresh_analysis(source: RunSource, settings: Settings, baseline: str | None,
     """Analyse the run (and compare it with the baseline): raises NothingToAnalyze for either."""
     from trace_doctor.api import analyze
 
-    run = _tables(source, redact)
+    run = source_tables(source, redact)
     base = _baseline_run(baseline, redact) if baseline else None
     return analyze(run, settings=settings, baseline=base)
 
@@ -316,14 +316,23 @@ def _fresh_analysis(source: RunSource, settings: Settings, baseline: str | None,
 @functools.cache
 def _baseline_run(path: str, redact: bool = False):
     """The baseline's tables, read (and redacted) once per process however many runs compare against it."""
-    from trace_doctor.api import load_run
-
-    run = load_run(path)
+    run = one_run_tables(path)
     if redact:
         from trace_doctor.redact import redact_run
 
         run = redact_run(run)
     return run
+
+
+def one_run_tables(path: str):
+    """The tables of the one run `path` names: the whole folder, or a folder's own run without the runs
+    nested below it (runs.folder_run). Raises NothingToAnalyze when there is nothing to read."""
+    from trace_doctor.api import load_run
+    from trace_doctor.runs import folder_run, split_runs
+
+    runs = split_runs([path]).runs
+    own = folder_run([path], runs) if len(runs) > 1 else None
+    return source_tables(own, False) if own is not None else load_run(path)
 
 
 def default_jobs() -> int:

@@ -180,8 +180,35 @@ def split_runs(paths: list[str | os.PathLike[str]]) -> RunSplit:
                 path=str(loose[0]),
             )
         )
-    out.runs = _unique_ids(out.runs)
+    out.runs = _unique_ids(_named_once(out))
     return out
+
+
+def _named_once(out: RunSplit) -> list[RunSource]:
+    """The runs, each once: a run named directly and again inside a folder named beside it (`sweep
+    sweep/run7`, overlapping shell globs) is the same files, which a fleet would count twice and a dataset
+    would hold twice. The repeat is listed as passed over, naming the run it repeats."""
+    seen: dict[frozenset[str], str] = {}
+    once = []
+    for run in out.runs:
+        files = frozenset(os.path.realpath(f) for f in run.files)
+        if files in seen:
+            out.passed_over.append(PassedOver(run.path, f"a run named twice: analysed once, as {seen[files]}"))
+            continue
+        seen[files] = run.label
+        once.append(run)
+    return once
+
+
+def folder_run(paths: list[str | os.PathLike[str]], runs: list[RunSource]) -> RunSource | None:
+    """The run of the one folder named, when that folder is itself a run and also holds others below it (an
+    earlier attempt copied inside, a nested evaluation run): what a command of one run (export, bundle,
+    --baseline) reads, without the nested runs' files. None otherwise."""
+    if len(paths) != 1:
+        return None
+    folder = input_path(paths[0])
+    own = [run for run in runs if run.root == folder and run.path == str(folder)]
+    return own[0] if len(own) == 1 else None
 
 
 def _unique_ids(runs: list[RunSource]) -> list[RunSource]:

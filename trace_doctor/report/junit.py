@@ -10,13 +10,16 @@ import re
 import xml.etree.ElementTree as ET
 
 from trace_doctor.model import Analysis, Finding
+from trace_doctor.report.terminal_text import inert
 
 # XML 1.0 forbids most control characters, which can appear in log lines.
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def _text(value: object) -> str:
-    return _INVALID_XML.sub("\ufffd", "" if value is None else str(value))
+    """Text for an attribute or element: CI pages show it, so bidi overrides and zero-width characters from
+    the run are shown as escapes (a name cannot read as another), as in every other report."""
+    return _INVALID_XML.sub("\ufffd", inert("" if value is None else str(value)))
 
 
 def _finding_text(finding: Finding) -> str:

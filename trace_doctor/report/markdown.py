@@ -126,6 +126,10 @@ def _baseline(block: dict) -> list[str]:
         lines += ["", f"New since the baseline: {', '.join(code(f, 120, table=False) for f in shown)}"]
         if len(fresh) > len(shown):
             lines.append(f"… and {len(fresh) - len(shown)} more (see `--format json`).")
+    unjudged = sorted({item["rule"] for item in block.get("not_compared") or []})
+    if unjudged:
+        rules = ", ".join(code(rule, 60, table=False) for rule in unjudged)
+        lines += ["", f"Not compared (the rule could not run on the baseline): {rules}"]
     return lines
 
 

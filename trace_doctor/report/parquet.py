@@ -119,12 +119,23 @@ def dataset_tables(result: Analysis, path: str) -> dict[str, pl.DataFrame]:
     return tables
 
 
+def _partition_column_free(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with no column named `run`: the partition column comes from the folder name, so a metric of
+    that name is kept, renamed `run_value` (or `run_value_2`, ... when the run logs that name too)."""
+    if "run" not in frame.columns:
+        return frame
+    name, count = "run_value", 1
+    while name in frame.columns:
+        count += 1
+        name = f"run_value_{count}"
+    return frame.rename({"run": name})
+
+
 def write_run_partition(result: Analysis, out: Path, run_id: str, path: str) -> dict[str, int]:
     """DIR/<table>/run=<run_id>/part-0.parquet for every table of one run; returns row counts."""
     written: dict[str, int] = {}
     for name, frame in dataset_tables(result, path).items():
-        # The partition column comes from the folder name: a metric of the same name is kept, renamed.
-        frame = frame.rename({"run": "run_value"}) if "run" in frame.columns else frame
+        frame = _partition_column_free(frame)
         target = out / name / f"run={run_id}"
         target.mkdir(parents=True, exist_ok=True)
         frame.write_parquet(target / "part-0.parquet")

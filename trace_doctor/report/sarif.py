@@ -18,6 +18,7 @@ import polars as pl
 from trace_doctor import __version__
 from trace_doctor.humanize import json_dumps
 from trace_doctor.model import Analysis, Finding
+from trace_doctor.report.terminal_text import inert
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -134,7 +135,8 @@ def build_sarif(result: Analysis) -> dict[str, Any]:
         item: dict[str, Any] = {
             "ruleId": finding.rule,
             "level": LEVEL[finding.severity],
-            "message": {"text": f"{finding.title}. {finding.message} Fix: {finding.fix}"},
+            # Code-scanning pages show the message: bidi and zero-width characters from the run as escapes.
+            "message": {"text": inert(f"{finding.title}. {finding.message} Fix: {finding.fix}")},
             "locations": [{"physicalLocation": location}],
             "partialFingerprints": {"traceDoctorFingerprint/v1": fingerprint_hash(finding)},
             "properties": {

@@ -8,6 +8,7 @@ shared knobs of the policy.
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -65,6 +66,19 @@ class RuleContext:
             fix=fix,
             **fields,
         )
+
+    def input_key(self, path: str) -> str:
+        """An input file's path as the run names it (relative to the run's folder): the same in every copy
+        of the run. Fingerprints use it, so a baseline elsewhere on disk has the same finding, not a new one."""
+        base = PurePath(self.run.meta.path or "")
+        for folder in (base, base.parent):  # a run of loose files is named after its first file
+            try:
+                relative = PurePath(path).relative_to(folder)
+            except ValueError:
+                continue
+            if relative.parts:
+                return relative.as_posix()
+        return PurePath(path).name
 
     def passed(self, reason: str) -> list:
         """Record why the current rule found nothing, and return no findings."""

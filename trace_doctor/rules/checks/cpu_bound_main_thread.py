@@ -79,7 +79,7 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
                 },
                 seconds_lost=round(cpu_s, 6),
                 fraction_of_wall=round(share, 4),
-                fingerprint=f"cpu-bound-main-thread:profile:{item.profile}",
+                fingerprint=f"cpu-bound-main-thread:profile:{ctx.input_key(item.profile)}",
             )
         )
     return findings

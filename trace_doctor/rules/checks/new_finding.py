@@ -3,6 +3,10 @@
 Runs only with `--baseline` (compare.py calls it after running the normal rules on both runs).
 Findings are matched by fingerprint — rule plus what it is about (phase, span name, thread role) —
 so the same problem at different step numbers or with different seconds is not "new".
+
+A finding is new only where its rule judged the baseline (passed or fired there): a rule that
+could not run on the baseline (a run recorded without a trace, a rule that failed) does not know
+whether the baseline had the problem, so its findings are listed as not compared instead.
 """
 
 from __future__ import annotations
@@ -22,11 +26,34 @@ def new_fingerprints(candidate: list[Finding], baseline: list[Finding]) -> list[
     return sorted({fingerprint_of(f) for f in candidate} - seen)
 
 
+JUDGED = ("passed", "fired")  # rule outcomes on the baseline that say whether it had a finding
+
+
+def not_compared(candidate: list[Finding], baseline_statuses: dict[str, str]) -> list[dict[str, str]]:
+    """Candidate findings whose rule did not judge the baseline: {rule, fingerprint, baseline_status}, sorted."""
+    unjudged = {
+        (f.rule, fingerprint_of(f), baseline_statuses[f.rule])
+        for f in candidate
+        if baseline_statuses.get(f.rule, "passed") not in JUDGED
+    }
+    return [{"rule": r, "fingerprint": k, "baseline_status": s} for r, k, s in sorted(unjudged)]
+
+
 def check(ctx) -> list[Finding]:
     """One finding per candidate finding whose fingerprint the baseline does not have."""
-    fresh = set(new_fingerprints(ctx.candidate_findings, ctx.baseline_findings))
+    statuses = getattr(ctx, "baseline_statuses", {})
+    skipped = not_compared(ctx.candidate_findings, statuses)
+    unjudged = {item["fingerprint"] for item in skipped}
+    fresh = set(new_fingerprints(ctx.candidate_findings, ctx.baseline_findings)) - unjudged
     ctx.comparison["new_fingerprints"] = sorted(fresh)
+    ctx.comparison["not_compared"] = skipped
     if not fresh:
+        if skipped:
+            rules = ", ".join(sorted({item["rule"] for item in skipped}))
+            return ctx.passed(
+                f"no candidate finding is new where its rule judged the baseline; not compared: "
+                f"{len(skipped)} finding(s) of {rules}, which could not run on the baseline"
+            )
         return ctx.passed(
             f"all {len(ctx.candidate_findings)} candidate finding(s) are also in the baseline"
             if ctx.candidate_findings

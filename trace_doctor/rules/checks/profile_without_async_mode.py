@@ -46,7 +46,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                     "frames": [f.to_dict() for f in item.idle_poll_frames[:5]],
                 },
                 fraction_of_wall=round(share, 4),
-                fingerprint=f"profile-without-async-mode:{item.profile}",
+                fingerprint=f"profile-without-async-mode:{ctx.input_key(item.profile)}",
             )
         )
     return findings or ctx.passed("; ".join(notes))

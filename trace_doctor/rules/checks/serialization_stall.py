@@ -49,7 +49,7 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
                 },
                 seconds_lost=round(item.serialization_s, 6),
                 fraction_of_wall=round(share, 4),
-                fingerprint=f"serialization-stall:profile:{item.profile}",
+                fingerprint=f"serialization-stall:profile:{ctx.input_key(item.profile)}",
             )
         )
     return findings
