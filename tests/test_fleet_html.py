@@ -18,9 +18,10 @@ from urllib.parse import unquote
 
 import pytest
 
-from trace_doctor.fleet import Fleet, RunReport, analyze_sources
+from trace_doctor.fleet import Fleet, RunReport, _shared_plotly, analyze_sources
 from trace_doctor.report import figures
 from trace_doctor.report.fleet_html import render_fleet_html, write_fleet_html
+from trace_doctor.report.html import SHARED_PLOTLY
 from trace_doctor.runs import split_runs
 from trace_doctor.settings import Settings
 
@@ -338,5 +339,87 @@ def test_overview_in_a_browser_draws_the_chart_and_links_to_a_run(fleet, overvie
             with page.expect_navigation(wait_until="commit"):
                 page.locator("table.fleet-table a.run-link").first.click()
             assert unquote(page.url) == unquote(Path(fleet.reports[0].html_path).resolve().as_uri())
+        finally:
+            browser.close()
+
+
+# ---- the per-run pages share one plotly.js ------------------------------------------------
+
+PLOTLY_HEAD = 400  # characters of plotly.js that identify it inlined in a page
+
+
+def _per_run_pages(fleet: Fleet) -> list[Path]:
+    pages = [Path(r.html_path) for r in fleet.reports if r.html_path]
+    assert len(pages) == len(SWEEP)
+    return pages
+
+
+def test_per_run_pages_load_one_shared_plotly_written_beside_them(fleet):
+    from plotly.offline import get_plotlyjs
+
+    pages = _per_run_pages(fleet)
+    folder = pages[0].parent
+    assert {p.parent for p in pages} == {folder}
+    shared = folder / SHARED_PLOTLY
+    assert shared.read_text(encoding="utf-8") == get_plotlyjs()
+    # Written once, atomically: nothing else in the folder but the pages and the one copy.
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*(p.name for p in pages), SHARED_PLOTLY])
+    # Readable as the pages are (a private temporary file moved into place would not be).
+    assert shared.stat().st_mode & 0o777 == pages[0].stat().st_mode & 0o777
+    head = get_plotlyjs()[:PLOTLY_HEAD]
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert head not in text
+        assert re.findall(r"<script[^>]*\bsrc=\"([^\"]*)\"", text) == [SHARED_PLOTLY]
+        (policy,) = re.findall(r'http-equiv="Content-Security-Policy" content="([^"]*)"', text)
+        assert "script-src 'self' file: 'unsafe-inline' 'unsafe-eval';" in policy
+        assert "default-src 'none'" in policy
+        # A page is its own data now: the fixture runs' pages are a few hundred KB, not 4.6 MB + that.
+        assert page.stat().st_size < 2_000_000
+        # A page mailed alone says what is missing instead of showing empty boxes.
+        notice = re.search(r'<p class="plotly-missing" id="plotly-missing" role="alert" hidden>(.*?)</p>', text, re.S)
+        assert notice and "plotly.min.js</code> beside this page" in notice.group(1)
+        assert "trace-doctor analyze &lt;run&gt;</code> writes a self-contained report" in notice.group(1)
+
+
+def test_no_shared_plotly_where_none_can_be_written_so_pages_inline_it(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert _shared_plotly(str(blocker / "overview-runs")) is None
+    assert _shared_plotly(None) is None
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed at /usr/bin/chromium")
+def test_per_run_page_draws_from_its_folder_and_says_so_when_copied_out_alone(fleet, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    page_path = next(Path(r.html_path) for r in fleet.reports if r.html_path and r.step_series)
+    alone = tmp_path / "mailed" / page_path.name
+    alone.parent.mkdir()
+    shutil.copy(page_path, alone)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_path.resolve().as_uri())
+            page.wait_for_load_state("load")
+            assert errors == []  # the CSP let the shared file load from disk
+            plots = page.locator(".plot").count()
+            assert plots > 0 and page.locator(".plot svg.main-svg").count() >= plots
+            assert page.locator("#plotly-missing").is_hidden()
+
+            errors.clear()
+            page.goto(alone.resolve().as_uri())
+            page.wait_for_load_state("load")
+            assert all("ERR_FILE_NOT_FOUND" in e for e in errors)  # the missing file, and no script error
+            assert page.locator("#plotly-missing").is_visible()
+            assert "plotly.min.js beside this page" in page.locator("#plotly-missing").inner_text()
+            assert page.locator(".plot.not-drawn").count() == plots
+            assert page.locator(".plot svg").count() == 0
+            # The findings still read.
+            assert page.locator("article.card").count() > 0 and page.locator("article.card").first.is_visible()
         finally:
             browser.close()

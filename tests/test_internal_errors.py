@@ -198,7 +198,9 @@ def test_a_read_only_working_directory_for_a_fleet(tmp_path, monkeypatch):
     import trace_doctor.report.html as html
 
     monkeypatch.setattr(html, "write_html", read_only)
+    monkeypatch.setattr(html, "write_shared_plotly", read_only)  # the run pages' plotly.min.js
     monkeypatch.setattr(fleet_html, "write_fleet_html", read_only)
+    monkeypatch.chdir(tmp_path)  # should anything still be written, not into the checkout
     result = invoke("analyze", str(sweep(tmp_path)), "--format", "json")
     assert result.exit_code == 0
     assert len(json.loads(result.stdout)["runs"]) == 3

@@ -335,7 +335,7 @@ def test_fleet_redact_on_the_command_line(fleet_folder, tmp_path):
     )
     assert out.exit_code == 0, out.output
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert len(written) == 4  # fleet.md, fleet.html, one report per run
+    assert len(written) == 5  # fleet.md, fleet.html, one report per run, the plotly.min.js they share
     for path in written:
         assert leaks(path.read_bytes()) == [] and leaks(str(path)) == [], path
 

@@ -284,6 +284,9 @@ def test_report_is_self_contained_with_plotly_inlined_once():
     assert html.count(get_plotlyjs()[:400]) == 1
     assert not re.findall(r"<(?:script|link|img|iframe)[^>]*\b(?:src|href)=", html)
     assert "default-src 'none'" in html  # the CSP forbids any fetch even if something tried
+    # Only a fleet's per-run pages load plotly from a file; the single-run report allows no script source.
+    assert "script-src 'unsafe-inline' 'unsafe-eval';" in html and "'self'" not in html
+    assert 'id="plotly-missing"' not in html
 
 
 def test_embedded_document_is_the_json_contract():

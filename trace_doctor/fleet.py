@@ -181,18 +181,27 @@ def analyze_source(
     baseline: str | None = None,
     dataset_dir: str | None = None,
     redact: bool = False,
+    plotly_src: str | None = None,
 ) -> RunReport:
     """Analyse one run (in a worker process): its document, verdict, gate, row and own rendering.
 
     `redact`: the run (and the baseline) lose their credentials before the rules read them, and a
-    failed run's reason (which may quote a path or a line) is redacted too.
+    failed run's reason (which may quote a path or a line) is redacted too. `plotly_src`: the run's
+    HTML page loads plotly.js from this file in `html_dir` instead of inlining it.
     """
     from trace_doctor.ingest import cache
 
     report = RunReport(source=source)
     try:
         _analyze_into(
-            report, settings, fmt=fmt, html_dir=html_dir, baseline=baseline, dataset_dir=dataset_dir, redact=redact
+            report,
+            settings,
+            fmt=fmt,
+            html_dir=html_dir,
+            baseline=baseline,
+            dataset_dir=dataset_dir,
+            redact=redact,
+            plotly_src=plotly_src,
         )
     except Exception as exc:  # noqa: BLE001 - one broken run never breaks the fleet
         _internal_error(report, describe(exc), write_traceback(exc, context=f"analysing {source.label}"))
@@ -221,6 +230,7 @@ def _analyze_into(
     baseline: str | None,
     dataset_dir: str | None,
     redact: bool,
+    plotly_src: str | None = None,
 ) -> RunReport:
     from trace_doctor import result_cache
     from trace_doctor.api import NothingToAnalyze
@@ -282,7 +292,7 @@ def _analyze_into(
 
         target = Path(html_dir) / f"{source.run_id}.html"
         try:
-            write_html(result, target)
+            write_html(result, target, plotly_src=plotly_src)
             report.html_path = str(target)
         except OSError as exc:  # the analysis stands without its page; the command says so once
             report.html_error = f"cannot write {target}: {exc.strerror or exc}"
@@ -358,7 +368,14 @@ def analyze_sources(
         # A worker costs ~0.4 s to start (python + polars): small fleets are faster in one process
         # (benchmarks/RESULTS.md, many runs). An explicit --jobs is obeyed.
         jobs = min(jobs, max(1, math.ceil(_input_bytes(sources) / BYTES_PER_WORKER)))
-    options = {"fmt": fmt, "html_dir": html_dir, "baseline": baseline, "dataset_dir": dataset_dir, "redact": redact}
+    options = {
+        "fmt": fmt,
+        "html_dir": html_dir,
+        "baseline": baseline,
+        "dataset_dir": dataset_dir,
+        "redact": redact,
+        "plotly_src": _shared_plotly(html_dir),
+    }
     if jobs == 1:
         reports = [analyze_source(source, settings, **options) for source in sources]
     else:
@@ -381,6 +398,21 @@ def analyze_sources(
             if saved is None:
                 os.environ.pop("POLARS_MAX_THREADS", None)
     return Fleet(sorted(reports, key=lambda r: r.sort_key))
+
+
+def _shared_plotly(html_dir: str | None) -> str | None:
+    """Write plotly.js once into the per-run pages' folder, before any worker writes a page that loads
+    it (~4.6 MB a page otherwise: 2.4 GB of HTML for 500 runs). Its name for the pages, or None when
+    it cannot be written: the pages then inline it as a single run's report does."""
+    if html_dir is None:
+        return None
+    from trace_doctor.report.html import SHARED_PLOTLY, write_shared_plotly
+
+    try:
+        write_shared_plotly(Path(html_dir))
+    except OSError:
+        return None  # a folder that takes no file takes no page either: each run's row says so
+    return SHARED_PLOTLY
 
 
 def _in_pool(sources: list[RunSource], settings: Settings, jobs: int, context, options: dict[str, Any]):

@@ -1,13 +1,17 @@
 """The shareable HTML report: one self-contained file rendered from an Analysis.
 
 plotly.js is inlined once and the full JSON document is embedded for tools to scrape, so the file
-opens offline and makes no network request. The renderer draws what the tables, the rule context
-and the findings already say; it diagnoses nothing itself.
+opens offline and makes no network request. A fleet's per-run pages are the exception: they load one
+plotly.js written beside them (`write_shared_plotly`), or 500 runs would carry 500 copies of it.
+The renderer draws what the tables, the rule context and the findings already say; it diagnoses
+nothing itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,8 @@ OVERLAY_RANGES_MAX = 300
 MARKED_STEP_SHARE = 0.3
 GANTT_LEGEND_NAMES = 12
 LAST_DUMP_TASKS = 12
+# The file a fleet's per-run pages load plotly.js from, in their own folder.
+SHARED_PLOTLY = "plotly.min.js"
 
 
 def script_json(value: Any) -> str:
@@ -48,6 +54,29 @@ def _plotly_js() -> str:
     source = get_plotlyjs()
     # A literal "</script" would end the inline block early; the shipped bundle has none.
     return source.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
+
+
+def write_shared_plotly(folder: Path) -> Path:
+    """Write plotly.js once into `folder` for the pages there that load it instead of inlining it.
+
+    Written to a temporary file and moved into place, so a page opened (or a second fleet writing
+    into the same folder) never sees half a file.
+    """
+    from plotly.offline import get_plotlyjs
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    # Not mkstemp: its file is private (0600) and a shared folder's readers could not load it; "x"
+    # creates it with the umask's ordinary permissions, and the name is this writer's alone.
+    temporary = folder / f".{SHARED_PLOTLY}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        with temporary.open("x", encoding="utf-8") as out:
+            out.write(get_plotlyjs())
+        os.replace(temporary, folder / SHARED_PLOTLY)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return folder / SHARED_PLOTLY
 
 
 @dataclass
@@ -673,8 +702,12 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render_html(result: Analysis, budget: Budget | None = None) -> str:
-    """The whole report as one HTML string."""
+def render_html(result: Analysis, budget: Budget | None = None, *, plotly_src: str | None = None) -> str:
+    """The whole report as one HTML string.
+
+    `plotly_src`: load plotly.js from this address relative to the page (a fleet's shared copy)
+    instead of inlining it; the page then says so where its charts would be when the file is missing.
+    """
     budget = budget or Budget()
     notes = Summarised()
     colours = figures.assign_phase_colours(_colour_names(result))
@@ -734,19 +767,23 @@ def render_html(result: Analysis, budget: Budget | None = None) -> str:
         "warning_count": len(run.warnings),
         "notes": notes.notes,
         "document_json": document,
-        "plotly_js": _plotly_js(),
+        "plotly_js": None if plotly_src else _plotly_js(),
+        "plotly_src": plotly_src,
         "severity_colour": figures.SEVERITY_COLOUR,
     }
     return _environment().get_template("report.html.j2").render(**context)
 
 
-def write_html(result: Analysis, path: Path) -> None:
-    """Write the report to `path`, shrinking what it embeds until the file fits in 10 MB."""
+def write_html(result: Analysis, path: Path, *, plotly_src: str | None = None) -> None:
+    """Write the report to `path`, shrinking what it embeds until the file fits in 10 MB.
+
+    `plotly_src` as in `render_html`: the page then loads plotly.js from beside it.
+    """
     budget = Budget()
-    text = render_html(result, budget)
+    text = render_html(result, budget, plotly_src=plotly_src)
     while len(text.encode()) > SIZE_BUDGET_BYTES and budget.spans > 50:
         budget = budget.scaled(0.5)
-        text = render_html(result, budget)
+        text = render_html(result, budget, plotly_src=plotly_src)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(printable(text), encoding="utf-8")
