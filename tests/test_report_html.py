@@ -653,12 +653,17 @@ def test_row_labels_wrap_at_the_thread_track_separator_and_never_exceed_their_wi
     assert label_lines("ThreadPoolExecutor-0_0 · Task-12") == ["ThreadPoolExecutor-0_0", "Task-12"]
     # A long thread name never pushes the track (what tells rows apart) off the label.
     assert label_lines("ThreadPoolExecutor-0_0 worker with a long name · sample_task_1") == [
-        "ThreadPoolExecutor-0_…",
+        "ThreadPoolExec…ng name",
         "sample_task_1",
     ]
     one_word = "do_group_rollout_and_filter_constant_reward_groups"
     lines = label_lines(one_word)
-    assert lines == ["do_group_rollout_and_", "filter_constant_rewar…"]
+    assert lines == ["do_group_rollout_and_", "filter_constan…_groups"]
+    # Tracks that share a long head (async RL's rollout workers) keep the end that tells them apart.
+    workers = [label_lines(f"MainThread · trajectory_group_worker_loop_{i}", split=True)[1] for i in range(8)]
+    assert len(set(workers)) == 8
+    assert workers[3] == "trajectory_gro…_loop_3"
+    assert label_lines("MainThread · trajectory_group_worker_loop_3", 12, split=True)[1] == "traject…op_3"
     for label in (one_word, "a · " + one_word, "x" * 300, "pid 12 · ?"):
         for width in (12, 22):
             assert all(len(line) <= width for line in label_lines(label, width)), (label, width)
@@ -676,8 +681,8 @@ def test_gantt_keeps_full_row_names_for_tooltips_and_sizes_its_margin_to_the_lab
     full = f"MainThread · {long_track}"
     assert full in layout["yaxis"]["tickvals"]  # the category is the full name (every bar's hover shows it)
     shown = layout["yaxis"]["ticktext"][layout["yaxis"]["tickvals"].index(full)]
-    assert shown == "MainThread<br>do_group_rollout_and_…"
-    assert layout["meta"]["row_tooltips"]["MainThreaddo_group_rollout_and_…"] == full
+    assert shown == "MainThread<br>do_group_rollo…olicy_0"
+    assert layout["meta"]["row_tooltips"]["MainThreaddo_group_rollo…olicy_0"] == full
     assert layout["yaxis"]["automargin"] is True
     widest = max(len(line) for tick in layout["yaxis"]["ticktext"] for line in tick.split("<br>"))
     assert layout["margin"]["l"] >= widest * 6  # room for the longest line at the 11 px tick font

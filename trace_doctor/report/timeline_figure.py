@@ -29,8 +29,9 @@ LABEL_LINE_CHARS = 22
 # A Gantt narrower than NARROW_BELOW_PX (a phone) gets shorter labels, so the spans keep the room.
 NARROW_LABEL_LINE_CHARS = 12
 NARROW_BELOW_PX = 520
-# A generous average glyph width of the 11 px tick font, so the margin errs wide, never clipping.
-LABEL_CHAR_PX = 6.0
+# A generous average glyph width of the 11 px tick font, so the margin errs wide, never clipping:
+# a label's tail is kept (`_cut`), and tails are digits and round letters ("…cy_0" is ~6.5 px a glyph).
+LABEL_CHAR_PX = 6.6
 LABEL_PAD_PX = 14
 # Invisible ticks keep the labels a few pixels off the bars that start at the plot's left edge.
 LABEL_STANDOFF = {"ticks": "outside", "ticklen": 6, "tickcolor": "rgba(0, 0, 0, 0)"}
@@ -77,16 +78,21 @@ def _first_line(text: str, width: int) -> str:
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+    """`text` in `width` characters, cut in the middle: names that share a long head differ at their
+    end (trajectory_group_worker_loop_0 … _7, ThreadPoolExecutor-0_0 … _3), so the tail stays."""
+    if len(text) <= width:
+        return text
+    tail = width // 3
+    return text[: width - 1 - tail].rstrip() + "…" + text[len(text) - tail :].lstrip()
 
 
 def label_lines(label: str, width: int = LABEL_LINE_CHARS, *, split: bool = False) -> list[str]:
     """A row label as one or two lines of at most `width` characters.
 
     A "thread · track" label that does not fit on one line (or any, with `split`) breaks at the
-    " · ", so the thread is on one line and the track on the next, each cut to its line with "…"
-    if need be (the track tells rows apart, so it is never dropped). Any other label wraps, its
-    second line cut with "…" when the text goes on.
+    " · ", so the thread is on one line and the track on the next, each cut in its middle with "…"
+    if need be (the track tells rows apart, so it is never dropped, nor is its end). Any other label
+    wraps, its second line cut in the middle with "…" when the text goes on.
     """
     label = label.strip()
     if len(label) <= width and not (split and " · " in label):
