@@ -37,7 +37,7 @@ from trace_doctor.model import (
     TASK_SNAPSHOTS_SCHEMA,
     RunTables,
 )
-from trace_doctor.policy import RULE_POLICIES, Policy, SharedPolicy
+from trace_doctor.policy import Policy, SharedPolicy, rule_policies
 from trace_doctor.rules.engine import run_rules
 
 SHARED = "shared"  # pseudo-slug of the SharedPolicy knobs in PROBES
@@ -903,11 +903,11 @@ def outcomes(probe: Probe, policy: Policy | None, select: list[str] | None = Non
 
 
 def policy_class(slug: str) -> type:
-    return SharedPolicy if slug == SHARED else RULE_POLICIES[slug]
+    return SharedPolicy if slug == SHARED else rule_policies()[slug]
 
 
 def all_thresholds() -> set[tuple[str, str]]:
-    fields = {(slug, f.name) for slug, cls in RULE_POLICIES.items() for f in dataclasses.fields(cls)}
+    fields = {(slug, f.name) for slug, cls in rule_policies().items() for f in dataclasses.fields(cls)}
     return fields | {(SHARED, f.name) for f in dataclasses.fields(SharedPolicy)}
 
 

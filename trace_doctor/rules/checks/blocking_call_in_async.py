@@ -26,6 +26,7 @@ from trace_doctor.derive.stalls import (
 )
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import BlockingCallPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.signals import Signal
@@ -40,7 +41,7 @@ DIRECT, SUPPORTING = 2.0, 1.0
 ROUND_TRIP_STRETCH = 2.0
 
 
-def _sdk_warnings(ctx: RuleContext) -> Signal | None:
+def _sdk_warnings(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     lines = sync_from_async_lines(ctx.run.log_events)
     if not lines:
         return None
@@ -54,7 +55,7 @@ def _sdk_warnings(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _main_silent(ctx: RuleContext) -> Signal | None:
+def _main_silent(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     t = ctx.thresholds
     found = silences(
         ctx.run.task_snapshots, min_intervals=float(t.min_silent_intervals), min_seconds=float(t.min_silence_s)
@@ -73,7 +74,7 @@ def _main_silent(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _stack_waits(ctx: RuleContext) -> Signal | None:
+def _stack_waits(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     blocks: dict[tuple[str, int], dict[str, Any]] = {}
     for state in stack_states(ctx.run.stack_snapshots):
         blocks.setdefault((state.source, state.snapshot), {})[state.label] = state
@@ -96,7 +97,7 @@ def _stack_waits(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _trace_blocks(ctx: RuleContext) -> Signal | None:
+def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     if ctx.run.height("spans") == 0:
         return None
     min_s = float(ctx.thresholds.min_blocked_s)
@@ -161,7 +162,7 @@ def _confidence(readings: list[Signal]) -> str:
     return "low"
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[BlockingCallPolicy]) -> list[Finding]:
     run = ctx.run
     if run.task_snapshots.is_empty() and run.stack_snapshots.is_empty() and run.height("spans") == 0:
         if not sync_from_async_lines(run.log_events):
@@ -233,6 +234,8 @@ RULE = register(
             fix="Await futures, asyncio.sleep, asyncio.to_thread / a process pool for blocking work.",
         ),
         check=check,
+        policy=BlockingCallPolicy,
+        stage="profile",
         tags=("gil", "dumps", "trace", "logs"),
     )
 )

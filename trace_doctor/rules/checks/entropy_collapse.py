@@ -10,8 +10,10 @@ from __future__ import annotations
 from trace_doctor.derive.rl_quality import Windows, median, series, training_column
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.model import Finding
+from trace_doctor.policy.rl_quality import EntropyCollapsePolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import run_label
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, values_in
 
 MAX_LISTED_STEPS = 50
@@ -35,7 +37,7 @@ def _window_medians(rows, key: str, *, share: float, min_len: int) -> tuple[floa
     return median(windows.early), median(windows.late)
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[EntropyCollapsePolicy]) -> list[Finding]:
     if ctx.run.meta.trainer in ("sl", "dpo"):
         raise NotApplicable(f"a {ctx.run.meta.trainer} run samples nothing: no policy entropy")
     t = ctx.thresholds
@@ -134,7 +136,7 @@ def _first_sustained_below(values, floor: float) -> int:
     return int(steps[min(start, len(steps) - 1)])
 
 
-def _context(ctx, rows, t) -> tuple[dict, bool]:
+def _context(ctx: RuleContext[EntropyCollapsePolicy], rows, t) -> tuple[dict, bool]:
     """Notes for the message (frac_mixed, reward saturation, completion length), and whether frac_mixed fell."""
     notes: dict = {}
     stronger = False
@@ -192,6 +194,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=EntropyCollapsePolicy,
+        stage="training quality",
+        panels=("entropy", "groups"),
         requires=(requires("no optim/entropy in metrics", values_in("steps", "optim/entropy", "entropy")),),
         tags=("training", "rl", "metrics"),
     )

@@ -28,6 +28,7 @@ from trace_doctor.derive.stalls import (
 )
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import GilStallPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.signals import Signal
@@ -62,7 +63,7 @@ def confidence(signals: list[Signal]) -> str:
     return "low"
 
 
-def _monitor_signal(ctx: RuleContext) -> Signal | None:
+def _monitor_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     threshold = float(ctx.thresholds.min_monitor_jitter_s)
     lines = [ln for ln in gil_monitor_lines(ctx.run.log_events) if ln.values["jitter_s"] >= threshold]
     if not lines:
@@ -82,7 +83,7 @@ def _monitor_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _dump_signals(ctx: RuleContext) -> list[Signal]:
+def _dump_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
     found = silences(
         ctx.run.task_snapshots,
         min_intervals=float(ctx.thresholds.min_silent_intervals),
@@ -123,7 +124,7 @@ def _dump_signals(ctx: RuleContext) -> list[Signal]:
     return signals
 
 
-def _stack_signal(ctx: RuleContext) -> Signal | None:
+def _stack_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     states = stack_states(ctx.run.stack_snapshots)
     by_block: dict[tuple[str, int], dict[str, StackState]] = {}
     for state in states:
@@ -151,7 +152,7 @@ def _stack_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _trace_signals(ctx: RuleContext) -> list[Signal]:
+def _trace_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
     if ctx.run.height("spans") == 0:
         return []
     is_closed = CLOSED_WITH_DURATION
@@ -246,7 +247,7 @@ def _with_overlaps(rows: pl.DataFrame, stretched: pl.DataFrame) -> list[tuple[di
     return [(row, hits[i] if i < len(hits) else []) for i, row in enumerate(hit_rows)]
 
 
-def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
+def _trace_gap_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     """Gaps on the main task with no span open: untraced code ran, or the thread could not run.
 
     Alone this cannot tell a stall from untraced work, so it only supports other signals — but it
@@ -272,7 +273,7 @@ def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _heartbeat_signals(ctx: RuleContext) -> list[Signal]:
+def _heartbeat_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
     """The heartbeat warnings: placed in the trace when an outage is as long as a stretch where a thread
     ran user code and nothing on it moved (both threads stopped), else only corroborating."""
     lines = heartbeat_lines(ctx.run.log_events)
@@ -325,7 +326,7 @@ def _where(stalls) -> str:
     return f"{'/'.join(threads) or 'thread'} ({', '.join(names)})"
 
 
-def _step_time_signal(ctx: RuleContext) -> Signal | None:
+def _step_time_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     """Erratic steady step times: circumstantial, only ever supporting other evidence."""
     try:
         split = ctx.warmup
@@ -349,7 +350,7 @@ def _step_time_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _inputs(ctx: RuleContext) -> dict[str, bool]:
+def _inputs(ctx: RuleContext[GilStallPolicy]) -> dict[str, bool]:
     return {
         "gil-monitor": bool(gil_monitor_lines(ctx.run.log_events)),
         "task dumps": not ctx.run.task_snapshots.is_empty(),
@@ -358,7 +359,7 @@ def _inputs(ctx: RuleContext) -> dict[str, bool]:
     }
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[GilStallPolicy]) -> list[Finding]:
     inputs = _inputs(ctx)
     if not any(inputs.values()):
         heartbeat = heartbeat_lines(ctx.run.log_events)
@@ -483,6 +484,8 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=GilStallPolicy,
+        stage="GIL",
         shared=("max_warmup_share",),
         tags=("gil", "logs", "dumps", "trace"),
     )

@@ -14,13 +14,14 @@ import polars as pl
 from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.robust import median as robust_median
 from trace_doctor.derive.robust import robust_cv, robust_sigma
-from trace_doctor.derive.scheduled import scheduled_work
 from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
 from trace_doctor.derive.timekeys import PARENTS
 from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES, RESULT_WAIT_PHASES
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import InconsistentStepTimesPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires, values_in
 
 # A spike is explained by evals/checkpoints when they account for at least half its excess.
@@ -130,7 +131,9 @@ def phase_shift(before: pl.DataFrame, after: pl.DataFrame) -> tuple[str, float]:
     return best
 
 
-def regime_findings(ctx, steady: pl.DataFrame, regimes: list, wall: float | None) -> list[Finding]:
+def regime_findings(
+    ctx: RuleContext[InconsistentStepTimesPolicy], steady: pl.DataFrame, regimes: list, wall: float | None
+) -> list[Finding]:
     """One finding per change of level between consecutive regimes of a segment."""
     findings: list[Finding] = []
     for before, after in zip(regimes, regimes[1:], strict=False):
@@ -204,7 +207,9 @@ def regime_findings(ctx, steady: pl.DataFrame, regimes: list, wall: float | None
     return findings
 
 
-def untraced_stalls(ctx, level_s: float, reported_steps: set[int], *, step_times: bool = True) -> Finding | None:
+def untraced_stalls(
+    ctx: RuleContext[InconsistentStepTimesPolicy], level_s: float, reported_steps: set[int], *, step_times: bool = True
+) -> Finding | None:
     """Stalls between steps that no step time contains: the main task ran nothing traced for many
     steps' worth of time (a sleep, a blocking call, untraced work). Only the trace shows them: SFT
     steps are timed by their phases, and the stall falls between them. `step_times`: the run's
@@ -266,7 +271,7 @@ def share_text(share: float) -> str:
     return "<1%" if share < 0.005 else f"{share:.0%}"
 
 
-def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
+def result_wait_finding(ctx: RuleContext[InconsistentStepTimesPolicy], spread: dict, cv: float) -> Finding:
     """The spread is in the wait for results while the client's work is steady: info, not the user's code."""
     t = ctx.thresholds
     phases = ", ".join(f"`{p}`" for p in spread["phases"])
@@ -300,7 +305,7 @@ def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
     )
 
 
-def trace_only(ctx) -> list[Finding]:
+def trace_only(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
     """Without per-step times (a run with only a trace) the trace still shows stalls between steps,
     judged against the median traced step interval; spread and spikes need the metrics' step times."""
     t = ctx.thresholds
@@ -322,7 +327,7 @@ def trace_only(ctx) -> list[Finding]:
     )
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
     t = ctx.thresholds
     steady = (
         ctx.warmup.steady.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0))
@@ -343,7 +348,7 @@ def check(ctx) -> list[Finding]:
     steady = steady.with_columns(pl.col("_level").fill_null(median))
     # Scheduled work (evals and checkpoints on their cadence, also where they land outside their timer
     # on a neighbouring step) is judged by scheduled-work, never as inconsistency.
-    scheduled = scheduled_work(ctx.step_times).explained
+    scheduled = ctx.scheduled.explained
     on_schedule = pl.Series(
         [(int(g), int(s)) in scheduled for g, s in steady.select("segment", "step").iter_rows()], dtype=pl.Boolean
     )
@@ -479,6 +484,8 @@ RULE = register(
             fix="Find the work outside the timed phases; keep the host awake; move CPU work off the main thread.",
         ),
         check=check,
+        policy=InconsistentStepTimesPolicy,
+        stage="symptoms",
         shared=("max_warmup_share",),
         requires=(
             requires(

@@ -7,8 +7,10 @@ import polars as pl
 from trace_doctor.derive.staleness import loop_mode, sampler_lag
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.model import Finding
+from trace_doctor.policy.training import KlDriftPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import kl_columns, run_label, temperature_confound
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, values_in
 
 MAX_LISTED_STEPS = 50
@@ -67,7 +69,7 @@ def off_policy_lag(meta, rows: pl.DataFrame) -> pl.DataFrame | None:
     return lag.select("step", "lag_max")
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[KlDriftPolicy]) -> list[Finding]:
     rows = live_training_rows(ctx.run.steps)
     columns = kl_columns(rows)
     if not columns:
@@ -217,6 +219,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=KlDriftPolicy,
+        stage="training quality",
+        panels=("kl",),
         shared=(
             "max_stable_kl",
             "sawtooth_min_periods",

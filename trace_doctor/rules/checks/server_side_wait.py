@@ -18,6 +18,7 @@ from trace_doctor.derive.sessions import session_ids
 from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
 from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.service import ServerSideWaitPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 
@@ -29,7 +30,7 @@ HANDOFF_S = 0.01
 CYCLES_NEEDED = 2
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
     run, t = ctx.run, ctx.thresholds
     if run.meta.trainer not in CYCLE_PRICED_TRAINERS:
         raise NotApplicable(
@@ -148,6 +149,8 @@ RULE = register(
             fix="Escalate with the session id and `trace-doctor bundle`; check the status page.",
         ),
         check=check,
+        policy=ServerSideWaitPolicy,
+        stage="network and service",
         shared=("clock_cycle_s",),
         tags=("timing", "trace", "service"),
     )

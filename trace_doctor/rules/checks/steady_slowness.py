@@ -7,7 +7,9 @@ import polars as pl
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES, TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import SteadySlownessPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 
 # Trainers whose step is fb + optim only: for them a step should take about one or two cycles.
 TRAIN_ONLY_TRAINERS = ("sl", "dpo")
@@ -46,7 +48,7 @@ def slow_submissions(spans: pl.DataFrame) -> tuple[float, int] | None:
     return float((subs["dur_us"] / 1e6).median()), subs.height
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[SteadySlownessPolicy]) -> list[Finding]:
     steady = (
         ctx.warmup.steady.filter(pl.col("total_s").is_not_null()) if "total_s" in ctx.warmup.steady.columns else None
     )
@@ -137,6 +139,8 @@ RULE = register(
             fix="Pipeline submissions, free the main thread (serialization, CPU work), cache data preparation.",
         ),
         check=check,
+        policy=SteadySlownessPolicy,
+        stage="symptoms",
         shared=("clock_cycle_s", "max_warmup_share"),
         tags=("timing",),
     )
