@@ -100,3 +100,13 @@ class SharedPolicy:
         "is far beyond chance, whose spread is ~1/√n), so a few lucky drops are not a sawtooth.",
         bounds=Bounds(0.0, 1.0, low_open=True),
     )
+    # Two rules judge "GIL stall or blocking call" on the same trace: gil-stall reads a blocked call that
+    # overlaps a stretched round trip on another thread as the SDK thread starved too, and
+    # blocking-call-in-async leaves exactly those blocks to it. One ratio keeps the two readings apart.
+    round_trip_stretch_ratio: float = threshold(
+        2.0,
+        unit="x median round trip",
+        why="A sample round trip this many times its call's median (and longer than the rule's blocked-time "
+        "floor) was stretched: the SDK thread could not run either, a GIL stall rather than a blocking call.",
+        bounds=AT_LEAST_ONE,
+    )

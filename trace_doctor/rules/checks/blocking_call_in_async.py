@@ -37,8 +37,6 @@ MAX_CITED = 15
 BLOCKING_WAITS = frozenset({"result", "wait", "sleep", "acquire", "join", "_wait_for_tstate_lock"})
 # How the main thread's stall is read: the SDK's own warning and a silent [main] are direct.
 DIRECT, SUPPORTING = 2.0, 1.0
-# A stretched round trip at the same time means the SDK thread could not run either: a GIL stall.
-ROUND_TRIP_STRETCH = 2.0
 
 
 def _sdk_warnings(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
@@ -102,7 +100,9 @@ def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
         return None
     min_s = float(ctx.thresholds.min_blocked_s)
     closed = ctx.run.scan("spans").filter(CLOSED_WITH_DURATION)
-    stretched = stretched_round_trips(closed, ROUND_TRIP_STRETCH, min_s, ctx.round_trip_medians)
+    # A stretched round trip at the same time means the SDK thread could not run either: a GIL stall,
+    # judged by the ratio gil-stall uses (shared), so a block is one rule's or the other's, never both.
+    stretched = stretched_round_trips(closed, ctx.shared.round_trip_stretch_ratio, min_s, ctx.round_trip_medians)
     long = ctx.run.spans_where(
         CLOSED_WITH_DURATION
         & (pl.col("dur_us") > min_s * 1e6)
@@ -236,6 +236,7 @@ RULE = register(
         check=check,
         policy=BlockingCallPolicy,
         stage="profile",
+        shared=("round_trip_stretch_ratio",),
         tags=("gil", "dumps", "trace", "logs"),
     )
 )

@@ -22,7 +22,6 @@ FIX = (
     "loop free so submissions go out and results are consumed on time."
 )
 MAX_CITED = 10
-MIN_STACK_BLOCKS = 2
 
 
 def _label(category: str) -> str:
@@ -90,7 +89,7 @@ def _stack_finding(ctx: RuleContext[CpuBoundMainThreadPolicy]) -> Finding | None
     states = stack_states(ctx.run.stack_snapshots)
     main = [s for s in states if s.label == "main"]
     busy: list[StackState] = [s for s in main if s.state == "cpu"]
-    if len(busy) < MIN_STACK_BLOCKS or len(busy) / max(len(main), 1) < float(ctx.thresholds.min_share):
+    if len(busy) < ctx.thresholds.min_stack_blocks or len(busy) / max(len(main), 1) < float(ctx.thresholds.min_share):
         return None
     libraries = sorted({s.detail for s in busy})
     return ctx.finding(

@@ -17,9 +17,6 @@ from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, values_in
 
 MAX_LISTED_STEPS = 50
-# Completions at least this many times longer late than early, with the entropy gone, look like a
-# repetition loop rather than a converged answer.
-LENGTH_GROWTH = 2.0
 
 
 def entropy_column(columns: list[str]) -> str | None:
@@ -157,7 +154,7 @@ def _context(ctx: RuleContext[EntropyCollapsePolicy], rows, t) -> tuple[dict, bo
                 notes["saturated"] = True
     length_key = training_column(rows.columns, "ac_tokens_per_turn")
     length = _window_medians(rows, length_key, share=t.window_share, min_len=t.min_window) if length_key else None
-    if length is not None and length[0] > 0 and length[1] >= LENGTH_GROWTH * length[0]:
+    if length is not None and length[0] > 0 and length[1] >= t.length_growth * length[0]:
         notes["length"] = (
             f" Completions grew from {length[0]:.0f} to {length[1]:.0f} tokens per turn meanwhile: long, "
             "near-deterministic samples look like a repetition loop (see truncated-samples)."

@@ -168,7 +168,7 @@ def check(ctx: RuleContext[GetBatchBottleneckPolicy]) -> list[Finding]:
             seconds_lost=round(gb, 6),
             fraction_of_wall=round(share, 4),
             fingerprint="get-batch-bottleneck:steady",
-            confidence="high" if steady.height >= 10 else "medium",
+            confidence="high" if steady.height >= t.high_confidence_steps else "medium",
         )
     ]
 

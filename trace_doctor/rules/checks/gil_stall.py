@@ -52,13 +52,13 @@ SDK_STARVED = frozenset(
 ALL_THREADS_STOPPED = frozenset({"all-loops-silent", "heartbeat-while-busy"})
 
 
-def confidence(signals: list[Signal]) -> str:
+def confidence(signals: list[Signal], t: GilStallPolicy) -> str:
     """high: two or more independent signals, at least one direct; medium: one direct or two weaker."""
     score = sum(s.strength for s in signals)
     independent = sum(1 for s in signals if s.strength >= MEDIUM)
-    if score >= 3 and independent >= 2:
+    if score >= t.high_confidence_score and independent >= t.high_confidence_readings:
         return "high"
-    if score >= 2:
+    if score >= t.medium_confidence_score:
         return "medium"
     return "low"
 
@@ -159,7 +159,7 @@ def _trace_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
     min_s = float(ctx.thresholds.min_blocked_submit_s)
     stretched = stretched_round_trips(
         ctx.run.scan("spans").filter(is_closed),
-        float(ctx.thresholds.round_trip_stretch_ratio),
+        float(ctx.shared.round_trip_stretch_ratio),
         min_s,
         ctx.round_trip_medians,
     )
@@ -287,7 +287,7 @@ def _heartbeat_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
         matches, service = match_outages(
             outages,
             busy_thread_stalls(spans, min_s),
-            stretched_waits(spans, float(ctx.thresholds.round_trip_stretch_ratio), min_s),
+            stretched_waits(spans, float(ctx.shared.round_trip_stretch_ratio), min_s),
             float(ctx.thresholds.heartbeat_match_ratio),
         )
     on_service = sum(len(ep) for ep in service)
@@ -391,7 +391,7 @@ def check(ctx: RuleContext[GilStallPolicy]) -> list[Finding]:
         if supporting is not None:
             signals.append(supporting)
     signals.sort(key=lambda s: (-s.strength, s.kind))
-    level = confidence(signals)
+    level = confidence(signals, ctx.thresholds)
     # Without a reading of the GIL itself (the monitor, a stack, one thread's dumps stopping, a call
     # that could only be long if its thread was blocked) the evidence says every thread stopped: a
     # GIL held by user code is the likely reading, a suspended process the other one.
@@ -486,7 +486,7 @@ RULE = register(
         check=check,
         policy=GilStallPolicy,
         stage="GIL",
-        shared=("max_warmup_share",),
+        shared=("max_warmup_share", "round_trip_stretch_ratio"),
         tags=("gil", "logs", "dumps", "trace"),
     )
 )

@@ -24,10 +24,6 @@ from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires, values_in
 
-# A spike is explained by evals/checkpoints when they account for at least half its excess.
-EXPLAINED_SHARE = 0.5
-# A spike whose excess lies almost entirely outside every timed phase.
-UNTIMED_SPIKE_SHARE = 0.9
 MAX_LISTED_STEPS = 50
 
 
@@ -39,9 +35,9 @@ def periodic_seconds(frame: pl.DataFrame) -> pl.Series:
     return frame.select(pl.sum_horizontal([pl.col(f"phase:{n}").fill_null(0.0) for n in top])).to_series()
 
 
-def innermost_phase(row: dict, phase: str) -> tuple[str, float]:
+def innermost_phase(row: dict, phase: str, explained_share: float) -> tuple[str, float]:
     """The timer that holds most of `phase` in this row: a nested timer (`inner:<name>`, e.g. SFT
-    `get_batch` inside `submit_batch`) when it holds at least half of it, else the phase itself.
+    `get_batch` inside `submit_batch`) when it holds `explained_share` of it, else the phase itself.
     Naming the wrapper alone sends the user to the wrong code."""
     total = row.get(f"phase:{phase}") or 0.0
     inner = {
@@ -51,12 +47,14 @@ def innermost_phase(row: dict, phase: str) -> tuple[str, float]:
     }
     if inner and total > 0:
         name = max(inner, key=inner.get)
-        if inner[name] >= EXPLAINED_SHARE * total:
+        if inner[name] >= explained_share * total:
             return name, float(inner[name])
     return phase, float(total)
 
 
-def result_wait_spread(rows: pl.DataFrame, max_spread: float, spikes: pl.DataFrame) -> dict | None:
+def result_wait_spread(
+    rows: pl.DataFrame, max_spread: float, spikes: pl.DataFrame, explained_share: float
+) -> dict | None:
     """How the steps' spread splits between waiting for results and client work, when the client's
     share is steady: the top-level result-wait phases (`finish_batch`, `step`: awaiting
     forward_backward / optim_step) vary while everything else the step does keeps within
@@ -90,7 +88,7 @@ def result_wait_spread(rows: pl.DataFrame, max_spread: float, spikes: pl.DataFra
         return None
     if spikes.height:
         spike_client = spikes["total_s"] - wait_of(spikes) - (robust_median(client) or 0.0)
-        if bool((spike_client > (1.0 - EXPLAINED_SHARE) * spikes["_excess"]).any()):
+        if bool((spike_client > (1.0 - explained_share) * spikes["_excess"]).any()):
             return None
     return {
         "phases": [c.split(":", 1)[1] for c in waits],
@@ -110,7 +108,7 @@ def median_delta(before: pl.DataFrame, after: pl.DataFrame, column: str) -> floa
     return None if a is None or b is None else float(b) - float(a)
 
 
-def phase_shift(before: pl.DataFrame, after: pl.DataFrame) -> tuple[str, float]:
+def phase_shift(before: pl.DataFrame, after: pl.DataFrame, explained_share: float) -> tuple[str, float]:
     """The phase (or untimed time) whose typical seconds changed most between two regimes; the
     nested timer inside it (`get_batch` in `submit_batch`) when that one moved by at least half as much."""
     best = ("untimed", 0.0)
@@ -126,7 +124,7 @@ def phase_shift(before: pl.DataFrame, after: pl.DataFrame) -> tuple[str, float]:
     ]
     if nested:
         name, delta = max(nested, key=lambda item: abs(item[1]))
-        if abs(delta) >= EXPLAINED_SHARE * abs(best[1]) and delta * best[1] > 0:
+        if abs(delta) >= explained_share * abs(best[1]) and delta * best[1] > 0:
             return name, delta
     return best
 
@@ -147,7 +145,7 @@ def regime_findings(
         slow, fast = (after, before) if slower_later else (before, after)
         slow_rows = late if slower_later else early
         lost = float((slow_rows["total_s"] - fast.median_s).clip(lower_bound=0).sum())
-        phase, delta = phase_shift(early, late)
+        phase, delta = phase_shift(early, late, ctx.thresholds.explained_share)
         ratio = after.median_s / before.median_s
         where = f" (resumed segment {after.segment})" if after.segment else ""
         if phase != "untimed":
@@ -201,7 +199,9 @@ def regime_findings(
                 seconds_lost=round(lost, 6),
                 fraction_of_wall=round(lost / wall, 4) if wall else None,
                 fingerprint="inconsistent-step-times:regime-change",
-                confidence="high" if min(before.steps, after.steps) >= 20 else "medium",
+                confidence="high"
+                if min(before.steps, after.steps) >= ctx.thresholds.high_confidence_regime_steps
+                else "medium",
             )
         )
     return findings
@@ -356,7 +356,7 @@ def check(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
         (pl.col("total_s") - pl.col("_level")).alias("_excess")
     )
     # A spike its own eval/checkpoint timer accounts for is scheduled work too (e.g. a one-off final eval).
-    explained = spikes.filter(pl.col("_periodic") >= EXPLAINED_SHARE * pl.col("_excess"))
+    explained = spikes.filter(pl.col("_periodic") >= t.explained_share * pl.col("_excess"))
     excluded = pl.concat(
         [steady.filter(on_schedule).select("segment", "step"), explained.select("segment", "step")]
     ).unique()
@@ -375,7 +375,7 @@ def check(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
 
     # Long waits on a few steps are stalls for the stall rules; on many, how the service returns results.
     wait_pattern = cv > t.max_robust_cv or unexplained.height >= t.min_wait_spike_share * rest.height
-    in_wait = result_wait_spread(rest, t.max_robust_cv, unexplained) if wait_pattern else None
+    in_wait = result_wait_spread(rest, t.max_robust_cv, unexplained, t.explained_share) if wait_pattern else None
     if in_wait is not None:
         findings.append(result_wait_finding(ctx, in_wait, cv))
     elif unexplained.height or cv > t.max_robust_cv:
@@ -386,14 +386,14 @@ def check(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
             phase_cols = {c: row[c] for c in row if c.startswith("phase:") and row[c] is not None}
             biggest = max(phase_cols, key=phase_cols.get) if phase_cols else None
             note = ""
-            if untimed_share is not None and untimed_share >= UNTIMED_SPIKE_SHARE:
+            if untimed_share is not None and untimed_share >= t.untimed_spike_share:
                 note = (
                     " — almost all of it outside every timed phase: consistent with the host sleeping/suspending "
                     "or the process being stopped"
                 )
             elif biggest:
                 top = biggest.split(":", 1)[1]
-                name, seconds = innermost_phase(row, top)
+                name, seconds = innermost_phase(row, top, t.explained_share)
                 inside = f" inside `{top}`" if name != top else ""
                 note = f" — mostly in `{name}`{inside} ({format_seconds(seconds)})"
             details.append(

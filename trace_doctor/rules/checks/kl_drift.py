@@ -16,16 +16,16 @@ from trace_doctor.rules.requires import requires, values_in
 MAX_LISTED_STEPS = 50
 
 
-def worst_series(later: pl.DataFrame, columns: dict[str, str], band: float):
+def worst_series(later: pl.DataFrame, columns: dict[str, str], band: float, min_steps: int):
     """(share above the band, column, values, above-band rows) of the KL version with the largest share,
-    or None when no version has 3 values."""
+    or None when no version has `min_steps` values."""
     best = None
     for version in sorted(columns):
         column = columns[version]
         values = later.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select(
             "step", pl.col(column).abs().alias("kl")
         )
-        if values.height < 3:
+        if values.height < min_steps:
             continue
         above = values.filter(pl.col("kl") > band)
         share = above.height / values.height
@@ -82,13 +82,13 @@ def check(ctx: RuleContext[KlDriftPolicy]) -> list[Finding]:
     off_policy = None
     if lag is not None:
         later, off_policy = per_update(later, lag, columns)
-    best = worst_series(later, columns, band)
+    best = worst_series(later, columns, band, t.min_judged_steps)
     if best is None:
-        raise NotApplicable("fewer than 3 later steps with a KL value")
+        raise NotApplicable(f"fewer than {t.min_judged_steps} later steps with a KL value")
     share, column, values, above = best
     median = float(values["kl"].median())
     per = " per policy update (off-policy steps: |v1| / lag, v2 / lag²)" if off_policy else ""
-    if share < t.min_share_above or above.height < 3:
+    if share < t.min_share_above or above.height < t.min_steps_above:
         return ctx.passed(
             f"`{column}`{per} above {ctx.shared.max_stable_kl} on {above.height}/{values.height} later steps "
             f"(median {median:.3g})"
@@ -184,7 +184,7 @@ def check(ctx: RuleContext[KlDriftPolicy]) -> list[Finding]:
                 "save_sawtooth": ctx.sawtooth_shown(),
             },
             fingerprint=f"kl-drift:{column}",
-            confidence="high" if share >= 0.5 else "medium",
+            confidence="high" if share >= t.high_confidence_share else "medium",
         )
     ]
 

@@ -12,9 +12,6 @@ from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, table, values_in
 
-# teacher_kl rows needed before its trend can clear a high first value.
-MIN_TEACHER_ROWS_FOR_TREND = 4
-
 
 def kl_columns(frame: pl.DataFrame) -> dict[str, str]:
     """{"v1"/"v2": column} for the sampler-vs-trainer KL keys, matched by suffix (docs drop `optim/`)."""
@@ -124,7 +121,8 @@ def teacher_check(ctx: RuleContext[RendererKlStep0Policy], rows: pl.DataFrame) -
         return [], f"teacher_kl {value:.3g} at step {step} is below {limit}"
     # A renderer mismatch biases every teacher logprob, so training cannot remove it; a student
     # that starts far from its teacher but closes the gap is distillation working.
-    if present.height >= MIN_TEACHER_ROWS_FOR_TREND:
+    min_trend = ctx.thresholds.min_teacher_steps_for_trend
+    if present.height >= min_trend:
         tail = present.tail(max(1, present.height // 4))
         late = float(tail["teacher_kl"].median())
         if late <= limit:
@@ -136,7 +134,7 @@ def teacher_check(ctx: RuleContext[RendererKlStep0Policy], rows: pl.DataFrame) -
                     "(which would persist)"
                 ),
             )
-    short = present.height < MIN_TEACHER_ROWS_FOR_TREND
+    short = present.height < min_trend
     caveat = (
         f" Only {present.height} step(s) logged: too few to tell a persistent renderer bias from a "
         "student-teacher gap that training closes."

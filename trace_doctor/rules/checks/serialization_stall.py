@@ -112,12 +112,13 @@ def _trace_finding(ctx: RuleContext[SerializationStallPolicy]) -> Finding | None
         & pl.col("closed").fill_null(True)
         & pl.col("dur_us").is_not_null()
     )
-    if submits.height < 3:
+    enough = ctx.thresholds.min_submits
+    if submits.height < enough:
         return None
     limit = float(ctx.thresholds.max_submit_median_s)
     # Judged per call: optim_step requests are tiny, so a slow forward_backward would be diluted.
     medians = submits.group_by("name").agg((pl.col("dur_us").median() / 1e6).alias("median_s"), pl.len().alias("n"))
-    slow_names = medians.filter((pl.col("median_s") >= limit) & (pl.col("n") >= 3))["name"].to_list()
+    slow_names = medians.filter((pl.col("median_s") >= limit) & (pl.col("n") >= enough))["name"].to_list()
     if not slow_names:
         return None
     median_s = float(submits.filter(pl.col("name").is_in(slow_names))["dur_us"].median()) / 1e6

@@ -70,8 +70,8 @@ def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
             f"only {share:.0%} of steps are pipelined: awaited calls (pipelining-gap) explain late results first"
         )
     intervals = step_intervals(run.spans_where(pl.col("step").is_not_null(), ["segment", "step", "start_us"]))
-    if intervals.height < 3:
-        raise NotApplicable("fewer than 3 traced step intervals")
+    if intervals.height < t.min_step_intervals:
+        raise NotApplicable(f"fewer than {t.min_step_intervals} traced step intervals")
     # Time the main task ran nothing traced for over a cycle is the client's (a sleep, untraced work:
     # inconsistent-step-times reports it), never the service's: it is taken out of the intervals.
     stalls = merge([(float(a), float(b)) for a, b in main_track_gaps(run.spans_where(MAIN_TRACK_SPANS), cycle.seconds)])

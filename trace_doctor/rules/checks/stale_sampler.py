@@ -179,7 +179,7 @@ def _off_policy(ctx: RuleContext[StaleSamplerPolicy], rows: pl.DataFrame, mode: 
                             "steps_with_stale_lines": len(steps),
                         },
                         fingerprint=f"stale-sampler:requeued:{mode}",
-                        confidence="high" if trained_steps >= 10 else "medium",
+                        confidence="high" if trained_steps >= t.high_confidence_steps else "medium",
                     )
                 )
     if findings:
