@@ -45,6 +45,7 @@ MOVED_TO_SHARED: Mapping[tuple[str, str], str] = MappingProxyType(
         ("renderer-kl-step0", "max_kl_v1"): "max_stable_kl",
         ("renderer-kl-step0", "max_kl_v2"): "max_stable_kl",
         ("gil-stall", "round_trip_stretch_ratio"): "round_trip_stretch_ratio",
+        ("pipelining-gap", "min_wait_s"): "fb_optim_handoff_s",
     }
 )
 

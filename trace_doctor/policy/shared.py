@@ -110,3 +110,12 @@ class SharedPolicy:
         "floor) was stretched: the SDK thread could not run either, a GIL stall rather than a blocking call.",
         bounds=AT_LEAST_ONE,
     )
+    # pipelining-gap (an awaited fb result) and server-side-wait (a loop that pipelines, so late results
+    # are the service's) read the same gaps between forward_backward and optim_step submissions.
+    fb_optim_handoff_s: float = threshold(
+        0.02,
+        unit="s",
+        why="Submit-only SDK calls hand off in about a millisecond and the cookbook builds the optimizer "
+        "params in microseconds: a longer silence between forward_backward and optim_step is a result wait.",
+        bounds=POSITIVE,
+    )

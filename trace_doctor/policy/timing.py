@@ -25,13 +25,6 @@ class PipeliningGapPolicy:
         why="...unless, on a short run, they are at least this share of its wall time.",
         bounds=SHARE,
     )
-    min_wait_s: float = threshold(
-        0.02,
-        unit="s",
-        why="Submit-only SDK calls hand off in about a millisecond and the cookbook builds the optimizer "
-        "params in microseconds: a longer silence between forward_backward and optim_step is a result wait.",
-        bounds=POSITIVE,
-    )
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def worth_reporting(lost: float, wall: float, t: PipeliningGapPolicy) -> bool:
 
 def from_trace(ctx: RuleContext[PipeliningGapPolicy], spans: pl.DataFrame) -> list[Finding]:
     t = ctx.thresholds
-    min_wait = t.min_wait_s
+    min_wait = ctx.shared.fb_optim_handoff_s
     cycle = ctx.clock_cycle
     waits = fb_optim_waits(spans, min_wait)
     trans = step_transitions(spans)
@@ -223,7 +223,7 @@ RULE = register(
         check=check,
         policy=PipeliningGapPolicy,
         stage="pipelining",
-        shared=("clock_cycle_s", "max_warmup_share"),
+        shared=("clock_cycle_s", "max_warmup_share", "fb_optim_handoff_s"),
         tags=("timing", "trace"),
     )
 )

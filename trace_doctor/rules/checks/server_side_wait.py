@@ -24,8 +24,6 @@ from trace_doctor.rules.context import RuleContext
 
 # Trainers whose step the clock-cycle model prices: forward_backward + optim_step.
 CYCLE_PRICED_TRAINERS = ("sl", "dpo")
-# A wait between fb and optim submissions shorter than this is a hand-off, not an awaited result.
-HANDOFF_S = 0.01
 # A pipelined forward_backward + optim_step is served in this many cycles.
 CYCLES_NEEDED = 2
 
@@ -55,7 +53,7 @@ def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
             "(serialization-stall), so late results are not the service's"
         )
     calls = run.spans_where(pl.col("name").is_in(PIPELINING_CALLS))
-    handoffs = fb_optim_waits(calls, HANDOFF_S)
+    handoffs = fb_optim_waits(calls, ctx.shared.fb_optim_handoff_s)
     transitions = step_transitions(calls)
     pipelined = [
         float((~frame["sequential"]).mean())
@@ -151,7 +149,7 @@ RULE = register(
         check=check,
         policy=ServerSideWaitPolicy,
         stage="network and service",
-        shared=("clock_cycle_s",),
+        shared=("clock_cycle_s", "fb_optim_handoff_s"),
         tags=("timing", "trace", "service"),
     )
 )
