@@ -86,3 +86,17 @@ def test_every_check_is_typed_with_its_rules_policy(rule):
     hints = typing.get_type_hints(rule.check, vars(inspect.getmodule(rule.check)))
     (param,) = inspect.signature(rule.check).parameters
     assert hints[param] == RuleContext[rule.policy]
+
+
+@pytest.mark.parametrize(
+    ("slug", "old", "knob"),
+    [
+        ("gil-stall", "round_trip_stretch_ratio", "round_trip_stretch_ratio"),
+        ("pipelining-gap", "min_wait_s", "fb_optim_handoff_s"),
+    ],
+)
+def test_a_knob_two_rules_share_is_still_set_where_it_used_to_be(slug, old, knob):
+    """The cutoff both rules of a pair judge by is one shared knob; the old per-rule key still sets it."""
+    policy = Policy.from_config(rules={slug: {old: 3.0}})
+    assert getattr(policy.shared, knob) == 3.0
+    assert any(f"[tool.trace-doctor.shared] {knob}" in note for note in policy.notes)
