@@ -110,6 +110,13 @@ class EntropyCollapsePolicy:
         "policy converged on a solved task: the collapse is the saturation's symptom (info).",
         bounds=SHARE,
     )
+    length_growth: float = threshold(
+        2.0,
+        unit="x early completion length",
+        why="Completions at least this many times longer late than early, with the entropy gone, look like a "
+        "repetition loop rather than a converged answer: the finding says so.",
+        bounds=AT_LEAST_ONE,
+    )
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from trace_doctor.knowledge.hyperparams import (
     sft_lora_lr,
 )
 from trace_doctor.model import Finding
+from trace_doctor.policy.configuration import ConfigRiskPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires
@@ -30,7 +31,7 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def _temperature_with_kl(ctx: RuleContext, cfg: dict[str, Any]) -> Finding | None:
+def _temperature_with_kl(ctx: RuleContext[ConfigRiskPolicy], cfg: dict[str, Any]) -> Finding | None:
     temperature, kl_coef = _number(cfg.get("temperature")), _number(cfg.get("kl_penalty_coef"))
     if temperature is None or kl_coef is None or abs(temperature - 1.0) <= 1e-9 or kl_coef <= 0:
         return None
@@ -50,7 +51,7 @@ def _temperature_with_kl(ctx: RuleContext, cfg: dict[str, Any]) -> Finding | Non
     )
 
 
-def _substeps_without_ppo(ctx: RuleContext, cfg: dict[str, Any]) -> Finding | None:
+def _substeps_without_ppo(ctx: RuleContext[ConfigRiskPolicy], cfg: dict[str, Any]) -> Finding | None:
     substeps = _number(cfg.get("num_substeps"))
     async_config = cfg.get("async_config") if isinstance(cfg.get("async_config"), dict) else {}
     loss_fn = str(async_config.get("loss_fn") or cfg.get("loss_fn") or DEFAULT_LOSS_FN)
@@ -77,7 +78,7 @@ def _substeps_without_ppo(ctx: RuleContext, cfg: dict[str, Any]) -> Finding | No
     )
 
 
-def _learning_rate(ctx: RuleContext, cfg: dict[str, Any]) -> tuple[Finding | None, str | None]:
+def _learning_rate(ctx: RuleContext[ConfigRiskPolicy], cfg: dict[str, Any]) -> tuple[Finding | None, str | None]:
     """(finding, pass reason) for an RL learning rate an order of magnitude outside the recipes' range."""
     if ctx.run.meta.trainer != "rl":
         return None, None
@@ -125,7 +126,7 @@ def _learning_rate(ctx: RuleContext, cfg: dict[str, Any]) -> tuple[Finding | Non
     return None, f"learning_rate {lr:.3g} is within an order of magnitude of the RL recipes' {USUAL_RL_LRS}"
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[ConfigRiskPolicy]) -> list[Finding]:
     cfg = ctx.run.meta.config
     if not cfg:
         raise NotApplicable("config.json is empty or unreadable")
@@ -172,6 +173,8 @@ RULE = register(
             fix="Temperature 1 with a KL penalty; loss_fn='ppo' with substeps; an RL rate near 1e-5–4e-5 for LoRA.",
         ),
         check=check,
+        policy=ConfigRiskPolicy,
+        stage="training quality",
         requires=(requires("no config.json", found("config")),),
         tags=("config",),
     )
