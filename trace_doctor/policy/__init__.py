@@ -36,7 +36,7 @@ from trace_doctor.policy.rl_quality import (
     TruncatedSamplesPolicy,
 )
 from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
-from trace_doctor.policy.service import RequestRetriesPolicy, ServerSideWaitPolicy
+from trace_doctor.policy.service import RequestRetriesPolicy, RunStoppedPolicy, ServerSideWaitPolicy
 from trace_doctor.policy.shared import SharedPolicy
 from trace_doctor.policy.timing import (
     BlockingCallPolicy,
@@ -86,6 +86,7 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "known-bad-dependency": KnownBadDependencyPolicy,
         "decoded-error": DecodedErrorPolicy,
         "request-retries": RequestRetriesPolicy,
+        "run-stopped": RunStoppedPolicy,
         "step-time-regression": StepTimeRegressionPolicy,
         "new-finding": NewFindingPolicy,
         "quality-regression": QualityRegressionPolicy,
