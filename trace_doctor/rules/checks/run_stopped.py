@@ -227,8 +227,10 @@ def check(ctx: RuleContext) -> list[Finding]:
     if end.final_checkpoint and not end.left_open:
         return ctx.passed("the run saved its final checkpoint and left nothing in flight")
     stopped_short = end.plan.steps is not None and not end.plan.upper_bound and end.last_step is not None
-    # Phases ran (the log says so) yet no step was ever logged: it stopped inside its first step.
-    never_logged = end.last_step is None and end.last_phase is not None
+    # Phases ran (the log says so) yet no step was ever logged: it stopped inside its first step. Only
+    # in a run folder (config or metrics read): a log file named alone says nothing about the metrics.
+    run_folder = ctx.run.has_input("config") or ctx.run.has_input("metrics")
+    never_logged = end.last_step is None and end.last_phase is not None and run_folder
     if not (end.left_open or end.exceptions or stopped_short or never_logged):
         return ctx.passed(
             "nothing says the run stopped early: no planned length to fall short of, no span or log phase left "
