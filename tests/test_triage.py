@@ -54,7 +54,7 @@ def test_symptoms_are_explained_by_their_causes(scenario):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_seconds_lost_add_up_to_at_most_the_wall_time(scenario):
     result = analyze(load_run(fixture_run(scenario)))
-    _assert_account_closes(result.summary, [f.to_dict() for f in result.findings])
+    _assert_account_closes(result.run_summary.to_dict(), [f.to_dict() for f in result.findings])
 
 
 def _assert_account_closes(summary: dict, findings: list[dict]) -> None:

@@ -201,7 +201,7 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, colou
     )
     steps = shown["step"].to_list()
     totals = shown["total_s"].to_list()
-    warmup = int(result.derived.get("warmup_steps", result.summary.get("warmup_steps") or 0) or 0)
+    warmup = int(result.derived.get("warmup_steps", result.run_summary.warmup_steps or 0) or 0)
     if len(shown) < len(times):
         # Binned: the boundary falls in the bin that holds the first steady step.
         first_steady = times["step"][warmup] if warmup < len(times) else None
@@ -214,7 +214,7 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, colou
                 steps,
                 totals,
                 warmup_steps=warmup,
-                steady_median_s=result.summary.get("steady_step_time_s"),
+                steady_median_s=result.run_summary.steady_step_time_s,
                 marked=marked,
             ),
         )
@@ -712,7 +712,8 @@ def render_html(result: Analysis, budget: Budget | None = None, *, plotly_src: s
     notes = Summarised()
     colours = figures.assign_phase_colours(_colour_names(result))
     read = findings_view.reading(result.findings)
-    account = result.summary.get("account")
+    summary = result.run_summary
+    account = summary.account
     planned = health_view.plan(result, kl_band(result))
     # Findings marked on the health panels take their colour in the same hand-out as the timeline's.
     gantt, targets, gantt_extras = _timeline(
@@ -740,7 +741,7 @@ def render_html(result: Analysis, budget: Budget | None = None, *, plotly_src: s
         "run": run,
         "meta": run.meta,
         "doc": build_document(result)["run"],
-        "summary": result.summary,
+        "summary": summary,
         "verdict": decided.headline,
         # The page's colour class for the verdict (the stylesheet calls a clear run "ok").
         "worst": "ok" if decided.status == "clear" else decided.status,
