@@ -146,8 +146,8 @@ def test_counterfactual_range_reflects_confidence():
     account = time_account(
         findings, wall_s=10.0, wall_basis=TOTALS_BASIS, spans=EMPTY, step_times=EMPTY, clock_cycle=None, floor_s=0.0
     )
-    assert account["counterfactual"]["range_s"] == [4.0, 6.0]
-    assert account["lost_s"] == 6.0
+    assert account.counterfactual.range_s == (4.0, 6.0)
+    assert account.lost_s == 6.0
 
 
 def test_symptoms_are_shown_under_their_cause():
