@@ -22,6 +22,7 @@ import orjson
 import polars as pl
 
 from trace_doctor import __version__
+from trace_doctor.derive import dump_cadence
 from trace_doctor.derive.timekeys import parent_of
 from trace_doctor.humanize import format_seconds, json_dumps, printable
 from trace_doctor.model import Analysis, Finding
@@ -508,30 +509,18 @@ def _profiles(result: Analysis, budget: Budget, notes: Summarised) -> list[dict[
 
 
 def _dump_cadence(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Chart | None, list[dict[str, Any]]]:
-    snaps = result.run.task_snapshots
-    if snaps.is_empty() or snaps["timestamp"].drop_nulls().is_empty():
+    """The dump-cadence chart and each label's longest gap, both from derive.dump_cadence (the
+    derivation the GIL-stall rule's silences come from, so the page and the finding agree)."""
+    dumps = dump_cadence.dump_times(result.run.task_snapshots).filter(pl.col("timestamp").is_not_null())
+    if dumps.is_empty():
         return None, []
-    dumps = (
-        snaps.filter(pl.col("timestamp").is_not_null())
-        .group_by("source", "label", "snapshot")
-        .agg(pl.col("timestamp").first(), pl.col("interval_s").first())
-        .sort("label", "timestamp", "source", "snapshot")
-        .with_columns((pl.col("timestamp").diff().over("label").dt.total_milliseconds() / 1000).alias("gap_s"))
-    )
-    per_label, silences = {}, []
+    silences = [
+        {"label": gap.label, "gap_s": gap.gap_s, "at": str(gap.at), "dumps": gap.dumps, "interval_s": gap.interval_s}
+        for gap in dump_cadence.longest_gaps(result.run.task_snapshots)
+    ]
+    per_label = {}
     for label in sorted(dumps["label"].drop_nulls().unique().to_list()):
         own = dumps.filter(pl.col("label") == label)
-        longest = own.sort(["gap_s", "timestamp"], descending=[True, False], nulls_last=True).head(1)
-        if longest["gap_s"][0] is not None:
-            silences.append(
-                {
-                    "label": label,
-                    "gap_s": longest["gap_s"][0],
-                    "at": str(longest["timestamp"][0]),
-                    "dumps": len(own),
-                    "interval_s": own["interval_s"].drop_nulls().median(),
-                }
-            )
         seconds = own.group_by("timestamp").agg(pl.len().alias("dumps")).sort("timestamp")
         if len(seconds) > budget.dump_points:
             notes.add(
