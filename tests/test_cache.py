@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from conftest import isolated_cache
 
 from trace_doctor.cli import main
-from trace_doctor.ingest import cache
-from trace_doctor.ingest import trace_events as te
-from trace_doctor.ingest.trace_events import parse_trace_files
+from trace_doctor.ingest.storage import cache
+from trace_doctor.ingest.trace import trace_events as te
+from trace_doctor.ingest.trace.trace_events import parse_trace_files
 
 
 def event(name: str, ph: str, ts: float, step: int | None = None) -> str:

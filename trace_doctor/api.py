@@ -20,17 +20,17 @@ from typing import Any
 
 from trace_doctor.discover import discover
 from trace_doctor.file_names import input_path
-from trace_doctor.ingest.checkpoints import parse_checkpoint_files
-from trace_doctor.ingest.config import parse_config, trainer_from_metric_keys
-from trace_doctor.ingest.dumps import parse_dump_files
-from trace_doctor.ingest.launches import launches_of
-from trace_doctor.ingest.logs import parse_log_files
-from trace_doctor.ingest.metrics import parse_metrics_files
-from trace_doctor.ingest.profiles import parse_profile_files
-from trace_doctor.ingest.rollouts import parse_rollout_files
-from trace_doctor.ingest.timing_spans import parse_timing_spans_files
-from trace_doctor.ingest.trace_events import parse_trace_files
-from trace_doctor.ingest.wandb_metadata import parse_wandb_metadata_files
+from trace_doctor.ingest.parsers.checkpoints import parse_checkpoint_files
+from trace_doctor.ingest.parsers.config import parse_config, trainer_from_metric_keys
+from trace_doctor.ingest.parsers.dumps import parse_dump_files
+from trace_doctor.ingest.parsers.launches import launches_of
+from trace_doctor.ingest.parsers.logs import parse_log_files
+from trace_doctor.ingest.parsers.metrics import parse_metrics_files
+from trace_doctor.ingest.parsers.profiles import parse_profile_files
+from trace_doctor.ingest.parsers.rollouts import parse_rollout_files
+from trace_doctor.ingest.parsers.timing_spans import parse_timing_spans_files
+from trace_doctor.ingest.parsers.wandb_metadata import parse_wandb_metadata_files
+from trace_doctor.ingest.trace.trace_events import parse_trace_files
 from trace_doctor.model import Analysis, IngestWarning, RunMeta, RunTables
 from trace_doctor.policy import Policy
 from trace_doctor.settings import Settings

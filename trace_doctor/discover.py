@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trace_doctor.file_names import input_path
-from trace_doctor.ingest.rollouts import is_rollout_summaries_name
-from trace_doctor.ingest.textfile import utf16_as_utf8, utf16_encoding
+from trace_doctor.ingest.parsers.rollouts import is_rollout_summaries_name
+from trace_doctor.ingest.reading.textfile import utf16_as_utf8, utf16_encoding
 from trace_doctor.model import PassedOver
 
 KINDS = (
@@ -152,7 +152,7 @@ def _classify_json(head: bytes) -> str | None:
     if b'"traceEvents"' in head:
         # A PyTorch profiler trace puts its device and distributed-run metadata first: the key is
         # a trace's when the head's top-level object reaches it (not text or a nested key).
-        from trace_doctor.ingest.trace_document import has_trace_events
+        from trace_doctor.ingest.trace.trace_document import has_trace_events
 
         return "trace" if has_trace_events(stripped) else None
     return None

@@ -21,7 +21,7 @@ from trace_doctor.derive.rl_quality import (
     training_column,
 )
 from trace_doctor.derive.step_times import live_training_rows
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import Finding
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import run_label

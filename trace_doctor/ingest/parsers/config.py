@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trace_doctor.ingest.deep_json import cap_depth
-from trace_doctor.ingest.jsonl import as_int64, decode_json, read_bytes
+from trace_doctor.ingest.reading.deep_json import cap_depth
+from trace_doctor.ingest.reading.jsonl import as_int64, decode_json, read_bytes
 from trace_doctor.knowledge.tinker import KL_SAMPLE_TRAIN_V1, RL_BATCH_KEY, RL_ENV_PREFIX, TEACHER_KL
 from trace_doctor.model import IngestWarning, InputFile, RunMeta
 

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.span_args import with_track_thread
-from trace_doctor.ingest.span_names import SpanNames
-from trace_doctor.ingest.span_pairing import KEY, complete_spans, pair_begin_end
-from trace_doctor.ingest.span_spill import SpanSpill
-from trace_doctor.ingest.stored_table import disk_failed, scratch_file
-from trace_doctor.ingest.trace_parse import META_COLUMNS, SPAN_PHASES
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.storage.stored_table import disk_failed, scratch_file
+from trace_doctor.ingest.trace.span_args import with_track_thread
+from trace_doctor.ingest.trace.span_names import SpanNames
+from trace_doctor.ingest.trace.span_pairing import KEY, complete_spans, pair_begin_end
+from trace_doctor.ingest.trace.span_spill import SpanSpill
+from trace_doctor.ingest.trace.trace_parse import META_COLUMNS, SPAN_PHASES
 
 # Phases other than spans and metadata are counted, not read: their names make the warning readable.
 PHASE_NAMES = {

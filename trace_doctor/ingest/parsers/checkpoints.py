@@ -7,9 +7,9 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.input_stream import InputStream
-from trace_doctor.ingest.jsonl import as_int64, iter_json_records, json_text, shown
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.reading.input_stream import InputStream
+from trace_doctor.ingest.reading.jsonl import as_int64, iter_json_records, json_text, shown
 from trace_doctor.model import CHECKPOINTS_SCHEMA, IngestWarning, InputFile
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trace_doctor.ingest.jsonl import UTF8_BOM, certainly_not_an_object
+from trace_doctor.ingest.reading.jsonl import UTF8_BOM, certainly_not_an_object
 
 BLANK, OBJECT, GARBAGE = 0, 1, 2
 # Bytes Python's bytes.strip() removes (what makes a line blank), and the first byte of a BOM.

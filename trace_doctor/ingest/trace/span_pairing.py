@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.ingest.columnwise import gather_releasing
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.span_args import merge_args, own_args_texts
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.storage.columnwise import gather_releasing
+from trace_doctor.ingest.trace.span_args import merge_args, own_args_texts
 
 # What a track is: events pair only within one, and a resumed process (a segment) reuses pids and tids.
 KEY = ["segment", "pid", "pid_label", "tid", "tid_label", "track"]

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.input_stream import InputStream
-from trace_doctor.ingest.jsonl import as_int64, iter_json_records, json_text, shown
-from trace_doctor.ingest.launches import MIN_RETURNS, writer_chains
+from trace_doctor.ingest.parsers.launches import MIN_RETURNS, writer_chains
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.reading.input_stream import InputStream
+from trace_doctor.ingest.reading.jsonl import as_int64, iter_json_records, json_text, shown
 from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, RL_BATCH_KEY, TIME_PREFIX
 from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile
 

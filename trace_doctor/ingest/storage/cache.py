@@ -39,8 +39,8 @@ from typing import Any
 import polars as pl
 import xxhash
 
-from trace_doctor.ingest import digest_memo, stored_table
-from trace_doctor.ingest.stored_table import PartWriter, StoredTable, paths_in_use, scratch_folder
+from trace_doctor.ingest.storage import digest_memo, package_digest, stored_table
+from trace_doctor.ingest.storage.stored_table import PartWriter, StoredTable, paths_in_use, scratch_folder
 from trace_doctor.model import IngestWarning, InputFile
 
 MIN_CACHED_BYTES = 4 * 1024 * 1024
@@ -167,33 +167,9 @@ def file_digest(path: Path, expected_size: int) -> str | None:
 
 @cache
 def _parser_fingerprint() -> str:
-    # The parsers' source text: a code change invalidates every entry without a version bump.
-    digest = hashlib.sha256(FORMAT_VERSION.encode())
-    here = Path(__file__).resolve().parent
-    for name in (
-        "trace_events.py",
-        "trace_read.py",
-        "trace_parse.py",
-        "trace_layout.py",
-        "bisected_read.py",
-        "span_build.py",
-        "span_pairing.py",
-        "span_args.py",
-        "span_steps.py",
-        "jsonl.py",
-        "rollouts.py",
-        "span_stream.py",
-        "span_spill.py",
-        "span_names.py",
-        "stored_table.py",
-        "digest_memo.py",
-        "cache.py",
-    ):
-        try:
-            digest.update((here / name).read_bytes())
-        except OSError:
-            digest.update(name.encode())
-    return digest.hexdigest()
+    # Every module of the package, not a list of the parsers': a code change anywhere a table could
+    # come from (a new parser, a helper one starts to import) invalidates every entry.
+    return hashlib.sha256(f"{FORMAT_VERSION}\0{package_digest.source_digest()}".encode()).hexdigest()
 
 
 def _entry_path(path: Path, table: str) -> Path:
@@ -401,7 +377,7 @@ def load_stored(
 ) -> tuple[StoredTable, InputFile, list[IngestWarning]] | None:
     """The stored table, input record and warnings cached for `path`, if its content (`taken`, or as
     it is now) is the one the entry was built from. The rows are not read."""
-    from trace_doctor.ingest.span_build import SPAN_COLUMNS
+    from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS
 
     taken = taken or snapshot(path)
     if taken is None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from trace_doctor.ingest.file_warnings import WarningSink
-from trace_doctor.ingest.jsonl import read_bytes
+from trace_doctor.ingest.reading.file_warnings import WarningSink
+from trace_doctor.ingest.reading.jsonl import read_bytes
 from trace_doctor.model import IngestWarning
 
 INT64_MAX = 2**63 - 1

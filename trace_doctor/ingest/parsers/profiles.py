@@ -22,9 +22,9 @@ import orjson
 import polars as pl
 
 from trace_doctor.file_names import input_path
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.input_stream import InputStream
-from trace_doctor.ingest.jsonl import CHUNK_BYTES, INT64_MAX, UTF8_BOM, decode_json_text
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.reading.input_stream import InputStream
+from trace_doctor.ingest.reading.jsonl import CHUNK_BYTES, INT64_MAX, UTF8_BOM, decode_json_text
 from trace_doctor.model import FRAMES_SCHEMA, PROFILES_SCHEMA, IngestWarning, InputFile
 
 SELF = "[self]"

@@ -18,9 +18,9 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.input_stream import InputStream
-from trace_doctor.ingest.jsonl import as_int64, iter_json_records, shown
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.reading.input_stream import InputStream
+from trace_doctor.ingest.reading.jsonl import as_int64, iter_json_records, shown
 from trace_doctor.model import ROLLOUTS_SCHEMA, IngestWarning, InputFile
 
 # `iteration_000012/train_rollout_summaries.jsonl`, `eval_gsm8k_rollout_summaries.jsonl`, and the
@@ -179,7 +179,7 @@ def _parse_file(path: Path, columns: _Columns, warnings: list[IngestWarning]) ->
 
 def _parse_cached(path: Path, warnings: list[IngestWarning]) -> tuple[pl.DataFrame, InputFile]:
     """One file's rows, from the table cache when the file is unchanged (large exports only)."""
-    from trace_doctor.ingest import cache
+    from trace_doctor.ingest.storage import cache
 
     snapshot = cache.snapshot(path)
     cached = cache.load(path, "rollouts", snapshot)

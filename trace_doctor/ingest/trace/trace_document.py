@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from trace_doctor.ingest import jsonl
-from trace_doctor.ingest.jsonl import JSON_WHITESPACE, UTF8_BOM, ByteStream
+from trace_doctor.ingest.reading import jsonl
+from trace_doctor.ingest.reading.jsonl import JSON_WHITESPACE, UTF8_BOM, ByteStream
 
 # Bytes scanned at once: numpy's per-call cost vanishes, and the temporaries stay ~10x this.
 BLOCK_BYTES = 8 * 1024 * 1024

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import polars as pl
 
-from trace_doctor.ingest.columnwise import gather_releasing
-from trace_doctor.ingest.span_names import SpanNames
-from trace_doctor.ingest.span_pairing import PAIRED_SCHEMA
-from trace_doctor.ingest.span_steps import StepCovers
-from trace_doctor.ingest.stored_table import MEMORY_ROWS, PartWriter, disk_failed, scratch_file
+from trace_doctor.ingest.storage.columnwise import gather_releasing
+from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, disk_failed, scratch_file
+from trace_doctor.ingest.trace.span_names import SpanNames
+from trace_doctor.ingest.trace.span_pairing import PAIRED_SCHEMA
+from trace_doctor.ingest.trace.span_steps import StepCovers
 
 # Spans buffered before a scratch file is written, and spans per window of the second pass:
 # ~15-30 MB of spans each, the most this stage holds, whatever the file's length. A file of at most
@@ -183,7 +183,7 @@ class SpanSpill:
 
 def write_sorted(spill: SpanSpill, names: SpanNames | None, source: str, out: PartWriter) -> None:
     """Pass two: the spilled spans, window by window, named, in order and attributed, into `out`."""
-    from trace_doctor.ingest.span_build import SPAN_COLUMNS
+    from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS
 
     spill.finish()
     covers = StepCovers.of(

@@ -17,12 +17,12 @@ from typing import NamedTuple
 
 import polars as pl
 
-from trace_doctor.ingest.columnwise import concat_releasing
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.input_stream import InputStream
-from trace_doctor.ingest.jsonl import CHUNK_BYTES, LineChunk, decode_json, iter_line_chunks, oversized_problem
-from trace_doctor.ingest.trace_document import DocumentEvents, has_trace_events
-from trace_doctor.ingest.trace_parse import (
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.reading.input_stream import InputStream
+from trace_doctor.ingest.reading.jsonl import CHUNK_BYTES, LineChunk, decode_json, iter_line_chunks, oversized_problem
+from trace_doctor.ingest.storage.columnwise import concat_releasing
+from trace_doctor.ingest.trace.trace_document import DocumentEvents, has_trace_events
+from trace_doctor.ingest.trace.trace_parse import (
     META_COLUMNS,
     SPAN_EVENT_COLUMNS,
     ChunkRead,

@@ -18,8 +18,8 @@ from typing import Any
 import polars as pl
 
 from trace_doctor.file_names import input_path
-from trace_doctor.ingest.file_warnings import FileWarnings, WarningSink
-from trace_doctor.ingest.textfile import int64, read_text_lines, strip_ansi
+from trace_doctor.ingest.reading.file_warnings import FileWarnings, WarningSink
+from trace_doctor.ingest.reading.textfile import int64, read_text_lines, strip_ansi
 from trace_doctor.model import STACK_SNAPSHOTS_SCHEMA, TASK_SNAPSHOTS_SCHEMA, IngestWarning, InputFile
 
 TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from trace_doctor.ingest.deep_json import dumps_deep, loads_deep
-from trace_doctor.ingest.file_warnings import FileWarnings, WarningSink
+from trace_doctor.ingest.reading.deep_json import dumps_deep, loads_deep
+from trace_doctor.ingest.reading.file_warnings import FileWarnings, WarningSink
 from trace_doctor.model import IngestWarning
 
 # A line this long is almost certainly not a metrics or trace record; report it rather than

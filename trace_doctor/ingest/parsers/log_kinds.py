@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trace_doctor.ingest.textfile import int64
+from trace_doctor.ingest.reading.textfile import int64
 from trace_doctor.knowledge.errors import decode_error, match_sdk_message
 from trace_doctor.knowledge.tinker import GIL_MONITOR_LINE, MODEL_DUMP_TOOK, RUN_ID, SESSION_ID, TINKER_URI
 

@@ -20,8 +20,8 @@ import orjson
 import polars as pl
 
 from trace_doctor.file_names import input_path
-from trace_doctor.ingest.dumps import dump_block_lines
-from trace_doctor.ingest.log_kinds import (
+from trace_doctor.ingest.parsers.dumps import dump_block_lines
+from trace_doctor.ingest.parsers.log_kinds import (
     Classified,
     classify_exception_line,
     classify_message,
@@ -29,7 +29,7 @@ from trace_doctor.ingest.log_kinds import (
     tinker_run_ids,
     versions_in,
 )
-from trace_doctor.ingest.textfile import read_text_lines, strip_ansi
+from trace_doctor.ingest.reading.textfile import read_text_lines, strip_ansi
 from trace_doctor.knowledge.errors import decode_error
 from trace_doctor.model import LOG_EVENTS_SCHEMA, IngestWarning, InputFile
 

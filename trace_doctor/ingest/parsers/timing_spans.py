@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from trace_doctor.ingest.bisected_read import Refused, read_bisected
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.input_stream import InputStream
-from trace_doctor.ingest.jsonl import (
+from trace_doctor.ingest.reading.bisected_read import Refused, read_bisected
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.reading.input_stream import InputStream
+from trace_doctor.ingest.reading.jsonl import (
     CHUNK_BYTES,
     JSON_INT,
     JSON_NUMBER,
@@ -33,8 +33,8 @@ from trace_doctor.ingest.jsonl import (
     iter_line_chunks,
     oversized_problem,
 )
-from trace_doctor.ingest.stored_table import DeferredPart, PartWriter, StoredTable, scratch_folder
-from trace_doctor.ingest.trace_layout import text_lines
+from trace_doctor.ingest.storage.stored_table import DeferredPart, PartWriter, StoredTable, scratch_folder
+from trace_doctor.ingest.trace.trace_layout import text_lines
 from trace_doctor.model import STEP_SPANS_SCHEMA, IngestWarning, InputFile
 
 SCHEMA: dict[str, pl.DataType] = {**STEP_SPANS_SCHEMA, "index": pl.Int32, "segment": pl.Int32, "source": pl.String}

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trace_doctor.ingest.jsonl import decode_json, read_bytes
+from trace_doctor.ingest.reading.jsonl import decode_json, read_bytes
 from trace_doctor.model import IngestWarning, InputFile, WandbMetadata
 
 WANDB_RUN_FOLDER = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-(?P<run_id>[A-Za-z0-9]+)$")

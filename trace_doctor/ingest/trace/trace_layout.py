@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from trace_doctor.ingest.jsonl import JSON_INT, JSON_NUMBER
+from trace_doctor.ingest.reading.jsonl import JSON_INT, JSON_NUMBER
 
 _TEXT = r'([^"\\\x00-\x1f]*)'
 _INT = f"({JSON_INT})"

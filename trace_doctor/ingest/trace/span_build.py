@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.span_spill import write_sorted
-from trace_doctor.ingest.span_stream import SpanStream
-from trace_doctor.ingest.stored_table import PartWriter
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.storage.stored_table import PartWriter
+from trace_doctor.ingest.trace.span_spill import write_sorted
+from trace_doctor.ingest.trace.span_stream import SpanStream
 from trace_doctor.model import SPANS_SCHEMA
 
 # The spans table (SPANS_SCHEMA) and what it keeps of where each span came from.

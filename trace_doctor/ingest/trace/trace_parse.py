@@ -20,11 +20,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
-from trace_doctor.ingest.bisected_read import Refused, read_bisected
-from trace_doctor.ingest.chunk_lines import BLANK, GARBAGE, ChunkLines, runs
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.jsonl import JSON_NUMBER, decode_line, finite_float, json_text, shown
-from trace_doctor.ingest.trace_layout import LAYOUT_COLUMNS, read_layout
+from trace_doctor.ingest.reading.bisected_read import Refused, read_bisected
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.reading.jsonl import JSON_NUMBER, decode_line, finite_float, json_text, shown
+from trace_doctor.ingest.trace.chunk_lines import BLANK, GARBAGE, ChunkLines, runs
+from trace_doctor.ingest.trace.trace_layout import LAYOUT_COLUMNS, read_layout
 
 SPAN_PHASES = ("B", "E", "X")
 

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from trace_doctor.ingest.jsonl import as_int64, decode_json, json_text
+from trace_doctor.ingest.reading.jsonl import as_int64, decode_json, json_text
 
 # The args every cookbook B event carries and nothing else; matched rows need no JSON decoding.
 PLAIN_ARGS = r'^\{"track": "([^"\\]*)", "thread": "([^"\\]*)"\}$'

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.span_build import SPAN_COLUMNS, build_spans
-from trace_doctor.ingest.span_stream import SpanStream
-from trace_doctor.ingest.stored_table import MEMORY_ROWS, PartWriter, StoredTable
-from trace_doctor.ingest.trace_read import Progress, read_trace_events
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, StoredTable
+from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS, build_spans
+from trace_doctor.ingest.trace.span_stream import SpanStream
+from trace_doctor.ingest.trace.trace_read import Progress, read_trace_events
 from trace_doctor.model import IngestWarning, InputFile
 
 
@@ -62,7 +62,7 @@ def parse_trace_file(
     on_read: Callable[[], None] | None = None,
 ) -> tuple[StoredTable, InputFile]:
     """Parse one trace file, from the table cache when it is unchanged."""
-    from trace_doctor.ingest import cache
+    from trace_doctor.ingest.storage import cache
 
     # The file as it is before parsing: the entry is stored only if it is still so afterwards.
     snapshot = cache.snapshot(path)
