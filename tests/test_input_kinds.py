@@ -179,3 +179,28 @@ def test_the_trace_waits_for_no_one_and_timing_spans_wait_for_the_trace_read(tmp
         register(spans_kind.KIND)
     assert seen == ["trace on ingest", "trace read", "spans"]
     assert run.height("spans") == 0
+
+
+def test_a_refused_json_file_is_told_what_the_kinds_would_take(tmp_path):
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"schema_version": 2}\n')
+    document = tmp_path / "other.json"
+    document.write_text('{"a": 1}')
+    jsonl_reason = "JSONL that is not metrics, trace, timing spans, checkpoints or rollout summaries"
+    assert classify(other) == (None, jsonl_reason)
+    assert classify(document) == (None, "JSON that is neither a pyinstrument profile nor a trace")
+    register(
+        InputKind(
+            name="toy_json",
+            order=99,
+            fills=("log_events",),
+            parse=parse_toy,
+            content=(ContentTest("json", lambda sniffed: b'"toy"' in sniffed.document, rank=30, noun="a toy"),),
+        )
+    )
+    try:
+        assert classify(document) == (None, "JSON that is not a pyinstrument profile, a trace or a toy")
+        document.write_text('{"toy": 1}')
+        assert classify(document) == ("toy_json", "")
+    finally:
+        unregister("toy_json")

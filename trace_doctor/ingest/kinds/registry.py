@@ -107,7 +107,7 @@ class InputKind:
 
 
 _kinds: dict[str, InputKind] = {}
-_builtins_loaded = False
+_builtins: Literal["unloaded", "loading", "loaded"] = "unloaded"
 # Re-entrant: loading the built-ins imports modules that register themselves.
 _lock = threading.RLock()
 # Fields two kinds may fill: the data tables held in memory (rows appended); a stored table, the
@@ -126,9 +126,10 @@ def register(kind: InputKind) -> InputKind:
             raise ValueError(f"input kind {kind.name}: {name} is not a RunTables field (nor meta.<field>)")
         if kind.parse is None:
             raise ValueError(f"input kind {kind.name}: fills {name} but has no parser")
+    _load_builtins()  # a kind registered first is checked against the built-ins all the same
     with _lock:
         for other in _kinds.values():
-            shared = set(kind.fills) & set(other.fills) - SHAREABLE if other.name != kind.name else set()
+            shared = (set(kind.fills) & set(other.fills)) - SHAREABLE if other.name != kind.name else set()
             if shared:
                 raise ValueError(f"input kind {kind.name}: {', '.join(sorted(shared))} already filled by {other.name}")
         _kinds[kind.name] = kind
@@ -148,14 +149,19 @@ def registered() -> list[InputKind]:
 
 
 def _load_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
+    global _builtins
+    if _builtins == "loaded":
         return
     with _lock:
-        if _builtins_loaded:
+        if _builtins != "unloaded":  # loaded meanwhile, or being loaded by this thread (a built-in registering)
             return
-        package = importlib.import_module(__package__)
-        for module in pkgutil.iter_modules(package.__path__):
-            if module.name != "registry":
-                importlib.import_module(f"{__package__}.{module.name}")
-        _builtins_loaded = True
+        _builtins = "loading"
+        try:
+            package = importlib.import_module(__package__)
+            for module in pkgutil.iter_modules(package.__path__):
+                if module.name != "registry":
+                    importlib.import_module(f"{__package__}.{module.name}")
+        except BaseException:
+            _builtins = "unloaded"  # said by the import's own error, and tried again next time
+            raise
+        _builtins = "loaded"
