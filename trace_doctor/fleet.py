@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_doctor.crash_report import describe, write_traceback
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import PassedOver
 from trace_doctor.runs import RunSource
 from trace_doctor.settings import Settings
@@ -181,7 +181,7 @@ def analyze_source(
     failed run's reason (which may quote a path or a line) is redacted too. `plotly_src`: the run's
     HTML page loads plotly.js from this file in `html_dir` instead of inlining it.
     """
-    from trace_doctor.ingest import cache
+    from trace_doctor.ingest.storage import cache
 
     report = RunReport(source=source)
     try:

@@ -6,8 +6,8 @@ downstream of RunTables re-reads a file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import polars as pl
 
@@ -284,18 +284,9 @@ class RunTables:
     # Whether credentials were removed from every string read from the files (trace_doctor.redact).
     redacted: bool = False
 
-    TABLE_NAMES = (
-        "steps",
-        "spans",
-        "step_spans",
-        "frames",
-        "profiles",
-        "task_snapshots",
-        "stack_snapshots",
-        "log_events",
-        "checkpoints",
-        "rollouts",
-    )
+    # The data tables: every field above that holds a DataFrame, in field order (set below, so a new
+    # table is one new field).
+    TABLE_NAMES: ClassVar[tuple[str, ...]] = ()
 
     # Tables that ingest may leave on disk (a StoredTable: any object with `scan()` and `height`):
     # reading the attribute reads the table whole (and keeps it); the analysis scans instead.
@@ -370,6 +361,8 @@ def _read_when_used(name: str) -> property:
 
     return property(get, set)
 
+
+RunTables.TABLE_NAMES = tuple(f.name for f in fields(RunTables) if f.type == "pl.DataFrame")
 
 for _name in RunTables.STORED_TABLES:
     setattr(RunTables, _name, _read_when_used(_name))

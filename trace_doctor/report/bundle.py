@@ -24,7 +24,7 @@ import polars as pl
 
 from trace_doctor import __version__
 from trace_doctor.derive import training_machine as machine
-from trace_doctor.ingest.deep_json import dumps_deep
+from trace_doctor.ingest.reading.deep_json import dumps_deep
 from trace_doctor.model import Analysis, BaselineComparison
 from trace_doctor.redact import redact_analysis
 from trace_doctor.report.markdown_text import code, inline, prose

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import Analysis
 
 FINDINGS_SCHEMA = {
