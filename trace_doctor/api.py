@@ -22,6 +22,7 @@ from trace_doctor.discover import discover
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.checkpoints import parse_checkpoint_files
 from trace_doctor.ingest.config import parse_config, trainer_from_metric_keys
+from trace_doctor.ingest.console_metrics import note_second_copies, parse_console_metrics
 from trace_doctor.ingest.dumps import parse_dump_files
 from trace_doctor.ingest.launches import launches_of
 from trace_doctor.ingest.logs import parse_log_files
@@ -81,6 +82,11 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
             meta, info = parse_config(path, warnings)
             run.inputs.append(info)
         run.steps, infos = parse_metrics_files(files["metrics"], warnings)
+        has_metrics_rows = any(info.records for info in infos)
+        if not has_metrics_rows:
+            # No metrics.jsonl rows: the console capture's metric tables (or phase timeline) stand in.
+            run.steps, console_infos = parse_console_metrics(files["log"] + files["dump"], warnings)
+            infos += console_infos
         run.launches = launches_of(run.steps)
         run.inputs += infos
         later_warnings: list[IngestWarning] = []
@@ -90,6 +96,8 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
         run.task_snapshots, run.stack_snapshots, dump_infos = parse_dump_files(files["dump"], later_warnings)
         # Dumps are usually captured stdout, which also carries GIL-monitor and SDK lines.
         run.log_events, log_infos = parse_log_files(files["log"] + files["dump"] + files["code_diff"], later_warnings)
+        if has_metrics_rows:
+            note_second_copies(log_infos)
         wandb_runs, wandb_infos = parse_wandb_metadata_files(files["wandb_metadata"], later_warnings)
         trace_read.wait()
         span_warnings: list[IngestWarning] = []
