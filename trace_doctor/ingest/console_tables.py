@@ -21,7 +21,7 @@ VERTICALS = "│┃|"
 HEADER = re.compile(r"^[│┃|]\s*Metric\s*[│┃|]\s*Value\s*[│┃|]$")
 TITLE = re.compile(r"^\s*Step (?P<step>-?\d{1,18})\s*$")
 # Border and separator lines: box-drawing characters (and their ASCII stand-ins) only.
-BORDER = re.compile(r"^[\u2500-\u257f+\-=]+$")
+BORDER = re.compile(r"^[\u2500-\u257f+\-=|]+$")
 BOTTOM_CORNERS = "└┗+"
 CUT_MARK = "…"
 
