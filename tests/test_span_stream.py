@@ -187,6 +187,8 @@ def small_spill(monkeypatch) -> None:
     monkeypatch.setattr(stored_table, "notes", [])
     # A refused cache folder turns the cache off for the process: for this test only.
     monkeypatch.setattr(cache, "_unwritable", None)
+    # ...and its note with it: left queued, the next analysis in this process printed it.
+    monkeypatch.setattr(cache, "_notes", [])
 
 
 def test_no_disk_to_spill_to_keeps_the_spans_in_memory_with_a_note(trace, monkeypatch):
