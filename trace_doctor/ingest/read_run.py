@@ -10,6 +10,7 @@ put together in the kinds' order: the account never depends on thread timing.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +29,9 @@ def read_run(files: dict[str, list[Path]], *, progress: Any = None) -> RunTables
     parsed: dict[str, Parsed] = {}
 
     def parse(kind: InputKind, reading: Reading) -> Parsed:
-        paths = [path for name in kind.files_read for path in files.get(name, [])]
+        by_kind = {name: list(files.get(name, [])) for name in kind.files_read}
+        paths = [path for name in kind.files_read for path in by_kind[name]]
+        reading = dataclasses.replace(reading, files=by_kind)
         return kind.parse(paths, warnings[kind.name], reading)  # type: ignore[misc]  # kinds with a parser
 
     background = [kind for kind in kinds if kind.schedule == "background"]
