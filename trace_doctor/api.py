@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_doctor.discover import discover
+from trace_doctor.errors import NothingToAnalyze
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.checkpoints import parse_checkpoint_files
 from trace_doctor.ingest.config import parse_config, trainer_from_metric_keys
@@ -34,10 +35,6 @@ from trace_doctor.ingest.wandb_metadata import parse_wandb_metadata_files
 from trace_doctor.model import Analysis, IngestWarning, RunMeta, RunTables
 from trace_doctor.policy import Policy
 from trace_doctor.settings import Settings
-
-
-class NothingToAnalyze(Exception):
-    """The paths do not exist or hold no readable input (the CLI exits 2 with this message)."""
 
 
 def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
