@@ -22,6 +22,7 @@ _EXPORTS = {
     "compare": "trace_doctor.api",
     "sample_run_path": "trace_doctor.api",
     "NothingToAnalyze": "trace_doctor.errors",
+    "prepare_process": "trace_doctor.process_setup",
     "RequestError": "trace_doctor.errors",
     "OutputRefused": "trace_doctor.errors",
     "OutputNotWritten": "trace_doctor.errors",
@@ -76,6 +77,7 @@ __all__ = [
     "compare",
     "sample_run_path",
     "NothingToAnalyze",
+    "prepare_process",
     "RequestError",
     "OutputRefused",
     "OutputNotWritten",
@@ -144,6 +146,7 @@ if TYPE_CHECKING:
         write_report,
     )
     from trace_doctor.policy import Policy, PolicyError
+    from trace_doctor.process_setup import prepare_process
     from trace_doctor.redact import redact_run
     from trace_doctor.rule_docs import explain_rule, list_rules
     from trace_doctor.settings import FAIL_ON_LEVELS, Settings, load_settings

@@ -9,15 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-# polars' allocator (jemalloc) keeps freed pages for 10 s by default; span pairing frees large
-# intermediates, so returning them after 200 ms lowers peak memory on big traces (~15% at
-# 3000x64). Shorter is leaner but slower, longer the reverse: pages reused right away are returned
-# and faulted in again (medians at 3000x64: 100 ms 1.56 s / 501 MB, 200 ms 1.58 s / 511 MB,
-# 500 ms 1.52 s / 551 MB). Must be set before polars is first imported; a user's own setting wins.
-os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:200,muzzy_decay_ms:0")
-# numpy's OpenBLAS starts a spinning worker per core at import; nothing here does linear algebra
-# big enough to use them, and on a 2-core CI box they take CPU from polars' own threads.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+from trace_doctor import prepare_process
+
+prepare_process()  # before anything imports polars (it reads the allocator settings once)
 
 import click  # noqa: E402
 
@@ -27,13 +21,11 @@ from trace_doctor import (  # noqa: E402
     REPORT_FORMATS,
     PolicyError,
     RequestError,
-    Settings,
     __version__,
     analyze_paths,
     explain_rule,
     find_runs,
     fleet_internal_error_line,
-    fleet_pages_dir,
     ingest_dataset,
     internal_error_line,
     list_rules,
@@ -50,17 +42,17 @@ from trace_doctor import (  # noqa: E402
     write_report,
 )
 
-CONFIG_HELP = "Configuration file (default: nearest trace-doctor.toml or pyproject.toml)."
 DEFAULT_HTML = "trace-doctor-report.html"
-# 128 + SIGPIPE: what a shell reports for a writer whose reader closed the pipe.
-EXIT_BROKEN_PIPE = 141
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader closed the pipe
 
 
-_shown = terminal_safe  # text from a run (a name, a path) made safe to print on a terminal
+def _where(path) -> str:
+    """A path for the terminal: absolute, and nothing in it a terminal would act on (terminal_safe)."""
+    return terminal_safe(str(Path(path).resolve()))
 
 
-def _split(values: tuple[str, ...]) -> list[str]:
-    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+def _slugs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]  # `--select a,b --select c`
 
 
 def _no_empty_path(ctx: click.Context, param: click.Parameter, value):
@@ -73,18 +65,17 @@ def _no_empty_path(ctx: click.Context, param: click.Parameter, value):
 
 
 def _fail(message: str) -> None:
-    click.echo(f"trace-doctor: {_shown(message)}", err=True)
+    click.echo(f"trace-doctor: {terminal_safe(message)}", err=True)
     sys.exit(2)
 
 
 def _echo_notes(notes: list[str]) -> None:
     for note in notes:
-        click.echo(f"trace-doctor: note: {_shown(note)}", err=True)
+        click.echo(f"trace-doctor: note: {terminal_safe(note)}", err=True)
 
 
 class Commands(click.Group):
-    """The command group: a request that cannot be done as asked (RequestError) is exit 2 with its message;
-    whatever else a command raises that is not a usage error is a bug: one line, exit 3."""
+    """The command group: a RequestError is exit 2 with its message; anything else not a usage error, exit 3."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -104,13 +95,13 @@ class Commands(click.Group):
             os.dup2(devnull, sys.stdout.fileno())
             sys.exit(EXIT_BROKEN_PIPE)
         except Exception as exc:  # noqa: BLE001 - every bug ends as one line and exit 3
-            click.echo(f"trace-doctor: {_shown(internal_error_line(exc))}", err=True)
+            click.echo(f"trace-doctor: {terminal_safe(internal_error_line(exc))}", err=True)
             sys.exit(EXIT_INTERNAL_ERROR)
         finally:
             _echo_notes(take_machine_notes())  # about this machine (not the run), e.g. an unwritable cache
 
 
-def _settings(config: str | None, **options) -> Settings:
+def _settings(config: str | None, **options):
     """The one settings path every command takes: the configuration file, then the command-line options."""
     try:
         settings = load_settings(config).with_options(**options)
@@ -121,31 +112,45 @@ def _settings(config: str | None, **options) -> Settings:
 
 
 def _html_not_written(reason: str, *, named: bool) -> None:
-    """Failing to write a named HTML file is a usage error (exit 2); the default file in the working
-    directory is a by-product of the analysis already printed, so a read-only directory costs a message
-    on stderr and leaves the exit code to the gate."""
+    """A named HTML file not written is exit 2; the default one is a by-product of the report already printed
+    (a read-only working directory costs a message, the exit code is the gate's)."""
     if named:
         _fail(reason)
-    click.echo(f"trace-doctor: {_shown(reason)} (use --html FILE to write it elsewhere, or --no-html)", err=True)
+    click.echo(f"trace-doctor: {terminal_safe(reason)} (use --html FILE to write it elsewhere, or --no-html)", err=True)
 
 
-def _write_html(answer, target: str, *, named: bool) -> bool:
-    """Write the HTML report; when it cannot be, say so (_html_not_written) and return False."""
+def _write_html(answer, target: str, *, named: bool, aside: bool) -> None:
+    """Write the HTML report (of a fleet: the overview, its runs' pages are written) and say where."""
+    fleet = answer.fleet
+    unwritten = [r.html_error for r in fleet.reports if r.html_error] if fleet is not None else []
+    if unwritten:
+        count = f"{len(unwritten)} of {len(fleet.reports)} run reports"
+        _html_not_written(f"{count} not written: {unwritten[0]}", named=named)
     try:
         write_html_report(answer, target)
-        return True
     except RequestError as exc:
-        _html_not_written(str(exc), named=named)
-        return False
+        return _html_not_written(str(exc), named=named)
+    where = _where(target)
+    if fleet is None:
+        click.echo(f"HTML report: {where}", err=aside)
+    else:
+        pages = _where(answer.pages_dir)
+        click.echo(f"HTML overview: {where} (each run's report in {pages})", err=aside)
 
 
 def _fleet_internal_errors(fleet) -> None:
-    """Exit 3 with one line when a run hit a bug; the other runs have been reported by then. A bug wins
-    over a tripped gate: CI must know the fleet's answer is incomplete."""
-    line = fleet_internal_error_line(fleet)
+    """Exit 3 when a run hit a bug (the others are reported by then): CI must know the answer is incomplete."""
+    line = fleet_internal_error_line(fleet) if fleet is not None else None
     if line is not None:
-        click.echo(_shown(f"trace-doctor: {line}"), err=True)
+        click.echo(terminal_safe(f"trace-doctor: {line}"), err=True)
         sys.exit(EXIT_INTERNAL_ERROR)
+
+
+def _none_analysed(fleet, what: str) -> None:
+    """Exit when no run of a fleet could be analysed: 3 when a bug is why, else 2 with `what` and the reasons."""
+    if fleet is not None and not fleet.analysed:
+        _fleet_internal_errors(fleet)
+        _fail(what + "; ".join(f"{r.source.label}: {r.error}" for r in fleet.reports[:3]))
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -154,49 +159,27 @@ def main() -> None:
     """Diagnose slow, hung or badly-training Tinker runs from their log directory."""
 
 
-def _analyze(paths: tuple[str, ...], *, html, no_html, fmt, output, baseline, jobs, show_skipped, redact, **gate):
-    """`gate`: the rule and gate options (config, select, ignore, fail_on, fail_on_inconclusive)."""
-    config, select, ignore = gate.pop("config"), _split(gate.pop("select")), _split(gate.pop("ignore"))
-    settings = _settings(config, select=select, ignore=ignore, **gate)
-    # The HTML report is written unless --no-html, to DEFAULT_HTML unless named: `-o trace-doctor-report.html`
-    # would be replaced by it.
+def _analyze(paths: tuple[str, ...], *, html, no_html, fmt, output, baseline, jobs, show_skipped, redact, **rules):
+    settings = _settings(**rules)  # config, select, ignore, fail_on, fail_on_inconclusive
+    # The HTML report is written unless --no-html (`-o trace-doctor-report.html` would be replaced by it).
     target = None if no_html else (html or DEFAULT_HTML)
     html_flag = "--html" if html else "the HTML report (add --no-html, or --html FILE)"
     named = find_runs(paths, baseline=baseline, outputs=(("--output", output), (html_flag, target)))
     if named.several and jobs is not None and jobs < 1:
         _fail("--jobs must be at least 1")
-    progress = terminal_progress()
     answer = analyze_paths(
-        named, settings, baseline=baseline, redact=redact, jobs=jobs, fmt=fmt, html=target, progress=progress
+        named, settings, baseline=baseline, redact=redact, jobs=jobs, fmt=fmt, html=target, progress=terminal_progress()
     )
-    fleet = answer.fleet
     _echo_notes(answer.notes)
-    if fleet is not None and not fleet.analysed:
-        _fleet_internal_errors(fleet)
-        _fail(
-            "none of the runs could be analysed: "
-            + "; ".join(f"{r.source.label}: {r.error}" for r in fleet.reports[:3])
-        )
+    _none_analysed(answer.fleet, "none of the runs could be analysed: ")
     text = render_report(answer, fmt, show_skipped=show_skipped)
     if output:
         write_report(text, output, fmt)
     else:  # the text report keeps its colour exactly when its renderer used it (click strips it from pipes)
         click.echo(text, nl=not text.endswith("\n"), color=report_color(fmt))
-    aside = fmt != "text" or bool(output)  # the report went to stdout: say where the HTML is on stderr
-    if target and fleet is not None:
-        unwritten = [r.html_error for r in fleet.reports if r.html_error]
-        if unwritten:
-            count = f"{len(unwritten)} of {len(fleet.reports)} run reports"
-            _html_not_written(f"{count} not written: {unwritten[0]}", named=bool(html))
-    if target and _write_html(answer, target, named=bool(html)):
-        where = _shown(str(Path(target).resolve()))
-        if fleet is None:
-            click.echo(f"HTML report: {where}", err=aside)
-        else:
-            pages = _shown(str(fleet_pages_dir(target).resolve()))
-            click.echo(f"HTML overview: {where} (each run's report in {pages})", err=aside)
-    if fleet is not None:
-        _fleet_internal_errors(fleet)
+    if target:
+        _write_html(answer, target, named=bool(html), aside=fmt != "text" or bool(output))
+    _fleet_internal_errors(answer.fleet)
     if answer.gate_tripped:
         sys.exit(1)
 
@@ -208,28 +191,28 @@ def _path_option(*decls: str, metavar: str = "FILE", **kwargs):
 
 # What `analyze --help` says of each option it shares with `demo`.
 HELP = {
-    "html": f"Write the HTML report here (default: {DEFAULT_HTML}).",
     "format": "What goes to stdout (or --output).",
-    "output": "Write the --format output to FILE instead of stdout.",
     "fail-on": "Exit 1 when a finding at or above this severity is reported (default never).",
     "fail-on-inconclusive": "With --baseline: also exit 1 when the comparison is inconclusive.",
     "show-skipped": "List every rule that had no input, with what it needs (text output; collapsed by default).",
     "redact": "Remove credentials (API keys, tokens, passwords, URL credentials, private keys) from every output.",
     "jobs": "With several runs: analyse N at a time in separate processes (default: the machine's cores).",
 }
-CONFIG_OPTION = _path_option("--config", help=CONFIG_HELP)
+CONFIG_OPTION = _path_option(
+    "--config", help="Configuration file (default: nearest trace-doctor.toml or pyproject.toml)."
+)
 ANALYZE_OPTIONS = (
-    _path_option("--html", "html", help=HELP["html"]),
+    _path_option("--html", "html", help=f"Write the HTML report here (default: {DEFAULT_HTML})."),
     click.option("--no-html", is_flag=True, help="Do not write the HTML report."),
     click.option(
         "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="text", show_default=True, help=HELP["format"]
     ),
-    _path_option("--output", "-o", help=HELP["output"]),
+    _path_option("--output", "-o", help="Write the --format output to FILE instead of stdout."),
     click.option("--fail-on", type=click.Choice(FAIL_ON_LEVELS), default=None, help=HELP["fail-on"]),
     click.option("--fail-on-inconclusive", is_flag=True, help=HELP["fail-on-inconclusive"]),
     _path_option("--baseline", metavar="PATH", help="Compare against a baseline run (regression rules)."),
-    click.option("--select", multiple=True, metavar="SLUG,...", help="Run only these rules."),
-    click.option("--ignore", multiple=True, metavar="SLUG,...", help="Skip these rules."),
+    click.option("--select", multiple=True, metavar="SLUG,...", callback=_slugs, help="Run only these rules."),
+    click.option("--ignore", multiple=True, metavar="SLUG,...", callback=_slugs, help="Skip these rules."),
     CONFIG_OPTION,
     click.option("--show-skipped", is_flag=True, help=HELP["show-skipped"]),
     click.option("--redact", is_flag=True, help=HELP["redact"]),
@@ -291,17 +274,13 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact
         _fail("--jobs must be at least 1")
     dataset = ingest_dataset(named, out, settings, jobs=jobs, redact=redact)
     _echo_notes(dataset.fleet.notes)
-    if not dataset.fleet.analysed:
-        _fleet_internal_errors(dataset.fleet)
-        _fail("; ".join(f"{r.source.label}: {r.error}" for r in dataset.fleet.reports[:3]))
+    _none_analysed(dataset.fleet, "")
     for run in dataset.runs:
-        if run.error:
-            click.echo(_shown(f"  {run.label}: not ingested: {run.error}"))
-        else:
-            click.echo(
-                f"  run={run.run_id}  {run.records:,} records from {run.inputs} input(s), {run.skipped:,} skipped"
-            )
-    click.echo(f"Parquet dataset in {_shown(str(dataset.root.resolve()))} ({len(dataset.fleet.analysed)} run(s)):")
+        counts = f"{run.records:,} records from {run.inputs} input(s), {run.skipped:,} skipped"
+        click.echo(
+            terminal_safe(f"  {run.label}: not ingested: {run.error}" if run.error else f"  run={run.run_id}  {counts}")
+        )
+    click.echo(f"Parquet dataset in {_where(dataset.root)} ({len(dataset.fleet.analysed)} run(s)):")
     for name, rows in dataset.tables.items():
         click.echo(f"  {name}/  {rows:,} rows")
     _fleet_internal_errors(dataset.fleet)
@@ -321,10 +300,10 @@ def export_command(paths, perfetto_file: str | None, chrome_file: str | None, co
     result = analyze_paths(named, _settings(config), redact=redact, progress=terminal_progress()).analysis
     if perfetto_file:
         write_perfetto_trace(result, perfetto_file)
-        click.echo(f"Perfetto trace: {_shown(str(Path(perfetto_file).resolve()))}")
+        click.echo(f"Perfetto trace: {_where(perfetto_file)}")
     if chrome_file:
         write_chrome_trace(result, chrome_file)
-        click.echo(f"Chrome trace JSON: {_shown(str(Path(chrome_file).resolve()))}")
+        click.echo(f"Chrome trace JSON: {_where(chrome_file)}")
 
 
 @main.command("bundle")
@@ -337,18 +316,14 @@ def bundle_command(paths, output: str, config: str | None) -> None:
     named = find_runs(paths, one_run=True, outputs=(("-o", output),))
     result = analyze_paths(named, settings, redact=True, progress=terminal_progress()).analysis
     manifest = write_escalation_bundle(result, output)
-    click.echo(f"Escalation bundle: {_shown(str(Path(output).resolve()))} ({len(manifest)} files, secrets redacted)")
+    click.echo(f"Escalation bundle: {_where(output)} ({len(manifest)} files, secrets redacted)")
 
 
 def run() -> None:
-    """The console-script entry point: the CLI, then an immediate process exit.
-
-    Interpreter shutdown would free every table (hundreds of MB on a large run, ~0.07 s) only for
-    the OS to reclaim the memory anyway. Output is flushed first; nothing else registers exit work.
-    Tests call `main` itself (click's CliRunner), which exits normally.
-    """
-    # One short-lived command: the tables live in polars, not in Python objects, so the cyclic
-    # collector finds nothing worth its passes (~2% of a large analysis).
+    """The console-script entry point: the CLI, then an immediate process exit. Interpreter shutdown would free
+    every table (hundreds of MB on a large run, ~0.07 s) only for the OS to reclaim the memory anyway. Output is
+    flushed first; nothing else registers exit work. Tests call `main` (click's CliRunner), which exits normally."""
+    # One short-lived command: the tables live in polars, so the cyclic collector finds nothing (~2% of a run).
     gc.disable()
     try:
         main()
@@ -356,17 +331,15 @@ def run() -> None:
     except SystemExit as exc:
         if isinstance(exc.code, str):
             # A message as exit status is no verdict: never 1, which CI reads as a tripped gate.
-            sys.stderr.write(_shown(exc.code) + "\n")
+            sys.stderr.write(terminal_safe(exc.code) + "\n")
             code = EXIT_INTERNAL_ERROR
         else:
             code = exc.code or 0
     except Exception as exc:  # noqa: BLE001 - outside any command (the group catches theirs): still one line
-        sys.stderr.write(f"trace-doctor: {_shown(internal_error_line(exc))}\n")
+        sys.stderr.write(f"trace-doctor: {terminal_safe(internal_error_line(exc))}\n")
         code = EXIT_INTERNAL_ERROR
     if "logging" in sys.modules:
-        import logging
-
-        logging.shutdown()
+        sys.modules["logging"].shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -78,6 +78,8 @@ class PathsAnalysis:
     fleet: Fleet | None = None
     # The format each run of a fleet was rendered in beside its analysis (report.fleet's per-run formats).
     fleet_format: str = "json"
+    # Where each run of a fleet has its HTML page, when the fleet was analysed for an HTML overview.
+    pages_dir: Path | None = None
 
     @property
     def gate_tripped(self) -> bool:
@@ -179,7 +181,7 @@ def analyze_paths(
     )
     if named.several:
         fleet = _analyze_fleet(named.split, chosen, baseline=baseline, redact=redact, jobs=jobs, fmt=fmt, html=html)
-        return PathsAnalysis(fleet=fleet, fleet_format=fmt)
+        return PathsAnalysis(fleet=fleet, fleet_format=fmt, pages_dir=fleet_pages_dir(html) if html else None)
     analysis = _cached_analysis(named.paths, chosen, baseline, redact=redact, source=named.own_run, progress=progress)
     return PathsAnalysis(analysis=analysis)
 
