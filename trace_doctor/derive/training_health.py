@@ -72,6 +72,7 @@ PANELS_OF_RULE: dict[str, tuple[str, ...]] = {
     "training-instability": ("loss", "kl", "entropy"),
     "truncated-samples": ("truncation",),
     "renderer-model-mismatch": ("kl", "loss"),
+    "overfitting": ("loss",),
     "quality-regression": ("reward", "kl", "entropy"),
 }
 EVIDENCE_METRIC_KEYS = ("metric", "metrics", "key", "column")

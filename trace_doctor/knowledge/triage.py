@@ -30,8 +30,13 @@ TRIAGE_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "truncated-samples",
             "renderer-model-mismatch",
             "config-risk",
+            "response-parse-errors",
+            "overfitting",
         ),
     ),
+    # What the run left behind (checkpoints that can be sampled, that last), not what it learned: kept out of
+    # the verdict's "Training:" line. Its findings lose no seconds either.
+    ("checkpoints", ("checkpoint-risk",)),
     ("pipelining", ("pipelining-gap",)),
     ("timing breakdown", ("get-batch-bottleneck", "scheduled-work", "warmup-slowness")),
     (

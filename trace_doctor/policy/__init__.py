@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from trace_doctor.policy.baseline import NewFindingPolicy, QualityRegressionPolicy, StepTimeRegressionPolicy
-from trace_doctor.policy.configuration import ConfigRiskPolicy, RendererModelMismatchPolicy
+from trace_doctor.policy.configuration import CheckpointRiskPolicy, ConfigRiskPolicy, RendererModelMismatchPolicy
 from trace_doctor.policy.environment import DecodedErrorPolicy, KnownBadDependencyPolicy
 from trace_doctor.policy.profiles import (
     CpuBoundMainThreadPolicy,
@@ -33,6 +33,7 @@ from trace_doctor.policy.profiles import (
 from trace_doctor.policy.rl_quality import (
     ConstantRewardGroupsPolicy,
     EntropyCollapsePolicy,
+    ResponseParseErrorsPolicy,
     TruncatedSamplesPolicy,
 )
 from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
@@ -51,6 +52,7 @@ from trace_doctor.policy.timing import (
 )
 from trace_doctor.policy.training import (
     KlDriftPolicy,
+    OverfittingPolicy,
     RendererKlStep0Policy,
     StaleSamplerPolicy,
     TrainingInstabilityPolicy,
@@ -83,6 +85,9 @@ RULE_POLICIES: Mapping[str, type] = MappingProxyType(
         "truncated-samples": TruncatedSamplesPolicy,
         "renderer-model-mismatch": RendererModelMismatchPolicy,
         "config-risk": ConfigRiskPolicy,
+        "response-parse-errors": ResponseParseErrorsPolicy,
+        "overfitting": OverfittingPolicy,
+        "checkpoint-risk": CheckpointRiskPolicy,
         "known-bad-dependency": KnownBadDependencyPolicy,
         "decoded-error": DecodedErrorPolicy,
         "request-retries": RequestRetriesPolicy,
