@@ -90,7 +90,7 @@ def stabler_loss_advice(config: dict) -> str | None:
     if loss == DEFAULT_LOSS_FN:
         return (
             "loss_fn is `importance_sampling`, which reweights by an unclipped ratio: switch to a clipped objective, "
-            "loss_fn='ppo' or 'cispo'."
+            "loss_fn `ppo` or `cispo`."
         )
     return None
 
