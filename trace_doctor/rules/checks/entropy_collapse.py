@@ -64,8 +64,16 @@ def check(ctx) -> list[Finding]:
         reason = f"{summary}: only {len(below)} of {len(windows.late)} late steps below the floor"
     else:
         reason = None
-    # A collapse in the last few steps: too short for the late window, judged on the run's tail alone.
-    short_tail = reason is not None and len(tail_below) >= t.tail_min_below and values.height > t.tail_steps
+    # A collapse in the last few steps: too short for the late window, judged on the run's tail alone — when it
+    # is new there (the steps just before were not low by the same count; else the late window's share decides).
+    prior = values.head(max(0, values.height - t.tail_steps)).tail(t.tail_steps)
+    prior_below = sum(1 for v in prior["value"].to_list() if v <= t.max_late_entropy)
+    short_tail = (
+        reason is not None
+        and len(tail_below) >= t.tail_min_below
+        and values.height > t.tail_steps
+        and prior_below < t.tail_min_below
+    )
     if reason is not None and not short_tail:
         return ctx.passed(
             f"{reason}; {len(tail_below)} of the last {tail.height} steps below it (a tail collapse needs "
@@ -218,7 +226,7 @@ RULE = register(
                 "`optim/entropy` (sampled-token NLL, nats/token) falling toward zero: the late window's median "
                 "below an absolute floor and a small fraction of the early window's, with most late steps below "
                 "the floor (one low step is not a collapse), or most of the run's last few steps below the floor "
-                "(a collapse at the very end). Info when the reward rose and saturated with all-correct groups "
+                "(a collapse new at the very end). Info when the reward rose and saturated with all-correct groups "
                 "(the policy converged on a learned task); warning otherwise (mode collapse), including all-correct "
                 "groups without a reward rise: the collapse makes every group constant, which constant-reward-groups "
                 "alone reads as 'too easy'."
