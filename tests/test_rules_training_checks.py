@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 from functools import cache
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -144,12 +143,15 @@ def test_completed_without_final_is_a_warning_and_cut_short_is_not() -> None:
     assert stopped["checkpoint-risk:expiring"].evidence["completed"] is False
 
 
-def test_a_cut_short_run_on_the_default_ttl_is_an_info_reminder(tmp_path: Path) -> None:
+def test_a_cut_short_run_on_the_default_ttl_is_an_info_reminder_and_an_unknown_ttl_is_not_guessed() -> None:
     run = load_run(TRAINING / "rl_sync_stopped_early_kept")
-    run.meta.config = {k: v for k, v in run.meta.config.items() if k != "ttl_seconds"}  # the cookbook default
+    run.meta.config = {**run.meta.config, "ttl_seconds": 604800}  # the cookbook default, 7 days
     found, _, _ = run_findings(run, ["checkpoint-risk"])
     assert [(f.fingerprint, f.severity) for f in found] == [("checkpoint-risk:expiring", "info")]
-    assert "the cookbook default" in found[0].message
+    assert "expires 7 days" in found[0].message
+    run.meta.config = {k: v for k, v in run.meta.config.items() if k != "ttl_seconds"}  # an older cookbook's config
+    _, outcomes, _ = run_findings(run, ["checkpoint-risk"])
+    assert outcomes["checkpoint-risk"].status == "passed"
 
 
 @pytest.mark.parametrize(

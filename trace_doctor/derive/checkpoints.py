@@ -40,7 +40,8 @@ def is_final(record: dict[str, Any]) -> bool:
 
 
 def ttl_setting(config: dict[str, Any], key: str, default: int) -> float | None:
-    """The TTL a config sets, in seconds (None: kept without expiry); the cookbook default when the key is absent."""
+    """The TTL a config sets, in seconds (None: kept without expiry); the cookbook default when the key is absent
+    (callers that must not guess check `ttl_known` first: a config without the key may predate TTLs)."""
     if key not in config:
         return float(default)
     value = config[key]
@@ -56,6 +57,11 @@ def record_ttl(record: dict[str, Any], config: dict[str, Any]) -> float | None:
     if record.get("rolling"):
         return ttl_setting(config, "rolling_ttl_seconds", DEFAULT_ROLLING_TTL_S)
     return ttl_setting(config, "ttl_seconds", DEFAULT_TTL_S)
+
+
+def ttl_known(record: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether config.json says how long this record's checkpoint lives (the final one: never expires)."""
+    return is_final(record) or ("rolling_ttl_seconds" if record.get("rolling") else "ttl_seconds") in config
 
 
 def cite(record: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from trace_doctor.derive.checkpoints import (
     is_final,
     record_ttl,
     step_of,
+    ttl_known,
     ttl_setting,
 )
 from trace_doctor.derive.progress import run_progress
@@ -130,7 +131,7 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 def _expiry_note(record: dict[str, Any], config: dict[str, Any]) -> str:
     """When a record's checkpoint expires, for a message (empty when it has no TTL)."""
-    ttl = record_ttl(record, config)
+    ttl = record_ttl(record, config) if ttl_known(record, config) else None
     return f" `{record.get('name')}` itself expires {ttl_text(ttl)} after it was saved." if ttl is not None else ""
 
 
@@ -140,6 +141,9 @@ def _expiring(
     """No final checkpoint: every record on a TTL (periodic: ttl_seconds, rolling: rolling_ttl_seconds)."""
     periodic_ttl = ttl_setting(config, "ttl_seconds", DEFAULT_TTL_S)
     rolling_ttl = ttl_setting(config, "rolling_ttl_seconds", DEFAULT_ROLLING_TTL_S)
+    # A config without the key may predate TTLs (older cookbooks saved without one): no guess.
+    if not all(ttl_known(r, config) for r in records):
+        return []
     ttls = [record_ttl(r, config) for r in records]
     if any(ttl is None for ttl in ttls):
         return []
@@ -148,12 +152,11 @@ def _expiring(
     newest_sampler = next((r for r in reversed(records) if r.get("sampler_path")), None)
     short = last_ttl < ctx.thresholds.min_safe_ttl_s
     set_where = "rolling_ttl_seconds" if last.get("rolling") else "ttl_seconds"
-    in_config = set_where in config
     step = step_of(last)
     message = (
         f"No `final` checkpoint ({plan}), and every one of the {len(records)} saved is on a TTL: the newest, "
         f"`{last.get('name')}`, expires {ttl_text(last_ttl)} after it was saved ({set_where} "
-        f"{last_ttl:g} s{'' if in_config else ', the cookbook default'})."
+        f"{last_ttl:g} s)."
     )
     if newest_sampler is not None and newest_sampler is not last:
         message += f" The newest with sampler weights is `{newest_sampler.get('name')}`."
@@ -176,7 +179,6 @@ def _expiring(
                 "rolling_ttl_seconds": rolling_ttl,
                 "newest_record": cite(last),
                 "newest_ttl_s": last_ttl,
-                "ttl_from_config": in_config,
             },
             fingerprint="checkpoint-risk:expiring",
             confidence="medium",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.derive.checkpoints import checkpoint_records, cite, record_ttl, step_of
+from trace_doctor.derive.checkpoints import checkpoint_records, cite, record_ttl, step_of, ttl_known
 from trace_doctor.derive.rl_quality import median, series
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.knowledge.tinker import is_eval_key
@@ -88,8 +88,12 @@ def check(ctx: RuleContext) -> list[Finding]:
     last_step, last_value = int(steps[-1]), float(values[-1])
     checkpoint = _nearest_checkpoint(ctx, best_step)
     if checkpoint is not None:
-        ttl = record_ttl(checkpoint, ctx.run.meta.config or {})
-        kept_for = f"kept {ttl_text(ttl)} after it was saved" if ttl is not None else "kept without TTL"
+        config = ctx.run.meta.config or {}
+        ttl = record_ttl(checkpoint, config)
+        if not ttl_known(checkpoint, config):
+            kept_for = "its TTL is not in config.json"
+        else:
+            kept_for = f"kept {ttl_text(ttl)} after it was saved" if ttl is not None else "kept without TTL"
         saved = (
             f" The nearest saved checkpoint with sampler weights is `{checkpoint.get('name')}` (step "
             f"{step_of(checkpoint)}, {kept_for}): {checkpoint.get('sampler_path')}."
