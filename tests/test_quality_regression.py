@@ -22,7 +22,7 @@ from trace_doctor.cli import main
 from trace_doctor.decision import decide_gate, decide_verdict
 from trace_doctor.derive.quality_series import batch_shape, final_window
 from trace_doctor.derive.shift import compare_samples
-from trace_doctor.knowledge.triage import TRAINING_QUALITY, TRIAGE_STAGES
+from trace_doctor.knowledge.triage import TRAINING_QUALITY, stage_rules
 from trace_doctor.model import Finding, RuleOutcome
 
 TRAINING = ROOT / "fixtures" / "training"
@@ -262,8 +262,8 @@ OUTCOMES = [RuleOutcome("r", "passed", "")] * 4
 
 
 def test_training_quality_stage_lists_all_eleven_slugs():
-    stage = dict(TRIAGE_STAGES)["training quality"]
-    assert len(stage) == 11 and set(stage) == TRAINING_QUALITY
+    stage = stage_rules("training quality")
+    assert len(stage) == 11 and stage == TRAINING_QUALITY
     assert {"response-parse-errors", "overfitting"} <= TRAINING_QUALITY
     assert "checkpoint-risk" not in TRAINING_QUALITY  # what the run left behind, not what it learned
     assert {"renderer-kl-step0", "kl-drift", "entropy-collapse", "config-risk"} <= TRAINING_QUALITY

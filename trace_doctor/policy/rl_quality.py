@@ -133,6 +133,13 @@ class EntropyCollapsePolicy:
         "one noisy step does not hide a collapse, one low step does not make one).",
         bounds=AT_LEAST_ONE,
     )
+    length_growth: float = threshold(
+        2.0,
+        unit="x early completion length",
+        why="Completions at least this many times longer late than early, with the entropy gone, look like a "
+        "repetition loop rather than a converged answer: the finding says so.",
+        bounds=AT_LEAST_ONE,
+    )
 
 
 @dataclass(frozen=True)

@@ -49,3 +49,10 @@ class ServerSideWaitPolicy:
         why="Only a loop that pipelines nearly every step rules out the client: otherwise it is pipelining-gap.",
         bounds=SHARE,
     )
+    min_step_intervals: int = threshold(
+        3,
+        unit="step intervals",
+        why="The mean step interval in clock cycles is judged over at least this many traced steps; fewer are "
+        "the warm-up, not the service's pace.",
+        bounds=AT_LEAST_ONE,
+    )

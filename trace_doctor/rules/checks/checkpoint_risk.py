@@ -28,6 +28,7 @@ from trace_doctor.derive.progress import run_progress
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.humanize import format_seconds
 from trace_doctor.model import Finding
+from trace_doctor.policy.configuration import CheckpointRiskPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires
@@ -43,7 +44,7 @@ def ttl_text(seconds: float) -> str:
     return f"{seconds / 86400:.3g} days" if seconds >= 86400 else format_seconds(seconds)
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[CheckpointRiskPolicy]) -> list[Finding]:
     config = ctx.run.meta.config or {}
     records = checkpoint_records(ctx.run.checkpoints)
     progress = run_progress(live_training_rows(ctx.run.steps), trainer=ctx.run.meta.trainer, config=config)
@@ -219,6 +220,8 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=CheckpointRiskPolicy,
+        stage="checkpoints",
         requires=(requires("no checkpoints.jsonl", found("checkpoints")),),
         tags=("training", "checkpoints"),
     )

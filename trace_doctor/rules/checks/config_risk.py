@@ -13,6 +13,7 @@ from trace_doctor.knowledge.hyperparams import (
     sft_lora_lr,
 )
 from trace_doctor.model import Finding
+from trace_doctor.policy.configuration import ConfigRiskPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires
@@ -33,7 +34,7 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def _temperature_with_kl(ctx: RuleContext, cfg: dict[str, Any]) -> Finding | None:
+def _temperature_with_kl(ctx: RuleContext[ConfigRiskPolicy], cfg: dict[str, Any]) -> Finding | None:
     temperature, kl_coef = _number(cfg.get("temperature")), _number(cfg.get("kl_penalty_coef"))
     if temperature is None or kl_coef is None or abs(temperature - 1.0) <= 1e-9 or kl_coef <= 0:
         return None
@@ -53,7 +54,7 @@ def _temperature_with_kl(ctx: RuleContext, cfg: dict[str, Any]) -> Finding | Non
     )
 
 
-def _substeps_without_ppo(ctx: RuleContext, cfg: dict[str, Any]) -> Finding | None:
+def _substeps_without_ppo(ctx: RuleContext[ConfigRiskPolicy], cfg: dict[str, Any]) -> Finding | None:
     substeps = _number(cfg.get("num_substeps"))
     async_config = cfg.get("async_config") if isinstance(cfg.get("async_config"), dict) else {}
     loss_fn = str(async_config.get("loss_fn") or cfg.get("loss_fn") or DEFAULT_LOSS_FN)
@@ -80,7 +81,7 @@ def _substeps_without_ppo(ctx: RuleContext, cfg: dict[str, Any]) -> Finding | No
     )
 
 
-def _learning_rate(ctx: RuleContext, cfg: dict[str, Any]) -> tuple[Finding | None, str | None]:
+def _learning_rate(ctx: RuleContext[ConfigRiskPolicy], cfg: dict[str, Any]) -> tuple[Finding | None, str | None]:
     """(finding, pass reason) for an RL learning rate an order of magnitude outside the recipes' range."""
     if ctx.run.meta.trainer != "rl":
         return None, None
@@ -128,7 +129,7 @@ def _learning_rate(ctx: RuleContext, cfg: dict[str, Any]) -> tuple[Finding | Non
     return None, f"learning_rate {lr:.3g} is within an order of magnitude of the RL recipes' {USUAL_RL_LRS}"
 
 
-def _sft_learning_rate(ctx: RuleContext, cfg: dict[str, Any]) -> tuple[Finding | None, str | None]:
+def _sft_learning_rate(ctx: RuleContext[ConfigRiskPolicy], cfg: dict[str, Any]) -> tuple[Finding | None, str | None]:
     """(finding, pass reason) for an SFT learning rate an order of magnitude away from get_lr's for the model."""
     lr, model = _number(cfg.get("learning_rate")), ctx.run.meta.model_name
     if lr is None or lr <= 0:
@@ -176,7 +177,7 @@ def _sft_learning_rate(ctx: RuleContext, cfg: dict[str, Any]) -> tuple[Finding |
     return None, f"learning_rate {lr:.3g} is {ratio:.2g}x get_lr's {recommended:.2g} for `{model}`"
 
 
-def _train_on_all_tokens(ctx: RuleContext, cfg: dict[str, Any]) -> tuple[Finding | None, str | None]:
+def _train_on_all_tokens(ctx: RuleContext[ConfigRiskPolicy], cfg: dict[str, Any]) -> tuple[Finding | None, str | None]:
     """(finding, pass reason) for chat SFT whose loss covers the prompt (train_on_what all_tokens / all_messages)."""
     what = find_setting(cfg.get("dataset_builder"), "train_on_what")
     if not isinstance(what, str):
@@ -213,7 +214,7 @@ def _train_on_all_tokens(ctx: RuleContext, cfg: dict[str, Any]) -> tuple[Finding
     ), None
 
 
-def _sft_check(ctx: RuleContext, cfg: dict[str, Any]) -> list[Finding]:
+def _sft_check(ctx: RuleContext[ConfigRiskPolicy], cfg: dict[str, Any]) -> list[Finding]:
     lr_finding, lr_pass = _sft_learning_rate(ctx, cfg)
     tokens_finding, tokens_pass = _train_on_all_tokens(ctx, cfg)
     findings = [f for f in (lr_finding, tokens_finding) if f]
@@ -222,7 +223,7 @@ def _sft_check(ctx: RuleContext, cfg: dict[str, Any]) -> list[Finding]:
     return ctx.passed("; ".join(p for p in (lr_pass, tokens_pass) if p))
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[ConfigRiskPolicy]) -> list[Finding]:
     cfg = ctx.run.meta.config
     if not cfg:
         raise NotApplicable("config.json is empty or unreadable")
@@ -279,6 +280,8 @@ RULE = register(
             "SFT near get_lr(model), trained on the assistant's messages (train_on_what=all_assistant_messages).",
         ),
         check=check,
+        policy=ConfigRiskPolicy,
+        stage="training quality",
         requires=(requires("no config.json", found("config")),),
         tags=("config",),
     )

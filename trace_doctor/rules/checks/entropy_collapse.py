@@ -10,14 +10,13 @@ from __future__ import annotations
 from trace_doctor.derive.rl_quality import Windows, median, series, training_column
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.model import Finding
+from trace_doctor.policy.rl_quality import EntropyCollapsePolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import run_label
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, values_in
 
 MAX_LISTED_STEPS = 50
-# Completions at least this many times longer late than early, with the entropy gone, look like a
-# repetition loop rather than a converged answer.
-LENGTH_GROWTH = 2.0
 
 
 def entropy_column(columns: list[str]) -> str | None:
@@ -35,7 +34,7 @@ def _window_medians(rows, key: str, *, share: float, min_len: int) -> tuple[floa
     return median(windows.early), median(windows.late)
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[EntropyCollapsePolicy]) -> list[Finding]:
     if ctx.run.meta.trainer in ("sl", "dpo"):
         raise NotApplicable(f"a {ctx.run.meta.trainer} run samples nothing: no policy entropy")
     t = ctx.thresholds
@@ -178,7 +177,7 @@ def _first_sustained_below(values, floor: float) -> int:
     return int(steps[min(start, len(steps) - 1)])
 
 
-def _context(ctx, rows, t) -> tuple[dict, bool]:
+def _context(ctx: RuleContext[EntropyCollapsePolicy], rows, t) -> tuple[dict, bool]:
     """Notes for the message (frac_mixed, reward saturation, completion length), and whether frac_mixed fell."""
     notes: dict = {}
     stronger = False
@@ -206,7 +205,7 @@ def _context(ctx, rows, t) -> tuple[dict, bool]:
                     )
     length_key = training_column(rows.columns, "ac_tokens_per_turn")
     length = _window_medians(rows, length_key, share=t.window_share, min_len=t.min_window) if length_key else None
-    if length is not None and length[0] > 0 and length[1] >= LENGTH_GROWTH * length[0]:
+    if length is not None and length[0] > 0 and length[1] >= t.length_growth * length[0]:
         notes["length"] = (
             f" Completions grew from {length[0]:.0f} to {length[1]:.0f} tokens per turn meanwhile: long, "
             "near-deterministic samples look like a repetition loop (see truncated-samples)."
@@ -246,6 +245,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=EntropyCollapsePolicy,
+        stage="training quality",
+        panels=("entropy", "groups"),
         requires=(requires("no optim/entropy in metrics", values_in("steps", "optim/entropy", "entropy")),),
         tags=("training", "rl", "metrics"),
     )

@@ -12,7 +12,9 @@ whether the baseline had the problem, so its findings are listed as not compared
 from __future__ import annotations
 
 from trace_doctor.model import Finding
+from trace_doctor.policy.baseline import NewFindingPolicy
 from trace_doctor.rules.base import Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import baseline_run, requires
 
 
@@ -39,7 +41,7 @@ def not_compared(candidate: list[Finding], baseline_statuses: dict[str, str]) ->
     return [{"rule": r, "fingerprint": k, "baseline_status": s} for r, k, s in sorted(unjudged)]
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[NewFindingPolicy]) -> list[Finding]:
     """One finding per candidate finding whose fingerprint the baseline does not have."""
     statuses = getattr(ctx, "baseline_statuses", {})
     skipped = not_compared(ctx.candidate_findings, statuses)
@@ -107,6 +109,8 @@ register(
             fix="The fix of the finding it repeats.",
         ),
         check=check,
+        policy=NewFindingPolicy,
+        stage="comparison",
         requires=(requires("needs --baseline PATH", baseline_run()),),
         baseline_only=True,
         tags=("regression", "baseline"),

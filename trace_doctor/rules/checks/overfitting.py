@@ -14,6 +14,7 @@ from trace_doctor.derive.rl_quality import median, series
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.knowledge.tinker import is_eval_key
 from trace_doctor.model import Finding
+from trace_doctor.policy.training import OverfittingPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.checkpoint_risk import KEEP_FIX, ttl_text
 from trace_doctor.rules.context import RuleContext
@@ -47,7 +48,7 @@ def _nearest_checkpoint(ctx: RuleContext, step: int) -> dict | None:
     return min(usable, key=lambda item: (item[0], item[1]))[2] if usable else None
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[OverfittingPolicy]) -> list[Finding]:
     t = ctx.thresholds
     column = held_out_column(ctx.run.steps.columns)
     if column is None:
@@ -170,6 +171,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=OverfittingPolicy,
+        stage="training quality",
+        panels=("loss",),
         requires=(
             requires("no held-out NLL in metrics", values_in("steps", "test/nll", "*/nll")),
             requires("no train_mean_nll in metrics", values_in("steps", TRAIN_NLL)),

@@ -27,7 +27,9 @@ from trace_doctor.derive.quality_series import (
 )
 from trace_doctor.derive.shift import compare_samples
 from trace_doctor.model import Finding
+from trace_doctor.policy.baseline import QualityRegressionPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import baseline_run, requires
 
 AXIS_WORDS = {
@@ -213,7 +215,7 @@ def compare_quality(cand_ctx, base_ctx, thresholds, max_stable_kl: float) -> dic
     return {**result, "verdict": verdict, "message": message}
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[QualityRegressionPolicy]) -> list[Finding]:
     """One finding per axis (reward, loss, KL, entropy) that is significantly and materially worse."""
     comparison = compare_quality(ctx, ctx.baseline_ctx, ctx.thresholds, ctx.shared.max_stable_kl)
     ctx.comparison["quality"] = comparison
@@ -291,6 +293,9 @@ register(
             ),
         ),
         check=check,
+        policy=QualityRegressionPolicy,
+        stage="comparison",
+        panels=("reward", "kl", "entropy"),
         shared=("max_stable_kl",),
         requires=(requires("needs --baseline PATH", baseline_run()),),
         baseline_only=True,

@@ -14,6 +14,7 @@ from trace_doctor.derive.rl_quality import EVAL_PREFIXES, series
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.knowledge.renderers import judge_renderer
 from trace_doctor.model import Finding
+from trace_doctor.policy.rl_quality import ResponseParseErrorsPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import run_label
 from trace_doctor.rules.context import RuleContext
@@ -44,7 +45,7 @@ def parse_error_columns(columns: list[str]) -> dict[str, str]:
     return found
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[ResponseParseErrorsPolicy]) -> list[Finding]:
     if ctx.run.meta.trainer in ("sl", "dpo"):
         raise NotApplicable(f"a {ctx.run.meta.trainer} run samples nothing for an environment to parse")
     t = ctx.thresholds
@@ -148,6 +149,8 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=ResponseParseErrorsPolicy,
+        stage="training quality",
         requires=(
             requires(
                 "no parse-error metric in metrics.jsonl",

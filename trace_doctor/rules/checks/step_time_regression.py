@@ -27,6 +27,7 @@ from trace_doctor.knowledge.tinker import (
 from trace_doctor.model import Finding
 from trace_doctor.policy.baseline import StepTimeRegressionPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import baseline_run, requires
 
 # Breakdown parts in reading order. Each top-level phase (a cookbook timer name) is added into the
@@ -61,14 +62,14 @@ UNTIMED = "untimed"
 OTHER = "other/interaction"
 
 
-def _steady(ctx) -> pl.DataFrame:
+def _steady(ctx: RuleContext[StepTimeRegressionPolicy]) -> pl.DataFrame:
     split = ctx.warmup
     if split is None or split.steady is None:
         return pl.DataFrame()
     return split.steady
 
 
-def _cycle(ctx) -> tuple[float | None, str | None]:
+def _cycle(ctx: RuleContext[StepTimeRegressionPolicy]) -> tuple[float | None, str | None]:
     """The run's clock-cycle estimate in seconds and its confidence, or (None, None)."""
     try:
         cycle = ctx.clock_cycle
@@ -222,7 +223,7 @@ def _explain(breakdown: list[dict[str, Any]]) -> str:
     return ", ".join(f"{p['phase']} {p['change_s']:+.3g} s" for p in movers[:4]) or "no phase changed"
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[StepTimeRegressionPolicy]) -> list[Finding]:
     """Fire when the candidate's steady steps are significantly and materially slower."""
     comparison = compare_step_times(ctx, ctx.baseline_ctx, ctx.thresholds)
     ctx.comparison["step_time"] = comparison
@@ -285,6 +286,8 @@ register(
             ),
         ),
         check=check,
+        policy=StepTimeRegressionPolicy,
+        stage="comparison",
         shared=("clock_cycle_s", "max_warmup_share"),
         requires=(requires("needs --baseline PATH", baseline_run()),),
         baseline_only=True,

@@ -9,7 +9,9 @@ from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.knowledge.hyperparams import stabler_loss_advice
 from trace_doctor.knowledge.tinker import is_eval_key
 from trace_doctor.model import Finding
+from trace_doctor.policy.training import TrainingInstabilityPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, table
 
 MAX_LISTED_STEPS = 50
@@ -44,7 +46,12 @@ def _empty_batch_steps(rows: pl.DataFrame, steps: list[int]) -> set[int]:
     return {int(s) for s in empty["step"].to_list()}
 
 
-def _never_finite(ctx, rows: pl.DataFrame, training: dict[str, pl.DataFrame], columns: dict[str, str]):
+def _never_finite(
+    ctx: RuleContext[TrainingInstabilityPolicy],
+    rows: pl.DataFrame,
+    training: dict[str, pl.DataFrame],
+    columns: dict[str, str],
+):
     """A diagnostic estimate (KL, entropy) non-finite on every step it was logged, from the first, while
     no loss or gradient is: it was never computable — a logging problem (no sampled logprobs to
     compare), not an update that diverged. None when that is not the shape."""
@@ -75,7 +82,9 @@ def _never_finite(ctx, rows: pl.DataFrame, training: dict[str, pl.DataFrame], co
     )
 
 
-def _non_finite(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> list[Finding]:
+def _non_finite(
+    ctx: RuleContext[TrainingInstabilityPolicy], rows: pl.DataFrame, columns: dict[str, str]
+) -> list[Finding]:
     bad = {c: f for c in columns if not (f := non_finite_steps(rows, c)).is_empty()}
     if not bad:
         return []
@@ -158,7 +167,9 @@ def _non_finite(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> list[Findin
     return findings
 
 
-def _spikes(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tuple[list[Finding], list[str]]:
+def _spikes(
+    ctx: RuleContext[TrainingInstabilityPolicy], rows: pl.DataFrame, columns: dict[str, str]
+) -> tuple[list[Finding], list[str]]:
     t = ctx.thresholds
     findings, notes = [], []
     for column in spike_columns(columns):
@@ -219,7 +230,7 @@ def _spikes(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tuple[list[Find
     return findings, notes
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[TrainingInstabilityPolicy]) -> list[Finding]:
     steps = ctx.run.steps
     columns = health_columns(steps)
     if not columns:
@@ -271,6 +282,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=TrainingInstabilityPolicy,
+        stage="training quality",
+        panels=("loss", "kl", "entropy"),
         requires=(requires("no metrics.jsonl rows", table("steps")),),
         tags=("metrics", "training quality"),
     )
