@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.knowledge.hyperparams import (
     CLIPPED_LOSSES,
     DEFAULT_LOSS_FN,
