@@ -68,6 +68,14 @@ _EXPORTS = {
     "IngestWarning": "trace_doctor.model",
     "Verdict": "trace_doctor.decision",
     "Gate": "trace_doctor.decision",
+    "run_console_script": "trace_doctor.console_script",
+    "Watch": "trace_doctor.watch",
+    "WatchEvent": "trace_doctor.watch",
+    "WatchPolicy": "trace_doctor.policy.live",
+    "follow_run": "trace_doctor.watch",
+    "WATCH_FORMATS": "trace_doctor.watch",
+    "EXIT_STALLED": "trace_doctor.watch",
+    "EXIT_STOPPED": "trace_doctor.watch",
 }
 
 __all__ = [
@@ -123,10 +131,19 @@ __all__ = [
     "IngestWarning",
     "Verdict",
     "Gate",
+    "run_console_script",
+    "Watch",
+    "WatchEvent",
+    "WatchPolicy",
+    "follow_run",
+    "WATCH_FORMATS",
+    "EXIT_STALLED",
+    "EXIT_STOPPED",
 ]
 
 if TYPE_CHECKING:
     from trace_doctor.api import analyze, compare, load_run, sample_run_path
+    from trace_doctor.console_script import run_console_script
     from trace_doctor.crash_report import EXIT_INTERNAL_ERROR
     from trace_doctor.dataset import Dataset, IngestedRun, ingest_dataset
     from trace_doctor.decision import Gate, Verdict
@@ -146,6 +163,7 @@ if TYPE_CHECKING:
         write_report,
     )
     from trace_doctor.policy import Policy, PolicyError
+    from trace_doctor.policy.live import WatchPolicy
     from trace_doctor.process_setup import prepare_process
     from trace_doctor.redact import redact_run
     from trace_doctor.rule_docs import explain_rule, list_rules
@@ -157,6 +175,7 @@ if TYPE_CHECKING:
         terminal_progress,
         terminal_safe,
     )
+    from trace_doctor.watch import EXIT_STALLED, EXIT_STOPPED, WATCH_FORMATS, Watch, WatchEvent, follow_run
 
 
 def __getattr__(name: str) -> Any:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import os
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from trace_doctor import (  # noqa: E402
     EXIT_INTERNAL_ERROR,
     FAIL_ON_LEVELS,
     REPORT_FORMATS,
+    WATCH_FORMATS,
     PolicyError,
     RequestError,
     __version__,
@@ -26,12 +26,14 @@ from trace_doctor import (  # noqa: E402
     explain_rule,
     find_runs,
     fleet_internal_error_line,
+    follow_run,
     ingest_dataset,
     internal_error_line,
     list_rules,
     load_settings,
     render_report,
     report_color,
+    run_console_script,
     take_machine_notes,
     terminal_progress,
     terminal_safe,
@@ -319,30 +321,22 @@ def bundle_command(paths, output: str, config: str | None) -> None:
     click.echo(f"Escalation bundle: {_where(output)} ({len(manifest)} files, secrets redacted)")
 
 
-def run() -> None:
-    """The console-script entry point: the CLI, then an immediate process exit. Interpreter shutdown would free
-    every table (hundreds of MB on a large run, ~0.07 s) only for the OS to reclaim the memory anyway. Output is
-    flushed first; nothing else registers exit work. Tests call `main` (click's CliRunner), which exits normally."""
-    # One short-lived command: the tables live in polars, so the cyclic collector finds nothing (~2% of a run).
-    gc.disable()
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            # A message as exit status is no verdict: never 1, which CI reads as a tripped gate.
-            sys.stderr.write(terminal_safe(exc.code) + "\n")
-            code = EXIT_INTERNAL_ERROR
-        else:
-            code = exc.code or 0
-    except Exception as exc:  # noqa: BLE001 - outside any command (the group catches theirs): still one line
-        sys.stderr.write(f"trace-doctor: {terminal_safe(internal_error_line(exc))}\n")
-        code = EXIT_INTERNAL_ERROR
-    if "logging" in sys.modules:
-        sys.modules["logging"].shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+@main.command("watch")
+@click.argument("path", callback=_no_empty_path)
+@click.option("--format", "fmt", type=click.Choice(WATCH_FORMATS), default="text", help="jsonl: one event per line.")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=2.0, help="Seconds between looks (default 2).")
+@click.option("--on-stall", metavar="CMD", help="Run CMD once per stall, the stalled event as JSON on its stdin.")
+@click.option("--exit-on-stall", is_flag=True, help="End at the first stall (exit 4).")
+@CONFIG_OPTION
+def watch_command(path: str, config: str | None, **options) -> None:
+    """Follow a live run: each step, findings as they appear, stalls with where the run is stuck (events:
+    progress, finding, stalled, stopped, done). Exit 0 done, 4 stalled (--exit-on-stall), 5 crashed or
+    interrupted, 130 Ctrl-C."""
+    sys.exit(follow_run(path, _settings(config), **options))
+
+
+# The console-script entry point (pyproject's `trace-doctor`): `main` in a process that exits at once.
+run = run_console_script
 
 
 if __name__ == "__main__":
