@@ -24,7 +24,7 @@ import polars as pl
 
 from trace_doctor.derive.robust import median
 from trace_doctor.derive.step_times import live_training_rows, phase_names
-from trace_doctor.knowledge.tinker import CHECKPOINT_PHASES, EVAL_PHASES, RL_ENV_PREFIX
+from trace_doctor.knowledge.tinker import CHECKPOINT_PHASES, EVAL_PHASES, RESULT_WAIT_PHASES, RL_ENV_PREFIX
 
 SAMPLING_PHASES = ("sample", "sampling")
 TRAINING_PHASES = (
@@ -32,8 +32,6 @@ TRAINING_PHASES = (
     "train_step",
     "do_train_step_and_get_sampling_client",
     "do_train_step_streaming_and_get_sampling_client",
-    "step",
-    "finish_batch",
     "submit_batch",
     "get_ref_logprobs",
 )
@@ -42,6 +40,8 @@ TRAINING_PHASES = (
 PART_PHASES: dict[str, tuple[str, ...]] = {
     "sampling": SAMPLING_PHASES,
     "training on the service": TRAINING_PHASES,
+    # SFT/DPO result waits (`step`) and the finish around them: the account's service work when counted.
+    "waiting for training results": RESULT_WAIT_PHASES,
     "evaluations": EVAL_PHASES,
     "checkpoints": (*CHECKPOINT_PHASES, "save_checkpoint_and_get_sampling_client"),
     "loading batches": ("get_batch",),
