@@ -79,6 +79,20 @@ class SteadySlownessPolicy:
         why="A submit-only SDK call (forward_backward / optim_step) hands off in milliseconds.",
         bounds=POSITIVE,
     )
+    sampling_info_share: float = threshold(
+        0.5,
+        unit="share of step time",
+        why="When sampling takes most of a synchronous RL step, the trainer idles for it every step: "
+        "worth knowing that asynchronous or streamed RL would overlap it.",
+        bounds=SHARE,
+    )
+    sampling_warning_share: float = threshold(
+        0.75,
+        unit="share of step time",
+        why="At three quarters and more (84-88% on the sushantmehta and joanvelja runs) training is a small "
+        "part of the run: overlapping the rollouts with training is the largest speed-up available.",
+        bounds=SHARE,
+    )
 
 
 @dataclass(frozen=True)
