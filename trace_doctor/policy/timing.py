@@ -204,6 +204,14 @@ class InconsistentStepTimesPolicy:
         "shorter excursions are spikes.",
         bounds=SHARE,
     )
+    min_wall_share_alone: float = threshold(
+        0.3,
+        unit="share of wall time",
+        why="With too few steady steps to judge variance (min_steady_steps), a step (or a run of consecutive "
+        "steps) above spike_ratio x the median that holds this share of the run is still reported: one "
+        "3,816 s step of a 7-step run (59% of its wall, sushantmehta logs) is where the run's time went.",
+        bounds=SHARE,
+    )
     min_wait_spike_share: float = threshold(
         0.2,
         unit="share of steady steps",

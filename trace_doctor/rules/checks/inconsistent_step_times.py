@@ -425,6 +425,34 @@ def spike_findings(
     return findings
 
 
+def dominant_steps(ctx, steady: pl.DataFrame) -> list[Finding]:
+    """Too few steady steps to judge variance, but a step (or a run of consecutive ones) far above the
+    others that holds a large share of the wall time: reported with its cause whatever the step count."""
+    t = ctx.thresholds
+    wall = ctx.wall_s
+    if not wall or steady.height < 2:
+        return []
+    level = float(steady["total_s"].median())
+    slow = steady.sort(["segment", "step"]).with_columns(
+        (pl.col("total_s") > t.spike_ratio * level).alias("_slow"), pl.lit(level).alias("_level")
+    )
+    # Consecutive slow steps of a segment form one block; a block counts by its whole share.
+    block = (pl.col("_slow") != pl.col("_slow").shift(1)) | (pl.col("segment") != pl.col("segment").shift(1))
+    slow = slow.with_columns(block.fill_null(True).cum_sum().alias("_block"))
+    held = (
+        slow.filter("_slow")
+        .group_by("_block")
+        .agg(pl.col("total_s").sum().alias("_held"))
+        .filter(pl.col("_held") >= t.min_wall_share_alone * wall)
+    )
+    rows = slow.join(held, on="_block", how="semi").with_columns(
+        (pl.col("total_s") - pl.col("_level")).alias("_excess")
+    )
+    if rows.is_empty():
+        return []
+    return spike_findings(ctx, rows, cv=robust_cv(steady["total_s"] / level), median=level, regimes=1, excluded=[])
+
+
 def share_text(share: float) -> str:
     """A share for people: "<1%" rather than a misleading "0%"."""
     return "<1%" if share < 0.005 else f"{share:.0%}"
@@ -496,7 +524,13 @@ def check(ctx) -> list[Finding]:
     if steady is None or steady.is_empty():
         return trace_only(ctx)
     if steady.height < t.min_steady_steps:
-        raise NotApplicable(f"only {steady.height} steady steps (need {t.min_steady_steps})")
+        dominant = dominant_steps(ctx, steady)
+        if dominant:
+            return dominant
+        raise NotApplicable(
+            f"only {steady.height} steady steps (need {t.min_steady_steps} to judge variance), and no step holds "
+            f"{t.min_wall_share_alone:.0%} of the wall time"
+        )
     steady = steady.sort(["segment", "step"])
     periodic = periodic_seconds(steady)
     min_regime = max(int(t.min_steady_steps), math.ceil(t.min_regime_share * steady.height))
