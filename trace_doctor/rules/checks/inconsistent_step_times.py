@@ -336,6 +336,13 @@ SPIKE_TITLES = {
     "phase": "A phase ran long on some steps",
     "spread": "Inconsistent step times",
 }
+# An untimed spike nothing explains keeps the fingerprint the rule has always given its spikes
+# (suppressions and baselines name it); the causes it now tells apart get their own.
+FINGERPRINTS = {
+    "host-sleep": "inconsistent-step-times:unexplained",
+    "sampling": "inconsistent-step-times:sampling",
+    "phase": "inconsistent-step-times:phase",
+}
 TRAINING_PHASE_NAMES = ("train", "train_step", "step", "finish_batch", "forward_backward", "optim_step")
 
 
@@ -405,7 +412,7 @@ def spike_findings(
                 },
                 seconds_lost=round(cost, 6) if cost else None,
                 fraction_of_wall=round(cost / wall, 4) if cost and wall else None,
-                fingerprint=f"inconsistent-step-times:{cause}" + (f":{phase}" if phase else ""),
+                fingerprint=FINGERPRINTS[cause] + (f":{phase}" if phase else ""),
                 confidence="medium",
             )
         )
