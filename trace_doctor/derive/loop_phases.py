@@ -54,7 +54,7 @@ TOKENS_KEY = f"{RL_ENV_PREFIX}total_ac_tokens"
 EPISODES_KEY = f"{RL_ENV_PREFIX}total_episodes"
 TIME_TOTAL_SOURCE = "time/total"
 # Time the rest: the trace's spans time every phase, the sampling calls included.
-TO_TIME_REST = "enable_trace=True would time it (every phase and SDK call as a span)"
+TO_TIME_REST = "enable_trace=True would time it: every phase and SDK call as a span"
 # Fewer steps than this give no correlation worth reporting.
 MIN_CORRELATION_STEPS = 5
 

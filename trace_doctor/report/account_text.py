@@ -10,7 +10,7 @@ from trace_doctor.humanize import format_seconds
 def per_step_text(part: dict[str, Any], account: dict[str, Any]) -> str:
     """`4.1 min of 4.7 min per step` for a part in every step, `5.5 min in 1 step` for an occasional one."""
     step = account.get("median_step_s")
-    every = part["steps"] >= max((account.get("untimed_evidence") or {}).get("steps") or 0, 1) and part["steps"] > 1
+    every = part["steps"] >= (account.get("timed_steps") or 0) and part["steps"] > 1
     if every and step:
         return f"{format_seconds(part['median_step_s'])} of {format_seconds(step)} per step"
     count = part["steps"]

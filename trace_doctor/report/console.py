@@ -146,7 +146,8 @@ def account_line(account: dict) -> str:
         by_rule[row["rule"]] = by_rule.get(row["rule"], 0.0) + row["seconds"]
     parts += [f"{rule} {format_seconds(seconds)}" for rule, seconds in sorted(by_rule.items(), key=lambda kv: -kv[1])]
     if account["unexplained_s"] >= 0.005 * wall:
-        parts.append(f"unexplained {format_seconds(account['unexplained_s'])}")
+        rest = account.get("to_explain_rest")
+        parts.append(f"unexplained {format_seconds(account['unexplained_s'])}" + (f" ({rest})" if rest else ""))
     low, high = account["counterfactual"]["range_s"]
     fixed = format_seconds(low) if abs(high - low) < 0.05 * wall else f"{format_seconds(low)}–{format_seconds(high)}"
     return f"{format_seconds(wall)} of wall = " + " + ".join(parts) + f"; with every fix ≈{fixed}."

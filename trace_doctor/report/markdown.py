@@ -243,7 +243,8 @@ def _account(result: Analysis) -> list[str]:
     for cause in account["causes"]:
         kind = "" if cause["kind"] == "loss" else f" ({cell(cause['kind'])}, not a problem to fix)"
         row(f"`{cause['rule']}` — {cell(cause['title'], 120)}{kind}", cause["seconds"])
-    row("unexplained", account["unexplained_s"])
+    rest = account.get("to_explain_rest")
+    row("unexplained" + (f" ({cell(rest)})" if rest else ""), account["unexplained_s"])
     low, high = account["counterfactual"]["range_s"]
     fixed = f"{format_seconds(low)}–{format_seconds(high)}"
     lines += ["", f"With every fix: **≈{fixed}** instead of {format_seconds(wall)}."]

@@ -232,6 +232,7 @@ def structure_block(structure: LoopPhases | None, parts: list[dict], *, unexplai
             )
         ),
         "median_step_s": round(structure.median_step_s, 6),
+        "timed_steps": structure.steps,
         "untimed_evidence": structure.evidence,
         "to_explain_rest": structure.to_time_rest if unexplained_s >= UNEXPLAINED_NOTE_SHARE * wall_s else None,
     }
