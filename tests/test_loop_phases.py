@@ -121,3 +121,16 @@ def test_timed_sampling_fixture_reports_sampling_share_with_high_confidence():
     assert dominant.confidence == "high" and dominant.evidence["measured"] == "sampling"
     assert dominant.evidence["sampling_share"] > 0.5
     assert ctx.loop_phases.untimed_named is None
+
+
+def test_async_rl_step_timer_remainder_is_not_its_sampling():
+    """Async RL samples in workers beside the training loop: its `time/total` remainder is no rollout."""
+    run = load_run(ROOT / "fixtures" / "training" / "rl_async_within_bound")
+    _, _, ctx = findings(run, ["steady-slowness"])
+    assert ctx.loop_phases.untimed_named is None and ctx.loop_phases.part(UNTIMED_SAMPLING_PART) is None
+    rows = _legacy_rows([100.0] * 6, [400_000] * 6)
+    for row in rows:
+        row["sampling_client/step_min"] = row["step"]  # the async/stream keys, with no config to say so
+    bare = run_from_rows(rows)
+    phases = loop_phases(step_times(bare), bare.steps, bare.meta.trainer, excess_factor=3.0)
+    assert phases.untimed_named is None

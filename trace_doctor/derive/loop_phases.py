@@ -24,7 +24,13 @@ import polars as pl
 
 from trace_doctor.derive.robust import median
 from trace_doctor.derive.step_times import live_training_rows, phase_names
-from trace_doctor.knowledge.tinker import CHECKPOINT_PHASES, EVAL_PHASES, RESULT_WAIT_PHASES, RL_ENV_PREFIX
+from trace_doctor.knowledge.tinker import (
+    CHECKPOINT_PHASES,
+    EVAL_PHASES,
+    RESULT_WAIT_PHASES,
+    RL_ENV_PREFIX,
+    SAMPLER_STEP_PREFIX,
+)
 
 SAMPLING_PHASES = ("sample", "sampling")
 TRAINING_PHASES = (
@@ -50,6 +56,7 @@ OTHER_PART = "other timed work"
 UNTIMED_SAMPLING_PART = "sampling and reward computation (untimed by the cookbook)"
 # The sync RL loop's own training phase: timed in a row, the row is the cookbook loop's.
 SYNC_RL_TRAINING = ("train", "do_train_step_and_get_sampling_client")
+CONCURRENT_SAMPLING_MODES = ("async", "stream")
 TOKENS_KEY = f"{RL_ENV_PREFIX}total_ac_tokens"
 EPISODES_KEY = f"{RL_ENV_PREFIX}total_episodes"
 TIME_TOTAL_SOURCE = "time/total"
@@ -138,9 +145,14 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def _untimed_is_sampling(times: pl.DataFrame, trainer: str | None, phases: list[str]) -> pl.Series:
-    """Rows whose untimed remainder is the sync RL loop's untimed sampling (module docstring)."""
-    if trainer != "rl" or any(p in phases for p in SAMPLING_PHASES):
+def _untimed_is_sampling(
+    times: pl.DataFrame, steps: pl.DataFrame, trainer: str | None, mode: str | None, phases: list[str]
+) -> pl.Series:
+    """Rows whose untimed remainder is the sync RL loop's untimed sampling (module docstring). Async and
+    stream loops sample concurrently with training (their `sampling_client/step_*` keys say so when the
+    config does not): what their step timer leaves out is not the step's own sampling."""
+    concurrent = mode in CONCURRENT_SAMPLING_MODES or any(c.startswith(SAMPLER_STEP_PREFIX) for c in steps.columns)
+    if trainer != "rl" or concurrent or any(p in phases for p in SAMPLING_PHASES):
         return pl.Series([False] * times.height)
     training = [f"phase:{p}" for p in SYNC_RL_TRAINING if p in phases]
     if not training or "total_source" not in times.columns:
@@ -153,11 +165,12 @@ def _untimed_is_sampling(times: pl.DataFrame, trainer: str | None, phases: list[
 
 
 def loop_phases(
-    times: pl.DataFrame, steps: pl.DataFrame, trainer: str | None, *, excess_factor: float
+    times: pl.DataFrame, steps: pl.DataFrame, trainer: str | None, *, excess_factor: float, mode: str | None = None
 ) -> LoopPhases | None:
     """The steps' time by the loop's structure; None without timed steps.
 
     `times`: derive/step_times; `steps`: the run's metrics rows (for the generated tokens);
+    `trainer`, `mode`: the run's trainer and loop mode (rl: sync | stream | async);
     `excess_factor`: how far above the typical untimed step a remainder is still named sampling.
     """
     if times.is_empty() or "total_s" not in times.columns:
@@ -183,7 +196,7 @@ def loop_phases(
     # A row without any phase timed is all untimed.
     untimed = pl.coalesce(pl.col("untimed_s"), pl.col("total_s")).clip(lower_bound=0.0)
     frame = _with_tokens(times, steps).with_columns(
-        untimed.alias("untimed_s"), _untimed_is_sampling(times, trainer, phases).alias("_named")
+        untimed.alias("untimed_s"), _untimed_is_sampling(times, steps, trainer, mode, phases).alias("_named")
     )
     named_rows = frame.filter("_named")
     evidence: dict = {}

@@ -130,7 +130,11 @@ class RuleContext:
         from trace_doctor.derive.loop_phases import loop_phases
 
         return loop_phases(
-            self.step_times, self.run.steps, self.run.meta.trainer, excess_factor=self.shared.untimed_excess_factor
+            self.step_times,
+            self.run.steps,
+            self.run.meta.trainer,
+            mode=self.run.meta.trainer_mode,
+            excess_factor=self.shared.untimed_excess_factor,
         )
 
     @cached_property
