@@ -7,6 +7,7 @@ from rule_helpers import run_from_rows
 
 from trace_doctor.model import Finding
 from trace_doctor.policy import PolicyError
+from trace_doctor.policy.timing import PipeliningGapPolicy
 from trace_doctor.rules.base import REGISTRY, NotApplicable, Rule, RuleDocs
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.engine import run_one, run_rules
@@ -16,7 +17,17 @@ DOCS = RuleDocs("w", "y", "e", "f")
 
 
 def _rule(check):
-    return Rule(slug="pipelining-gap", code="TD101", title="t", severity="warning", needs="n", docs=DOCS, check=check)
+    return Rule(
+        slug="pipelining-gap",
+        code="TD101",
+        title="t",
+        severity="warning",
+        needs="n",
+        docs=DOCS,
+        check=check,
+        policy=PipeliningGapPolicy,
+        stage="pipelining",
+    )
 
 
 def _rl_run(kl=0.05):

@@ -79,20 +79,21 @@ def test_a_loop_writing_only_time_total_is_not_named():
 @pytest.mark.parametrize("relative", SYNC_RL_RUNS)
 def test_sync_rl_corpus_account_explains_all_but_15_percent(relative):
     result = analyze(load_run(_corpus(relative)))
-    account = result.summary["account"]
-    assert account["unexplained_s"] < 0.15 * account["wall_time_s"]
-    sampling = next(p for p in account["structure"] if p["part"] == UNTIMED_SAMPLING_PART)
-    assert not sampling["timed"] and sampling["median_step_s"] > 0.5 * account["median_step_s"]
+    account = result.run_summary.account
+    assert account.unexplained_s < 0.15 * account.wall_time_s
+    sampling = next(p for p in account.structure.parts if p.part == UNTIMED_SAMPLING_PART)
+    assert not sampling.timed and sampling.median_step_s > 0.5 * account.structure.median_step_s
     assert "sampling and reward computation" in account_line(account)
+    # The JSON form reads back to the same account.
+    assert type(account).from_dict(account.to_dict()) == account
 
 
 def test_sushantmehta_short_run_names_sampling_and_reports_its_hour_long_step():
     result = analyze(load_run(_corpus("sushantmehta-tinker-cookbook/logs")))
-    account = result.summary["account"]
-    sampling = next(p for p in account["structure"] if p["part"] == UNTIMED_SAMPLING_PART)
-    assert sampling["median_step_s"] == pytest.approx(332.5, abs=1) and account["median_step_s"] == pytest.approx(
-        387.7, abs=1
-    )
+    structure = result.run_summary.account.structure
+    sampling = next(p for p in structure.parts if p.part == UNTIMED_SAMPLING_PART)
+    assert sampling.median_step_s == pytest.approx(332.5, abs=1)
+    assert structure.median_step_s == pytest.approx(387.7, abs=1)
     rules = by_rule(result.findings)
     dominant = rules["steady-slowness"][0]
     assert dominant.fingerprint == "steady-slowness:sampling" and dominant.severity == "warning"

@@ -37,7 +37,7 @@ from trace_doctor.model import (
     TASK_SNAPSHOTS_SCHEMA,
     RunTables,
 )
-from trace_doctor.policy import RULE_POLICIES, Policy, SharedPolicy
+from trace_doctor.policy import Policy, SharedPolicy, rule_policies
 from trace_doctor.rules.engine import run_rules
 
 SHARED = "shared"  # pseudo-slug of the SharedPolicy knobs in PROBES
@@ -403,6 +403,44 @@ def main_blocked_while_holder_dumps() -> RunTables:
 
 
 @cache
+def holder_silent_while_main_dumps() -> RunTables:
+    """The SDK loop's [holder] silent for 7 s while [main] keeps dumping: one direct reading of a starved
+    SDK thread and nothing else (a GIL stall of medium confidence)."""
+    t0 = datetime(2026, 3, 5, 12, 0, 0)
+    schedule = [(t, label) for t in range(0, 5) for label in ("holder", "main")]
+    schedule += [(t, "main") for t in range(5, 12)]
+    schedule += [(t, label) for t in range(12, 14) for label in ("holder", "main")]
+    rows = [
+        {
+            "source": "stdout.txt",
+            "line": 10 * i + 1,
+            "timestamp": t0 + timedelta(seconds=offset),
+            "label": label,
+            "snapshot": i,
+            "task_count": 1,
+            "interval_s": 1.0,
+            "task_name": "Task-1",
+            "state": "pending",
+            "coroutine": "<coroutine object x>",
+        }
+        for i, (offset, label) in enumerate(schedule)
+    ]
+    run = RunTables()
+    run.task_snapshots = pl.DataFrame(rows, schema=TASK_SNAPSHOTS_SCHEMA)
+    return run
+
+
+@cache
+def entropy_collapsing_with_longer_completions() -> RunTables:
+    """Entropy 0.5 for 30 steps then 0.01 for 10, while completions grow from 100 to 150 tokens per turn."""
+    rows = [
+        {"step": s, "optim/entropy": 0.5 if s < 30 else 0.01, "env/all/ac_tokens_per_turn": 100.0 if s < 30 else 150.0}
+        for s in range(40)
+    ]
+    return run_from_rows(rows, trainer="rl")
+
+
+@cache
 def pipelined_loop_served_late() -> RunTables:
     """A pipelined SFT loop (step k+1 submitted before step k's results are awaited, optim right behind
     forward_backward, 2 ms hand-offs) whose results come 3-5 cycles of 0.1 s late; one transition in ten
@@ -463,6 +501,13 @@ def entropy_mostly_collapsed() -> RunTables:
     late = [0.01, 0.2, 0.01, 0.01, 0.2, 0.01, 0.01, 0.2, 0.01, 0.01]
     values = [0.5] * 30 + late
     return run_from_rows([{"step": s, "optim/entropy": v} for s, v in enumerate(values)], trainer="rl")
+
+
+@cache
+def parse_errors_on_a_quarter() -> RunTables:
+    """stop/parse_error 25% on 10 of 40 steps, 1% on the rest: a quarter of the run."""
+    values = [0.25 if s % 4 == 0 else 0.01 for s in range(40)]
+    return run_from_rows([{"step": s, "env/all/stop/parse_error": v} for s, v in enumerate(values)], trainer="rl")
 
 
 @cache
@@ -540,15 +585,15 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("pipelining-gap", "min_fraction_lost"): Probe(
         short_loop_short_waits, 0.2, "0.5 s lost (12.5% of the run): fired -> passed"
     ),
-    ("pipelining-gap", "min_wait_s"): Probe(
-        "sl_sequential_await", 0.2, "0.1 s fb->optim gaps are hand-offs: the fb->optim finding goes, the other stays"
-    ),
     # get-batch-bottleneck
     ("get-batch-bottleneck", "min_share"): Probe(
         "sl_healthy_pipelined", 0.05, "get_batch at 9.4% of a steady step: passed -> fired"
     ),
     ("get-batch-bottleneck", "min_steady_steps"): Probe(
         "sl_slow_get_batch", 50, "30 steps with get_batch timing: fired -> not_applicable"
+    ),
+    ("get-batch-bottleneck", "high_confidence_steps"): Probe(
+        "sl_slow_get_batch", 50, "a median over 30 steady steps: high -> medium confidence"
     ),
     # warmup-slowness
     ("warmup-slowness", "min_ratio"): Probe(
@@ -570,6 +615,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("steady-slowness", "sampling_warning_share"): Probe(
         legacy_sync_rl(12, untimed_s=200.0, train_s=20.0), 0.95, "untimed sampling 90% of the steps: warning -> info"
     ),
+    ("steady-slowness", "min_steady_steps"): Probe(
+        "sl_steady_slow", 1000, "fewer steady steps with a total: fired -> not_applicable"
+    ),
     # gil-stall
     ("gil-stall", "min_monitor_jitter_s"): Probe(
         "sl_gil_stall", 2.0, "the GIL-monitor signal keeps 1 of its 2 lines (1.78 s jitter dropped)"
@@ -579,8 +627,14 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("gil-stall", "min_blocked_submit_s"): Probe(
         submit_blocked_while_sampling, 1.5, "the 1.2 s submit during a stretched round trip no longer counts: passed"
     ),
-    ("gil-stall", "round_trip_stretch_ratio"): Probe(
-        submit_blocked_while_sampling, 3.0, "a 2.5x round trip no longer shows the SDK thread stalled too: passed"
+    ("gil-stall", "high_confidence_score"): Probe(
+        "sl_gil_stall", 10.0, "independent readings weighing 8.5 in all: high -> medium confidence"
+    ),
+    ("gil-stall", "high_confidence_readings"): Probe(
+        "sl_gil_stall", 10, "fewer corroborating readings than that: high -> medium confidence"
+    ),
+    ("gil-stall", "medium_confidence_score"): Probe(
+        holder_silent_while_main_dumps, 3.0, "one direct reading (weight 2): medium -> low confidence"
     ),
     # blocking-call-in-async
     ("blocking-call-in-async", "min_blocked_s"): Probe(
@@ -592,6 +646,15 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("blocking-call-in-async", "min_silence_s"): Probe(
         main_blocked_while_holder_dumps, 5.0, "[main] silent for 3 s: fired -> passed"
     ),
+    # run-stopped
+    ("run-stopped", "min_stuck_step_times"): Probe(
+        "sl_stopped_service_hang",
+        1000.0,
+        "a 5 s hold of 50 ms steps is under 1000 steps: hung on the service -> killed",
+    ),
+    ("run-stopped", "min_stuck_s"): Probe(
+        "sl_stopped_service_hang", 60.0, "the 5 s hold is under a minute: hung on the service -> killed"
+    ),
     # server-side-wait
     ("server-side-wait", "min_cycles_per_step"): Probe(
         pipelined_loop_served_late, 5.0, "a step every 4 cycles (mean): fired -> passed"
@@ -601,6 +664,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("server-side-wait", "min_pipelined_share"): Probe(
         pipelined_loop_served_late, 0.96, "18 of 19 transitions pipelined no longer rule the client out: passed"
+    ),
+    ("server-side-wait", "min_step_intervals"): Probe(
+        pipelined_loop_served_late, 1000, "fewer traced step intervals: fired -> not_applicable"
     ),
     ("gil-stall", "step_time_max_robust_cv"): Probe(
         "sl_gil_stall", 0.01, "a robust CV of 0.03 becomes a sixth, supporting signal"
@@ -630,9 +696,15 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("serialization-stall", "max_submit_median_s"): Probe(
         "sl_steady_slow", 0.2, "forward_backward submits of 0.16 s (median) no longer count: fired -> passed"
     ),
+    ("serialization-stall", "min_submits"): Probe(
+        "sl_steady_slow", 1000, "too few submissions per call to judge a median: fired -> passed"
+    ),
     # cpu-bound-main-thread
     ("cpu-bound-main-thread", "min_share"): Probe("demo", 0.5, "43% of the profile in CPU code: fired -> passed"),
     ("cpu-bound-main-thread", "min_seconds"): Probe("demo", 10.0, "5.2 s of CPU code: fired -> passed"),
+    ("cpu-bound-main-thread", "min_stack_blocks"): Probe(
+        "sl_gil_stall", 100, "the stack-watchdog finding goes, the profile's stays"
+    ),
     # profile-without-async-mode
     ("profile-without-async-mode", "min_idle_share"): Probe(
         "profiles/profile_cli.json", 0.7, "65% of the CLI profile idle in epoll: fired -> passed"
@@ -649,6 +721,15 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("inconsistent-step-times", "min_regime_ratio"): Probe(
         slower_regime_at_the_end, 2.5, "a 2x slower stretch is not a regime change: fired -> passed"
+    ),
+    ("inconsistent-step-times", "high_confidence_regime_steps"): Probe(
+        slower_regime_at_the_end, 10, "levels of 28 and 12 steps are lasting: medium -> high confidence"
+    ),
+    ("inconsistent-step-times", "explained_share"): Probe(
+        "demo", 0.99, "a spike's phase must hold nearly all of its excess to be named"
+    ),
+    ("inconsistent-step-times", "untimed_spike_share"): Probe(
+        "demo", 0.0, "every spike is said to lie outside the timed phases"
     ),
     ("inconsistent-step-times", "min_regime_share"): Probe(
         slower_regime_at_the_end, 0.5, "a slow regime of 30% of the steps is too short: fired -> passed"
@@ -672,8 +753,16 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("renderer-kl-step0", "max_teacher_kl_step0"): Probe(
         distillation_teacher_kl, 0.5, "teacher_kl 0.3 at step 0 is inside the band: fired -> passed"
     ),
+    ("renderer-kl-step0", "min_teacher_steps_for_trend"): Probe(
+        distillation_teacher_kl, 10, "5 teacher_kl steps are too few to see a trend: the finding says so (low)"
+    ),
     # kl-drift
     ("kl-drift", "min_share_above"): Probe(kl_drifting_late, 0.5, "KL high on 32% of later steps: fired -> passed"),
+    ("kl-drift", "min_judged_steps"): Probe(kl_drifting_late, 1000, "fewer later KL values: fired -> not_applicable"),
+    ("kl-drift", "min_steps_above"): Probe(kl_drifting_late, 1000, "fewer steps above the band: fired -> passed"),
+    ("kl-drift", "high_confidence_share"): Probe(
+        kl_drifting_late, 0.1, "KL high on 32% of later steps is sustained: medium -> high confidence"
+    ),
     ("kl-drift", "min_rise_over_step0"): Probe(
         kl_high_then_rising, 3.0, "a 2.5x rise over step 0 is the step-0 mismatch: fired -> passed"
     ),
@@ -686,6 +775,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("stale-sampler", "max_straggler_step_share"): Probe(
         async_stragglers, 0.2, "stragglers on 15% of the steps: warning -> info"
+    ),
+    ("stale-sampler", "high_confidence_steps"): Probe(
+        "training/rl_async_stale", 100000, "a stale share over fewer trained steps: high -> medium confidence"
     ),
     # training-instability
     ("training-instability", "spike_window"): Probe(
@@ -744,12 +836,46 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("entropy-collapse", "min_window"): Probe(
         "training/rl_sync_entropy_collapse", 10, "early level over 10 steps instead of 3: another finding"
     ),
+    ("entropy-collapse", "length_growth"): Probe(
+        entropy_collapsing_with_longer_completions, 1.4, "completions 1.5x longer: the finding adds a repetition note"
+    ),
     ("entropy-collapse", "min_steps"): Probe("training/rl_sync_entropy_collapse", 60, "50 steps: fired -> n/a"),
     ("entropy-collapse", "min_late_share_below"): Probe(
         entropy_mostly_collapsed, 0.6, "7 of 10 late steps below the floor: passed -> fired"
     ),
     ("entropy-collapse", "saturated_reward"): Probe(
         "training/rl_sync_saturated_midway", 1.0, "late reward 0.98 of the best is not saturated: info -> warning"
+    ),
+    ("entropy-collapse", "min_reward_gain"): Probe(
+        "training/rl_sync_saturated_midway", 0.8, "a 0.6 rise is not learning: saturated (info) -> hidden (warning)"
+    ),
+    ("entropy-collapse", "tail_steps"): Probe(
+        "training/rl_sync_entropy_tail_collapse", 2, "the last 2 steps hold 2 lows, not 3: fired -> passed"
+    ),
+    ("entropy-collapse", "tail_min_below"): Probe(
+        "training/rl_sync_entropy_tail_collapse", 4, "3 of the last 4 steps below the floor: fired -> passed"
+    ),
+    # response-parse-errors
+    ("response-parse-errors", "min_share"): Probe(
+        "training/rl_sync_parse_errors", 0.4, "stop/parse_error at most 35%: fired -> passed"
+    ),
+    ("response-parse-errors", "min_steps_above"): Probe(
+        "training/rl_sync_parse_errors", 41, "40 steps above: fired -> passed"
+    ),
+    ("response-parse-errors", "min_share_of_steps"): Probe(
+        parse_errors_on_a_quarter, 0.2, "10 of 40 steps above 10%: passed -> fired"
+    ),
+    # overfitting
+    ("overfitting", "min_evals"): Probe("training/sft_overfitting", 13, "12 evaluations: fired -> n/a"),
+    ("overfitting", "min_evals_after_best"): Probe(
+        "training/sft_overfitting", 8, "7 evaluations after the best: fired -> passed"
+    ),
+    ("overfitting", "min_rise"): Probe("training/sft_overfitting", 0.5, "+24% above the best: fired -> passed"),
+    ("overfitting", "min_train_fall"): Probe("training/sft_overfitting", 0.6, "train NLL fell 41%: fired -> passed"),
+    ("overfitting", "train_window"): Probe("training/sft_overfitting", 61, "120 train steps < 2 x 61: fired -> n/a"),
+    # checkpoint-risk
+    ("checkpoint-risk", "min_safe_ttl_s"): Probe(
+        "training/rl_sync_rolling_only_stopped", 3600.0, "a 2 h rolling TTL is not short: warning -> info"
     ),
     # truncated-samples
     ("truncated-samples", "min_share"): Probe(
@@ -777,6 +903,12 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("config-risk", "min_rl_learning_rate"): Probe(
         "training/config_substeps_ppo", 1e-4, "RL learning rate 4e-5 is below 1e-4: passed -> fired (low)"
+    ),
+    ("config-risk", "max_sft_lr_over_get_lr"): Probe(
+        "training/config_sft_lr_too_high", 30.0, "SFT learning rate 21x get_lr is under 30x: fired -> passed"
+    ),
+    ("config-risk", "min_sft_lr_over_get_lr"): Probe(
+        "training/sft_healthy", 0.5, "SFT learning rate 0.43x get_lr is below 0.5x: passed -> fired (low)"
     ),
     # known-bad-dependency
     ("known-bad-dependency", "trap_max_sample_share"): Probe(
@@ -850,6 +982,18 @@ PROBES: dict[tuple[str, str], Probe] = {
         0.05,
         "the trace gives no cycle; with one, the finding counts 3.4 cycles per step",
         observed_by="steady-slowness",
+    ),
+    (SHARED, "round_trip_stretch_ratio"): Probe(
+        submit_blocked_while_sampling,
+        3.0,
+        "a 2.5x round trip no longer shows the SDK thread stalled too: fired -> passed",
+        observed_by="gil-stall",
+    ),
+    (SHARED, "fb_optim_handoff_s"): Probe(
+        "sl_sequential_await",
+        0.2,
+        "0.1 s fb->optim gaps are hand-offs: the fb->optim finding goes, the other stays",
+        observed_by="pipelining-gap",
     ),
     (SHARED, "max_warmup_share"): Probe(
         "sl_warmup_only", 0.05, "the warm-up finding covers step 0 instead of steps 0-2", observed_by="warmup-slowness"
@@ -949,11 +1093,11 @@ def outcomes(probe: Probe, policy: Policy | None, select: list[str] | None = Non
 
 
 def policy_class(slug: str) -> type:
-    return SharedPolicy if slug == SHARED else RULE_POLICIES[slug]
+    return SharedPolicy if slug == SHARED else rule_policies()[slug]
 
 
 def all_thresholds() -> set[tuple[str, str]]:
-    fields = {(slug, f.name) for slug, cls in RULE_POLICIES.items() for f in dataclasses.fields(cls)}
+    fields = {(slug, f.name) for slug, cls in rule_policies().items() for f in dataclasses.fields(cls)}
     return fields | {(SHARED, f.name) for f in dataclasses.fields(SharedPolicy)}
 
 

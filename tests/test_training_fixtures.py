@@ -9,7 +9,7 @@ import pytest
 
 from fixtures.training_gen.__main__ import all_scenarios
 from trace_doctor.api import analyze, load_run
-from trace_doctor.knowledge.triage import TRIAGE_STAGES
+from trace_doctor.knowledge.triage import TRAINING_QUALITY
 
 TRAINING = Path(__file__).resolve().parent.parent / "fixtures" / "training"
 SCENARIOS = all_scenarios()
@@ -47,7 +47,7 @@ def test_run_has_core_files_and_an_expectation(name: str) -> None:
 
 # The rules that judge training quality: on a training fixture, none may fire unless the scenario
 # was built for it — each run shows one shape and nothing else.
-QUALITY_RULES = {slug for stage, slugs in TRIAGE_STAGES if stage == "training quality" for slug in slugs} | {
+QUALITY_RULES = set(TRAINING_QUALITY) | {
     "renderer-kl-step0",
     "kl-drift",
 }

@@ -16,6 +16,7 @@ from trace_doctor.derive.training_health import health_panels, panels_of_finding
 from trace_doctor.model import Finding
 from trace_doctor.report.health_view import plan
 from trace_doctor.report.html import render_html
+from trace_doctor.rules.catalogue import panels_of_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ROOT / "fixtures" / "training"
@@ -89,11 +90,15 @@ def test_sft_and_dpo_get_their_loss_and_nothing_else():
 
 def test_a_finding_is_marked_where_its_evidence_metric_is_drawn():
     panels = health_panels(["optim/entropy", "optim/kl_sample_train_v2", "train_mean_nll"])
-    assert panels_of_finding("training-instability", {"metric": "optim/entropy"}, panels) == ["entropy"]
-    assert panels_of_finding("training-instability", {}, panels) == ["loss", "kl", "entropy"]
-    assert panels_of_finding("kl-drift", {"column": "optim/kl_sample_train_v2"}, panels) == ["kl"]
-    assert panels_of_finding("constant-reward-groups", {}, panels) == []  # no groups panel: nowhere
-    assert panels_of_finding("pipelining-gap", {"metric": "time/total"}, panels) == []
+
+    def marked(slug: str, evidence: dict) -> list[str]:
+        return panels_of_finding(evidence, panels, panels_of_rule(slug))
+
+    assert marked("training-instability", {"metric": "optim/entropy"}) == ["entropy"]
+    assert marked("training-instability", {}) == ["loss", "kl", "entropy"]
+    assert marked("kl-drift", {"column": "optim/kl_sample_train_v2"}) == ["kl"]
+    assert marked("constant-reward-groups", {}) == []  # no groups panel: nowhere
+    assert marked("pipelining-gap", {"metric": "time/total"}) == []
 
 
 # ---- the rendered view ----------------------------------------------------------------------------

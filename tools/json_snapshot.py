@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# ../shared/corpus beside the checkout (a worktree elsewhere can point there with a symlink)
 CORPUS = (ROOT.parent / "shared" / "corpus").resolve()
 
 
@@ -60,9 +61,10 @@ def snapshot(target: str, out: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACE_DOCTOR_CACHE": "off", "COLUMNS": "100", "NO_COLOR": "1"}
     cmd = [sys.executable, "-m", "trace_doctor.cli", "analyze", target, "--format", "json", "--no-html", "-j", "1"]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    stem = out / name_of(target)
-    stem.with_suffix(".json").write_text(normalise(done.stdout))
-    stem.with_suffix(".rc").write_text(f"{target}\n{done.returncode}\n")
+    # Not with_suffix: the name's digest after its last dot would be replaced.
+    stem = name_of(target)
+    (out / f"{stem}.json").write_text(normalise(done.stdout))
+    (out / f"{stem}.rc").write_text(f"{target}\n{done.returncode}\n")
 
 
 def main() -> int:

@@ -6,12 +6,21 @@ never disagree about whether the gate tripped or whether little could be checked
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, TRAINING_QUALITY
-from trace_doctor.model import SEVERITY_RANK, Analysis, Finding, RuleOutcome
+from trace_doctor.model import (
+    SEVERITY_RANK,
+    Analysis,
+    BaselineComparison,
+    Finding,
+    QualityComparison,
+    RuleOutcome,
+    TimeAccount,
+)
 
 FAIL_ON_LEVELS = ("never", "info", "warning", "error")
 REGRESSION_RULE = "step-time-regression"
@@ -40,6 +49,17 @@ class Verdict:
     def limited(self) -> bool:
         return self.status == "limited"
 
+    @property
+    def main(self) -> Finding | None:
+        """The run's main finding, the one a table of runs names (fleet, `ingest --out`'s `runs`):
+        the root cause; with no time cause, the training-quality cause unless another finding is
+        more severe; else the worst finding."""
+        if self.costliest is not None:
+            return self.costliest
+        if self.quality is None or self.worst is None:
+            return self.quality or self.worst
+        return self.worst if SEVERITY_RANK[self.worst.severity] > SEVERITY_RANK[self.quality.severity] else self.quality
+
 
 @dataclass(frozen=True)
 class Gate:
@@ -63,9 +83,7 @@ class Gate:
         return self.fail_on != "never" and SEVERITY_RANK[finding.severity] >= SEVERITY_RANK[self.fail_on]
 
 
-def decide_verdict(
-    findings: list[Finding], outcomes: list[RuleOutcome], account: dict[str, Any] | None = None
-) -> Verdict:
+def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome], account: TimeAccount | None = None) -> Verdict:
     """Counts by severity, the worst finding, the root cause; "limited" when little could be checked.
 
     The root cause is ranked by the triage's non-overlapping seconds (trace_doctor.triage): a symptom
@@ -99,7 +117,7 @@ def decide_verdict(
     quality = quality_cause(findings)
     text = f"{', '.join(parts)}."
     if root is not None:
-        share = f", {root_seconds / account['wall_time_s']:.0%} of wall time" if account else ""
+        share = f", {root_seconds / account.wall_time_s:.0%} of wall time" if account else ""
         todo = "escalate it, nothing in the loop to fix" if root.rule in SERVICE_TIME else "fix it first"
         if quality is not None:
             speed = f"{root_title} (≈{format_seconds(root_seconds)}{share}), {todo}"
@@ -115,8 +133,8 @@ def decide_verdict(
     else:
         text += f" Worst: {worst.title}."
     if account and root is not None:
-        low, high = account["counterfactual"]["range_s"]
-        wall = account["wall_time_s"]
+        low, high = account.counterfactual.range_s
+        wall = account.wall_time_s
         around = (
             format_seconds(low) if abs(high - low) < 0.05 * wall else f"{format_seconds(low)}–{format_seconds(high)}"
         )
@@ -184,15 +202,17 @@ def rule_title(slug: str, fallback: str) -> str:
 
 def decide_gate(
     findings: list[Finding],
-    baseline: dict[str, Any] | None,
+    baseline: BaselineComparison | Mapping[str, Any] | None,
     *,
     fail_on: str = "never",
     fail_on_inconclusive: bool = False,
 ) -> Gate:
     """Trips on a finding at or above `fail_on`, a regression against the baseline, or (when asked) an
-    inconclusive comparison."""
+    inconclusive comparison. `baseline` may be a block read back from a document (a mapping)."""
     if fail_on not in FAIL_ON_LEVELS:
         raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON_LEVELS)}, not {fail_on!r}")
+    if baseline is not None and not isinstance(baseline, BaselineComparison):
+        baseline = BaselineComparison.from_dict(dict(baseline))
     reasons: list[str] = []
     rules: set[str] = set()
     if fail_on != "never":
@@ -200,22 +220,22 @@ def decide_gate(
         if hits:
             reasons.append(f"{len(hits)} finding(s) at or above {fail_on}")
             rules.update(f.rule for f in hits)
-    verdict = baseline.get("verdict") if baseline else None
-    # Each axis of the comparison by its own verdict (documents from before the quality axis carry
-    # only `verdict`, which was the step-time one).
-    step_time = baseline.get("step_time_verdict", verdict) if baseline else None
-    quality = (baseline.get("quality") or {}) if baseline else {}
+    verdict = baseline.verdict if baseline else None
+    # Each axis of the comparison by its own verdict.
+    step_time = baseline.step_time_verdict if baseline else None
+    quality = baseline.quality if baseline else None
+    quality_verdict = quality.verdict if quality else None
     if step_time == "regression":
         reasons.append("a step-time regression against the baseline")
         rules.add(REGRESSION_RULE)
-    if quality.get("verdict") == "regression":
+    if quality_verdict == "regression":
         reasons.append(f"a training-quality regression against the baseline ({quality_reason(quality)})")
         rules.add(QUALITY_REGRESSION_RULE)
     if fail_on_inconclusive:
         if step_time == "inconclusive":
             reasons.append("the baseline comparison is inconclusive (--fail-on-inconclusive)")
             rules.add(REGRESSION_RULE)
-        if quality.get("verdict") == "inconclusive":
+        if quality_verdict == "inconclusive":
             reasons.append("the training-quality comparison is inconclusive (--fail-on-inconclusive)")
             rules.add(QUALITY_REGRESSION_RULE)
     return Gate(
@@ -228,21 +248,20 @@ def decide_gate(
     )
 
 
-def quality_reason(quality: dict[str, Any]) -> str:
+def quality_reason(quality: QualityComparison) -> str:
     """The regressed metrics in a few words: `family key median a -> b`."""
     parts = []
-    for entry in quality.get("metrics", []):
-        if entry.get("decisive") and entry.get("verdict") == "regression":
-            stats = entry.get("statistics") or {}
-            before, after = stats.get("median_baseline"), stats.get("median_candidate")
-            numbers = f" {before:.4g} -> {after:.4g}" if before is not None and after is not None else ""
-            parts.append(f"{entry['family']} {entry['key_candidate']}{numbers}")
+    for entry in quality.regressed():
+        stats = entry.get("statistics") or {}
+        before, after = stats.get("median_baseline"), stats.get("median_candidate")
+        numbers = f" {before:.4g} -> {after:.4g}" if before is not None and after is not None else ""
+        parts.append(f"{entry['family']} {entry['key_candidate']}{numbers}")
     return ", ".join(parts) or "see the baseline block"
 
 
 def decide(result: Analysis, *, fail_on: str = "never", fail_on_inconclusive: bool = False) -> Analysis:
     """Set `result.verdict` and `result.gate` from its findings, outcomes and baseline comparison."""
-    result.verdict = decide_verdict(result.findings, result.outcomes, result.summary.get("account"))
+    result.verdict = decide_verdict(result.findings, result.outcomes, result.run_summary.account)
     result.summary["quality_cause"] = quality_summary(result.verdict)
     result.gate = decide_gate(
         result.findings, result.baseline, fail_on=fail_on, fail_on_inconclusive=fail_on_inconclusive

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from trace_doctor.crash_report import describe, write_traceback
-from trace_doctor.ingest.config import find_setting
-from trace_doctor.model import SEVERITY_RANK, Finding, PassedOver
+from trace_doctor.ingest.parsers.config import find_setting
+from trace_doctor.model import PassedOver
 from trace_doctor.runs import RunSource
 from trace_doctor.settings import Settings
 
@@ -140,14 +140,6 @@ class Fleet:
         }
 
 
-def _first_named(quality: Finding | None, worst: Finding | None) -> Finding | None:
-    """With no time cause, the row leads with what the verdict names: the training-quality cause (not
-    a symptom it explains), unless another finding is more severe."""
-    if quality is None or worst is None:
-        return quality or worst
-    return worst if SEVERITY_RANK[worst.severity] > SEVERITY_RANK[quality.severity] else quality
-
-
 def _config_subset(config: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """The sweep settings of a run, wherever its config.json nests them (SL keeps batch_size two levels down)."""
     found = {}
@@ -189,7 +181,7 @@ def analyze_source(
     failed run's reason (which may quote a path or a line) is redacted too. `plotly_src`: the run's
     HTML page loads plotly.js from this file in `html_dir` instead of inlining it.
     """
-    from trace_doctor.ingest import cache
+    from trace_doctor.ingest.storage import cache
 
     report = RunReport(source=source)
     try:
@@ -258,7 +250,7 @@ def _analyze_into(
     report.document = build_document(result)
     report.status, report.headline = result.verdict.status, result.verdict.headline
     report.gate_tripped, report.gate_reasons = result.gate.tripped, result.gate.reasons
-    lead = result.verdict.costliest or _first_named(result.verdict.quality, result.verdict.worst)
+    lead = result.verdict.main
     if lead is not None:
         report.main_finding = {"rule": lead.rule, "code": lead.code, "title": lead.title, "severity": lead.severity}
         report.seconds_lost = lead.seconds_lost
@@ -270,10 +262,10 @@ def _analyze_into(
             "title": quality.title,
             "severity": quality.severity,
         }
-    account = result.summary.get("account")
-    if account and account["lost_s"]:
+    account = result.run_summary.account
+    if account and account.lost_s:
         # The triage's seconds never overlap, so a run's loss is their sum (problems only, not warm-up).
-        report.seconds_lost = account["lost_s"]
+        report.seconds_lost = account.lost_s
     report.config = _config_subset(run.meta.config, run.meta.to_dict())
     report.step_series = _series(result.derived.get("step_times"))
     if fmt in PER_RUN_FORMATS:

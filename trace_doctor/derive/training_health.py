@@ -44,7 +44,7 @@ class Series:
 class Panel:
     """One small multiple: its series, its y-axis label, and the reference lines it carries."""
 
-    id: str  # reward | groups | entropy | kl | truncation | loss
+    id: str  # one of PANEL_IDS
     title: str
     y_label: str
     series: tuple[Series, ...]
@@ -61,19 +61,9 @@ class Panel:
     events_label: str = ""
 
 
-# Which panel shows the shape a rule judges (slugs from ARCHITECTURE.md's catalogue). A finding whose
-# evidence names a drawn metric (`evidence["metric"]`) is marked where that metric is, whatever its rule.
-PANELS_OF_RULE: dict[str, tuple[str, ...]] = {
-    "renderer-kl-step0": ("kl",),
-    "kl-drift": ("kl",),
-    "constant-reward-groups": ("groups",),
-    "stale-sampler": ("kl",),
-    "entropy-collapse": ("entropy", "groups"),
-    "training-instability": ("loss", "kl", "entropy"),
-    "truncated-samples": ("truncation",),
-    "renderer-model-mismatch": ("kl", "loss"),
-    "quality-regression": ("reward", "kl", "entropy"),
-}
+# Every panel the view can draw. A rule names the ones its findings are shaded on (`Rule(panels=...)`);
+# a finding whose evidence names a drawn metric (`evidence["metric"]`) is marked where that metric is.
+PANEL_IDS = ("reward", "groups", "entropy", "kl", "truncation", "loss")
 EVIDENCE_METRIC_KEYS = ("metric", "metrics", "key", "column")
 
 
@@ -188,11 +178,12 @@ def evidence_metrics(evidence: dict[str, Any]) -> list[str]:
     return names
 
 
-def panels_of_finding(rule: str, evidence: dict[str, Any], panels: list[Panel]) -> list[str]:
-    """The panels a finding is marked on: where its evidence's metric is drawn, else where its rule looks."""
+def panels_of_finding(evidence: dict[str, Any], panels: list[Panel], rule_panels: tuple[str, ...]) -> list[str]:
+    """The panels a finding is marked on: where its evidence's metric is drawn, else `rule_panels` (the
+    panels its rule declares) that the run has."""
     named = set(evidence_metrics(evidence))
     by_metric = [p.id for p in panels if named & {s.column for s in p.series}]
     if by_metric:
         return by_metric
     present = {p.id for p in panels}
-    return [panel_id for panel_id in PANELS_OF_RULE.get(rule, ()) if panel_id in present]
+    return [panel_id for panel_id in rule_panels if panel_id in present]

@@ -74,6 +74,28 @@ STREAM_TRAIN_STEP_SPAN = "do_train_step_streaming_and_get_sampling_client"
 # Phases during which an SFT/DPO client waits for the service's results: `step` (awaiting the
 # forward-backward and optimizer results) inside `finish_batch` (FORMATS.md 1.4, SFT spans).
 RESULT_WAIT_PHASES = ("step", "finish_batch")
+# Phases (trace spans, `timed()` log lines) that run the user's own code: data loading, the environment
+# and its reward, client-side math on results. A run stuck in one is stuck in user code.
+USER_CODE_PHASES = (
+    "get_batch",
+    "env_initial_observation",
+    "env_step",
+    "compute_group_rewards",
+    "assemble_training_data",
+    "compute_kl_sample_train",
+)
+# Phases that wait on the service: result waits, SDK calls, and the cookbook phases made of them.
+SERVICE_WAIT_PHASES = (
+    *RESULT_WAIT_PHASES,
+    "train_step",
+    "train",
+    "sample",
+    "policy_sample",
+    "save_checkpoint",
+    "compute_kl_penalty",
+)
+# The SDK's own heartbeat task in a dump of its event loop: present whether or not a request is in flight.
+HEARTBEAT_TASK = "_session_heartbeat"
 
 # --- Metric keys (metrics.jsonl, FORMATS.md 1.3-1.5) -----------------------------------------------
 
@@ -129,6 +151,74 @@ KL_NAME_PREFIXES = ("kl_sample_train_", "kl_pre_post_", "kl_policy_base", "teach
 ENTROPY_NAME_MARK = "entropy"
 # Gradient norms: `grad_norm`, `unclipped_grad_l2:mean`, `…grad…norm…` (server optimizer metrics).
 GRAD_NAME_MARKS = (("grad", "norm"), ("grad", "_l2"))
+
+# The cookbook trainers' metric keys (FORMATS.md 1.3), for mapping a key the console table cut to
+# `prefix…` back to its full name when the capture itself never shows it whole. Keys a table hides
+# (`:total`, `:count`) are not listed: a cut key is never one of them.
+_RL_ENV_STATS = (
+    "ac_tokens_per_turn",
+    "ob_tokens_per_turn",
+    "turns_per_episode",
+    "total_episodes",
+    "total_turns",
+    "total_ac_tokens",
+    "total_ob_tokens",
+    "reward/total",
+    "by_group/frac_mixed",
+    "by_group/frac_all_good",
+    "by_group/frac_all_bad",
+    "num_truncations_max_turn_tokens",
+    "zero_reward_on_limit",
+    "parse_error_masked",
+)
+COOKBOOK_METRIC_KEYS = (
+    *(RL_ENV_PREFIX + stat for stat in _RL_ENV_STATS),
+    "progress/batch",
+    "progress/done_frac",
+    "optim/lr",
+    "optim/entropy",
+    "optim/kl_sample_train_v1",
+    "optim/kl_sample_train_v2",
+    "kl_pre_post_v1",
+    "kl_pre_post_v2",
+    "kl_policy_base",
+    "sampling_client/step_max",
+    "sampling_client/step_min",
+    "sampling_client/step_mean",
+    "training_client/step",
+    "async/staleness_max",
+    "async/staleness_min",
+    "async/staleness_mean",
+    "time/sampling_time_max",
+    "time/sampling_time_min",
+    "time/sampling_time_mean",
+    "time/assemble_training_data",
+    "time/compute_kl_sample_train",
+    "time/save_checkpoint",
+    "time/run_evals",
+    "time/training_loop/total",
+    "time/evaluation_loop/total",
+    "rollout_errors/total",
+    "rollout_errors/groups_skipped",
+    "epoch",
+    "progress",
+    "learning_rate",
+    "num_sequences",
+    "num_tokens",
+    "num_loss_tokens",
+    "train_mean_nll",
+    "train_mean_bpb",
+    "test/nll",
+    "test/bpb",
+    "teacher_kl",
+    "dpo_loss",
+    "tokens/sampled",
+    "tokens/prefill_cached",
+    "tokens/prefill_uncached",
+    "tokens/trained",
+    "cost/step_usd",
+    "cost/cumulative_usd",
+)
 
 # --- Ids (FORMATS.md 3.4, 3.5, 5.4) ----------------------------------------------------------------
 

@@ -12,44 +12,51 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Stages of the guide's decision tree, in order, with the rules that are causes at that stage.
-TRIAGE_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("environment", ("known-bad-dependency", "decoded-error")),
-    # What the run learned, not how fast: these findings lose no seconds, so they never take a
-    # second from a time cause; the verdict names the worst of them on its own "Training:" line.
-    # Some slugs may belong to rules not registered in this build: every consumer tolerates that.
-    (
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the guide's decision tree: its name (what a Rule declares) and what it looks at."""
+
+    name: str
+    doc: str
+
+
+# The guide's decision tree, in order. Which rule is a cause at which stage is declared on each Rule
+# (`Rule(stage=...)`, rules/checks/); registering a rule with a stage not named here fails.
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "progress",
+        "Whether the run is still making progress: a run that crashed, hung or was killed is the first thing "
+        "to say, before anything about the steps it did run.",
+    ),
+    Stage("environment", "Dependency versions and decoded errors: a known-bad setup explains everything after it."),
+    Stage(
         "training quality",
-        (
-            "renderer-kl-step0",
-            "kl-drift",
-            "constant-reward-groups",
-            "stale-sampler",
-            "entropy-collapse",
-            "training-instability",
-            "truncated-samples",
-            "renderer-model-mismatch",
-            "config-risk",
-        ),
+        "What the run learned, not how fast: these findings lose no seconds, so they never take a second "
+        'from a time cause; the verdict names the worst of them on its own "Training:" line.',
     ),
-    ("pipelining", ("pipelining-gap",)),
-    ("timing breakdown", ("get-batch-bottleneck", "scheduled-work", "warmup-slowness")),
-    (
-        "profile",
-        ("serialization-stall", "cpu-bound-main-thread", "blocking-call-in-async", "profile-without-async-mode"),
+    Stage(
+        "checkpoints",
+        "What the run left behind — checkpoints that can be sampled and that last — not what it learned: kept out "
+        'of the verdict\'s "Training:" line; its findings lose no seconds either.',
     ),
-    ("GIL", ("gil-stall", "heartbeat-stall")),
-    ("network and service", ("request-retries", "server-side-wait")),
-    # Symptoms that no cause explained stand last: the time they saw is real, its cause unknown.
-    ("symptoms", ("steady-slowness", "inconsistent-step-times")),
+    Stage("pipelining", "Whether calls are submitted ahead: an unpipelined loop also looks slow on every step."),
+    Stage("timing breakdown", "The step's phases: data loading, scheduled evaluations and saves, warm-up."),
+    Stage("profile", "Where the main thread spends its time: serialization, CPU work, blocking calls."),
+    Stage("GIL", "User code holding the GIL starves the SDK thread, and the heartbeat with it."),
+    Stage("network and service", "Retried requests and results that arrive late for reasons on the service side."),
+    Stage("symptoms", "Symptoms no cause explained stand last: the time they saw is real, its cause unknown."),
+    Stage(
+        "comparison",
+        "Comparisons with a baseline: their seconds are relative to another run, not part of this run's account.",
+    ),
 )
+STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in STAGES)
 
 # Time that is spent by design, not lost to a problem: it is shown in the account, never "fixed".
 BENIGN_TIME = frozenset({"warmup-slowness", "scheduled-work"})
 # Time the user's code cannot win back: the service's side. Shown, but not in the counterfactual.
 SERVICE_TIME = frozenset({"server-side-wait"})
-# Comparisons with a baseline: their seconds are relative to another run, not part of this run's account.
-COMPARISON_RULES = frozenset({"step-time-regression", "quality-regression", "new-finding"})
 
 
 @dataclass(frozen=True)
@@ -119,25 +126,29 @@ SYMPTOMS: tuple[SymptomOf, ...] = (
 )
 
 
+def _stage_of_rule() -> dict[str, str]:
+    """slug -> the stage its Rule declares. The rule modules import this one (for the stage names), so
+    the registry is read when a stage is asked for, not when this module loads."""
+    from trace_doctor.rules.catalogue import rule_stages
+
+    return rule_stages()
+
+
 def stage_of(rule: str) -> int:
-    """Position of the rule's stage in the triage order (unknown rules last)."""
-    for index, (_, rules) in enumerate(TRIAGE_STAGES):
-        if rule in rules:
-            return index
-    return len(TRIAGE_STAGES)
+    """Position of the rule's stage in the triage order (a slug no rule registers: after every stage)."""
+    name = _stage_of_rule().get(rule)
+    return STAGE_NAMES.index(name) if name is not None else len(STAGES)
 
 
 def stage_rules(name: str) -> frozenset[str]:
     """The rule slugs of one stage by its name (empty for an unknown stage)."""
-    return frozenset(next((rules for stage, rules in TRIAGE_STAGES if stage == name), ()))
+    return frozenset(slug for slug, stage in _stage_of_rule().items() if stage == name)
 
 
-# Training-quality findings: what the verdict's "Training:" line is chosen from.
-TRAINING_QUALITY = stage_rules("training quality")
-
-
-def stage_name(rule: str) -> str | None:
-    for name, rules in TRIAGE_STAGES:
-        if rule in rules:
-            return name
-    return None
+def __getattr__(name: str) -> frozenset[str]:
+    """Stage memberships read as constants, built from the rules' declarations on first use:
+    TRAINING_QUALITY (what the verdict's "Training:" line is chosen from) and COMPARISON_RULES."""
+    stage = {"TRAINING_QUALITY": "training quality", "COMPARISON_RULES": "comparison"}.get(name)
+    if stage is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return stage_rules(stage)

@@ -22,75 +22,19 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from trace_doctor.policy.baseline import NewFindingPolicy, QualityRegressionPolicy, StepTimeRegressionPolicy
-from trace_doctor.policy.configuration import ConfigRiskPolicy, RendererModelMismatchPolicy
-from trace_doctor.policy.environment import DecodedErrorPolicy, KnownBadDependencyPolicy
-from trace_doctor.policy.profiles import (
-    CpuBoundMainThreadPolicy,
-    ProfileWithoutAsyncModePolicy,
-    SerializationStallPolicy,
-)
-from trace_doctor.policy.rl_quality import (
-    ConstantRewardGroupsPolicy,
-    EntropyCollapsePolicy,
-    TruncatedSamplesPolicy,
-)
 from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
-from trace_doctor.policy.service import RequestRetriesPolicy, ServerSideWaitPolicy
 from trace_doctor.policy.shared import SharedPolicy
-from trace_doctor.policy.timing import (
-    BlockingCallPolicy,
-    GetBatchBottleneckPolicy,
-    GilStallPolicy,
-    HeartbeatStallPolicy,
-    InconsistentStepTimesPolicy,
-    PipeliningGapPolicy,
-    ScheduledWorkPolicy,
-    SteadySlownessPolicy,
-    WarmupSlownessPolicy,
-)
-from trace_doctor.policy.training import (
-    KlDriftPolicy,
-    RendererKlStep0Policy,
-    StaleSamplerPolicy,
-    TrainingInstabilityPolicy,
-)
 
-__all__ = ["RULE_POLICIES", "Policy", "PolicyError", "SharedPolicy", "ThresholdInfo", "describe"]
+__all__ = ["Policy", "PolicyError", "SharedPolicy", "ThresholdInfo", "describe", "rule_policies"]
 
-# slug -> its thresholds. A rule without one cannot be registered (rules/base.py checks).
-RULE_POLICIES: Mapping[str, type] = MappingProxyType(
-    {
-        "pipelining-gap": PipeliningGapPolicy,
-        "get-batch-bottleneck": GetBatchBottleneckPolicy,
-        "warmup-slowness": WarmupSlownessPolicy,
-        "steady-slowness": SteadySlownessPolicy,
-        "gil-stall": GilStallPolicy,
-        "server-side-wait": ServerSideWaitPolicy,
-        "blocking-call-in-async": BlockingCallPolicy,
-        "heartbeat-stall": HeartbeatStallPolicy,
-        "serialization-stall": SerializationStallPolicy,
-        "cpu-bound-main-thread": CpuBoundMainThreadPolicy,
-        "profile-without-async-mode": ProfileWithoutAsyncModePolicy,
-        "inconsistent-step-times": InconsistentStepTimesPolicy,
-        "scheduled-work": ScheduledWorkPolicy,
-        "renderer-kl-step0": RendererKlStep0Policy,
-        "kl-drift": KlDriftPolicy,
-        "stale-sampler": StaleSamplerPolicy,
-        "training-instability": TrainingInstabilityPolicy,
-        "constant-reward-groups": ConstantRewardGroupsPolicy,
-        "entropy-collapse": EntropyCollapsePolicy,
-        "truncated-samples": TruncatedSamplesPolicy,
-        "renderer-model-mismatch": RendererModelMismatchPolicy,
-        "config-risk": ConfigRiskPolicy,
-        "known-bad-dependency": KnownBadDependencyPolicy,
-        "decoded-error": DecodedErrorPolicy,
-        "request-retries": RequestRetriesPolicy,
-        "step-time-regression": StepTimeRegressionPolicy,
-        "new-finding": NewFindingPolicy,
-        "quality-regression": QualityRegressionPolicy,
-    }
-)
+
+def rule_policies() -> Mapping[str, type]:
+    """slug -> its thresholds' class, as each rule declares it (`Rule(policy=...)`, rules/checks/).
+    The rule modules import this package, so the registry is read when a policy is built, not on import."""
+    from trace_doctor.rules.catalogue import policy_classes
+
+    return MappingProxyType(policy_classes())
+
 
 # Where shared knobs used to be set, in round 1's configuration: still honoured, as the shared knob.
 MOVED_TO_SHARED: Mapping[tuple[str, str], str] = MappingProxyType(
@@ -100,6 +44,8 @@ MOVED_TO_SHARED: Mapping[tuple[str, str], str] = MappingProxyType(
         ("kl-drift", "max_kl"): "max_stable_kl",
         ("renderer-kl-step0", "max_kl_v1"): "max_stable_kl",
         ("renderer-kl-step0", "max_kl_v2"): "max_stable_kl",
+        ("gil-stall", "round_trip_stretch_ratio"): "round_trip_stretch_ratio",
+        ("pipelining-gap", "min_wait_s"): "fb_optim_handoff_s",
     }
 )
 
@@ -127,9 +73,10 @@ class Policy:
         found = self.rules.get(slug)
         if found is not None:
             return found
-        if slug not in RULE_POLICIES:
+        classes = rule_policies()
+        if slug not in classes:
             raise PolicyError(f"no rule `{slug}`")
-        return RULE_POLICIES[slug]()
+        return classes[slug]()
 
     @classmethod
     def from_config(
@@ -145,8 +92,9 @@ class Policy:
         moved_from: dict[str, str] = {}
         notes: list[str] = []
         per_rule: dict[str, Any] = {}
+        classes = rule_policies()
         for slug, values in (rules or {}).items():
-            if slug not in RULE_POLICIES:
+            if slug not in classes:
                 raise PolicyError(f"{prefix}configuration names unknown rule `{slug}` (see `trace-doctor rules`)")
             if not isinstance(values, Mapping):
                 raise PolicyError(f"{prefix}{_rules_where(slug)} must be a table of thresholds")
@@ -163,7 +111,7 @@ class Policy:
                 shared_values[knob] = value
                 moved_from.setdefault(knob, old)
                 notes.append(f"{old} sets the shared knob {SHARED_WHERE} {knob} (used by several rules and charts)")
-            per_rule[slug] = build(RULE_POLICIES[slug], own, f"{prefix}{_rules_where(slug)}")
+            per_rule[slug] = build(classes[slug], own, f"{prefix}{_rules_where(slug)}")
         shared_policy = SharedPolicy()
         if shared_values:
             where = prefix + SHARED_WHERE

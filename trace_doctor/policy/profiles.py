@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trace_doctor.policy.schema import POSITIVE, SHARE, threshold
+from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, SHARE, threshold
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,13 @@ class SerializationStallPolicy:
         ),
         bounds=POSITIVE,
     )
+    min_submits: int = threshold(
+        3,
+        unit="calls",
+        why="A submission call's median duration is judged over at least this many of its spans: one or two "
+        "slow first calls are warm-up, not payload building on every call.",
+        bounds=AT_LEAST_ONE,
+    )
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,13 @@ class CpuBoundMainThreadPolicy:
         bounds=SHARE,
     )
     min_seconds: float = threshold(0.2, unit="s", why="Less in absolute terms is not worth a finding.")
+    min_stack_blocks: int = threshold(
+        2,
+        unit="stack-watchdog blocks",
+        why="Without a profile, the main thread caught in CPU-library code in one watchdog block is a moment; "
+        "in this many (and min_share of them) it is where the thread spends its time.",
+        bounds=AT_LEAST_ONE,
+    )
 
 
 @dataclass(frozen=True)

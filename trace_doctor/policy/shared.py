@@ -111,3 +111,22 @@ class SharedPolicy:
         "is far beyond chance, whose spread is ~1/√n), so a few lucky drops are not a sawtooth.",
         bounds=Bounds(0.0, 1.0, low_open=True),
     )
+    # Two rules judge "GIL stall or blocking call" on the same trace: gil-stall reads a blocked call that
+    # overlaps a stretched round trip on another thread as the SDK thread starved too, and
+    # blocking-call-in-async leaves exactly those blocks to it. One ratio keeps the two readings apart.
+    round_trip_stretch_ratio: float = threshold(
+        2.0,
+        unit="x median round trip",
+        why="A sample round trip this many times its call's median (and longer than the rule's blocked-time "
+        "floor) was stretched: the SDK thread could not run either, a GIL stall rather than a blocking call.",
+        bounds=AT_LEAST_ONE,
+    )
+    # pipelining-gap (an awaited fb result) and server-side-wait (a loop that pipelines, so late results
+    # are the service's) read the same gaps between forward_backward and optim_step submissions.
+    fb_optim_handoff_s: float = threshold(
+        0.02,
+        unit="s",
+        why="Submit-only SDK calls hand off in about a millisecond and the cookbook builds the optimizer "
+        "params in microseconds: a longer silence between forward_backward and optim_step is a result wait.",
+        bounds=POSITIVE,
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, SHARE, threshold
+from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, SHARE, Bounds, threshold
 
 
 @dataclass(frozen=True)
@@ -25,13 +25,6 @@ class PipeliningGapPolicy:
         why="...unless, on a short run, they are at least this share of its wall time.",
         bounds=SHARE,
     )
-    min_wait_s: float = threshold(
-        0.02,
-        unit="s",
-        why="Submit-only SDK calls hand off in about a millisecond and the cookbook builds the optimizer "
-        "params in microseconds: a longer silence between forward_backward and optim_step is a result wait.",
-        bounds=POSITIVE,
-    )
 
 
 @dataclass(frozen=True)
@@ -45,6 +38,13 @@ class GetBatchBottleneckPolicy:
     )
     min_steady_steps: int = threshold(
         3, unit="steps", why="Fewer steady steps with get_batch timing say nothing typical.", bounds=AT_LEAST_ONE
+    )
+    high_confidence_steps: int = threshold(
+        10,
+        unit="steps",
+        why="A median share over this many steady steps is the loop's shape (high confidence); over fewer it "
+        "may be a few slow batches (medium).",
+        bounds=AT_LEAST_ONE,
     )
 
 
@@ -89,9 +89,17 @@ class SteadySlownessPolicy:
     sampling_warning_share: float = threshold(
         0.75,
         unit="share of step time",
-        why="At three quarters and more (84-88% on the sushantmehta and joanvelja runs) training is a small "
-        "part of the run: overlapping the rollouts with training is the largest speed-up available.",
+        why="At three quarters and more (81% of the steps' time on sushantmehta logs; 71% on joanvelja "
+        "gptoss-20b-v2 stays info) training is a small part of the run: overlapping the rollouts with training "
+        "is the largest speed-up available.",
         bounds=SHARE,
+    )
+    min_steady_steps: int = threshold(
+        3,
+        unit="steps",
+        why="Fewer steady steps with a total (or, for the client's share, with a total rebuilt from its phases) "
+        "say nothing typical about every step.",
+        bounds=AT_LEAST_ONE,
     )
 
 
@@ -117,12 +125,6 @@ class GilStallPolicy:
         why="A submit-only SDK span (or a main-track gap) this long means the calling thread could not run.",
         bounds=POSITIVE,
     )
-    round_trip_stretch_ratio: float = threshold(
-        2.0,
-        unit="x median round trip",
-        why="A sample round trip this many times its median (and min_blocked_submit_s longer) was stretched.",
-        bounds=AT_LEAST_ONE,
-    )
     heartbeat_match_ratio: float = threshold(
         2.0,
         unit="x",
@@ -141,6 +143,26 @@ class GilStallPolicy:
     )
     step_time_min_steady_steps: int = threshold(
         8, unit="steps", why="Step-time variability needs this many steady steps to mean anything.", bounds=AT_LEAST_ONE
+    )
+    high_confidence_score: float = threshold(
+        3.0,
+        unit="signal weight",
+        why="Summed weight of the readings (direct 2, one innocent alternative 1.5, corroborating 1, "
+        "circumstantial 0.5) at which a GIL stall is called with high confidence: a direct reading and a "
+        "corroborating one, read independently.",
+        bounds=POSITIVE,
+    )
+    high_confidence_readings: int = threshold(
+        2,
+        unit="readings",
+        why="...and at least this many of them corroborating or stronger: one strong reading repeated is one reading.",
+        bounds=AT_LEAST_ONE,
+    )
+    medium_confidence_score: float = threshold(
+        2.0,
+        unit="signal weight",
+        why="Summed weight for medium confidence: one direct reading, or two weaker ones; below it, low.",
+        bounds=POSITIVE,
     )
 
 
@@ -220,6 +242,27 @@ class InconsistentStepTimesPolicy:
         "longer) when at least this share of the steady steps has one; fewer are isolated stalls (a GIL "
         "hold, retries, a host pause) and stay unexplained spikes for the stall rules to explain.",
         bounds=SHARE,
+    )
+    explained_share: float = threshold(
+        0.5,
+        unit="share of a spike's excess",
+        why="A spike (or a regime change) is put down to one cause — evaluations and checkpoints, the client's "
+        "own work, one timed phase — when that cause accounts for at least half of its excess over the steady step.",
+        bounds=Bounds(0.0, 1.0, low_open=True),
+    )
+    untimed_spike_share: float = threshold(
+        0.9,
+        unit="share of a spike's excess",
+        why="A spike whose excess lies almost entirely outside every timed phase happened in untimed code "
+        "(a sleep, a blocking call, a GIL hold): said so instead of naming a phase.",
+        bounds=SHARE,
+    )
+    high_confidence_regime_steps: int = threshold(
+        20,
+        unit="steps",
+        why="A regime change whose two levels each last this many steps is a lasting shift (high confidence); "
+        "shorter levels may be a long stall (medium).",
+        bounds=AT_LEAST_ONE,
     )
 
 

@@ -15,6 +15,14 @@ class RendererKlStep0Policy:
         why="Distillation: a student/teacher renderer mismatch measured +0.287 nats/token (cookbook #796).",
         bounds=POSITIVE,
     )
+    min_teacher_steps_for_trend: int = threshold(
+        4,
+        unit="steps",
+        why="Distillation: with this many teacher_kl values, a high first value that falls to the band by the "
+        "last quarter is a student-teacher gap training closed, not a renderer bias (which persists); fewer "
+        "cannot tell the two apart and the finding says so.",
+        bounds=AT_LEAST_ONE,
+    )
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,26 @@ class KlDriftPolicy:
         why="KL already above the band at the first step is renderer-kl-step0's finding; it is drift "
         "only when the later median exceeds the first-step value by this factor.",
         bounds=AT_LEAST_ONE,
+    )
+    min_judged_steps: int = threshold(
+        3,
+        unit="steps",
+        why="A KL version needs this many later values to be judged for drift at all.",
+        bounds=AT_LEAST_ONE,
+    )
+    min_steps_above: int = threshold(
+        3,
+        unit="steps",
+        why="...and this many of them above the band: one or two high values on a short run are a blip, "
+        "whatever their share.",
+        bounds=AT_LEAST_ONE,
+    )
+    high_confidence_share: float = threshold(
+        0.5,
+        unit="share of later steps",
+        why="KL above the band on most later steps is sustained drift (high confidence); on fewer it may be "
+        "a passing excursion (medium).",
+        bounds=SHARE,
     )
 
 
@@ -60,6 +88,13 @@ class StaleSamplerPolicy:
         "a few such steps are stragglers (info); over one step in ten beyond the bound the run trains "
         "off-policy throughout (warning).",
         bounds=SHARE,
+    )
+    high_confidence_steps: int = threshold(
+        10,
+        unit="training steps",
+        why="A stale-group share measured over this many trained steps is the loop's rate (high confidence); "
+        "over fewer, one burst of requeues can dominate it (medium).",
+        bounds=AT_LEAST_ONE,
     )
 
 
@@ -107,4 +142,45 @@ class TrainingInstabilityPolicy:
         why="Repeated means often: a handful of recovered spikes over tens of thousands of steps is the tail "
         "of per-batch noise (info), at least one per hundred steps is instability (warning).",
         bounds=SHARE,
+    )
+
+
+@dataclass(frozen=True)
+class OverfittingPolicy:
+    min_evals: int = threshold(
+        4,
+        unit="evaluations",
+        why="A best point and a rise after it need at least this many held-out evaluations (`test/nll` is "
+        "logged every eval_every steps, FORMATS 1.3).",
+        bounds=Bounds(3.0, None),
+    )
+    min_evals_after_best: int = threshold(
+        2,
+        unit="evaluations",
+        why="Every evaluation after the best one must be above it, and there must be at least this many: one "
+        "higher eval is noise of the held-out batch, a run of them is a trend.",
+        bounds=AT_LEAST_ONE,
+    )
+    min_rise: float = threshold(
+        0.05,
+        unit="share of the best held-out NLL",
+        why="The last evaluation must be this far above the best one: `test/nll` is scored on the same held-out "
+        "set every time, so once it has settled it moves by a percent or two between evaluations; 5% above its "
+        "best is a trend, not noise.",
+        bounds=POSITIVE,
+    )
+    min_train_fall: float = threshold(
+        0.03,
+        unit="share of the training NLL at the best evaluation",
+        why="Overfitting is the held-out loss rising while the training loss keeps falling: the median "
+        "`train_mean_nll` after the best evaluation must be at least this much below its median around it. "
+        "Both rising is instability (training-instability), not memorisation.",
+        bounds=POSITIVE,
+    )
+    train_window: int = threshold(
+        5,
+        unit="steps",
+        why="The training NLL is noisy per batch: its level around the best evaluation and at the end are "
+        "medians of this many steps.",
+        bounds=AT_LEAST_ONE,
     )

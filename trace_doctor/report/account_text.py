@@ -2,39 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from trace_doctor.humanize import format_seconds
+from trace_doctor.model import StructureAccount, StructurePart, TimeAccount
 
 
-def per_step_text(part: dict[str, Any], account: dict[str, Any]) -> str:
-    """`4.1 min of 4.7 min per step` for a part in every step, `5.5 min in 1 step` for an occasional one."""
-    step = account.get("median_step_s")
-    every = part["steps"] >= (account.get("timed_steps") or 0) and part["steps"] > 1
-    if every and step:
-        return f"{format_seconds(part['median_step_s'])} of {format_seconds(step)} per step"
-    count = part["steps"]
-    return f"{format_seconds(part['median_step_s'])} in each of {count} steps" if count > 1 else "in 1 step"
+def per_step_text(part: StructurePart, structure: StructureAccount) -> str:
+    """`4.1 min of 4.7 min per step` for a part in every step, `5.5 min in each of 3 steps` for an
+    occasional one."""
+    if part.steps > 1 and part.steps >= structure.timed_steps and structure.median_step_s:
+        return f"{format_seconds(part.median_step_s)} of {format_seconds(structure.median_step_s)} per step"
+    return f"{format_seconds(part.median_step_s)} in each of {part.steps} steps" if part.steps > 1 else "in 1 step"
 
 
-def structure_items(account: dict[str, Any]) -> list[tuple[str, float, str]]:
+def structure_items(account: TimeAccount) -> list[tuple[str, float, str]]:
     """(label, seconds, note) of each part of the wall time the loop's structure explains."""
+    structure = account.structure
+    if structure is None:
+        return []
     return [
-        (
-            part["part"],
-            part["seconds"],
-            per_step_text(part, account) + ("" if part["timed"] else ", by the loop's structure"),
-        )
-        for part in account.get("structure") or []
+        (part.part, part.seconds, per_step_text(part, structure) + ("" if part.timed else ", by the loop's structure"))
+        for part in structure.parts
     ]
 
 
-def unexplained_note(account: dict[str, Any]) -> str:
+def to_explain_rest(account: TimeAccount) -> str | None:
+    """What would explain the unexplained rest, when there is some worth naming."""
+    return account.structure.to_explain_rest if account.structure is not None else None
+
+
+def unexplained_note(account: TimeAccount) -> str:
     """Why the rest is unexplained and what would explain it."""
-    rest = account.get("to_explain_rest")
+    rest = to_explain_rest(account)
     return f"no finding or phase accounts for it; {rest}" if rest else "no finding accounts for it"
 
 
-def shows_account(account: dict[str, Any] | None) -> bool:
+def shows_account(account: TimeAccount | None) -> bool:
     """Whether there is anything to show beyond "all of it unexplained"."""
-    return bool(account and (account.get("causes") or account.get("structure")))
+    return bool(account and (account.causes or account.structure))

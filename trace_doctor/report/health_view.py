@@ -22,6 +22,7 @@ from trace_doctor.report import downsample
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.figures import CLIPPED_COLOUR, HEALTHY_BAND_COLOUR, HEALTHY_COLOUR, base_layout, plot_text
 from trace_doctor.report.timeline_figure import LANE_DIMMED_OPACITY, SHADE_DIMMED_OPACITY
+from trace_doctor.rules.catalogue import panels_of_rule
 
 # Training series in ink and greys (the findings own the Okabe-Ito colours), told apart by dash;
 # eval series in violet, dotted, with diamond markers, so they never read as training values.
@@ -61,7 +62,8 @@ class HealthChart:
 
 
 def plan(result: Analysis, kl_band: float) -> Plan:
-    """Panels from the run's metric keys; findings placed on them by their evidence or rule.
+    """Panels from the run's metric keys; findings placed on them by their evidence, else by the panels
+    their rule declares (`Rule.panels`).
 
     `kl_band` is the stable-KL bound the rules judged against (the policy's shared knob)."""
     live = _rows(result.run.steps)
@@ -74,7 +76,7 @@ def plan(result: Analysis, kl_band: float) -> Plan:
     marked = {}
     if panels:
         for i, finding in enumerate(result.findings):
-            where = panels_of_finding(finding.rule, finding.evidence, panels)
+            where = panels_of_finding(finding.evidence, panels, panels_of_rule(finding.rule))
             if where:
                 marked[i] = where
     return Plan(panels, marked)

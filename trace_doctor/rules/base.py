@@ -1,13 +1,22 @@
-"""What a rule is: metadata (slug, code, docs, declared inputs, thresholds) plus one pure check function."""
+"""What a rule is: metadata (slug, code, docs, declared inputs, thresholds) plus one pure check function.
+
+A rule is declared once, in its module's `Rule(...)`: its policy class, its triage stage and the
+training-health panels its findings are shaded on. Every table keyed by slug (the policy classes,
+the triage stages, the panels) is read from the registry (rules/catalogue.py), and `register`
+refuses a declaration that names an unknown stage or panel.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from trace_doctor.policy import RULE_POLICIES, describe
+from trace_doctor.derive.training_health import PANEL_IDS
+from trace_doctor.knowledge.triage import STAGE_NAMES
+from trace_doctor.policy import describe
 from trace_doctor.rules.requires import Requires
 
 if TYPE_CHECKING:
@@ -27,27 +36,35 @@ class RuleDocs:
     fix: str  # what to do
 
 
+# A rule's policy dataclass: `check` sees `ctx.thresholds` as this type.
+P = TypeVar("P")
+
+
 @dataclass(frozen=True)
-class Rule:
+class Rule(Generic[P]):
     slug: str
     code: str
     title: str
     severity: str  # default severity of its findings
     needs: str  # the inputs it reads, for people
     docs: RuleDocs
-    check: Callable[[RuleContext], list[Finding]]
+    check: Callable[[RuleContext[P]], list[Finding]]
+    # Its thresholds: a frozen dataclass of `threshold(...)` fields (trace_doctor/policy/).
+    policy: type[P]
+    # Its stage in the debug guide's triage order (knowledge/triage.STAGE_NAMES): which of two findings
+    # claiming the same second is the earlier cause.
+    stage: str
     # Checked by the engine before `check` runs: a missing one makes the rule not applicable.
     requires: tuple[Requires, ...] = ()
     # Shared knobs (SharedPolicy fields) the rule's judgement depends on, for its docs.
     shared: tuple[str, ...] = ()
+    # Training-health panels (derive/training_health.PANEL_IDS) the report shades its findings on when
+    # their evidence names no drawn metric.
+    panels: tuple[str, ...] = ()
     baseline_only: bool = False
     tags: tuple[str, ...] = field(default_factory=tuple)
 
-    @property
-    def policy_class(self) -> type:
-        return RULE_POLICIES[self.slug]
-
-    def describe(self, thresholds: Any | None = None, shared: Any | None = None) -> str:
+    def describe(self, thresholds: P | None = None, shared: Any | None = None) -> str:
         """The rule's docs, inputs and thresholds (`thresholds`: its policy instance, defaults if None)."""
 
         def para(text: str, indent: str = "  ") -> str:
@@ -75,7 +92,7 @@ class Rule:
             "How to fix",
             para(self.docs.fix),
         ]
-        infos = describe(thresholds if thresholds is not None else self.policy_class())
+        infos = describe(thresholds if thresholds is not None else self.policy())
         if infos:
             lines += ["", f"Thresholds ([tool.trace-doctor.rules.{self.slug}])"]
             lines += _threshold_lines(infos)
@@ -98,16 +115,33 @@ def _threshold_lines(infos: list) -> list[str]:
     return lines
 
 
-REGISTRY: dict[str, Rule] = {}
+REGISTRY: dict[str, Rule[Any]] = {}
 
 
-def register(rule: Rule) -> Rule:
-    """Add a rule to the registry; slugs and codes are unique and never reused, thresholds declared."""
+def declaration_errors(rule: Rule[Any]) -> list[str]:
+    """What is wrong with a rule's declaration: a policy that is not a dataclass of thresholds, an
+    unknown triage stage, an unknown training-health panel (empty when it is sound)."""
+    errors = []
+    if not (isinstance(rule.policy, type) and dataclasses.is_dataclass(rule.policy)):
+        errors.append(f"rule {rule.slug}: policy {rule.policy!r} is not a policy dataclass (trace_doctor/policy/)")
+    elif any("unit" not in f.metadata for f in dataclasses.fields(rule.policy)):
+        errors.append(f"rule {rule.slug}: every field of {rule.policy.__name__} is declared with threshold(...)")
+    if rule.stage not in STAGE_NAMES:
+        errors.append(f"rule {rule.slug}: unknown triage stage {rule.stage!r} (knowledge/triage.STAGE_NAMES)")
+    unknown = [p for p in rule.panels if p not in PANEL_IDS]
+    if unknown:
+        errors.append(f"rule {rule.slug}: unknown training-health panel(s) {unknown} (known: {list(PANEL_IDS)})")
+    return errors
+
+
+def register(rule: Rule[P]) -> Rule[P]:
+    """Add a rule to the registry; slugs and codes are unique and never reused, its declaration sound."""
     if rule.slug in REGISTRY:
         raise ValueError(f"duplicate rule slug {rule.slug}")
     if any(r.code == rule.code for r in REGISTRY.values()):
         raise ValueError(f"duplicate rule code {rule.code}")
-    if rule.slug not in RULE_POLICIES:
-        raise ValueError(f"rule {rule.slug} has no policy class in trace_doctor.policy.RULE_POLICIES")
+    errors = declaration_errors(rule)
+    if errors:
+        raise ValueError("; ".join(errors))
     REGISTRY[rule.slug] = rule
     return rule

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import polars as pl
 
@@ -22,23 +22,29 @@ if TYPE_CHECKING:
 # Series derived from the tables that a rule may declare as an input, like a table.
 DERIVED_TABLES = ("step_times",)
 
+# The policy dataclass of the rule a check is written for: `RuleContext[GilStallPolicy]`.
+P = TypeVar("P")
 
-class RuleContext:
+
+class RuleContext(Generic[P]):
+    """One analysis's context, shared by every rule; a check sees it as `RuleContext[ItsPolicy]`, so
+    `ctx.thresholds` has the type of the policy its Rule declares."""
+
     # The baseline's context, in a comparison only (compare.BaselineContext sets it).
     baseline_ctx: RuleContext | None = None
 
     def __init__(self, run: RunTables, *, policy: Policy | None = None):
         self.run = run
         self.policy = policy or Policy()
-        self.current_rule: Rule | None = None
+        self.current_rule: Rule[Any] | None = None
         # Why a rule that ran passed (e.g. "KL at step 0 is 0.0006, below 0.01"), for reports.
         self.pass_reasons: dict[str, str] = {}
 
     @property
-    def thresholds(self) -> Any:
+    def thresholds(self) -> P:
         """Thresholds of the rule being run (its policy dataclass), with user overrides applied."""
         assert self.current_rule is not None
-        return self.policy.rule(self.current_rule.slug)
+        return cast(P, self.policy.rule(self.current_rule.slug))
 
     @property
     def shared(self) -> SharedPolicy:
@@ -178,6 +184,22 @@ class RuleContext:
         from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, round_trip_medians
 
         return round_trip_medians(self.run.scan("spans").filter(CLOSED_WITH_DURATION))
+
+    @cached_property
+    def scheduled(self):
+        """Evaluations and checkpoint saves on a step cadence (derive.scheduled): scheduled-work reports
+        them and inconsistent-step-times leaves the steps they explain out of its judgement."""
+        from trace_doctor.derive.scheduled import scheduled_work
+
+        return scheduled_work(self.step_times)
+
+    @cached_property
+    def run_end(self):
+        """Where the run's last launch stopped and what was in flight then (derive.run_end): run-stopped
+        judges the stop, and rules that need whole steps do not read a step the run never finished."""
+        from trace_doctor.derive.run_end import run_end
+
+        return run_end(self.run)
 
     @cached_property
     def clock_cycle(self):

@@ -26,6 +26,7 @@ from trace_doctor.derive.stalls import (
 )
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import BlockingCallPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.signals import Signal
@@ -36,11 +37,9 @@ MAX_CITED = 15
 BLOCKING_WAITS = frozenset({"result", "wait", "sleep", "acquire", "join", "_wait_for_tstate_lock"})
 # How the main thread's stall is read: the SDK's own warning and a silent [main] are direct.
 DIRECT, SUPPORTING = 2.0, 1.0
-# A stretched round trip at the same time means the SDK thread could not run either: a GIL stall.
-ROUND_TRIP_STRETCH = 2.0
 
 
-def _sdk_warnings(ctx: RuleContext) -> Signal | None:
+def _sdk_warnings(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     lines = sync_from_async_lines(ctx.run.log_events)
     if not lines:
         return None
@@ -54,7 +53,7 @@ def _sdk_warnings(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _main_silent(ctx: RuleContext) -> Signal | None:
+def _main_silent(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     t = ctx.thresholds
     found = silences(
         ctx.run.task_snapshots, min_intervals=float(t.min_silent_intervals), min_seconds=float(t.min_silence_s)
@@ -73,7 +72,7 @@ def _main_silent(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _stack_waits(ctx: RuleContext) -> Signal | None:
+def _stack_waits(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     blocks: dict[tuple[str, int], dict[str, Any]] = {}
     for state in stack_states(ctx.run.stack_snapshots):
         blocks.setdefault((state.source, state.snapshot), {})[state.label] = state
@@ -96,12 +95,14 @@ def _stack_waits(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _trace_blocks(ctx: RuleContext) -> Signal | None:
+def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     if ctx.run.height("spans") == 0:
         return None
     min_s = float(ctx.thresholds.min_blocked_s)
     closed = ctx.run.scan("spans").filter(CLOSED_WITH_DURATION)
-    stretched = stretched_round_trips(closed, ROUND_TRIP_STRETCH, min_s, ctx.round_trip_medians)
+    # A stretched round trip at the same time means the SDK thread could not run either: a GIL stall,
+    # judged by the ratio gil-stall uses (shared), so a block is one rule's or the other's, never both.
+    stretched = stretched_round_trips(closed, ctx.shared.round_trip_stretch_ratio, min_s, ctx.round_trip_medians)
     long = ctx.run.spans_where(
         CLOSED_WITH_DURATION
         & (pl.col("dur_us") > min_s * 1e6)
@@ -161,7 +162,7 @@ def _confidence(readings: list[Signal]) -> str:
     return "low"
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[BlockingCallPolicy]) -> list[Finding]:
     run = ctx.run
     if run.task_snapshots.is_empty() and run.stack_snapshots.is_empty() and run.height("spans") == 0:
         if not sync_from_async_lines(run.log_events):
@@ -233,6 +234,9 @@ RULE = register(
             fix="Await futures, asyncio.sleep, asyncio.to_thread / a process pool for blocking work.",
         ),
         check=check,
+        policy=BlockingCallPolicy,
+        stage="profile",
+        shared=("round_trip_stretch_ratio",),
         tags=("gil", "dumps", "trace", "logs"),
     )
 )

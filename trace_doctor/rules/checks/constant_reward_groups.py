@@ -21,10 +21,12 @@ from trace_doctor.derive.rl_quality import (
     training_column,
 )
 from trace_doctor.derive.step_times import live_training_rows
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import Finding
+from trace_doctor.policy.rl_quality import ConstantRewardGroupsPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import run_label
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, table, values_in
 
 MAX_LISTED_STEPS = 50
@@ -32,7 +34,7 @@ UNIFORM_REWARDS = "All rewards are uniform"
 SKIPPED_BATCH_KIND = "skipped-batch"
 
 
-def is_distillation(ctx) -> bool:
+def is_distillation(ctx: RuleContext[ConstantRewardGroupsPolicy]) -> bool:
     """On-policy distillation logs env/* keys but has no env reward: every group is "all bad" there."""
     if ctx.run.meta.trainer == "distillation":
         return True
@@ -83,7 +85,7 @@ def _from_filter_counters(rows: pl.DataFrame) -> tuple[pl.DataFrame, str] | None
     return frame, f"{filtered} / ({filtered} + {kept})"
 
 
-def _log_lines(ctx) -> tuple[int, int]:
+def _log_lines(ctx: RuleContext[ConstantRewardGroupsPolicy]) -> tuple[int, int]:
     """(`All rewards are uniform` warnings, `skipping batch` warnings) in the run's logs."""
     events = ctx.run.log_events
     if events.is_empty():
@@ -120,7 +122,7 @@ def _reward(rows: pl.DataFrame) -> pl.DataFrame:
     return series(rows, key) if key else pl.DataFrame(schema={"step": pl.Int64, "value": pl.Float64})
 
 
-def _group_size_one(ctx, rows: pl.DataFrame) -> list[Finding]:
+def _group_size_one(ctx: RuleContext[ConstantRewardGroupsPolicy], rows: pl.DataFrame) -> list[Finding]:
     steps = sorted(int(s) for s in rows["step"].to_list()) if "step" in rows.columns else []
     return [
         ctx.finding(
@@ -141,7 +143,7 @@ def _group_size_one(ctx, rows: pl.DataFrame) -> list[Finding]:
     ]
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[ConstantRewardGroupsPolicy]) -> list[Finding]:
     if is_distillation(ctx):
         raise NotApplicable(
             "on-policy distillation: there is no env reward, so frac_all_bad = 1 is expected (the signal is teacher_kl)"
@@ -338,7 +340,9 @@ def _log_note(uniform: int, skipped: int) -> str:
     return " The log has " + " and ".join(parts) + "."
 
 
-def _from_logs_only(ctx, rows: pl.DataFrame, uniform: int, skipped: int, dropped: bool) -> list[Finding]:
+def _from_logs_only(
+    ctx: RuleContext[ConstantRewardGroupsPolicy], rows: pl.DataFrame, uniform: int, skipped: int, dropped: bool
+) -> list[Finding]:
     t = ctx.thresholds
     if uniform + skipped < t.min_log_lines:
         if dropped:
@@ -396,6 +400,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=ConstantRewardGroupsPolicy,
+        stage="training quality",
+        panels=("groups",),
         requires=(
             requires(
                 "no RL signal: no by_group metrics, rollout summaries, logs or config",

@@ -11,6 +11,7 @@ from trace_doctor.derive.profile_stats import (
     top_categories,
 )
 from trace_doctor.model import Finding
+from trace_doctor.policy.profiles import CpuBoundMainThreadPolicy
 from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, table
@@ -21,14 +22,13 @@ FIX = (
     "loop free so submissions go out and results are consumed on time."
 )
 MAX_CITED = 10
-MIN_STACK_BLOCKS = 2
 
 
 def _label(category: str) -> str:
     return CPU_LIBRARIES.get(category, category)
 
 
-def _profile_findings(ctx: RuleContext) -> list[Finding]:
+def _profile_findings(ctx: RuleContext[CpuBoundMainThreadPolicy]) -> list[Finding]:
     min_share = float(ctx.thresholds.min_share)
     min_seconds = float(ctx.thresholds.min_seconds)
     findings = []
@@ -85,11 +85,11 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
     return findings
 
 
-def _stack_finding(ctx: RuleContext) -> Finding | None:
+def _stack_finding(ctx: RuleContext[CpuBoundMainThreadPolicy]) -> Finding | None:
     states = stack_states(ctx.run.stack_snapshots)
     main = [s for s in states if s.label == "main"]
     busy: list[StackState] = [s for s in main if s.state == "cpu"]
-    if len(busy) < MIN_STACK_BLOCKS or len(busy) / max(len(main), 1) < float(ctx.thresholds.min_share):
+    if len(busy) < ctx.thresholds.min_stack_blocks or len(busy) / max(len(main), 1) < float(ctx.thresholds.min_share):
         return None
     libraries = sorted({s.detail for s in busy})
     return ctx.finding(
@@ -112,7 +112,7 @@ def _stack_finding(ctx: RuleContext) -> Finding | None:
     )
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[CpuBoundMainThreadPolicy]) -> list[Finding]:
     findings = _profile_findings(ctx)
     stacks = _stack_finding(ctx)
     if stacks is not None:
@@ -154,6 +154,8 @@ RULE = register(
             fix=FIX,
         ),
         check=check,
+        policy=CpuBoundMainThreadPolicy,
+        stage="profile",
         requires=(
             requires(
                 "no pyinstrument profile or stack-watchdog dump: profile the training loop's main thread "

@@ -11,6 +11,7 @@ import polars as pl
 from trace_doctor.derive.log_signals import fields_of
 from trace_doctor.knowledge.errors import KnownError, decode_error, error_by_id
 from trace_doctor.model import SEVERITY_RANK, Finding
+from trace_doctor.policy.environment import DecodedErrorPolicy
 from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires, table
@@ -98,7 +99,7 @@ def _signature(row: dict[str, Any], fields: dict[str, Any]) -> str:
     return head
 
 
-def _known_finding(ctx: RuleContext, known: KnownError, seen: Occurrences) -> Finding:
+def _known_finding(ctx: RuleContext[DecodedErrorPolicy], known: KnownError, seen: Occurrences) -> Finding:
     files = seen.by_file()
     where = ", ".join(
         f"{f['file']}:{f['first_line']}" + (f"–{f['last_line']}" if f["count"] > 1 else "") for f in files
@@ -124,7 +125,7 @@ def _known_finding(ctx: RuleContext, known: KnownError, seen: Occurrences) -> Fi
     )
 
 
-def _unknown_finding(ctx: RuleContext, groups: dict[str, Occurrences]) -> Finding:
+def _unknown_finding(ctx: RuleContext[DecodedErrorPolicy], groups: dict[str, Occurrences]) -> Finding:
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1].lines), kv[0]))
     total = sum(len(seen.lines) for _, seen in ordered)
     meanings = sorted({m for sig, _ in ordered for head, m in GENERIC_MEANINGS.items() if sig.startswith(head)})
@@ -160,7 +161,7 @@ def _unknown_finding(ctx: RuleContext, groups: dict[str, Occurrences]) -> Findin
     )
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[DecodedErrorPolicy]) -> list[Finding]:
     known: dict[str, Occurrences] = {}
     unknown: dict[str, Occurrences] = {}
     for row in _candidate_rows(ctx.run.log_events):
@@ -207,6 +208,8 @@ RULE = register(
             fix="The fix of the matching table entry (FORMATS.md §6).",
         ),
         check=check,
+        policy=DecodedErrorPolicy,
+        stage="environment",
         requires=(
             requires(
                 "no text log (logs.log, W&B output.log or captured stdout) to decode errors from",

@@ -12,7 +12,9 @@ from trace_doctor.derive.staleness import loop_mode
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.knowledge.tinker import ASYNC_STALENESS_PREFIX, TRAINING_CLIENT_STEP
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import GetBatchBottleneckPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, values_in
 
 
@@ -21,7 +23,7 @@ def _async_config(meta) -> dict:
     return config if isinstance(config, dict) else {}
 
 
-def _sample_waits(ctx) -> list[Finding]:
+def _sample_waits(ctx: RuleContext[GetBatchBottleneckPolicy]) -> list[Finding]:
     """Async RL: the share of the training loop's time spent waiting for rollouts to deliver a batch."""
     t = ctx.thresholds
     if ctx.run.height("spans") == 0:
@@ -97,7 +99,7 @@ def _sample_waits(ctx) -> list[Finding]:
     ]
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[GetBatchBottleneckPolicy]) -> list[Finding]:
     if loop_mode(ctx.run.meta, ctx.run.steps) == "async":
         return _sample_waits(ctx)
     times = ctx.step_times
@@ -166,7 +168,7 @@ def check(ctx) -> list[Finding]:
             seconds_lost=round(gb, 6),
             fraction_of_wall=round(share, 4),
             fingerprint="get-batch-bottleneck:steady",
-            confidence="high" if steady.height >= 10 else "medium",
+            confidence="high" if steady.height >= t.high_confidence_steps else "medium",
         )
     ]
 
@@ -208,6 +210,8 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=GetBatchBottleneckPolicy,
+        stage="timing breakdown",
         shared=("max_warmup_share",),
         requires=(
             requires(

@@ -28,6 +28,7 @@ from trace_doctor.derive.stalls import (
 )
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import GilStallPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.signals import Signal
@@ -51,18 +52,18 @@ SDK_STARVED = frozenset(
 ALL_THREADS_STOPPED = frozenset({"all-loops-silent", "heartbeat-while-busy"})
 
 
-def confidence(signals: list[Signal]) -> str:
+def confidence(signals: list[Signal], t: GilStallPolicy) -> str:
     """high: two or more independent signals, at least one direct; medium: one direct or two weaker."""
     score = sum(s.strength for s in signals)
     independent = sum(1 for s in signals if s.strength >= MEDIUM)
-    if score >= 3 and independent >= 2:
+    if score >= t.high_confidence_score and independent >= t.high_confidence_readings:
         return "high"
-    if score >= 2:
+    if score >= t.medium_confidence_score:
         return "medium"
     return "low"
 
 
-def _monitor_signal(ctx: RuleContext) -> Signal | None:
+def _monitor_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     threshold = float(ctx.thresholds.min_monitor_jitter_s)
     lines = [ln for ln in gil_monitor_lines(ctx.run.log_events) if ln.values["jitter_s"] >= threshold]
     if not lines:
@@ -82,7 +83,7 @@ def _monitor_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _dump_signals(ctx: RuleContext) -> list[Signal]:
+def _dump_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
     found = silences(
         ctx.run.task_snapshots,
         min_intervals=float(ctx.thresholds.min_silent_intervals),
@@ -123,7 +124,7 @@ def _dump_signals(ctx: RuleContext) -> list[Signal]:
     return signals
 
 
-def _stack_signal(ctx: RuleContext) -> Signal | None:
+def _stack_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     states = stack_states(ctx.run.stack_snapshots)
     by_block: dict[tuple[str, int], dict[str, StackState]] = {}
     for state in states:
@@ -151,14 +152,14 @@ def _stack_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _trace_signals(ctx: RuleContext) -> list[Signal]:
+def _trace_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
     if ctx.run.height("spans") == 0:
         return []
     is_closed = CLOSED_WITH_DURATION
     min_s = float(ctx.thresholds.min_blocked_submit_s)
     stretched = stretched_round_trips(
         ctx.run.scan("spans").filter(is_closed),
-        float(ctx.thresholds.round_trip_stretch_ratio),
+        float(ctx.shared.round_trip_stretch_ratio),
         min_s,
         ctx.round_trip_medians,
     )
@@ -246,7 +247,7 @@ def _with_overlaps(rows: pl.DataFrame, stretched: pl.DataFrame) -> list[tuple[di
     return [(row, hits[i] if i < len(hits) else []) for i, row in enumerate(hit_rows)]
 
 
-def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
+def _trace_gap_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     """Gaps on the main task with no span open: untraced code ran, or the thread could not run.
 
     Alone this cannot tell a stall from untraced work, so it only supports other signals — but it
@@ -272,7 +273,7 @@ def _trace_gap_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _heartbeat_signals(ctx: RuleContext) -> list[Signal]:
+def _heartbeat_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
     """The heartbeat warnings: placed in the trace when an outage is as long as a stretch where a thread
     ran user code and nothing on it moved (both threads stopped), else only corroborating."""
     lines = heartbeat_lines(ctx.run.log_events)
@@ -286,7 +287,7 @@ def _heartbeat_signals(ctx: RuleContext) -> list[Signal]:
         matches, service = match_outages(
             outages,
             busy_thread_stalls(spans, min_s),
-            stretched_waits(spans, float(ctx.thresholds.round_trip_stretch_ratio), min_s),
+            stretched_waits(spans, float(ctx.shared.round_trip_stretch_ratio), min_s),
             float(ctx.thresholds.heartbeat_match_ratio),
         )
     on_service = sum(len(ep) for ep in service)
@@ -325,7 +326,7 @@ def _where(stalls) -> str:
     return f"{'/'.join(threads) or 'thread'} ({', '.join(names)})"
 
 
-def _step_time_signal(ctx: RuleContext) -> Signal | None:
+def _step_time_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     """Erratic steady step times: circumstantial, only ever supporting other evidence."""
     try:
         split = ctx.warmup
@@ -349,7 +350,7 @@ def _step_time_signal(ctx: RuleContext) -> Signal | None:
     )
 
 
-def _inputs(ctx: RuleContext) -> dict[str, bool]:
+def _inputs(ctx: RuleContext[GilStallPolicy]) -> dict[str, bool]:
     return {
         "gil-monitor": bool(gil_monitor_lines(ctx.run.log_events)),
         "task dumps": not ctx.run.task_snapshots.is_empty(),
@@ -358,7 +359,7 @@ def _inputs(ctx: RuleContext) -> dict[str, bool]:
     }
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[GilStallPolicy]) -> list[Finding]:
     inputs = _inputs(ctx)
     if not any(inputs.values()):
         heartbeat = heartbeat_lines(ctx.run.log_events)
@@ -390,7 +391,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         if supporting is not None:
             signals.append(supporting)
     signals.sort(key=lambda s: (-s.strength, s.kind))
-    level = confidence(signals)
+    level = confidence(signals, ctx.thresholds)
     # Without a reading of the GIL itself (the monitor, a stack, one thread's dumps stopping, a call
     # that could only be long if its thread was blocked) the evidence says every thread stopped: a
     # GIL held by user code is the likely reading, a suspended process the other one.
@@ -483,7 +484,9 @@ RULE = register(
             ),
         ),
         check=check,
-        shared=("max_warmup_share",),
+        policy=GilStallPolicy,
+        stage="GIL",
+        shared=("max_warmup_share", "round_trip_stretch_ratio"),
         tags=("gil", "logs", "dumps", "trace"),
     )
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trace_doctor.derive.log_signals import LogLine, heartbeat_episodes, heartbeat_lines, paused_lines, stuck_lines
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import HeartbeatStallPolicy
 from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires, table
@@ -11,7 +12,7 @@ from trace_doctor.rules.requires import found, requires, table
 MAX_CITED = 20
 
 
-def has_log_input(ctx: RuleContext) -> bool:
+def has_log_input(ctx: RuleContext[HeartbeatStallPolicy]) -> bool:
     return (
         not ctx.run.log_events.is_empty()
         or ctx.run.has_input("log")
@@ -19,7 +20,9 @@ def has_log_input(ctx: RuleContext) -> bool:
     )
 
 
-def _heartbeat_finding(ctx: RuleContext, lines: list[LogLine], min_warnings: int) -> Finding | None:
+def _heartbeat_finding(
+    ctx: RuleContext[HeartbeatStallPolicy], lines: list[LogLine], min_warnings: int
+) -> Finding | None:
     if len(lines) < min_warnings:
         return None
     episodes = heartbeat_episodes(lines)
@@ -62,7 +65,7 @@ def _heartbeat_finding(ctx: RuleContext, lines: list[LogLine], min_warnings: int
     )
 
 
-def _paused_finding(ctx: RuleContext, lines: list[LogLine]) -> Finding | None:
+def _paused_finding(ctx: RuleContext[HeartbeatStallPolicy], lines: list[LogLine]) -> Finding | None:
     if not lines:
         return None
     billing = [line for line in lines if line.values["billing"]]
@@ -90,7 +93,7 @@ def _paused_finding(ctx: RuleContext, lines: list[LogLine]) -> Finding | None:
     )
 
 
-def _stuck_finding(ctx: RuleContext, lines: list[LogLine]) -> Finding | None:
+def _stuck_finding(ctx: RuleContext[HeartbeatStallPolicy], lines: list[LogLine]) -> Finding | None:
     if not lines:
         return None
     seconds = [line.values["seconds"] for line in lines]
@@ -112,7 +115,7 @@ def _stuck_finding(ctx: RuleContext, lines: list[LogLine]) -> Finding | None:
     )
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[HeartbeatStallPolicy]) -> list[Finding]:
     events = ctx.run.log_events
     heartbeat = heartbeat_lines(events)
     candidates = [
@@ -154,6 +157,8 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=HeartbeatStallPolicy,
+        stage="GIL",
         requires=(
             requires(
                 "no text log (logs.log or captured stdout): heartbeat warnings are only logged there",

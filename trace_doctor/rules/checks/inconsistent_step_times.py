@@ -14,19 +14,16 @@ import polars as pl
 from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.robust import median as robust_median
 from trace_doctor.derive.robust import robust_cv, robust_sigma
-from trace_doctor.derive.scheduled import scheduled_work
 from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
 from trace_doctor.derive.timekeys import PARENTS
 from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES, RESULT_WAIT_PHASES
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import InconsistentStepTimesPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires, values_in
 
-# A spike is explained by evals/checkpoints when they account for at least half its excess.
-EXPLAINED_SHARE = 0.5
-# A spike whose excess lies almost entirely outside every timed phase.
-UNTIMED_SPIKE_SHARE = 0.9
 MAX_LISTED_STEPS = 50
 
 
@@ -38,9 +35,9 @@ def periodic_seconds(frame: pl.DataFrame) -> pl.Series:
     return frame.select(pl.sum_horizontal([pl.col(f"phase:{n}").fill_null(0.0) for n in top])).to_series()
 
 
-def innermost_phase(row: dict, phase: str) -> tuple[str, float]:
+def innermost_phase(row: dict, phase: str, explained_share: float) -> tuple[str, float]:
     """The timer that holds most of `phase` in this row: a nested timer (`inner:<name>`, e.g. SFT
-    `get_batch` inside `submit_batch`) when it holds at least half of it, else the phase itself.
+    `get_batch` inside `submit_batch`) when it holds `explained_share` of it, else the phase itself.
     Naming the wrapper alone sends the user to the wrong code."""
     total = row.get(f"phase:{phase}") or 0.0
     inner = {
@@ -50,12 +47,14 @@ def innermost_phase(row: dict, phase: str) -> tuple[str, float]:
     }
     if inner and total > 0:
         name = max(inner, key=inner.get)
-        if inner[name] >= EXPLAINED_SHARE * total:
+        if inner[name] >= explained_share * total:
             return name, float(inner[name])
     return phase, float(total)
 
 
-def result_wait_spread(rows: pl.DataFrame, max_spread: float, spikes: pl.DataFrame) -> dict | None:
+def result_wait_spread(
+    rows: pl.DataFrame, max_spread: float, spikes: pl.DataFrame, explained_share: float
+) -> dict | None:
     """How the steps' spread splits between waiting for results and client work, when the client's
     share is steady: the top-level result-wait phases (`finish_batch`, `step`: awaiting
     forward_backward / optim_step) vary while everything else the step does keeps within
@@ -89,7 +88,7 @@ def result_wait_spread(rows: pl.DataFrame, max_spread: float, spikes: pl.DataFra
         return None
     if spikes.height:
         spike_client = spikes["total_s"] - wait_of(spikes) - (robust_median(client) or 0.0)
-        if bool((spike_client > (1.0 - EXPLAINED_SHARE) * spikes["_excess"]).any()):
+        if bool((spike_client > (1.0 - explained_share) * spikes["_excess"]).any()):
             return None
     return {
         "phases": [c.split(":", 1)[1] for c in waits],
@@ -109,7 +108,7 @@ def median_delta(before: pl.DataFrame, after: pl.DataFrame, column: str) -> floa
     return None if a is None or b is None else float(b) - float(a)
 
 
-def phase_shift(before: pl.DataFrame, after: pl.DataFrame) -> tuple[str, float]:
+def phase_shift(before: pl.DataFrame, after: pl.DataFrame, explained_share: float) -> tuple[str, float]:
     """The phase (or untimed time) whose typical seconds changed most between two regimes; the
     nested timer inside it (`get_batch` in `submit_batch`) when that one moved by at least half as much."""
     best = ("untimed", 0.0)
@@ -125,12 +124,14 @@ def phase_shift(before: pl.DataFrame, after: pl.DataFrame) -> tuple[str, float]:
     ]
     if nested:
         name, delta = max(nested, key=lambda item: abs(item[1]))
-        if abs(delta) >= EXPLAINED_SHARE * abs(best[1]) and delta * best[1] > 0:
+        if abs(delta) >= explained_share * abs(best[1]) and delta * best[1] > 0:
             return name, delta
     return best
 
 
-def regime_findings(ctx, steady: pl.DataFrame, regimes: list, wall: float | None) -> list[Finding]:
+def regime_findings(
+    ctx: RuleContext[InconsistentStepTimesPolicy], steady: pl.DataFrame, regimes: list, wall: float | None
+) -> list[Finding]:
     """One finding per change of level between consecutive regimes of a segment."""
     findings: list[Finding] = []
     for before, after in zip(regimes, regimes[1:], strict=False):
@@ -144,7 +145,7 @@ def regime_findings(ctx, steady: pl.DataFrame, regimes: list, wall: float | None
         slow, fast = (after, before) if slower_later else (before, after)
         slow_rows = late if slower_later else early
         lost = float((slow_rows["total_s"] - fast.median_s).clip(lower_bound=0).sum())
-        phase, delta = phase_shift(early, late)
+        phase, delta = phase_shift(early, late, ctx.thresholds.explained_share)
         ratio = after.median_s / before.median_s
         where = f" (resumed segment {after.segment})" if after.segment else ""
         if phase != "untimed":
@@ -198,13 +199,17 @@ def regime_findings(ctx, steady: pl.DataFrame, regimes: list, wall: float | None
                 seconds_lost=round(lost, 6),
                 fraction_of_wall=round(lost / wall, 4) if wall else None,
                 fingerprint="inconsistent-step-times:regime-change",
-                confidence="high" if min(before.steps, after.steps) >= 20 else "medium",
+                confidence="high"
+                if min(before.steps, after.steps) >= ctx.thresholds.high_confidence_regime_steps
+                else "medium",
             )
         )
     return findings
 
 
-def untraced_stalls(ctx, level_s: float, reported_steps: set[int], *, step_times: bool = True) -> Finding | None:
+def untraced_stalls(
+    ctx: RuleContext[InconsistentStepTimesPolicy], level_s: float, reported_steps: set[int], *, step_times: bool = True
+) -> Finding | None:
     """Stalls between steps that no step time contains: the main task ran nothing traced for many
     steps' worth of time (a sleep, a blocking call, untraced work). Only the trace shows them: SFT
     steps are timed by their phases, and the stall falls between them. `step_times`: the run's
@@ -276,10 +281,12 @@ def sampling_by_step(ctx) -> dict[tuple[int, int], float]:
     }
 
 
-def spike_cause(row: dict, sampling: dict) -> tuple[str, str, str | None]:
+def spike_cause(
+    row: dict, sampling: dict, *, explained_share: float, untimed_spike_share: float
+) -> tuple[str, str, str | None]:
     """(cause, note, phase) of one slow step: a phase that ran long, untimed time the generated tokens
     explain (sampling ran long), or an untimed gap beyond them with nothing timed running (the host
-    asleep or the process stopped)."""
+    asleep or the process stopped). `explained_share`, `untimed_spike_share`: the rule's thresholds."""
     excess = row["_excess"]
     untimed = row.get("untimed_s")
     phase_cols = {c: row[c] for c in row if c.startswith("phase:") and row[c] is not None}
@@ -289,11 +296,11 @@ def spike_cause(row: dict, sampling: dict) -> tuple[str, str, str | None]:
     untimed_excess = (untimed or 0.0) - typical_untimed
     if (
         biggest is None
-        or (untimed_share is not None and untimed_share >= UNTIMED_SPIKE_SHARE)
-        or (untimed_excess >= EXPLAINED_SHARE * excess)
+        or (untimed_share is not None and untimed_share >= untimed_spike_share)
+        or (untimed_excess >= explained_share * excess)
     ):
         more_sampling = sampling.get((int(row["segment"]), int(row["step"])), 0.0)
-        if untimed_excess > 0 and more_sampling >= EXPLAINED_SHARE * untimed_excess:
+        if untimed_excess > 0 and more_sampling >= explained_share * untimed_excess:
             return "sampling", "untimed time the step's sampling explains (it generated more, or slower)", None
         return (
             "host-sleep",
@@ -302,7 +309,7 @@ def spike_cause(row: dict, sampling: dict) -> tuple[str, str, str | None]:
             None,
         )
     top = biggest.split(":", 1)[1]
-    name, seconds = innermost_phase(row, top)
+    name, seconds = innermost_phase(row, top, explained_share)
     inside = f" inside `{top}`" if name != top else ""
     return "phase", f"mostly in `{name}`{inside} ({format_seconds(seconds)})", name
 
@@ -346,10 +353,12 @@ FINGERPRINTS = {
 TRAINING_PHASE_NAMES = ("train", "train_step", "step", "finish_batch", "forward_backward", "optim_step")
 
 
-def spike_details(rows: pl.DataFrame, sampling: dict) -> list[dict]:
+def spike_details(rows: pl.DataFrame, sampling: dict, t: InconsistentStepTimesPolicy) -> list[dict]:
     details = []
     for row in rows.sort("_excess", descending=True).iter_rows(named=True):
-        cause, note, phase = spike_cause(row, sampling)
+        cause, note, phase = spike_cause(
+            row, sampling, explained_share=t.explained_share, untimed_spike_share=t.untimed_spike_share
+        )
         untimed_share = row["untimed_s"] / row["total_s"] if row.get("untimed_s") is not None else None
         details.append(
             {
@@ -377,7 +386,7 @@ def spike_findings(
     within = " within each regime" if regimes > 1 else ""
     typical_untimed = robust_median(ctx.step_times["untimed_s"]) if "untimed_s" in ctx.step_times.columns else None
     rows = unexplained.with_columns(pl.lit(typical_untimed or 0.0, dtype=pl.Float64).alias("_typical_untimed"))
-    details = spike_details(rows, sampling_by_step(ctx))
+    details = spike_details(rows, sampling_by_step(ctx), t)
     groups: dict[tuple[str, str | None], list[dict]] = {}
     for d in details:
         groups.setdefault((d["cause"], d["phase"]), []).append(d)
@@ -465,7 +474,7 @@ def share_text(share: float) -> str:
     return "<1%" if share < 0.005 else f"{share:.0%}"
 
 
-def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
+def result_wait_finding(ctx: RuleContext[InconsistentStepTimesPolicy], spread: dict, cv: float) -> Finding:
     """The spread is in the wait for results while the client's work is steady: info, not the user's code."""
     t = ctx.thresholds
     phases = ", ".join(f"`{p}`" for p in spread["phases"])
@@ -499,7 +508,7 @@ def result_wait_finding(ctx, spread: dict, cv: float) -> Finding:
     )
 
 
-def trace_only(ctx) -> list[Finding]:
+def trace_only(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
     """Without per-step times (a run with only a trace) the trace still shows stalls between steps,
     judged against the median traced step interval; spread and spikes need the metrics' step times."""
     t = ctx.thresholds
@@ -521,7 +530,7 @@ def trace_only(ctx) -> list[Finding]:
     )
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
     t = ctx.thresholds
     steady = (
         ctx.warmup.steady.filter(pl.col("total_s").is_not_null() & (pl.col("total_s") > 0))
@@ -548,7 +557,7 @@ def check(ctx) -> list[Finding]:
     steady = steady.with_columns(pl.col("_level").fill_null(median))
     # Scheduled work (evals and checkpoints on their cadence, also where they land outside their timer
     # on a neighbouring step) is judged by scheduled-work, never as inconsistency.
-    scheduled = scheduled_work(ctx.step_times).explained
+    scheduled = ctx.scheduled.explained
     on_schedule = pl.Series(
         [(int(g), int(s)) in scheduled for g, s in steady.select("segment", "step").iter_rows()], dtype=pl.Boolean
     )
@@ -556,7 +565,7 @@ def check(ctx) -> list[Finding]:
         (pl.col("total_s") - pl.col("_level")).alias("_excess")
     )
     # A spike its own eval/checkpoint timer accounts for is scheduled work too (e.g. a one-off final eval).
-    explained = spikes.filter(pl.col("_periodic") >= EXPLAINED_SHARE * pl.col("_excess"))
+    explained = spikes.filter(pl.col("_periodic") >= t.explained_share * pl.col("_excess"))
     excluded = pl.concat(
         [steady.filter(on_schedule).select("segment", "step"), explained.select("segment", "step")]
     ).unique()
@@ -575,7 +584,7 @@ def check(ctx) -> list[Finding]:
 
     # Long waits on a few steps are stalls for the stall rules; on many, how the service returns results.
     wait_pattern = cv > t.max_robust_cv or unexplained.height >= t.min_wait_spike_share * rest.height
-    in_wait = result_wait_spread(rest, t.max_robust_cv, unexplained) if wait_pattern else None
+    in_wait = result_wait_spread(rest, t.max_robust_cv, unexplained, t.explained_share) if wait_pattern else None
     if in_wait is not None:
         findings.append(result_wait_finding(ctx, in_wait, cv))
     elif unexplained.height or cv > t.max_robust_cv:
@@ -623,6 +632,8 @@ RULE = register(
             fix="Find the work outside the timed phases; keep the host awake; move CPU work off the main thread.",
         ),
         check=check,
+        policy=InconsistentStepTimesPolicy,
+        stage="symptoms",
         shared=("max_warmup_share",),
         requires=(
             requires(

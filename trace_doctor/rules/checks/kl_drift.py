@@ -7,23 +7,25 @@ import polars as pl
 from trace_doctor.derive.staleness import loop_mode, sampler_lag
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.model import Finding
+from trace_doctor.policy.training import KlDriftPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import kl_columns, run_label, temperature_confound
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, values_in
 
 MAX_LISTED_STEPS = 50
 
 
-def worst_series(later: pl.DataFrame, columns: dict[str, str], band: float):
+def worst_series(later: pl.DataFrame, columns: dict[str, str], band: float, min_steps: int):
     """(share above the band, column, values, above-band rows) of the KL version with the largest share,
-    or None when no version has 3 values."""
+    or None when no version has `min_steps` values."""
     best = None
     for version in sorted(columns):
         column = columns[version]
         values = later.filter(pl.col(column).is_not_null() & pl.col(column).is_finite()).select(
             "step", pl.col(column).abs().alias("kl")
         )
-        if values.height < 3:
+        if values.height < min_steps:
             continue
         above = values.filter(pl.col("kl") > band)
         share = above.height / values.height
@@ -67,7 +69,7 @@ def off_policy_lag(meta, rows: pl.DataFrame) -> pl.DataFrame | None:
     return lag.select("step", "lag_max")
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[KlDriftPolicy]) -> list[Finding]:
     rows = live_training_rows(ctx.run.steps)
     columns = kl_columns(rows)
     if not columns:
@@ -80,13 +82,13 @@ def check(ctx) -> list[Finding]:
     off_policy = None
     if lag is not None:
         later, off_policy = per_update(later, lag, columns)
-    best = worst_series(later, columns, band)
+    best = worst_series(later, columns, band, t.min_judged_steps)
     if best is None:
-        raise NotApplicable("fewer than 3 later steps with a KL value")
+        raise NotApplicable(f"fewer than {t.min_judged_steps} later steps with a KL value")
     share, column, values, above = best
     median = float(values["kl"].median())
     per = " per policy update (off-policy steps: |v1| / lag, v2 / lag²)" if off_policy else ""
-    if share < t.min_share_above or above.height < 3:
+    if share < t.min_share_above or above.height < t.min_steps_above:
         return ctx.passed(
             f"`{column}`{per} above {ctx.shared.max_stable_kl} on {above.height}/{values.height} later steps "
             f"(median {median:.3g})"
@@ -182,7 +184,7 @@ def check(ctx) -> list[Finding]:
                 "save_sawtooth": ctx.sawtooth_shown(),
             },
             fingerprint=f"kl-drift:{column}",
-            confidence="high" if share >= 0.5 else "medium",
+            confidence="high" if share >= t.high_confidence_share else "medium",
         )
     ]
 
@@ -217,6 +219,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=KlDriftPolicy,
+        stage="training quality",
+        panels=("kl",),
         shared=(
             "max_stable_kl",
             "sawtooth_min_periods",

@@ -12,6 +12,7 @@ from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.knowledge.renderers import is_vision_language
 from trace_doctor.knowledge.versions import KnownBadVersion, bad_combinations, bad_versions
 from trace_doctor.model import SEVERITY_RANK, Finding
+from trace_doctor.policy.environment import KnownBadDependencyPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 
@@ -73,7 +74,7 @@ def _median(steps: pl.DataFrame, column: str) -> float | None:
     return median(values)
 
 
-def _span_trap_finding(ctx: RuleContext) -> tuple[Finding | None, bool]:
+def _span_trap_finding(ctx: RuleContext[KnownBadDependencyPolicy]) -> tuple[Finding | None, bool]:
     """The cookbook<=0.5 + tinker>=0.38 + Python 3.11 signature in metrics, and whether it was checkable."""
     steps = ctx.run.steps
     sample_col, policy_col = _column(steps, SAMPLE_SPAN), _column(steps, POLICY_SAMPLE)
@@ -110,7 +111,7 @@ def _span_trap_finding(ctx: RuleContext) -> tuple[Finding | None, bool]:
     ), True
 
 
-def _failed_at_startup(ctx: RuleContext, record: KnownBadVersion) -> bool:
+def _failed_at_startup(ctx: RuleContext[KnownBadDependencyPolicy], record: KnownBadVersion) -> bool:
     """Whether the logs show the failure a startup-scoped record predicts (its fix names the culprit)."""
     if not record.failure_text:
         return False
@@ -118,7 +119,7 @@ def _failed_at_startup(ctx: RuleContext, record: KnownBadVersion) -> bool:
     return bool(messages.str.contains(record.failure_text).any())
 
 
-def _scope_note(ctx: RuleContext, record: KnownBadVersion) -> tuple[bool, str, str | None]:
+def _scope_note(ctx: RuleContext[KnownBadDependencyPolicy], record: KnownBadVersion) -> tuple[bool, str, str | None]:
     """(applies to this run, note for the message, severity override) for a record limited to some
     runs: vision-language models only, or a failure that stops a run before it trains."""
     if record.scope == "startup":
@@ -137,7 +138,7 @@ def _scope_note(ctx: RuleContext, record: KnownBadVersion) -> tuple[bool, str, s
     return True, f" `{meta.model_name or meta.renderer_name}` is a vision-language model.", None
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[KnownBadDependencyPolicy]) -> list[Finding]:
     versions = seen_versions(ctx.run.log_events)
     trap, trap_checked = _span_trap_finding(ctx)
     if not versions and not trap_checked:
@@ -234,6 +235,8 @@ RULE = register(
             fix="The fix of the matching record (FORMATS.md §7): pin or upgrade the named package.",
         ),
         check=check,
+        policy=KnownBadDependencyPolicy,
+        stage="environment",
         tags=("logs", "metrics"),
     )
 )

@@ -17,6 +17,7 @@ from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.model import Finding
 from trace_doctor.policy.timing import PipeliningGapPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 
 FIX = (
     "Submit forward_backward and optim_step back to back and await both results afterwards; submit step k+1 "
@@ -28,9 +29,9 @@ def worth_reporting(lost: float, wall: float, t: PipeliningGapPolicy) -> bool:
     return lost >= t.min_seconds_lost or (wall > 0 and lost / wall >= t.min_fraction_lost)
 
 
-def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
+def from_trace(ctx: RuleContext[PipeliningGapPolicy], spans: pl.DataFrame) -> list[Finding]:
     t = ctx.thresholds
-    min_wait = t.min_wait_s
+    min_wait = ctx.shared.fb_optim_handoff_s
     cycle = ctx.clock_cycle
     waits = fb_optim_waits(spans, min_wait)
     trans = step_transitions(spans)
@@ -126,7 +127,7 @@ def from_trace(ctx, spans: pl.DataFrame) -> list[Finding]:
     )
 
 
-def untimed_note(ctx) -> str:
+def untimed_note(ctx: RuleContext[PipeliningGapPolicy]) -> str:
     times = ctx.step_times
     if "untimed_s" not in times.columns:
         return ""
@@ -146,7 +147,7 @@ def untimed_note(ctx) -> str:
     return f"; {share:.0%} of a typical step is outside the timed phases ({why}) — that alone is not a pipelining gap"
 
 
-def from_metrics(ctx) -> list[Finding]:
+def from_metrics(ctx: RuleContext[PipeliningGapPolicy]) -> list[Finding]:
     meta = ctx.run.meta
     times = ctx.step_times
     note = untimed_note(ctx)
@@ -189,7 +190,7 @@ def from_metrics(ctx) -> list[Finding]:
     )
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[PipeliningGapPolicy]) -> list[Finding]:
     if ctx.run.height("spans"):
         return from_trace(ctx, ctx.run.spans_where(pl.col("name").is_in(PIPELINING_CALLS)))
     return from_metrics(ctx)
@@ -220,7 +221,9 @@ RULE = register(
             fix=FIX,
         ),
         check=check,
-        shared=("clock_cycle_s", "max_warmup_share"),
+        policy=PipeliningGapPolicy,
+        stage="pipelining",
+        shared=("clock_cycle_s", "max_warmup_share", "fb_optim_handoff_s"),
         tags=("timing", "trace"),
     )
 )

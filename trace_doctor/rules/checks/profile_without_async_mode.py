@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trace_doctor.derive.profile_stats import breakdown
 from trace_doctor.model import Finding
+from trace_doctor.policy.profiles import ProfileWithoutAsyncModePolicy
 from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, table
@@ -16,7 +17,7 @@ FIX = (
 )
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[ProfileWithoutAsyncModePolicy]) -> list[Finding]:
     min_idle = float(ctx.thresholds.min_idle_share)
     findings = []
     notes = []
@@ -76,6 +77,8 @@ RULE = register(
             fix=FIX,
         ),
         check=check,
+        policy=ProfileWithoutAsyncModePolicy,
+        stage="profile",
         requires=(
             requires("no pyinstrument profile (JSON renderer output or .pyisession) among the inputs", table("frames")),
         ),

@@ -7,11 +7,10 @@ import polars as pl
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, KL_SAMPLE_TRAIN_SUFFIXES
 from trace_doctor.model import Finding, RunMeta
+from trace_doctor.policy.training import RendererKlStep0Policy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, table, values_in
-
-# teacher_kl rows needed before its trend can clear a high first value.
-MIN_TEACHER_ROWS_FOR_TREND = 4
 
 
 def kl_columns(frame: pl.DataFrame) -> dict[str, str]:
@@ -40,7 +39,9 @@ def temperature_confound(meta: RunMeta) -> bool:
     return meta.temperature is not None and abs(meta.temperature - 1.0) > 1e-9
 
 
-def sample_train_check(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tuple[list[Finding], str]:
+def sample_train_check(
+    ctx: RuleContext[RendererKlStep0Policy], rows: pl.DataFrame, columns: dict[str, str]
+) -> tuple[list[Finding], str]:
     """The sampler-vs-trainer KL at the first step: (findings, pass reason)."""
     meta = ctx.run.meta
     for version in ("v2", "v1"):
@@ -109,7 +110,7 @@ def sample_train_check(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tupl
     return [], f"first-step `{column}` {float(first[column][0]):.3g} is inside the healthy band"
 
 
-def teacher_check(ctx, rows: pl.DataFrame) -> tuple[list[Finding], str]:
+def teacher_check(ctx: RuleContext[RendererKlStep0Policy], rows: pl.DataFrame) -> tuple[list[Finding], str]:
     """Distillation: the student-vs-teacher KL at the first step: (findings, pass reason)."""
     present = rows.filter(pl.col("teacher_kl").is_not_null() & pl.col("teacher_kl").is_finite())
     if present.is_empty():
@@ -120,7 +121,8 @@ def teacher_check(ctx, rows: pl.DataFrame) -> tuple[list[Finding], str]:
         return [], f"teacher_kl {value:.3g} at step {step} is below {limit}"
     # A renderer mismatch biases every teacher logprob, so training cannot remove it; a student
     # that starts far from its teacher but closes the gap is distillation working.
-    if present.height >= MIN_TEACHER_ROWS_FOR_TREND:
+    min_trend = ctx.thresholds.min_teacher_steps_for_trend
+    if present.height >= min_trend:
         tail = present.tail(max(1, present.height // 4))
         late = float(tail["teacher_kl"].median())
         if late <= limit:
@@ -132,7 +134,7 @@ def teacher_check(ctx, rows: pl.DataFrame) -> tuple[list[Finding], str]:
                     "(which would persist)"
                 ),
             )
-    short = present.height < MIN_TEACHER_ROWS_FOR_TREND
+    short = present.height < min_trend
     caveat = (
         f" Only {present.height} step(s) logged: too few to tell a persistent renderer bias from a "
         "student-teacher gap that training closes."
@@ -160,7 +162,7 @@ def teacher_check(ctx, rows: pl.DataFrame) -> tuple[list[Finding], str]:
     ], ""
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[RendererKlStep0Policy]) -> list[Finding]:
     rows = live_training_rows(ctx.run.steps)
     if rows.is_empty():
         raise NotApplicable("no training rows in metrics.jsonl")
@@ -217,6 +219,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=RendererKlStep0Policy,
+        stage="training quality",
+        panels=("kl",),
         shared=("max_stable_kl",),
         requires=(
             requires("no training rows in metrics.jsonl", table("steps")),

@@ -21,6 +21,7 @@ from trace_doctor.knowledge.renderers import (
     judge_renderer,
 )
 from trace_doctor.model import Finding
+from trace_doctor.policy.configuration import RendererModelMismatchPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires, table, values_in
@@ -34,7 +35,7 @@ def _recommended(judgement: RendererJudgement) -> str:
     return ", ".join(f"`{name}`" for name in judgement.recommended)
 
 
-def _first_step(ctx: RuleContext) -> list[int]:
+def _first_step(ctx: RuleContext[RendererModelMismatchPolicy]) -> list[int]:
     """The first training step: where a renderer mismatch is measurable (KL / NLL at step 0)."""
     rows = live_training_rows(ctx.run.steps)
     return [int(rows["step"].min())] if not rows.is_empty() else []
@@ -96,7 +97,9 @@ def _judgement_finding(
     )
 
 
-def _config_check(ctx: RuleContext, lines: list[LogLine]) -> tuple[list[Finding], str | None, str | None]:
+def _config_check(
+    ctx: RuleContext[RendererModelMismatchPolicy], lines: list[LogLine]
+) -> tuple[list[Finding], str | None, str | None]:
     """(findings, pass reason, not-checkable reason) for config.json's renderer."""
     meta = ctx.run.meta
     if not meta.model_name or not meta.renderer_name:
@@ -143,7 +146,9 @@ def _config_check(ctx: RuleContext, lines: list[LogLine]) -> tuple[list[Finding]
     return [_judgement_finding(ctx, judgement, source="config.json", cited=cited)], None, None
 
 
-def _log_findings(ctx: RuleContext, lines: list[LogLine], config_findings: list[Finding]) -> list[Finding]:
+def _log_findings(
+    ctx: RuleContext[RendererModelMismatchPolicy], lines: list[LogLine], config_findings: list[Finding]
+) -> list[Finding]:
     """The cookbook's renderer warnings the config judgement did not already cite."""
     cited = {(f.evidence.get("log_line") or {}).get("line") for f in config_findings}
     findings: list[Finding] = []
@@ -165,7 +170,7 @@ def _log_findings(ctx: RuleContext, lines: list[LogLine], config_findings: list[
     return list(kept.values())
 
 
-def _not_recommended_line(ctx: RuleContext, line: LogLine) -> Finding | None:
+def _not_recommended_line(ctx: RuleContext[RendererModelMismatchPolicy], line: LogLine) -> Finding | None:
     renderer, model = str(line.values.get("renderer")), str(line.values.get("model"))
     judgement = judge_renderer(model, renderer)
     if judgement is not None and judgement.verdict == "chat-on-base":
@@ -194,7 +199,7 @@ def _not_recommended_line(ctx: RuleContext, line: LogLine) -> Finding | None:
     )
 
 
-def _checkpoint_mismatch(ctx: RuleContext, line: LogLine) -> Finding:
+def _checkpoint_mismatch(ctx: RuleContext[RendererModelMismatchPolicy], line: LogLine) -> Finding:
     saved, current = str(line.values.get("checkpoint_renderer")), str(line.values.get("current_renderer"))
     # None: the families are unknown (no model, or a renderer the cookbook does not ship).
     same_family = None
@@ -236,7 +241,7 @@ def _checkpoint_mismatch(ctx: RuleContext, line: LogLine) -> Finding:
     )
 
 
-def _extension_property(ctx: RuleContext, line: LogLine) -> Finding:
+def _extension_property(ctx: RuleContext[RendererModelMismatchPolicy], line: LogLine) -> Finding:
     repeats = line.values["repeats"]
     return ctx.finding(
         severity="info",
@@ -258,7 +263,9 @@ def _extension_property(ctx: RuleContext, line: LogLine) -> Finding:
     )
 
 
-def _nll_check(ctx: RuleContext, config_findings: list[Finding]) -> tuple[list[Finding], str | None]:
+def _nll_check(
+    ctx: RuleContext[RendererModelMismatchPolicy], config_findings: list[Finding]
+) -> tuple[list[Finding], str | None]:
     """SFT / DPO: the first NLL, on base weights, far above a model's score on its own chat template."""
     if ctx.run.meta.trainer not in NLL_TRAINERS:
         return [], None
@@ -306,7 +313,7 @@ def _nll_check(ctx: RuleContext, config_findings: list[Finding]) -> tuple[list[F
     ], None
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[RendererModelMismatchPolicy]) -> list[Finding]:
     lines = renderer_lines(ctx.run.log_events)
     config_findings, config_pass, not_checked = _config_check(ctx, lines)
     findings = config_findings + _log_findings(ctx, lines, config_findings)
@@ -351,6 +358,9 @@ RULE = register(
             "and sampling alike.",
         ),
         check=check,
+        policy=RendererModelMismatchPolicy,
+        stage="training quality",
+        panels=("kl", "loss"),
         requires=(
             requires(
                 "no config.json, no renderer warning in logs and no SFT/DPO NLL metrics",

@@ -27,6 +27,7 @@ import polars as pl
 
 from trace_doctor.derive.log_signals import fields_of
 from trace_doctor.model import Finding
+from trace_doctor.policy.service import RequestRetriesPolicy
 from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import found, requires, table
@@ -321,7 +322,7 @@ def _tinker_finding(
     )
 
 
-def _config_hint(ctx: RuleContext) -> str | None:
+def _config_hint(ctx: RuleContext[RequestRetriesPolicy]) -> str | None:
     """A configured judge/grader model, the usual source of third-party calls in a training loop."""
     stack: list[Any] = [ctx.run.meta.config or {}]
     while stack:
@@ -337,7 +338,7 @@ def _config_hint(ctx: RuleContext) -> str | None:
     return None
 
 
-def _other_finding(ctx: RuleContext, service: str, group: list[Retry]) -> Finding:
+def _other_finding(ctx: RuleContext[RequestRetriesPolicy], service: str, group: list[Retry]) -> Finding:
     name = SERVICE_NAMES.get(service, service)
     classes = _classes(group)
     urls = sorted({r.url for r in group if r.url})
@@ -375,7 +376,7 @@ def _other_finding(ctx: RuleContext, service: str, group: list[Retry]) -> Findin
     )
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[RequestRetriesPolicy]) -> list[Finding]:
     events = ctx.run.log_events
     found_retries = retries(events)
     failed = failures_after_retries(events)
@@ -427,6 +428,8 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=RequestRetriesPolicy,
+        stage="network and service",
         requires=(
             requires(
                 "no text log (logs.log, W&B output.log or captured stdout) to find retried requests in",

@@ -6,10 +6,12 @@ explains (derive.scheduled) are excluded from inconsistent-step-times' judgement
 
 from __future__ import annotations
 
-from trace_doctor.derive.scheduled import ScheduledPhase, scheduled_work
+from trace_doctor.derive.scheduled import ScheduledPhase
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import ScheduledWorkPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, values_in
 
 FIX = {
@@ -40,9 +42,9 @@ def _where(phase: ScheduledPhase) -> str:
     )
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[ScheduledWorkPolicy]) -> list[Finding]:
     t = ctx.thresholds
-    work = scheduled_work(ctx.step_times)
+    work = ctx.scheduled
     if not work.phases:
         raise NotApplicable("no evaluation or checkpoint timer runs on a step cadence")
     wall = ctx.wall_s or 0.0
@@ -134,6 +136,8 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=ScheduledWorkPolicy,
+        stage="timing breakdown",
         requires=(
             requires(
                 "no per-step times (no time/total or phase timers in metrics)", values_in("step_times", "total_s")

@@ -8,6 +8,7 @@ from trace_doctor.derive.log_signals import serialization_test_lines
 from trace_doctor.derive.profile_stats import breakdown, stack_states
 from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.profiles import SerializationStallPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 
@@ -19,7 +20,7 @@ FIX = (
 MAX_CITED = 10
 
 
-def _profile_findings(ctx: RuleContext) -> list[Finding]:
+def _profile_findings(ctx: RuleContext[SerializationStallPolicy]) -> list[Finding]:
     min_share = float(ctx.thresholds.min_share)
     min_seconds = float(ctx.thresholds.min_seconds)
     findings = []
@@ -55,7 +56,7 @@ def _profile_findings(ctx: RuleContext) -> list[Finding]:
     return findings
 
 
-def _stack_finding(ctx: RuleContext) -> Finding | None:
+def _stack_finding(ctx: RuleContext[SerializationStallPolicy]) -> Finding | None:
     blocks = [s for s in stack_states(ctx.run.stack_snapshots) if s.state == "serialization"]
     if not blocks:
         return None
@@ -76,7 +77,7 @@ def _stack_finding(ctx: RuleContext) -> Finding | None:
     )
 
 
-def _test_finding(ctx: RuleContext) -> Finding | None:
+def _test_finding(ctx: RuleContext[SerializationStallPolicy]) -> Finding | None:
     lines = serialization_test_lines(ctx.run.log_events)
     took = [ln for ln in lines if "seconds" in ln.values]
     failed = [ln for ln in lines if ln.values.get("verdict") in ("FAIL", "WARNING")]
@@ -101,7 +102,7 @@ def _test_finding(ctx: RuleContext) -> Finding | None:
     )
 
 
-def _trace_finding(ctx: RuleContext) -> Finding | None:
+def _trace_finding(ctx: RuleContext[SerializationStallPolicy]) -> Finding | None:
     """Every training submit slow: the request is built and serialized on the calling thread."""
     if ctx.run.height("spans") == 0:
         return None
@@ -111,12 +112,13 @@ def _trace_finding(ctx: RuleContext) -> Finding | None:
         & pl.col("closed").fill_null(True)
         & pl.col("dur_us").is_not_null()
     )
-    if submits.height < 3:
+    enough = ctx.thresholds.min_submits
+    if submits.height < enough:
         return None
     limit = float(ctx.thresholds.max_submit_median_s)
     # Judged per call: optim_step requests are tiny, so a slow forward_backward would be diluted.
     medians = submits.group_by("name").agg((pl.col("dur_us").median() / 1e6).alias("median_s"), pl.len().alias("n"))
-    slow_names = medians.filter((pl.col("median_s") >= limit) & (pl.col("n") >= 3))["name"].to_list()
+    slow_names = medians.filter((pl.col("median_s") >= limit) & (pl.col("n") >= enough))["name"].to_list()
     if not slow_names:
         return None
     median_s = float(submits.filter(pl.col("name").is_in(slow_names))["dur_us"].median()) / 1e6
@@ -144,7 +146,7 @@ def _trace_finding(ctx: RuleContext) -> Finding | None:
     )
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[SerializationStallPolicy]) -> list[Finding]:
     has_trace = ctx.run.height("spans") > 0
     has_profile = not ctx.run.frames.is_empty()
     has_stacks = not ctx.run.stack_snapshots.is_empty()
@@ -199,6 +201,8 @@ RULE = register(
             fix=FIX,
         ),
         check=check,
+        policy=SerializationStallPolicy,
+        stage="profile",
         tags=("profile", "dumps", "logs"),
     )
 )

@@ -18,18 +18,17 @@ from trace_doctor.derive.sessions import session_ids
 from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
 from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.service import ServerSideWaitPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
 
 # Trainers whose step the clock-cycle model prices: forward_backward + optim_step.
 CYCLE_PRICED_TRAINERS = ("sl", "dpo")
-# A wait between fb and optim submissions shorter than this is a hand-off, not an awaited result.
-HANDOFF_S = 0.01
 # A pipelined forward_backward + optim_step is served in this many cycles.
 CYCLES_NEEDED = 2
 
 
-def check(ctx: RuleContext) -> list[Finding]:
+def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
     run, t = ctx.run, ctx.thresholds
     if run.meta.trainer not in CYCLE_PRICED_TRAINERS:
         raise NotApplicable(
@@ -38,6 +37,14 @@ def check(ctx: RuleContext) -> list[Finding]:
         )
     if run.height("spans") == 0:
         raise NotApplicable("no trace: whether submissions were prompt and pipelined cannot be seen")
+    end = ctx.run_end
+    if end.left_open and not end.reached_plan:
+        # A killed or hung run's last step never finished: its results are late because the run stopped,
+        # and a short cut run's waits mislead the cycle estimate. run-stopped says where it stopped.
+        raise NotApplicable(
+            f"the run stopped inside step {end.stopped_step} (the trace ends with spans open): a cut-off run's "
+            "late results are not evidence of a service queue (see run-stopped)"
+        )
     cycle = ctx.clock_cycle
     if cycle is None or cycle.confidence == "low":
         raise NotApplicable(
@@ -54,7 +61,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             "(serialization-stall), so late results are not the service's"
         )
     calls = run.spans_where(pl.col("name").is_in(PIPELINING_CALLS))
-    handoffs = fb_optim_waits(calls, HANDOFF_S)
+    handoffs = fb_optim_waits(calls, ctx.shared.fb_optim_handoff_s)
     transitions = step_transitions(calls)
     pipelined = [
         float((~frame["sequential"]).mean())
@@ -69,8 +76,8 @@ def check(ctx: RuleContext) -> list[Finding]:
             f"only {share:.0%} of steps are pipelined: awaited calls (pipelining-gap) explain late results first"
         )
     intervals = step_intervals(run.spans_where(pl.col("step").is_not_null(), ["segment", "step", "start_us"]))
-    if intervals.height < 3:
-        raise NotApplicable("fewer than 3 traced step intervals")
+    if intervals.height < t.min_step_intervals:
+        raise NotApplicable(f"fewer than {t.min_step_intervals} traced step intervals")
     # Time the main task ran nothing traced for over a cycle is the client's (a sleep, untraced work:
     # inconsistent-step-times reports it), never the service's: it is taken out of the intervals.
     stalls = merge([(float(a), float(b)) for a, b in main_track_gaps(run.spans_where(MAIN_TRACK_SPANS), cycle.seconds)])
@@ -148,7 +155,9 @@ RULE = register(
             fix="Escalate with the session id and `trace-doctor bundle`; check the status page.",
         ),
         check=check,
-        shared=("clock_cycle_s",),
+        policy=ServerSideWaitPolicy,
+        stage="network and service",
+        shared=("clock_cycle_s", "fb_optim_handoff_s"),
         tags=("timing", "trace", "service"),
     )
 )

@@ -15,7 +15,9 @@ from trace_doctor.derive.staleness import loop_mode, sampler_lag
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.knowledge.tinker import ASYNC_STALENESS_PREFIX
 from trace_doctor.model import Finding
+from trace_doctor.policy.training import StaleSamplerPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, values_in
 
 MAX_LISTED_STEPS = 50
@@ -50,7 +52,7 @@ def trains_late_groups(rows: pl.DataFrame) -> bool:
     return any(c.startswith(ASYNC_STALENESS_PREFIX) for c in rows.columns)
 
 
-def _stragglers(ctx, measured: str, steps: list[int], evidence: dict) -> Finding:
+def _stragglers(ctx: RuleContext[StaleSamplerPolicy], measured: str, steps: list[int], evidence: dict) -> Finding:
     """0.6.1 async: steps over the bound are slow rollouts trained late, by design of the loop."""
     share = evidence["steps_over_bound"] / evidence["steps_measured"]
     return ctx.finding(
@@ -75,7 +77,7 @@ def _stragglers(ctx, measured: str, steps: list[int], evidence: dict) -> Finding
     )
 
 
-def _off_policy(ctx, rows: pl.DataFrame, mode: str) -> list[Finding]:
+def _off_policy(ctx: RuleContext[StaleSamplerPolicy], rows: pl.DataFrame, mode: str) -> list[Finding]:
     t = ctx.thresholds
     config = ctx.run.meta.config
     lag = sampler_lag(rows)
@@ -177,7 +179,7 @@ def _off_policy(ctx, rows: pl.DataFrame, mode: str) -> list[Finding]:
                             "steps_with_stale_lines": len(steps),
                         },
                         fingerprint=f"stale-sampler:requeued:{mode}",
-                        confidence="high" if trained_steps >= 10 else "medium",
+                        confidence="high" if trained_steps >= t.high_confidence_steps else "medium",
                     )
                 )
     if findings:
@@ -186,7 +188,7 @@ def _off_policy(ctx, rows: pl.DataFrame, mode: str) -> list[Finding]:
     return ctx.passed(f"{mode} loop, bound {bound_text}: {lag_text or 'no lag keys'}{stale_text}")
 
 
-def _sync_sawtooth(ctx) -> list[Finding]:
+def _sync_sawtooth(ctx: RuleContext[StaleSamplerPolicy]) -> list[Finding]:
     found, reason = ctx.kl_sawtooth
     if found is None:
         raise NotApplicable(f"sync loop: {reason}")
@@ -238,7 +240,7 @@ def _sync_sawtooth(ctx) -> list[Finding]:
     ]
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[StaleSamplerPolicy]) -> list[Finding]:
     meta = ctx.run.meta
     if meta.trainer in ("sl", "dpo") or meta.trainer_mode == "off_policy":
         raise NotApplicable(f"a {meta.trainer_mode or meta.trainer} run samples no policy")
@@ -282,6 +284,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=StaleSamplerPolicy,
+        stage="training quality",
+        panels=("kl",),
         shared=("sawtooth_min_periods", "sawtooth_min_drop", "sawtooth_min_share", "sawtooth_min_correlation"),
         requires=(
             requires(

@@ -9,13 +9,15 @@ from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES, TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import SteadySlownessPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 
 # Trainers whose step is fb + optim only: for them a step should take about one or two cycles.
 TRAIN_ONLY_TRAINERS = ("sl", "dpo")
 
 
-def client_share(steady: pl.DataFrame) -> float | None:
+def client_share(steady: pl.DataFrame, min_steps: int) -> float | None:
     """Median share of a step outside the result wait and scheduled work (evals, checkpoints).
 
     Only trusted where the total is one iteration: SFT totals rebuilt from phases (a legacy
@@ -26,7 +28,7 @@ def client_share(steady: pl.DataFrame) -> float | None:
         if "total_source" in steady.columns
         else steady.clear()
     )
-    if rows.height < 3:
+    if rows.height < min_steps:
         return None
     wait = phase_seconds(rows, "step").fill_null(0.0)
     scheduled = sum((phase_seconds(rows, n).fill_null(0.0) for n in PERIODIC_PHASES), pl.Series([0.0] * rows.height))
@@ -56,7 +58,7 @@ SAMPLING_FIX = (
 )
 
 
-def sampling_finding(ctx) -> Finding | None:
+def sampling_finding(ctx: RuleContext[SteadySlownessPolicy]) -> Finding | None:
     """Sampling dominates the step: the loop's structure (derive/loop_phases) puts most of each step's
     time in its rollouts, timed (`time/sample`, `time/sampling`) or the sync loop's untimed remainder."""
     phases = ctx.loop_phases
@@ -108,7 +110,7 @@ def sampling_finding(ctx) -> Finding | None:
     )
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[SteadySlownessPolicy]) -> list[Finding]:
     sampling = sampling_finding(ctx)
     try:
         found = _excess_findings(ctx)
@@ -119,11 +121,11 @@ def check(ctx) -> list[Finding]:
     return found if sampling is None else [*found, sampling]
 
 
-def _excess_findings(ctx) -> list[Finding]:
+def _excess_findings(ctx: RuleContext[SteadySlownessPolicy]) -> list[Finding]:
     steady = (
         ctx.warmup.steady.filter(pl.col("total_s").is_not_null()) if "total_s" in ctx.warmup.steady.columns else None
     )
-    if steady is None or steady.height < 3:
+    if steady is None or steady.height < ctx.thresholds.min_steady_steps:
         timed = ctx.step_times["total_s"].drop_nulls().len() if "total_s" in ctx.step_times.columns else 0
         raise NotApplicable(
             "no per-step times (no time/total or phase timers in metrics)"
@@ -149,7 +151,7 @@ def _excess_findings(ctx) -> list[Finding]:
                 f"each step spans {cycles:.1f} clock cycles of {cycle.seconds:.3g} s (a forward-backward + "
                 "optimizer step needs one or two)"
             )
-    share = client_share(steady) if trainer in TRAIN_ONLY_TRAINERS else None
+    share = client_share(steady, t.min_steady_steps) if trainer in TRAIN_ONLY_TRAINERS else None
     if share is not None:
         evidence["client_share"] = round(share, 4)
         if share > t.max_client_share:
@@ -211,6 +213,8 @@ RULE = register(
             fix="Pipeline submissions, free the main thread (serialization, CPU work), cache data preparation.",
         ),
         check=check,
+        policy=SteadySlownessPolicy,
+        stage="symptoms",
         shared=("clock_cycle_s", "max_warmup_share"),
         tags=("timing",),
     )

@@ -6,9 +6,12 @@ import polars as pl
 
 from trace_doctor.derive.instability import health_columns, non_finite_steps, spike_columns, spikes
 from trace_doctor.derive.step_times import live_training_rows
+from trace_doctor.knowledge.hyperparams import stabler_loss_advice
 from trace_doctor.knowledge.tinker import is_eval_key
 from trace_doctor.model import Finding
+from trace_doctor.policy.training import TrainingInstabilityPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, table
 
 MAX_LISTED_STEPS = 50
@@ -27,6 +30,14 @@ def _describe(bad: dict[str, pl.DataFrame], total_steps: int) -> str:
     return "; ".join(parts[:6]) + (f"; and {len(parts) - 6} more keys" if len(parts) > 6 else "")
 
 
+def _loss_advice(ctx) -> str:
+    """For an RL run whose loss does not clip the update, the loss to switch to (the Tinker notes), else ""."""
+    if ctx.run.meta.trainer != "rl" or not ctx.run.meta.config:
+        return ""
+    advice = stabler_loss_advice(ctx.run.meta.config)
+    return f" The {advice}" if advice else ""
+
+
 def _empty_batch_steps(rows: pl.DataFrame, steps: list[int]) -> set[int]:
     """Steps whose NaN NLL comes with zero loss tokens (a batch with nothing to learn from)."""
     if LOSS_TOKENS not in rows.columns or not rows.schema[LOSS_TOKENS].is_numeric():
@@ -35,7 +46,12 @@ def _empty_batch_steps(rows: pl.DataFrame, steps: list[int]) -> set[int]:
     return {int(s) for s in empty["step"].to_list()}
 
 
-def _never_finite(ctx, rows: pl.DataFrame, training: dict[str, pl.DataFrame], columns: dict[str, str]):
+def _never_finite(
+    ctx: RuleContext[TrainingInstabilityPolicy],
+    rows: pl.DataFrame,
+    training: dict[str, pl.DataFrame],
+    columns: dict[str, str],
+):
     """A diagnostic estimate (KL, entropy) non-finite on every step it was logged, from the first, while
     no loss or gradient is: it was never computable — a logging problem (no sampled logprobs to
     compare), not an update that diverged. None when that is not the shape."""
@@ -66,7 +82,9 @@ def _never_finite(ctx, rows: pl.DataFrame, training: dict[str, pl.DataFrame], co
     )
 
 
-def _non_finite(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> list[Finding]:
+def _non_finite(
+    ctx: RuleContext[TrainingInstabilityPolicy], rows: pl.DataFrame, columns: dict[str, str]
+) -> list[Finding]:
     bad = {c: f for c in columns if not (f := non_finite_steps(rows, c)).is_empty()}
     if not bad:
         return []
@@ -102,7 +120,8 @@ def _non_finite(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> list[Findin
             severity, fix = (
                 "error",
                 "Resume from the last checkpoint before the first non-finite step with a lower learning rate "
-                "(or gradient clipping); check the batch at that step for empty or extreme sequences.",
+                "(or gradient clipping); check the batch at that step for empty or extreme sequences."
+                + _loss_advice(ctx),
             )
         findings.append(
             ctx.finding(
@@ -148,7 +167,9 @@ def _non_finite(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> list[Findin
     return findings
 
 
-def _spikes(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tuple[list[Finding], list[str]]:
+def _spikes(
+    ctx: RuleContext[TrainingInstabilityPolicy], rows: pl.DataFrame, columns: dict[str, str]
+) -> tuple[list[Finding], list[str]]:
     t = ctx.thresholds
     findings, notes = [], []
     for column in spike_columns(columns):
@@ -198,6 +219,7 @@ def _spikes(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tuple[list[Find
                 fix=(
                     "Lower the learning rate or add gradient clipping; look at the batches of the spike steps "
                     "(very long or degenerate sequences); resume from a checkpoint before a divergence."
+                    + _loss_advice(ctx)
                 ),
                 steps=sorted({st for s in found for st in s.steps})[:MAX_LISTED_STEPS],
                 evidence={"metric": column, "family": columns[column], "spikes": [s.to_dict() for s in found[:20]]},
@@ -208,7 +230,7 @@ def _spikes(ctx, rows: pl.DataFrame, columns: dict[str, str]) -> tuple[list[Find
     return findings, notes
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[TrainingInstabilityPolicy]) -> list[Finding]:
     steps = ctx.run.steps
     columns = health_columns(steps)
     if not columns:
@@ -254,10 +276,15 @@ RULE = register(
             ),
             fix=(
                 "Resume from a checkpoint before the first bad step with a lower learning rate or gradient "
-                "clipping; inspect the batches at the flagged steps."
+                "clipping; inspect the batches at the flagged steps. RL with loss_fn `importance_sampling` (an "
+                "unclipped ratio): switch to `ppo` or `cispo`, as the Tinker notes advise; async off-policy, to "
+                "`stable_reinforce` or `ppo` (rl/train.py warns importance_sampling and cispo can become unstable)."
             ),
         ),
         check=check,
+        policy=TrainingInstabilityPolicy,
+        stage="training quality",
+        panels=("loss", "kl", "entropy"),
         requires=(requires("no metrics.jsonl rows", table("steps")),),
         tags=("metrics", "training quality"),
     )

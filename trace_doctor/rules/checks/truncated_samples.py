@@ -18,10 +18,12 @@ from trace_doctor.derive.rl_quality import (
     truncation_from_rollouts,
 )
 from trace_doctor.derive.step_times import live_training_rows
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import Finding
+from trace_doctor.policy.rl_quality import TruncatedSamplesPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.checks.renderer_kl_step0 import run_label
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, table, values_in
 
 MAX_LISTED_STEPS = 50
@@ -56,7 +58,7 @@ def _stop_series(rows: pl.DataFrame) -> tuple[pl.DataFrame, str] | None:
     return (frame, key) if frame.height else None
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[TruncatedSamplesPolicy]) -> list[Finding]:
     if ctx.run.meta.trainer in ("sl", "dpo"):
         raise NotApplicable(f"a {ctx.run.meta.trainer} run samples nothing")
     t = ctx.thresholds
@@ -179,6 +181,9 @@ RULE = register(
             ),
         ),
         check=check,
+        policy=TruncatedSamplesPolicy,
+        stage="training quality",
+        panels=("truncation",),
         requires=(
             requires(
                 "no stop/max_tokens, ac_tokens_per_turn or rollout summaries",

@@ -6,7 +6,9 @@ import polars as pl
 
 from trace_doctor.derive.warmup import following_window
 from trace_doctor.model import Finding
+from trace_doctor.policy.timing import WarmupSlownessPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import requires, values_in
 
 # A nested timer that carries this share of the slowest phase's excess is named instead of it:
@@ -35,7 +37,7 @@ def _slowest(warm: pl.DataFrame, steady: pl.DataFrame, columns: list[str]) -> tu
     return best
 
 
-def check(ctx) -> list[Finding]:
+def check(ctx: RuleContext[WarmupSlownessPolicy]) -> list[Finding]:
     split = ctx.warmup
     if not split.segments:
         raise NotApplicable(f"{split.method}: a warm-up needs at least 3 timed steps")
@@ -121,6 +123,8 @@ RULE = register(
             fix="Usually nothing; cache datasets and tokenizers if the warm-up is long.",
         ),
         check=check,
+        policy=WarmupSlownessPolicy,
+        stage="timing breakdown",
         shared=("max_warmup_share",),
         requires=(
             requires(
