@@ -191,8 +191,8 @@ def test_timeline_steps_from_starting_took_lines():
     assert [(s.step, s.times) for s in steps] == [
         (0, {"time/sample": 38.91, "time/train": 2.86}),
         (1, {"time/sample": 35.74, "time/train": 2.74}),
-        (2, {"time/train": 3.0}),
-        (0, {"time/sample": 40.5}),
+        # step 2 (cut by the relaunch) and the relaunch's step 0 (cut by the end of the capture) never
+        # reached `Wrote metrics`: unfinished, not steps
     ]
 
 

@@ -54,6 +54,7 @@ class _Cutter:
         self.open: dict[str, float] = {}
         self.started: set[str] = set()  # phases of the open step that started (timed or not yet)
         self.last_line = 0
+        self.marked = False  # the capture marks a step's end (`Wrote metrics to`)
 
     def close(self) -> None:
         if self.open:
@@ -63,7 +64,12 @@ class _Cutter:
         self.started = set()
 
     def restart(self) -> None:
-        self.close()
+        # A process start cuts the step in flight: in a capture that marks each step's end, that step
+        # never finished (its relaunch runs it again); otherwise it is as complete as any other.
+        if self.marked:
+            self.open, self.started = {}, set()
+        else:
+            self.close()
         self.next_step = 0
 
     def start(self, phase: str) -> None:
@@ -92,8 +98,13 @@ def timeline_steps(lines: list[str]) -> list[TimelineStep]:
         elif (found := STARTING.match(message)) is not None:
             cutter.start(found["name"])
         elif message.startswith(WROTE_METRICS):
+            cutter.marked = True
             cutter.close()
         elif _is_process_start(message):
             cutter.restart()
-    cutter.close()
+    # The phases after the last step that ended are a step that never finished (the run stopped or
+    # was still going), unless the capture never marks a step's end and earlier steps were cut by a
+    # phase starting again: then the last one is as complete as they were.
+    if not cutter.marked and cutter.steps:
+        cutter.close()
     return cutter.steps
