@@ -167,7 +167,7 @@ def test_a_cut_short_run_on_the_default_ttl_is_an_info_reminder_and_an_unknown_t
     ],
 )
 def test_planned_steps_from_the_progress_keys(trainer, rows, config, expected) -> None:
-    plan = run_progress(pl.DataFrame(rows), config=config)
+    plan = run_progress(pl.DataFrame(rows), config=config, trainer=trainer)
     assert (plan.last_step, plan.planned_steps, plan.completed) == expected
 
 

@@ -72,9 +72,11 @@ class RunProgress:
         return None if self.plan.upper_bound else False
 
 
-def _fraction_plan(rows: pl.DataFrame) -> Plan | None:
+def _fraction_plan(rows: pl.DataFrame, trainer: str | None) -> Plan | None:
     """The denominator every row's progress fraction agrees on (written after the step: (step + 1) / N,
-    or before it: step / N)."""
+    or before it: step / N, as DPO does). One row agrees with either reading: then only the trainer's
+    own is taken."""
+    offsets = (0.0, 1.0) if trainer == "dpo" else (1.0, 0.0)
     for key in PROGRESS_KEYS:
         if key not in rows.columns or not rows.schema[key].is_numeric():
             continue
@@ -83,7 +85,7 @@ def _fraction_plan(rows: pl.DataFrame) -> Plan | None:
             continue
         steps = known["step"].to_numpy().astype(float)
         fractions = known[key].to_numpy().astype(float)
-        for offset in (1.0, 0.0):
+        for offset in offsets if len(steps) > 1 else offsets[:1]:
             with np.errstate(divide="ignore", invalid="ignore"):
                 denominators = (steps + offset) / fractions
             denominators = denominators[np.isfinite(denominators) & (denominators > 0)]
@@ -112,7 +114,12 @@ def _logged_plan(log_events: pl.DataFrame | None) -> tuple[Plan, bool] | None:
     return Plan(int(steps), f"the log's `{str(row.get('message', '')).strip()}` ({where})"), bool(values.get("capped"))
 
 
-def run_plan(rows: pl.DataFrame, config: dict[str, Any] | None, log_events: pl.DataFrame | None = None) -> Plan:
+def run_plan(
+    rows: pl.DataFrame,
+    config: dict[str, Any] | None,
+    log_events: pl.DataFrame | None = None,
+    trainer: str | None = None,
+) -> Plan:
     """The planned length of the run: the log's plan line, else the metrics' progress fractions, each
     capped by config `max_steps`; `max_steps` alone is an upper bound; else unknown."""
     max_steps = (config or {}).get("max_steps")
@@ -121,7 +128,7 @@ def run_plan(rows: pl.DataFrame, config: dict[str, Any] | None, log_events: pl.D
     if logged is not None:
         plan, capped = logged
     else:
-        plan, capped = _fraction_plan(rows), False
+        plan, capped = _fraction_plan(rows, trainer), False
     if plan is not None:
         if cap is not None and not capped and cap < (plan.steps or 0):
             return Plan(cap, f"config max_steps {cap} (below the {plan.steps} of {plan.source})")
@@ -132,8 +139,12 @@ def run_plan(rows: pl.DataFrame, config: dict[str, Any] | None, log_events: pl.D
 
 
 def run_progress(
-    rows: pl.DataFrame, *, config: dict[str, Any] | None, log_events: pl.DataFrame | None = None
+    rows: pl.DataFrame,
+    *,
+    config: dict[str, Any] | None,
+    log_events: pl.DataFrame | None = None,
+    trainer: str | None = None,
 ) -> RunProgress:
     """Last step and plan of the live training rows (`live_training_rows`)."""
     last_step = int(rows["step"].max()) if not rows.is_empty() and "step" in rows.columns else None
-    return RunProgress(last_step, run_plan(rows, config, log_events))
+    return RunProgress(last_step, run_plan(rows, config, log_events, trainer))

@@ -382,7 +382,7 @@ def run_end(run: Any) -> RunEnd:
     return RunEnd(
         segment=segment,
         last_step=last_step,
-        plan=run_plan(rows, run.meta.config, run.log_events),
+        plan=run_plan(rows, run.meta.config, run.log_events, run.meta.trainer),
         final_checkpoint=final,
         open_spans=open_spans,
         trace_tail_s=tails,

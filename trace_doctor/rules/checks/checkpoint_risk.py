@@ -47,7 +47,9 @@ def ttl_text(seconds: float) -> str:
 def check(ctx: RuleContext[CheckpointRiskPolicy]) -> list[Finding]:
     config = ctx.run.meta.config or {}
     records = checkpoint_records(ctx.run.checkpoints)
-    progress = run_progress(live_training_rows(ctx.run.steps), config=config, log_events=ctx.run.log_events)
+    progress = run_progress(
+        live_training_rows(ctx.run.steps), config=config, log_events=ctx.run.log_events, trainer=ctx.run.meta.trainer
+    )
     if not records and progress.completed is not True:
         raise NotApplicable("checkpoints.jsonl holds no record, and the run did not reach its planned end")
     finals = [r for r in records if is_final(r)]
