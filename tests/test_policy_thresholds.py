@@ -525,6 +525,34 @@ def mean_length_near_cap() -> RunTables:
     return run
 
 
+def legacy_sync_rl(
+    steps: int, *, untimed_s: float, train_s: float, slow: dict[int, float] | None = None
+) -> Callable[[], RunTables]:
+    """The cookbook's sync RL loop before the window timers, metrics only: it times training, data
+    assembly and the checkpoint, not its sampling, so `untimed_s` of each `time/total` is the rollouts;
+    `slow` adds untimed seconds to some steps (the same tokens: a host asleep, or a long rollout)."""
+
+    def build() -> RunTables:
+        rows = []
+        for i in range(steps):
+            untimed = untimed_s + (slow or {}).get(i, 0.0)
+            rows.append(
+                {
+                    "step": i,
+                    "progress/batch": i,
+                    "env/all/total_episodes": 512,
+                    "env/all/total_ac_tokens": 400_000 + 1_000 * (i % 5),
+                    "time/train": train_s,
+                    "time/assemble_training_data": 0.5,
+                    "time/save_checkpoint": 2.0,
+                    "time/total": untimed + train_s + 2.5,
+                }
+            )
+        return run_from_rows(rows)
+
+    return build
+
+
 # --- the probe table --------------------------------------------------------------------------
 
 
@@ -580,6 +608,12 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("steady-slowness", "max_submit_s"): Probe(
         "sl_steady_slow", 0.05, "the finding adds that submit-only calls take 0.07 s (median)"
+    ),
+    ("steady-slowness", "sampling_info_share"): Probe(
+        legacy_sync_rl(12, untimed_s=60.0, train_s=35.0), 0.7, "untimed sampling 62% of the steps: fired -> passed"
+    ),
+    ("steady-slowness", "sampling_warning_share"): Probe(
+        legacy_sync_rl(12, untimed_s=200.0, train_s=20.0), 0.95, "untimed sampling 90% of the steps: warning -> info"
     ),
     ("steady-slowness", "min_steady_steps"): Probe(
         "sl_steady_slow", 1000, "fewer steady steps with a total: fired -> not_applicable"
@@ -699,6 +733,11 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("inconsistent-step-times", "min_regime_share"): Probe(
         slower_regime_at_the_end, 0.5, "a slow regime of 30% of the steps is too short: fired -> passed"
+    ),
+    ("inconsistent-step-times", "min_wall_share_alone"): Probe(
+        legacy_sync_rl(6, untimed_s=60.0, train_s=30.0, slow={3: 600.0}),
+        0.7,
+        "6 steps, one untimed 600 s longer: 56% of the wall, reported -> below 70%: not applicable",
     ),
     ("inconsistent-step-times", "min_wait_spike_share"): Probe(
         result_waits_in_pairs,
@@ -1000,6 +1039,13 @@ PROBES: dict[tuple[str, str], Probe] = {
         1.0,
         "12 of 58 windows 0.5 s short fit within 1 s: windows de-overlapped: fired -> passed",
         observed_by="get-batch-bottleneck",
+    ),
+    (SHARED, "untimed_excess_factor"): Probe(
+        legacy_sync_rl(12, untimed_s=60.0, train_s=40.0, slow={4: 100.0, 8: 100.0}),
+        1.0,
+        "two steps untimed 2.7x the typical are sampling within 3x (64% of the steps' time); capped at 1x their "
+        "excess is unnamed: 59%",
+        observed_by="steady-slowness",
     ),
     (SHARED, "sawtooth_min_correlation"): Probe(
         "training/rl_sync_stale_sawtooth",

@@ -140,6 +140,7 @@ def _triage(result: Analysis, ctx) -> None:
         step_times=ctx.step_times,
         trainer=ctx.run.meta.trainer,
         clock_cycle=ctx.clock_cycle,
+        structure=ctx.loop_phases,
     )
     result.findings.sort(key=lambda f: f.sort_key())
     result.summary["account"] = account

@@ -525,6 +525,80 @@ class Counterfactual:
 
 
 @dataclass(frozen=True, slots=True)
+class StructurePart:
+    """A part of the wall time the loop's structure explains (derive.loop_phases): a group of timed
+    phases, or the untimed remainder the loop names (`timed` False)."""
+
+    part: str
+    seconds: float  # in the account: scaled with the other parts to the time no finding holds
+    share: float
+    timed: bool
+    phases: tuple[str, ...]
+    steps: int  # steps it ran in
+    median_step_s: float  # median seconds per step where it ran
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "seconds": self.seconds,
+            "share": self.share,
+            "timed": self.timed,
+            "phases": list(self.phases),
+            "steps": self.steps,
+            "median_step_s": self.median_step_s,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StructurePart:
+        return cls(
+            d["part"],
+            d["seconds"],
+            d.get("share", 0.0),
+            d.get("timed", True),
+            tuple(d.get("phases", ())),
+            d.get("steps", 0),
+            d.get("median_step_s", 0.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StructureAccount:
+    """The time account's structure-explained time: its parts, the median step they sit in, the
+    evidence for the named untimed remainder, and what would time what stays unexplained."""
+
+    parts: tuple[StructurePart, ...]
+    basis: str
+    median_step_s: float
+    timed_steps: int
+    untimed_evidence: dict[str, Any]
+    to_explain_rest: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The account's keys (flat in it, before the counterfactual)."""
+        return {
+            "structure": [p.to_dict() for p in self.parts],
+            "structure_basis": self.basis,
+            "median_step_s": self.median_step_s,
+            "timed_steps": self.timed_steps,
+            "untimed_evidence": self.untimed_evidence,
+            "to_explain_rest": self.to_explain_rest,
+        }
+
+    @classmethod
+    def from_account_dict(cls, d: dict[str, Any]) -> StructureAccount | None:
+        if not d.get("structure"):
+            return None
+        return cls(
+            parts=tuple(StructurePart.from_dict(p) for p in d["structure"]),
+            basis=d.get("structure_basis", ""),
+            median_step_s=d.get("median_step_s", 0.0),
+            timed_steps=d.get("timed_steps", 0),
+            untimed_evidence=d.get("untimed_evidence") or {},
+            to_explain_rest=d.get("to_explain_rest"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class TimeAccount:
     """Where the wall time went (triage.account.time_account): service work, each cause, unexplained."""
 
@@ -536,6 +610,8 @@ class TimeAccount:
     lost_s: float
     unexplained_s: float
     counterfactual: Counterfactual
+    # Time the loop's structure explains (its phases, a named untimed remainder), None when it explains none.
+    structure: StructureAccount | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -546,6 +622,7 @@ class TimeAccount:
             "causes": [c.to_dict() for c in self.causes],
             "lost_s": self.lost_s,
             "unexplained_s": self.unexplained_s,
+            **(self.structure.to_dict() if self.structure is not None else {}),
             "counterfactual": self.counterfactual.to_dict(),
         }
 
@@ -560,6 +637,7 @@ class TimeAccount:
             lost_s=d.get("lost_s", 0.0),
             unexplained_s=d.get("unexplained_s", 0.0),
             counterfactual=Counterfactual.from_dict(d["counterfactual"]),
+            structure=StructureAccount.from_account_dict(d),
         )
 
 

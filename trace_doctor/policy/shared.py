@@ -63,6 +63,17 @@ class SharedPolicy:
         "shorter than this means the results were already there: the step was no longer in flight.",
         bounds=POSITIVE,
     )
+    # The untimed remainder of a sync RL step is its sampling (derive/loop_phases.py) up to this many
+    # times the typical untimed step (or what the step's generated tokens predict, if more).
+    untimed_excess_factor: float = threshold(
+        3.0,
+        unit="x typical untimed step",
+        why="Rollout time follows a batch's slowest sample more than its token total (the last, 64-episode "
+        "step of sushantmehta logs_v2 took 0.56 s per 1k tokens against the run's median 0.16; an eval-heavy "
+        "step 15 untimed 2.9x the median): three times the typical step keeps those sampling, while an "
+        "hour-long untimed gap with no more tokens than usual (10x and more: a host asleep) stays unexplained.",
+        bounds=AT_LEAST_ONE,
+    )
     max_stable_kl: float = threshold(
         0.01,
         unit="nats per token",

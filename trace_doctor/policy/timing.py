@@ -79,6 +79,21 @@ class SteadySlownessPolicy:
         why="A submit-only SDK call (forward_backward / optim_step) hands off in milliseconds.",
         bounds=POSITIVE,
     )
+    sampling_info_share: float = threshold(
+        0.5,
+        unit="share of step time",
+        why="When sampling takes most of a synchronous RL step, the trainer idles for it every step: "
+        "worth knowing that asynchronous or streamed RL would overlap it.",
+        bounds=SHARE,
+    )
+    sampling_warning_share: float = threshold(
+        0.75,
+        unit="share of step time",
+        why="At three quarters and more (81% of the steps' time on sushantmehta logs; 71% on joanvelja "
+        "gptoss-20b-v2 stays info) training is a small part of the run: overlapping the rollouts with training "
+        "is the largest speed-up available.",
+        bounds=SHARE,
+    )
     min_steady_steps: int = threshold(
         3,
         unit="steps",
@@ -209,6 +224,14 @@ class InconsistentStepTimesPolicy:
         unit="share of steady steps",
         why="...when the shorter level lasts this share of the steady steps (and min_steady_steps): "
         "shorter excursions are spikes.",
+        bounds=SHARE,
+    )
+    min_wall_share_alone: float = threshold(
+        0.3,
+        unit="share of wall time",
+        why="With too few steady steps to judge variance (min_steady_steps), a step (or a run of consecutive "
+        "steps) above spike_ratio x the median that holds this share of the run is still reported: one "
+        "3,816 s step of a 7-step run (59% of its wall, sushantmehta logs) is where the run's time went.",
         bounds=SHARE,
     )
     min_wait_spike_share: float = threshold(

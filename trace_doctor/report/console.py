@@ -14,6 +14,7 @@ from rich.table import Table
 
 from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, RunTables, TimeAccount
+from trace_doctor.report.account_text import shows_account, structure_items, to_explain_rest
 from trace_doctor.report.terminal_text import inert
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
@@ -139,12 +140,14 @@ def account_line(account: TimeAccount) -> str:
     parts = []
     if account.useful_service_s is not None:
         parts.append(f"service work {format_seconds(account.useful_service_s)}")
+    parts += [f"{label} {format_seconds(seconds)} ({note})" for label, seconds, note in structure_items(account)]
     by_rule: dict[str, float] = {}
     for row in account.causes:
         by_rule[row.rule] = by_rule.get(row.rule, 0.0) + row.seconds
     parts += [f"{rule} {format_seconds(seconds)}" for rule, seconds in sorted(by_rule.items(), key=lambda kv: -kv[1])]
     if account.unexplained_s >= 0.005 * wall:
-        parts.append(f"unexplained {format_seconds(account.unexplained_s)}")
+        rest = to_explain_rest(account)
+        parts.append(f"unexplained {format_seconds(account.unexplained_s)}" + (f" ({rest})" if rest else ""))
     low, high = account.counterfactual.range_s
     fixed = format_seconds(low) if abs(high - low) < 0.05 * wall else f"{format_seconds(low)}–{format_seconds(high)}"
     return f"{format_seconds(wall)} of wall = " + " + ".join(parts) + f"; with every fix ≈{fixed}."
@@ -180,7 +183,7 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     out.print()
     out.print(f"[bold]Verdict:[/] {escape(result.verdict.headline)}")
     account = summary.account
-    if account and account.causes:
+    if shows_account(account):
         out.print(f"[bold]Time:[/] {escape(account_line(account))}")
     rule_of = {finding_key(f): f.rule for f in result.findings}
     for finding, depth in diagnosis_order(result.findings):

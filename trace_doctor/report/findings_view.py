@@ -12,6 +12,7 @@ from typing import Any
 
 from trace_doctor.humanize import format_seconds
 from trace_doctor.model import Finding, TimeAccount
+from trace_doctor.report.account_text import shows_account, structure_items, unexplained_note
 from trace_doctor.report.timeline_figure import finding_colour, ink_on
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
@@ -20,6 +21,8 @@ from trace_doctor.triage.tree import diagnosis_order
 SERVICE_WORK_COLOUR = "#8c959f"
 UNEXPLAINED_COLOUR = "#eaeef2"
 UNPAINTED_COLOUR = "#d0d7de"
+# Time the loop's structure explains (its phases, its untimed sampling): work, not a finding.
+STRUCTURE_COLOUR = "#afb8c1"
 KIND_NOTE = {"benign": "expected, not a problem to fix", "service": "on the service side"}
 
 
@@ -78,7 +81,7 @@ def account_view(
 ) -> dict[str, Any] | None:
     """The account as the page draws it: one row per part of the wall time (service work, each cause,
     unexplained), each with its bar width, and the counterfactual run time with its range."""
-    if not account or not account.causes:
+    if not shows_account(account):
         return None
     wall = float(account.wall_time_s)
     rows: list[dict[str, Any]] = []
@@ -104,6 +107,8 @@ def account_view(
         )
 
     row("service work", account.useful_service_s, SERVICE_WORK_COLOUR, note=account.useful_basis)
+    for label, seconds, note in structure_items(account):
+        row(label, seconds, STRUCTURE_COLOUR, note=note, kind="structure")
     for cause in account.causes:
         index = read.index_of_key.get(cause.finding)
         paint = painted.get(index, {}) if index is not None else {}
@@ -117,7 +122,7 @@ def account_view(
             note=KIND_NOTE.get(cause.kind, ""),
             kind=cause.kind,
         )
-    row("unexplained", account.unexplained_s, UNEXPLAINED_COLOUR, note="no finding accounts for it")
+    row("unexplained", account.unexplained_s, UNEXPLAINED_COLOUR, note=unexplained_note(account))
     counterfactual = account.counterfactual
     low, high = counterfactual.range_s
     return {

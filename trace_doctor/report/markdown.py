@@ -10,6 +10,7 @@ from __future__ import annotations
 from trace_doctor import __version__
 from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, BaselineComparison, Finding
+from trace_doctor.report.account_text import shows_account, structure_items, to_explain_rest
 from trace_doctor.report.markdown_text import code, html_text, prose
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
@@ -223,7 +224,7 @@ def _warnings(result: Analysis) -> list[str]:
 def _account(result: Analysis) -> list[str]:
     """Where the wall time went (the triage's account), and the run time with every fix."""
     account = result.run_summary.account
-    if not account or not account.causes:
+    if not shows_account(account):
         return []
     lines = ["", "## Where the time went", "", "| | seconds | share |", "|---|---:|---:|"]
     wall = account.wall_time_s
@@ -233,10 +234,13 @@ def _account(result: Analysis) -> list[str]:
 
     if account.useful_service_s is not None:
         row("service work", account.useful_service_s)
+    for label, seconds, note in structure_items(account):
+        row(f"{cell(label)} ({cell(note)})", seconds)
     for cause in account.causes:
         kind = "" if cause.kind == "loss" else f" ({cell(cause.kind)}, not a problem to fix)"
         row(f"`{cause.rule}` — {cell(cause.title, 120)}{kind}", cause.seconds)
-    row("unexplained", account.unexplained_s)
+    rest = to_explain_rest(account)
+    row("unexplained" + (f" ({cell(rest)})" if rest else ""), account.unexplained_s)
     low, high = account.counterfactual.range_s
     fixed = f"{format_seconds(low)}–{format_seconds(high)}"
     lines += ["", f"With every fix: **≈{fixed}** instead of {format_seconds(wall)}."]

@@ -131,6 +131,19 @@ class RuleContext(Generic[P]):
         )
 
     @cached_property
+    def loop_phases(self):
+        """The steps' time by the loop's structure (derive.loop_phases), None without timed steps."""
+        from trace_doctor.derive.loop_phases import loop_phases
+
+        return loop_phases(
+            self.step_times,
+            self.run.steps,
+            self.run.meta.trainer,
+            mode=self.run.meta.trainer_mode,
+            excess_factor=self.shared.untimed_excess_factor,
+        )
+
+    @cached_property
     def wall(self) -> tuple[float | None, str]:
         """(The run's wall time, its basis): one definition for every rule and output (derive.wall)."""
         from trace_doctor.derive.wall import wall_time

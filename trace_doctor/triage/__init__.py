@@ -14,9 +14,10 @@ from trace_doctor.triage.links import link_findings
 __all__ = ["attribute", "link_findings", "time_account", "triage"]
 
 
-def triage(findings, *, wall, spans, step_times, trainer, clock_cycle):
+def triage(findings, *, wall, spans, step_times, trainer, clock_cycle, structure=None):
     """(findings linked and attributed, the time account) — see links and account. `wall` is
-    (seconds, basis) as derive.wall.wall_time gives it."""
+    (seconds, basis) as derive.wall.wall_time gives it; `structure` the steps' time by the loop's
+    structure (derive.loop_phases), which explains the time no finding holds."""
     wall_s, wall_basis = wall
     linked = link_findings(findings, spans=spans, step_times=step_times)
     # Both steps weigh claims against the service's waits: read them from the spans once.
@@ -39,5 +40,6 @@ def triage(findings, *, wall, spans, step_times, trainer, clock_cycle):
         clock_cycle=clock_cycle,
         floor_s=floor,
         service=service,
+        structure=structure,
     )
     return attributed, account

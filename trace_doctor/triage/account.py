@@ -26,11 +26,19 @@ import math
 import polars as pl
 
 from trace_doctor.derive.intervals import length, merge, merge_columns, overlap
+from trace_doctor.derive.loop_phases import LoopPhases
 from trace_doctor.derive.step_times import phase_seconds
-from trace_doctor.derive.wall import step_totals
+from trace_doctor.derive.wall import TRACE_BASIS, step_totals
 from trace_doctor.knowledge.tinker import LEGACY_SFT_SUBMIT_PHASES, RESULT_WAIT_PHASES, SAMPLE_CALLS
 from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, stage_of
-from trace_doctor.model import AccountCause, Counterfactual, Finding, TimeAccount
+from trace_doctor.model import (
+    AccountCause,
+    Counterfactual,
+    Finding,
+    StructureAccount,
+    StructurePart,
+    TimeAccount,
+)
 from trace_doctor.triage.locate import finding_key
 
 # Trainers whose step is forward-backward + optimizer only: one clock cycle per step is the optimum
@@ -44,6 +52,8 @@ SERVICE_WAIT_SPANS = (*RESULT_WAIT_PHASES, *SAMPLE_CALLS)
 # How much of a loss the pessimistic end of the counterfactual assumes a fix wins back: all of a
 # confident diagnosis, half of one without a stated or with a medium confidence, none of a guess.
 CONFIDENCE_WEIGHT = {"high": 1.0, "medium": 0.5, None: 0.5, "low": 0.0}
+# Unexplained time below this share of the wall is rounding, not worth saying how to time it.
+UNEXPLAINED_NOTE_SHARE = 0.005
 SERVICE_SIDE_RULES = frozenset({*SERVICE_TIME, "request-retries"})
 # Losses of client work on the critical path (outside the waits for results). A pipelining gap is
 # not among them: the time a request is awaited one by one is partly the service's (the awaited
@@ -182,6 +192,61 @@ def service_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame)
     return None, "no result-wait spans or time/step"
 
 
+def structure_parts(
+    structure: LoopPhases | None, *, wall_s: float, wall_basis: str, room_s: float, service_counted: bool
+) -> list[StructurePart]:
+    """The time the loop's structure explains, as account items: its parts scaled down together to
+    the time no finding and no service wait already holds (a finding's loss lies inside some phase,
+    which of them a metrics-only run does not say). A trace's run is left to its spans: they time
+    every phase on the wall clock the account uses."""
+    if structure is None or wall_basis == TRACE_BASIS or room_s <= 0:
+        return []
+    # The result waits are the service work already in the account.
+    chosen = [p for p in structure.parts if not (service_counted and set(p.phases) & set(RESULT_WAIT_PHASES))]
+    total = sum(p.seconds for p in chosen)
+    if total <= 0:
+        return []
+    scale = min(1.0, room_s / total)
+    return [
+        StructurePart(
+            part=p.part,
+            seconds=round(p.seconds * scale, 6),
+            share=round(p.seconds * scale / wall_s, 4),
+            timed=p.timed,
+            phases=tuple(p.phases),
+            steps=p.steps,
+            median_step_s=round(p.median_step_s, 6),
+        )
+        for p in chosen
+        if p.seconds * scale > 0
+    ]
+
+
+def structure_account(
+    structure: LoopPhases | None, parts: list[StructurePart], *, unexplained_s: float, wall_s: float
+) -> StructureAccount | None:
+    """The account's structure (only when the loop's structure explains some time): its items, the
+    median step they sit in, the remainder's evidence, and what would time what is left."""
+    if structure is None or not parts:
+        return None
+    return StructureAccount(
+        parts=tuple(parts),
+        basis=(
+            "the loop's top-level time/* phases (nested timers not added), and time/total's untimed remainder "
+            + (f"named by the loop: {structure.untimed_named}" if structure.untimed_named else "left unnamed")
+            + (
+                ", scaled with the timed phases to the time no finding holds"
+                if sum(p.seconds for p in parts) < sum(p.seconds for p in structure.parts) - 1e-6
+                else ""
+            )
+        ),
+        median_step_s=round(structure.median_step_s, 6),
+        timed_steps=structure.steps,
+        untimed_evidence=structure.evidence,
+        to_explain_rest=structure.to_time_rest if unexplained_s >= UNEXPLAINED_NOTE_SHARE * wall_s else None,
+    )
+
+
 def _quantized(seconds: float, steps: int, cycle_s: float | None) -> float:
     if not cycle_s or steps <= 0:
         return seconds
@@ -199,9 +264,11 @@ def time_account(
     clock_cycle,
     floor_s: float,
     service: tuple[float | None, str] | None = None,
+    structure: LoopPhases | None = None,
 ) -> TimeAccount | None:
     """Where the wall time went, and the run time if every fix were applied (None without a wall time).
-    `service` is `service_time_s(spans, step_times)` when the caller already has it."""
+    `service` is `service_time_s(spans, step_times)` when the caller already has it; `structure` is
+    the steps' time by the loop's structure (derive/loop_phases), which explains what no finding holds."""
     if not wall_s or wall_s <= 0:
         return None
     rows: list[AccountCause] = []
@@ -227,6 +294,10 @@ def time_account(
     inside_waits = sum(r.seconds for r in rows if r.rule in SERVICE_SIDE_RULES)
     useful = None if service_s is None else max(min(service_s - inside_waits, wall_s - accounted), 0.0)
     unexplained = max(wall_s - accounted - (useful or 0.0), 0.0)
+    parts = structure_parts(
+        structure, wall_s=wall_s, wall_basis=wall_basis, room_s=unexplained, service_counted=useful is not None
+    )
+    unexplained = max(unexplained - sum(p.seconds for p in parts), 0.0)
     fixable = [r for r in rows if r.kind == "loss"]
     steps = len(step_totals(step_times))
     cycle_s = float(clock_cycle.seconds) if clock_cycle is not None and clock_cycle.confidence != "low" else None
@@ -253,4 +324,5 @@ def time_account(
                 + (", each step rounded up to whole clock cycles" if cycle_s else "")
             ),
         ),
+        structure=structure_account(structure, parts, unexplained_s=unexplained, wall_s=wall_s),
     )

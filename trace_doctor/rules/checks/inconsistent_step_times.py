@@ -266,6 +266,209 @@ def untraced_stalls(
     )
 
 
+def sampling_by_step(ctx) -> dict[tuple[int, int], float]:
+    """(segment, step) -> the untimed seconds its sampling accounts for beyond a typical step's: what
+    its generated tokens predict above the typical untimed step (derive/loop_phases), when the loop's
+    structure names the untimed remainder sampling; empty otherwise."""
+    phases = ctx.loop_phases
+    if phases is None or phases.untimed_named is None:
+        return {}
+    typical = float(phases.evidence.get("typical_untimed_s") or 0.0)
+    return {
+        (int(g), int(s)): max(float(e) - typical, 0.0)
+        for g, s, e in phases.per_step.select("segment", "step", "expected_s").iter_rows()
+        if e is not None
+    }
+
+
+def spike_cause(
+    row: dict, sampling: dict, *, explained_share: float, untimed_spike_share: float
+) -> tuple[str, str, str | None]:
+    """(cause, note, phase) of one slow step: a phase that ran long, untimed time the generated tokens
+    explain (sampling ran long), or an untimed gap beyond them with nothing timed running (the host
+    asleep or the process stopped). `explained_share`, `untimed_spike_share`: the rule's thresholds."""
+    excess = row["_excess"]
+    untimed = row.get("untimed_s")
+    phase_cols = {c: row[c] for c in row if c.startswith("phase:") and row[c] is not None}
+    biggest = max(phase_cols, key=phase_cols.get) if phase_cols else None
+    untimed_share = untimed / row["total_s"] if untimed is not None and row["total_s"] else None
+    typical_untimed = row.get("_typical_untimed") or 0.0
+    untimed_excess = (untimed or 0.0) - typical_untimed
+    if (
+        biggest is None
+        or (untimed_share is not None and untimed_share >= untimed_spike_share)
+        or (untimed_excess >= explained_share * excess)
+    ):
+        more_sampling = sampling.get((int(row["segment"]), int(row["step"])), 0.0)
+        if untimed_excess > 0 and more_sampling >= explained_share * untimed_excess:
+            return "sampling", "untimed time the step's sampling explains (it generated more, or slower)", None
+        return (
+            "host-sleep",
+            "almost all of it outside every timed phase, and not the step's generated tokens (no more than "
+            "usual): consistent with the host sleeping/suspending, the process being stopped, or a stall",
+            None,
+        )
+    top = biggest.split(":", 1)[1]
+    name, seconds = innermost_phase(row, top, explained_share)
+    inside = f" inside `{top}`" if name != top else ""
+    return "phase", f"mostly in `{name}`{inside} ({format_seconds(seconds)})", name
+
+
+# What to do about each cause of a slow step.
+SPIKE_FIXES = {
+    "host-sleep": (
+        "Keep the training host awake for the whole run (macOS: `caffeinate -i`; Linux: `systemd-inhibit`), or run "
+        "it on a server rather than a laptop; a resumed laptop also loses its connection to the service."
+    ),
+    "sampling": (
+        "These steps sampled longer: cap the rollouts (`max_tokens`), bound what an episode may generate, and "
+        "overlap sampling with training (async RL with `max_steps_off_policy`, or `stream_minibatch_config`)."
+    ),
+    "training": (
+        "The service took longer to train on these steps: look for request retries or errors around them in "
+        "logs.log, check the Tinker status page, and escalate a recurring slowdown with the session id."
+    ),
+    "phase": (
+        "Look at what the named phase did on these steps (its inputs, retries, I/O); time its parts to find the "
+        "slow one."
+    ),
+    "spread": (
+        "Look for work outside the timed phases (host sleep, GIL contention, data loading, network retries); keep "
+        "the training host awake and the main thread free."
+    ),
+}
+SPIKE_TITLES = {
+    "host-sleep": "Untimed gaps with nothing running (host asleep?)",
+    "sampling": "Steps slowed by longer sampling",
+    "phase": "A phase ran long on some steps",
+    "spread": "Inconsistent step times",
+}
+# An untimed spike nothing explains keeps the fingerprint the rule has always given its spikes
+# (suppressions and baselines name it); the causes it now tells apart get their own.
+FINGERPRINTS = {
+    "host-sleep": "inconsistent-step-times:unexplained",
+    "sampling": "inconsistent-step-times:sampling",
+    "phase": "inconsistent-step-times:phase",
+}
+TRAINING_PHASE_NAMES = ("train", "train_step", "step", "finish_batch", "forward_backward", "optim_step")
+
+
+def spike_details(rows: pl.DataFrame, sampling: dict, t: InconsistentStepTimesPolicy) -> list[dict]:
+    details = []
+    for row in rows.sort("_excess", descending=True).iter_rows(named=True):
+        cause, note, phase = spike_cause(
+            row, sampling, explained_share=t.explained_share, untimed_spike_share=t.untimed_spike_share
+        )
+        untimed_share = row["untimed_s"] / row["total_s"] if row.get("untimed_s") is not None else None
+        details.append(
+            {
+                "step": int(row["step"]),
+                "segment": int(row["segment"]),
+                "total_s": row["total_s"],
+                "excess_s": row["_excess"],
+                "ratio": round(row["total_s"] / row["_level"], 2),
+                "level_s": row["_level"],
+                "untimed_share": None if untimed_share is None else round(untimed_share, 4),
+                "cause": cause,
+                "phase": phase,
+                "note": note,
+            }
+        )
+    return details
+
+
+def spike_findings(
+    ctx, unexplained: pl.DataFrame, *, cv: float, median: float, regimes: int, excluded: list[int]
+) -> list[Finding]:
+    """One finding per distinct cause of the slow steps (each with its own fix and steps), and one for a
+    spread without spikes."""
+    t = ctx.thresholds
+    within = " within each regime" if regimes > 1 else ""
+    typical_untimed = robust_median(ctx.step_times["untimed_s"]) if "untimed_s" in ctx.step_times.columns else None
+    rows = unexplained.with_columns(pl.lit(typical_untimed or 0.0, dtype=pl.Float64).alias("_typical_untimed"))
+    details = spike_details(rows, sampling_by_step(ctx), t)
+    groups: dict[tuple[str, str | None], list[dict]] = {}
+    for d in details:
+        groups.setdefault((d["cause"], d["phase"]), []).append(d)
+    spread_note = f"robust CV of the other steady steps{within} is {cv:.2f} (threshold {t.max_robust_cv})"
+    findings = []
+    wall = ctx.wall_s
+    for (cause, phase), group in groups.items():
+        head = group[0]
+        cost = sum(d["excess_s"] for d in group)
+        steps = sorted(d["step"] for d in group)
+        listed = ", ".join(str(s) for s in steps[:MAX_LISTED_STEPS])
+        fix_key = "training" if cause == "phase" and phase in TRAINING_PHASE_NAMES else cause
+        title = f"`{phase}` ran long on some steps" if cause == "phase" else SPIKE_TITLES[cause]
+        findings.append(
+            ctx.finding(
+                severity="warning",
+                title=title,
+                message=(
+                    f"Step {head['step']} took {format_seconds(head['total_s'])} ({head['ratio']}x the steady median "
+                    f"of {format_seconds(head['level_s'])}) — {head['note']}. {len(group)} step(s) above "
+                    f"{t.spike_ratio}x the median{within} with this cause (steps {listed}), "
+                    f"{format_seconds(cost)} over the median in all; {spread_note}."
+                ),
+                fix=SPIKE_FIXES[fix_key],
+                steps=steps,
+                evidence={
+                    "steady_median_s": median,
+                    "robust_cv": round(cv, 4),
+                    "cause": cause,
+                    "spikes": group[:MAX_LISTED_STEPS],
+                    "explained_by_periodic": excluded,
+                },
+                seconds_lost=round(cost, 6) if cost else None,
+                fraction_of_wall=round(cost / wall, 4) if cost and wall else None,
+                fingerprint=FINGERPRINTS[cause] + (f":{phase}" if phase else ""),
+                confidence="medium",
+            )
+        )
+    if not findings:
+        findings.append(
+            ctx.finding(
+                severity="warning",
+                title=SPIKE_TITLES["spread"],
+                message=f"No step spikes above {t.spike_ratio}x the median{within}, but the {spread_note}.",
+                fix=SPIKE_FIXES["spread"],
+                steps=[],
+                evidence={"steady_median_s": median, "robust_cv": round(cv, 4), "explained_by_periodic": excluded},
+                fingerprint="inconsistent-step-times:unexplained",
+                confidence="medium",
+            )
+        )
+    return findings
+
+
+def dominant_steps(ctx, steady: pl.DataFrame) -> list[Finding]:
+    """Too few steady steps to judge variance, but a step (or a run of consecutive ones) far above the
+    others that holds a large share of the wall time: reported with its cause whatever the step count."""
+    t = ctx.thresholds
+    wall = ctx.wall_s
+    if not wall or steady.height < 2:
+        return []
+    level = float(steady["total_s"].median())
+    slow = steady.sort(["segment", "step"]).with_columns(
+        (pl.col("total_s") > t.spike_ratio * level).alias("_slow"), pl.lit(level).alias("_level")
+    )
+    # Consecutive slow steps of a segment form one block; a block counts by its whole share.
+    block = (pl.col("_slow") != pl.col("_slow").shift(1)) | (pl.col("segment") != pl.col("segment").shift(1))
+    slow = slow.with_columns(block.fill_null(True).cum_sum().alias("_block"))
+    held = (
+        slow.filter("_slow")
+        .group_by("_block")
+        .agg(pl.col("total_s").sum().alias("_held"))
+        .filter(pl.col("_held") >= t.min_wall_share_alone * wall)
+    )
+    rows = slow.join(held, on="_block", how="semi").with_columns(
+        (pl.col("total_s") - pl.col("_level")).alias("_excess")
+    )
+    if rows.is_empty():
+        return []
+    return spike_findings(ctx, rows, cv=robust_cv(steady["total_s"] / level), median=level, regimes=1, excluded=[])
+
+
 def share_text(share: float) -> str:
     """A share for people: "<1%" rather than a misleading "0%"."""
     return "<1%" if share < 0.005 else f"{share:.0%}"
@@ -337,7 +540,13 @@ def check(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
     if steady is None or steady.is_empty():
         return trace_only(ctx)
     if steady.height < t.min_steady_steps:
-        raise NotApplicable(f"only {steady.height} steady steps (need {t.min_steady_steps})")
+        dominant = dominant_steps(ctx, steady)
+        if dominant:
+            return dominant
+        raise NotApplicable(
+            f"only {steady.height} steady steps (need {t.min_steady_steps} to judge variance), and no step holds "
+            f"{t.min_wall_share_alone:.0%} of the wall time"
+        )
     steady = steady.sort(["segment", "step"])
     periodic = periodic_seconds(steady)
     min_regime = max(int(t.min_steady_steps), math.ceil(t.min_regime_share * steady.height))
@@ -379,69 +588,8 @@ def check(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
     if in_wait is not None:
         findings.append(result_wait_finding(ctx, in_wait, cv))
     elif unexplained.height or cv > t.max_robust_cv:
-        steps = sorted(int(s) for s in unexplained["step"].to_list())
-        details = []
-        for row in unexplained.sort("_excess", descending=True).head(5).iter_rows(named=True):
-            untimed_share = row["untimed_s"] / row["total_s"] if row.get("untimed_s") is not None else None
-            phase_cols = {c: row[c] for c in row if c.startswith("phase:") and row[c] is not None}
-            biggest = max(phase_cols, key=phase_cols.get) if phase_cols else None
-            note = ""
-            if untimed_share is not None and untimed_share >= t.untimed_spike_share:
-                note = (
-                    " — almost all of it outside every timed phase: consistent with the host sleeping/suspending "
-                    "or the process being stopped"
-                )
-            elif biggest:
-                top = biggest.split(":", 1)[1]
-                name, seconds = innermost_phase(row, top, t.explained_share)
-                inside = f" inside `{top}`" if name != top else ""
-                note = f" — mostly in `{name}`{inside} ({format_seconds(seconds)})"
-            details.append(
-                {
-                    "step": int(row["step"]),
-                    "segment": int(row["segment"]),
-                    "total_s": row["total_s"],
-                    "ratio": round(row["total_s"] / row["_level"], 2),
-                    "level_s": row["_level"],
-                    "untimed_share": None if untimed_share is None else round(untimed_share, 4),
-                    "largest_phase": biggest.split(":", 1)[1] if biggest else None,
-                    "note": note.strip(" —"),
-                }
-            )
-        cost = float(unexplained["_excess"].sum()) if unexplained.height else None
-        wall = ctx.wall_s
-        head = details[0] if details else None
-        lead = (
-            f"Step {head['step']} took {format_seconds(head['total_s'])} ({head['ratio']}x the steady median of "
-            f"{format_seconds(head['level_s'])}){head['note'] and ' — ' + head['note']}. "
-            if head
-            else ""
-        )
-        within = " within each regime" if len(regimes) > 1 else ""
-        findings.append(
-            ctx.finding(
-                severity="warning",
-                title="Inconsistent step times",
-                message=(
-                    f"{lead}{unexplained.height} unexplained spike(s) above {t.spike_ratio}x the median{within}; "
-                    f"robust CV of the other steady steps{within} is {cv:.2f} (threshold {t.max_robust_cv})."
-                ),
-                fix=(
-                    "Look for work outside the timed phases (host sleep, GIL contention, data loading, network "
-                    "retries); keep the training host awake and the main thread free."
-                ),
-                steps=steps,
-                evidence={
-                    "steady_median_s": median,
-                    "robust_cv": round(cv, 4),
-                    "spikes": details,
-                    "explained_by_periodic": excluded_steps,
-                },
-                seconds_lost=round(cost, 6) if cost else None,
-                fraction_of_wall=round(cost / wall, 4) if cost and wall else None,
-                fingerprint="inconsistent-step-times:unexplained",
-                confidence="medium",
-            )
+        findings += spike_findings(
+            ctx, unexplained, cv=cv, median=median, regimes=len(regimes), excluded=excluded_steps
         )
     if findings:
         return findings

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.loop_phases import UNTIMED_SAMPLING_PART
 from trace_doctor.derive.step_times import phase_seconds
+from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES, TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.policy.timing import SteadySlownessPolicy
@@ -48,7 +50,78 @@ def slow_submissions(spans: pl.DataFrame) -> tuple[float, int] | None:
     return float((subs["dur_us"] / 1e6).median()), subs.height
 
 
+SAMPLING_FIX = (
+    "Overlap sampling with training: asynchronous, off-policy RL with a staleness bound "
+    "(`async_config=AsyncConfig(max_steps_off_policy=...)`) or streaming minibatches "
+    "(`stream_minibatch_config`); and make each step's rollouts cheaper: a shorter `max_tokens`, fewer samples "
+    "per group (`group_size`)."
+)
+
+
+def sampling_finding(ctx: RuleContext[SteadySlownessPolicy]) -> Finding | None:
+    """Sampling dominates the step: the loop's structure (derive/loop_phases) puts most of each step's
+    time in its rollouts, timed (`time/sample`, `time/sampling`) or the sync loop's untimed remainder."""
+    phases = ctx.loop_phases
+    if phases is None:
+        return None
+    part = phases.part(UNTIMED_SAMPLING_PART) or phases.part("sampling")
+    if part is None or part.steps < 3:
+        return None
+    t = ctx.thresholds
+    # Of the steps' time that the structure explains: an untimed gap beyond what sampling explains
+    # (a host asleep) is no step's work and would dilute the share.
+    explained = float(phases.per_step["total_s"].sum()) - phases.unnamed_s
+    if explained <= 0:
+        return None
+    share = part.seconds / explained
+    if share < t.sampling_info_share:
+        return None
+    untimed = not part.timed
+    what = "Sampling and reward computation" + (" (untimed by the cookbook: the rest of time/total)" if untimed else "")
+    evidence = {
+        "sampling_share": round(share, 4),
+        "sampling_median_step_s": round(part.median_step_s, 6),
+        "median_step_s": round(phases.median_step_s, 6),
+        "sampling_s": round(part.seconds, 6),
+        "steps": part.steps,
+        "measured": "untimed remainder of time/total" if untimed else "+".join(part.phases),
+        **{k: v for k, v in phases.evidence.items() if v is not None and k != "steps"},
+    }
+    tokens = phases.evidence.get("tokens_per_step")
+    episodes = phases.evidence.get("episodes_per_step")
+    generated = (
+        f" Each step generated {tokens:,.0f} tokens" + (f" over {episodes:,.0f} episodes" if episodes else "") + "."
+        if tokens
+        else ""
+    )
+    return ctx.finding(
+        severity="warning" if share >= t.sampling_warning_share else "info",
+        title="Sampling dominates every step",
+        message=(
+            f"{what} takes {format_seconds(part.median_step_s)} of a {format_seconds(phases.median_step_s)} step "
+            f"(median), {share:.0%} of the steps' time over {part.steps} steps; training waits for it every step."
+            + generated
+        ),
+        fix=SAMPLING_FIX,
+        steps=[],
+        evidence=evidence,
+        fingerprint="steady-slowness:sampling",
+        confidence="medium" if untimed else "high",
+    )
+
+
 def check(ctx: RuleContext[SteadySlownessPolicy]) -> list[Finding]:
+    sampling = sampling_finding(ctx)
+    try:
+        found = _excess_findings(ctx)
+    except NotApplicable:
+        if sampling is None:
+            raise
+        found = []
+    return found if sampling is None else [*found, sampling]
+
+
+def _excess_findings(ctx: RuleContext[SteadySlownessPolicy]) -> list[Finding]:
     steady = (
         ctx.warmup.steady.filter(pl.col("total_s").is_not_null()) if "total_s" in ctx.warmup.steady.columns else None
     )
@@ -129,7 +202,8 @@ RULE = register(
         docs=RuleDocs(
             what=(
                 "Steady-state steps persistently slower than the work needs: several clock cycles per SL/DPO "
-                "step, a large client-side share outside the result wait, or slow submit-only SDK calls."
+                "step, a large client-side share outside the result wait, slow submit-only SDK calls, or an RL "
+                "step that waits for its own sampling most of the time."
             ),
             why="A persistent excess multiplies over every step; unlike warm-up it never pays for itself.",
             evidence=(
