@@ -105,10 +105,14 @@ KEY_BLOCK_END = "-----END "
 # The END line of a private-key block: text.py also redacts the key's body before it when the
 # BEGIN line is not in the same text (a log record per line, a text cut off before BEGIN).
 KEY_BLOCK_TAIL = r"-----END (?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
-# A line of a PEM body (64 base64 characters; OpenSSH's are 70) standing alone, as it does when a
-# key is logged one record per line and the BEGIN/END lines are other records. text.py redacts
-# only one with upper-case letters, lower-case letters and digits (never a hex digest).
-PEM_LINE = r"(?:(?<![A-Za-z0-9+/=])|(?<=\\n))(?P<pem_line>[A-Za-z0-9+/]{70}|[A-Za-z0-9+/]{64})(?![A-Za-z0-9+/=])"
+# A line of a PEM body (64 base64 characters, OpenSSH 70, other writers up to 76) standing alone, as it does when a
+# key is logged one record per line and the BEGIN/END lines are other records; and its last, shorter
+# line, padded with `=`, when it is a whole line of its own. text.py redacts only one with
+# upper-case letters, lower-case letters and digits (never a hex digest).
+PEM_LINE = (
+    r"(?:(?<![A-Za-z0-9+/=])|(?<=\\n))(?P<pem_line>[A-Za-z0-9+/]{60,80}+)(?![A-Za-z0-9+/=])"
+    r"|(?:\A|(?<=\n))[ \t]*+(?P<pem_last>[A-Za-z0-9+/]{12,75}+={1,2})(?=[ \t\r]*+(?:\n|\Z))"
+)
 
 # W&B API keys are 40 lowercase hex characters: the shape of a git commit id too, so one is
 # redacted only on a line that names W&B before it (`WANDB_API_KEY=…`, `wandb login …`, a netrc
@@ -212,7 +216,8 @@ KEY_BLOCKS = re.compile(f"(?P<block>{KEY_BLOCK})|(?P<block_tail>{KEY_BLOCK_TAIL}
 # The scanner's vocabulary for polars (Rust regex: no lookarounds), looser than each branch it
 # stands for, so every string the scanner would change matches it: a block's BEGIN or END line; a
 # userinfo `@` after `://`; W&B and 40 hex characters on one line; AWS and 40 base64 characters
-# later on the line; `basic` and a blank; 64 base64 characters (a PEM line); the base64 encoding
+# later on the line; `basic` and a blank; 60 base64 characters or a line of them padded with `=`
+# (PEM lines); the base64 encoding
 # of a vendor prefix; a vendor prefix (those
 # starting lower-case after a non-alphanumeric character or a JSON escape, as START requires); a
 # key-like word that ends there (not followed by a lower-case letter: `tokens`, `keyboard` never
@@ -228,7 +233,8 @@ TRIGGER = "|".join(
         r"[0-9a-f]{40}[^\n]*(?i:wandb|w&b)",
         r"(?i:aws)[^\n]*[A-Za-z0-9+/]{40}",
         r"(?i:basic)[ \t]",
-        r"[A-Za-z0-9+/]{64}",
+        r"[A-Za-z0-9+/]{60}",
+        r"(?m:^)[ \t]*[A-Za-z0-9+/]{12,}=",
         "(?:" + "|".join(map(re.escape, BASE64_PREFIXES)) + ")",
         r"(?:^|[^A-Za-z0-9]|\\[nrtbf]|\\u[0-9A-Fa-f]{4})(?:" + "|".join(map(re.escape, _LOWER_PREFIXES)) + ")",
         "(?:" + "|".join(map(re.escape, _UPPER_PREFIXES)) + ")",

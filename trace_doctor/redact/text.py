@@ -171,16 +171,22 @@ def _wandb(match: re.Match) -> tuple[str, int]:
     return context[:1] + _scan(context[1:]) + glue + REDACTED, match.end()
 
 
-def _mixed_case_token(value: str) -> bool:
-    """Upper-case and lower-case letters and digits: a random base64 key, never a hex digest or a word."""
-    return any(c.isupper() for c in value) and any(c.islower() for c in value) and any(c.isdigit() for c in value)
+_PATH_WORD = re.compile(r"[A-Za-z][a-z]{2,}")
+
+
+def _random_token(value: str) -> bool:
+    """Upper-case and lower-case letters and digits, and not a path of words: a random base64 key,
+    never a hex digest, a name or `u0000/Users/me/Projects/env/bin/tool` (a profile's call stack)."""
+    if not (any(c.isupper() for c in value) and any(c.islower() for c in value) and any(c.isdigit() for c in value)):
+        return False
+    return sum(1 for piece in value.split("/") if _PATH_WORD.fullmatch(piece)) < 2
 
 
 def _aws(match: re.Match) -> tuple[str, int]:
     """40 base64 characters on a line that names AWS: a secret access key when it looks random."""
     context = match["aws_context"]
     head = context[:1] + _scan(context[1:])
-    if _mixed_case_token(match["aws_secret"]):
+    if _random_token(match["aws_secret"]):
         return head + REDACTED, match.end()
     return head, match.start("aws_secret")
 
@@ -196,7 +202,7 @@ def _token(match: re.Match) -> tuple[str, int]:
     (`AKIA…/<secret>`, `creds AKIA… <secret>`)."""
     if match[0].startswith(AWS_KEY_IDS):
         after = _AWS_SECRET_AFTER.match(match.string, match.end())
-        if after is not None and _mixed_case_token(after["aws_secret"]):
+        if after is not None and _random_token(after["aws_secret"]):
             return REDACTED + _scan(match.string[match.end() : after.start("aws_secret")]) + REDACTED, after.end()
     return REDACTED, match.end()
 
@@ -206,7 +212,9 @@ def _decoded(value: str) -> str | None:
     value = value.rstrip("=")
     value = value[: len(value) - len(value) % 4] if len(value) % 4 == 1 else value
     try:
-        data = base64.b64decode(value + "=" * (-len(value) % 4), altchars=b"-_" if "-" in value or "_" in value else None)
+        data = base64.b64decode(
+            value + "=" * (-len(value) % 4), altchars=b"-_" if "-" in value or "_" in value else None
+        )
     except (binascii.Error, ValueError):
         return None
     return data.decode("utf-8", "replace")
@@ -230,8 +238,9 @@ def _base64(match: re.Match) -> tuple[str, int]:
 
 
 def _pem_line(match: re.Match) -> tuple[str, int]:
-    line = match["pem_line"]
-    return (REDACTED if _mixed_case_token(line) else line), match.end()
+    line = match["pem_line"] if match["pem_line"] is not None else match["pem_last"]
+    head = match.string[match.start() : match.end() - len(line)]
+    return head + (REDACTED if _random_token(line) else line), match.end()
 
 
 _HANDLERS = {
@@ -242,6 +251,7 @@ _HANDLERS = {
     "aws_secret": _aws,
     "basic": _basic,
     "pem_line": _pem_line,
+    "pem_last": _pem_line,
     "b64": _base64,
     "kw_word": _keyword,
 }
@@ -399,7 +409,7 @@ def _unprefixed_vendor_key(key: str, value: str, context: frozenset[str]) -> boo
     """An AWS secret key (40 random base64 characters) beside an access key id or under an `aws` key,
     whatever its own key is called (`sk`, `value`); a W&B key (40 hex) under a key-like name within
     `wandb` (`wandb: {key: …}`, `wandb_key`), never a commit id (`wandb: {git_commit: …}`)."""
-    if "aws" in context and _AWS_SECRET_VALUE.fullmatch(value) and _mixed_case_token(value):
+    if "aws" in context and _AWS_SECRET_VALUE.fullmatch(value) and _random_token(value):
         return True
     if "wandb" in context and _WANDB_KEY_VALUE.fullmatch(value):
         words = _words(key)
