@@ -109,7 +109,7 @@ CONTEXTS: dict[str, str] = {
     "cookie_pair": f"request headers: Cookie: theme=dark; sessionid={SECRETS['cookie_pair']}",
     "basic_auth": f"proxy answered 407 to Basic {SECRETS['basic_auth']}",
     "base64_key": f"mounted secret data: tinker: {SECRETS['base64_key']}",
-    "aws_secret_logged": f"s3 upload as {_join('AK', 'IA', _body(16, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567'))}/{SECRETS['aws_secret_logged']}",
+    "aws_secret_logged": f"s3 upload as {SECRETS['aws_key_id']}/{SECRETS['aws_secret_logged']}",
     # A key body between its markers, the last line glued to the END marker.
     "pem_body": "-----BEGIN PRIVATE KEY-----\n"
     + SECRETS["pem_body"].rsplit("\n", 1)[0]

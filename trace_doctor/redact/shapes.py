@@ -105,8 +105,8 @@ KEY_BLOCK_END = "-----END "
 # The END line of a private-key block: text.py also redacts the key's body before it when the
 # BEGIN line is not in the same text (a log record per line, a text cut off before BEGIN).
 KEY_BLOCK_TAIL = r"-----END (?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
-# A line of a PEM body (64 base64 characters, OpenSSH 70, other writers up to 76) standing alone, as it does when a
-# key is logged one record per line and the BEGIN/END lines are other records; and its last, shorter
+# A line of a PEM body (64 base64 characters, OpenSSH 70, other writers up to 76) standing alone, as
+# it does when a key is logged one record per line and the BEGIN/END lines are other records; and its last, shorter
 # line, padded with `=`, when it is a whole line of its own. text.py redacts only one with
 # upper-case letters, lower-case letters and digits (never a hex digest).
 PEM_LINE = (
@@ -210,7 +210,8 @@ SCANNER = re.compile(
         ]
     )
 )
-# Private-key blocks (and bodies ending at an END line) alone: redacted over a whole text before it is scanned line by line (text.py).
+# Private-key blocks (and bodies ending at an END line) alone: redacted over a whole text before it
+# is scanned line by line (text.py).
 KEY_BLOCKS = re.compile(f"(?P<block>{KEY_BLOCK})|(?P<block_tail>{KEY_BLOCK_TAIL})")
 
 # The scanner's vocabulary for polars (Rust regex: no lookarounds), looser than each branch it
