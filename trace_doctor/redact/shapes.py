@@ -116,13 +116,13 @@ PEM_LINE = (
 
 # W&B API keys are 40 lowercase hex characters: the shape of a git commit id too, so one is
 # redacted only on a line that names W&B before it (`WANDB_API_KEY=…`, `wandb login …`, a netrc
-# line for api.wandb.ai) or just after it (`<key>  # wandb`). Inside an identifier the key may be
+# line for api.wandb.ai) or just after it (`<key>  # wandb`, 12 characters at most). Inside an identifier the key may be
 # glued to the word before it (`wandb_upload` + key: a function name, a file name), so up to six
 # hex letters before it are allowed after a letter that is not hex.
 _GLUED_HEX = r"(?:(?<![0-9a-f])|(?<=[g-zA-Z])[a-f]{1,6})"
 WANDB_KEY = (
     r"(?P<wandb_context>(?i:wandb|w&b)[^\n]{0,80}?)" + _GLUED_HEX + r"(?P<wandb_key>[0-9a-f]{40})(?![0-9a-f])"
-    r"|(?<![0-9a-f])(?P<wandb_key_before>[0-9a-f]{40})(?![0-9a-f])(?=[^\n]{0,40}?(?i:wandb|w&b))"
+    r"|(?<![0-9a-f])(?P<wandb_key_before>[0-9a-f]{40})(?![0-9a-f])(?=[^\n]{0,12}?(?i:wandb|w&b))"
 )
 
 # AWS secret access keys are 40 base64 characters with no prefix: redacted only on a line that
@@ -231,7 +231,7 @@ TRIGGER = "|".join(
         r"://[^\s/?#'\"<>\\]*@",
         re.escape(KEY_BLOCK_END),
         r"(?i:wandb|w&b)[^\n]*[0-9a-f]{40}",
-        r"[0-9a-f]{40}[^\n]*(?i:wandb|w&b)",
+        r"[0-9a-f]{40}[^\n]{0,12}(?i:wandb|w&b)",
         r"(?i:aws)[^\n]*[A-Za-z0-9+/]{40}",
         r"(?i:basic)[ \t]",
         r"[A-Za-z0-9+/]{60}",

@@ -29,6 +29,7 @@ from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample, figures, findings_view, health_view, timeline_figure
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
+from trace_doctor.report.redaction_notice import UNREDACTED, unredacted
 from trace_doctor.report.terminal_text import inert
 
 SIZE_BUDGET_BYTES = 10 * 1024 * 1024
@@ -759,6 +760,7 @@ def render_html(result: Analysis, budget: Budget | None = None, *, plotly_src: s
         "document_json": document,
         "plotly_js": None if plotly_src else _plotly_js(),
         "plotly_src": plotly_src,
+        "unredacted": UNREDACTED if unredacted(result) else None,
         "severity_colour": figures.SEVERITY_COLOUR,
     }
     return _environment().get_template("report.html.j2").render(**context)
