@@ -278,7 +278,7 @@ def embedded_document(html: str) -> dict:
 
 
 def test_report_is_self_contained_with_plotly_inlined_once():
-    from plotly.offline import get_plotlyjs
+    from trace_doctor.report.html import plotly_source as get_plotlyjs
 
     html = render_html(build_analysis())
     assert html.count(get_plotlyjs()[:400]) == 1
