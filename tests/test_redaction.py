@@ -428,7 +428,7 @@ def test_every_output_is_redacted_without_being_asked(planted, tmp_path):
 
 def test_no_redact_keeps_the_credentials_and_says_so_in_each_header(planted, tmp_path):
     outputs = _analyze_cli(planted, tmp_path, "--no-redact")
-    assert len(leaks(outputs["json"])) >= 20
+    assert len(leaks(outputs["json"])) >= 5 and len(leaks(outputs["html"])) >= 20
     for name in ("text", "markdown", "html", "summary"):
         assert "Not redacted (--no-redact)" in outputs[name][:20_000], name
     assert json.loads(outputs["json"])["tool"]["redacted"] is False
