@@ -8,6 +8,7 @@ arguments, a file name. The benchmark (benchmarks/redaction.py) reuses the catal
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import random
@@ -63,6 +64,12 @@ SECRETS: dict[str, str] = {
     # Azure OpenAI keys are 32 hex digits (an LLM grader's key in an RL run's environment dump).
     "azure_openai": _body(32, "0123456789abcdef"),
     "cookie_pair": _body(32),
+    # Wrapped forms: encoded, split over lines, or with no word naming them.
+    "basic_auth": base64.b64encode(("trainer:" + _body(18)).encode()).decode(),
+    "base64_key": base64.b64encode(_join("tml", "-", _body(40)).encode()).decode(),
+    "aws_secret_logged": _body(40, _ALNUM + "+/"),
+    "pem_body": _body(64) + "\n" + _body(64) + "\n" + _body(20) + "==",
+    "wandb_glued": _body(40, "0123456789abcdef"),
 }
 
 # Each secret in the sentence or assignment a run writes it in.
@@ -100,7 +107,19 @@ CONTEXTS: dict[str, str] = {
     "url_encoded": f"redirect to /login?next=%2Fcallback%3Fclient_secret%3D{SECRETS['url_encoded']}%26state%3D7",
     "azure_openai": f"AZURE_OPENAI_KEY={SECRETS['azure_openai']}",
     "cookie_pair": f"request headers: Cookie: theme=dark; sessionid={SECRETS['cookie_pair']}",
+    "basic_auth": f"proxy answered 407 to Basic {SECRETS['basic_auth']}",
+    "base64_key": f"mounted secret data: tinker: {SECRETS['base64_key']}",
+    "aws_secret_logged": f"s3 upload as {SECRETS['aws_key_id']}/{SECRETS['aws_secret_logged']}",
+    # A key body between its markers, the last line glued to the END marker.
+    "pem_body": "-----BEGIN PRIVATE KEY-----\n"
+    + SECRETS["pem_body"].rsplit("\n", 1)[0]
+    + "\n"
+    + SECRETS["pem_body"].rsplit("\n", 1)[1]
+    + " -----END PRIVATE KEY-----",
+    "wandb_glued": f"profile: wandb_upload{SECRETS['wandb_glued']} took 2.1 s",
 }
+# Secrets a run logs one record per line: a private key printed by a logger line by line.
+LOGGED_LINE_BY_LINE = ("private_key", "pem_body")
 
 # What must survive redaction: ids, digests, names, numbers a support engineer needs.
 SESSION_ID = "1259b3ad-1f7e-4b6c-9a51-5d0c3f1a2b7e"
@@ -150,6 +169,10 @@ def write_secret_run(root: Path) -> Path:
         "db_url": f"postgresql://trainer:{SECRETS['db_password']}@db.internal:5432/runs",
         "notes": "; ".join(CONTEXTS[k] for k in ("openai", "github_pat", "slack", "prose_password", "azure")),
         "aws": {"aws_access_key_id": SECRETS["aws_key_id"], "aws_secret_access_key": SECRETS["aws_secret"]},
+        # Under neutral names: the vendor is named only by the enclosing key.
+        "storage": {"aws": {"id": SECRETS["aws_key_id"], "value": SECRETS["aws_secret_logged"]}},
+        "tracking": {"wandb": {"key": SECRETS["wandb_glued"], "git_commit": GIT_COMMIT}},
+        "mounted": {"tinker": SECRETS["base64_key"], "proxy": f"Basic {SECRETS['basic_auth']}"},
         "private_key": CONTEXTS["private_key"],
         "dataset_builder": {"common_config": {"batch_size": 128, "max_length": 4096}},
     }
@@ -185,6 +208,8 @@ def write_secret_run(root: Path) -> Path:
         first, *rest = context.splitlines()
         log.append(f"planted.{label}:{len(log)} [{level}] {first}")
         log.extend(rest)
+    for label in LOGGED_LINE_BY_LINE:  # again, each line its own record: the markers are other records
+        log.extend(f"planted.{label}:{len(log)} [WARNING] {line}" for line in CONTEXTS[label].splitlines())
     # An error record the decoder does not know, quoting a Slack token: error grouping blanks its digits.
     log.append(f"root:99 [ERROR] RuntimeError: notify failed 3 times with {SECRETS['slack']}")
     (root / "logs.log").write_text("\n".join(log) + "\n", encoding="utf-8")

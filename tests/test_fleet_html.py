@@ -355,7 +355,7 @@ def _per_run_pages(fleet: Fleet) -> list[Path]:
 
 
 def test_per_run_pages_load_one_shared_plotly_written_beside_them(fleet):
-    from plotly.offline import get_plotlyjs
+    from trace_doctor.report.html import plotly_source as get_plotlyjs
 
     pages = _per_run_pages(fleet)
     folder = pages[0].parent

@@ -359,8 +359,8 @@ def test_export_and_ingest_redact_what_they_write(planted, tmp_path):
         if path.suffix == ".parquet":
             data = pl.read_parquet(path).write_ndjson().encode()  # compressed pages hide the bytes
         assert leaks(data) == [] and leaks(str(path)) == [], path
-    # Without --redact the same export carries them (the test can fail).
-    runner.invoke(main, ["export", str(planted), "--chrome-json", str(tmp_path / "raw.json")])
+    # With --no-redact the same export carries them (the test can fail).
+    runner.invoke(main, ["export", str(planted), "--no-redact", "--chrome-json", str(tmp_path / "raw.json")])
     assert leaks((tmp_path / "raw.json").read_bytes())
 
 
@@ -399,3 +399,57 @@ def test_bundle_with_secrets_in_new_places(tmp_path):
     assert logs["worker.log"] == 3 and logs["crlf.log"] == 3  # the UTF-16 log is read, not passed over
     errors = json.dumps([f for f in document["findings"] if f["rule"] == "decoded-error"])
     assert "OpenAI client created with key" in errors  # its error line reached the decoder, redacted
+
+
+# ---- redaction is the default; --no-redact opts out and every output says so ----------------------
+
+
+def _analyze_cli(planted, tmp_path, *flags):
+    outputs = {}
+    for fmt in ("text", "json", "markdown", "junit", "sarif", "summary"):
+        out = tmp_path / f"out.{fmt}"
+        args = ["analyze", str(planted), *flags, "--format", fmt, "--output", str(out), "--no-html"]
+        if fmt == "json":
+            args = [*args[:-1], "--html", str(tmp_path / "report.html")]
+        result = CliRunner().invoke(main, args, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        outputs[fmt] = out.read_text()
+    outputs["html"] = (tmp_path / "report.html").read_text()
+    return outputs
+
+
+def test_every_output_is_redacted_without_being_asked(planted, tmp_path):
+    for name, text in _analyze_cli(planted, tmp_path).items():
+        assert leaks(text) == [], name
+        assert "Not redacted" not in text, name
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert "redacted" not in document["tool"]  # a redacted document is what it always was
+
+
+def test_no_redact_keeps_the_credentials_and_says_so_in_each_header(planted, tmp_path):
+    outputs = _analyze_cli(planted, tmp_path, "--no-redact")
+    assert len(leaks(outputs["json"])) >= 5 and len(leaks(outputs["html"])) >= 20
+    for name in ("text", "markdown", "html", "summary"):
+        assert "Not redacted (--no-redact)" in outputs[name][:20_000], name
+    assert json.loads(outputs["json"])["tool"]["redacted"] is False
+    assert json.loads(outputs["sarif"])["runs"][0]["properties"]["redacted"] is False
+    assert '<property name="redacted" value="false"' in outputs["junit"]
+
+
+def test_redact_is_still_accepted(planted, tmp_path):
+    out = CliRunner().invoke(main, ["analyze", str(planted), "--redact", "--no-html", "--format", "json"])
+    assert out.exit_code == 0 and leaks(out.output) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        (f"commit {NOT_SECRETS['git commit']} of tinker-cookbook (wandb logging added later in the file)", True),
+        (f"step {NOT_SECRETS['checkpoint sha256'][:40]}", True),
+        ("u0000/Users/me/Projects/pyinstrument/env/bin/pyinstrument0000", True),
+        (f"aws region us-east-1 bucket {NOT_SECRETS['git commit']}", True),
+        ("Basic authentication is not configured for this endpoint", True),
+    ],
+)
+def test_wrapped_shapes_keep_what_is_no_secret(text, kept):
+    assert (redact_text(text) == text) is kept

@@ -197,7 +197,7 @@ HELP = {
     "fail-on": "Exit 1 when a finding at or above this severity is reported (default never).",
     "fail-on-inconclusive": "With --baseline: also exit 1 when the comparison is inconclusive.",
     "show-skipped": "List every rule that had no input, with what it needs (text output; collapsed by default).",
-    "redact": "Remove credentials (API keys, tokens, passwords, URL credentials, private keys) from every output.",
+    "redact": "Remove credentials from every output (the default); --no-redact keeps them and says so in the header.",
     "jobs": "With several runs: analyse N at a time in separate processes (default: the machine's cores).",
 }
 CONFIG_OPTION = _path_option(
@@ -217,7 +217,7 @@ ANALYZE_OPTIONS = (
     click.option("--ignore", multiple=True, metavar="SLUG,...", callback=_slugs, help="Skip these rules."),
     CONFIG_OPTION,
     click.option("--show-skipped", is_flag=True, help=HELP["show-skipped"]),
-    click.option("--redact", is_flag=True, help=HELP["redact"]),
+    click.option("--redact/--no-redact", default=True, help=HELP["redact"]),
     click.option("--jobs", "-j", type=int, default=None, metavar="N", help=HELP["jobs"]),
 )
 
@@ -264,7 +264,7 @@ def rules_command(slug: str | None, config: str | None) -> None:
 @_path_option("--out", "out", required=True, metavar="DIR", help="Directory of the Parquet dataset.")
 @CONFIG_OPTION
 @click.option("--jobs", "-j", type=int, default=None, metavar="N", help="Runs ingested at a time (default: cores).")
-@click.option("--redact", is_flag=True, help="Remove credentials from what is written (names and values).")
+@click.option("--redact/--no-redact", default=True, help="Credentials are removed from what is written (default).")
 def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact: bool) -> None:
     """Write every table as a Parquet dataset partitioned by run: DIR/<table>/run=<run id>/part-0.parquet.
 
@@ -293,7 +293,7 @@ def ingest_command(paths, out: str, config: str | None, jobs: int | None, redact
 @_path_option("--perfetto", "perfetto_file", help="Write a native Perfetto trace (.pftrace).")
 @_path_option("--chrome-json", "chrome_file", help="Write a Chrome trace JSON array.")
 @CONFIG_OPTION
-@click.option("--redact", is_flag=True, help="Remove credentials from what is written (names and values).")
+@click.option("--redact/--no-redact", default=True, help="Credentials are removed from what is written (default).")
 def export_command(paths, perfetto_file: str | None, chrome_file: str | None, config: str | None, redact: bool) -> None:
     """Export the run's spans and the findings for the Perfetto UI or chrome://tracing."""
     if not perfetto_file and not chrome_file:

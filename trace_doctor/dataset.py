@@ -43,10 +43,10 @@ def ingest_dataset(
     settings: Settings | None = None,
     *,
     jobs: int | None = None,
-    redact: bool = False,
+    redact: bool = True,
 ) -> Dataset:
     """Analyse every run `find_runs` found (`jobs` at a time) and write its tables, findings and a
-    one-row-per-run `runs` table under `out`. `redact` removes credentials from names and values."""
+    one-row-per-run `runs` table under `out`. `redact` (the default) removes credentials from names and values."""
     from trace_doctor.fleet import analyze_sources
 
     split = named.split

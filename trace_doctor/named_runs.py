@@ -151,7 +151,7 @@ def analyze_paths(
     settings: Settings | None = None,
     *,
     baseline: str | None = None,
-    redact: bool = False,
+    redact: bool = True,
     jobs: int | None = None,
     fmt: str = "json",
     html: str | os.PathLike[str] | None = None,
@@ -167,8 +167,8 @@ def analyze_paths(
     Several: each in its own process (`jobs` at a time), reduced to a `Fleet`; `fmt` is the format
     the fleet will be rendered in (markdown, JUnit and SARIF are made of each run's own rendering,
     done beside its analysis) and `html`, when given, is where its HTML overview will be written:
-    each run's page goes beside it (`fleet_pages_dir`). `redact` removes credentials before the
-    rules read anything; `baseline` is one run to compare every run with. `progress(label, done,
+    each run's page goes beside it (`fleet_pages_dir`). `redact` (the default) removes credentials before
+    the rules read anything; `baseline` is one run to compare every run with. `progress(label, done,
     total)` hears of long reads. `select`, `ignore`, `fail_on` and `fail_on_inconclusive` win over
     `settings`, as `analyze`'s do.
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from trace_doctor.named_runs import PathsAnalysis
 
 # The formats a report is rendered in (`trace-doctor analyze --format`), in the order the help lists them.
-REPORT_FORMATS = ("text", "json", "markdown", "junit", "sarif")
+REPORT_FORMATS = ("text", "json", "markdown", "junit", "sarif", "summary")
 # An output: what messages call it (a command-line flag, or words) and the path named, None when not asked.
 Output = tuple[str, "str | os.PathLike[str] | None"]
 

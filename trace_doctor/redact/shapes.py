@@ -15,6 +15,7 @@ only send the strings it matches through the Python scanner.
 
 from __future__ import annotations
 
+import base64
 import re
 
 from trace_doctor.knowledge.tinker import API_KEY_PREFIX
@@ -101,10 +102,53 @@ KEY_BLOCK_START = "-----BEGIN "
 KEY_BLOCK = re.escape(KEY_BLOCK_START) + r"(?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
 KEY_BLOCK_END = "-----END "
 
+# The END line of a private-key block: text.py also redacts the key's body before it when the
+# BEGIN line is not in the same text (a log record per line, a text cut off before BEGIN).
+KEY_BLOCK_TAIL = r"-----END (?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
+# A line of a PEM body (64 base64 characters, OpenSSH 70, other writers up to 76) standing alone, as
+# it does when a key is logged one record per line and the BEGIN/END lines are other records; and its last, shorter
+# line, padded with `=`, when it is a whole line of its own. text.py redacts only one with
+# upper-case letters, lower-case letters and digits (never a hex digest).
+PEM_LINE = (
+    r"(?:(?<![A-Za-z0-9+/=])|(?<=\\n))(?P<pem_line>[A-Za-z0-9+/]{60,80}+)(?![A-Za-z0-9+/=])"
+    r"|(?:\A|(?<=\n))[ \t]*+(?P<pem_last>[A-Za-z0-9+/]{12,75}+={1,2})(?=[ \t\r]*+(?:\n|\Z))"
+)
+
 # W&B API keys are 40 lowercase hex characters: the shape of a git commit id too, so one is
-# redacted only within a line that names W&B before it (`WANDB_API_KEY=…`, `wandb login …`,
-# a netrc line for api.wandb.ai).
-WANDB_KEY = r"(?P<wandb_context>(?i:wandb|w&b)[^\n]{0,80}?)(?<![0-9a-f])(?P<wandb_key>[0-9a-f]{40})(?![0-9a-f])"
+# redacted only on a line that names W&B before it (`WANDB_API_KEY=…`, `wandb login …`, a netrc
+# line for api.wandb.ai) or just after it (`<key>  # wandb`, 12 characters at most). Inside an identifier the key may be
+# glued to the word before it (`wandb_upload` + key: a function name, a file name), so up to six
+# hex letters before it are allowed after a letter that is not hex.
+_GLUED_HEX = r"(?:(?<![0-9a-f])|(?<=[g-zA-Z])[a-f]{1,6})"
+WANDB_KEY = (
+    r"(?P<wandb_context>(?i:wandb|w&b)[^\n]{0,80}?)" + _GLUED_HEX + r"(?P<wandb_key>[0-9a-f]{40})(?![0-9a-f])"
+    r"|(?<![0-9a-f])(?P<wandb_key_before>[0-9a-f]{40})(?![0-9a-f])(?=[^\n]{0,12}?(?i:wandb|w&b))"
+)
+
+# AWS secret access keys are 40 base64 characters with no prefix: redacted only on a line that
+# names AWS before them, or after an access key id (text.py's token handler looks ahead for one).
+AWS_SECRET_CHARS = r"(?<![A-Za-z0-9+/])(?P<aws_secret>[A-Za-z0-9+/]{40})(?![A-Za-z0-9+/=])"
+AWS_SECRET = r"(?P<aws_context>(?<![A-Za-z])(?i:aws)(?![a-z])[^\n]{0,80}?)" + AWS_SECRET_CHARS
+AWS_KEY_IDS = ("AKIA", "ASIA", "ABIA", "ACCA")
+
+# `Basic <base64 of user:password>` (HTTP basic auth) wherever it appears, named or not.
+BASIC_AUTH = r"(?<![A-Za-z0-9])(?i:basic)[ \t]{1,3}(?P<basic>[A-Za-z0-9+/]{8,512}+={0,2}+)(?![A-Za-z0-9+/=])"
+
+
+def _encoded_prefix(prefix: str, alphabet: bytes) -> str:
+    """The base64 characters every encoding of a text starting with `prefix` starts with."""
+    full = len(prefix.encode()) * 8 // 6  # characters whose six bits all come from the prefix
+    return base64.b64encode(prefix.encode(), altchars=alphabet).decode()[:full]
+
+
+# A vendor token or a private-key block base64-encoded (a Kubernetes secret's data, a variable
+# holding the encoded key): the encoding of its prefix starts the value, in either base64 alphabet.
+# text.py decodes it and redacts it only when the decoded text holds a credential.
+BASE64_PREFIXES = sorted(
+    {_encoded_prefix(p, alt) for p in (*VENDOR_PREFIXES, KEY_BLOCK_START) for alt in (b"+/", b"-_")},
+    key=lambda p: (-len(p), p),
+)
+BASE64_TOKEN = "(?P<b64>(?:" + "|".join(map(re.escape, BASE64_PREFIXES)) + r")[A-Za-z0-9+/_\-]{8,4096}+={0,2}+)"
 
 # Words that name a credential in a key, a variable, a header or prose. Strong words name a secret
 # whatever its value looks like; weak ones (`key`, `token`, ...) also name harmless things (a sort
@@ -155,18 +199,27 @@ SCANNER = re.compile(
     "|".join(
         [
             f"(?P<block>{KEY_BLOCK})",
+            f"(?P<block_tail>{KEY_BLOCK_TAIL})",
             f"(?P<url>{URL_USERINFO})",
             WANDB_KEY,
+            AWS_SECRET,
+            BASIC_AUTH,
+            PEM_LINE,
+            f"{START}{BASE64_TOKEN}",
             rf"(?:{START}|(?<=[a-z0-9])(?=[A-Z]))(?:(?P<token>{'|'.join(VENDOR_TOKENS.values())})|{KEYWORD})",
         ]
     )
 )
-# Private-key blocks alone: redacted over a whole text before it is scanned line by line (text.py).
-KEY_BLOCKS = re.compile(f"(?P<block>{KEY_BLOCK})")
+# Private-key blocks (and bodies ending at an END line) alone: redacted over a whole text before it
+# is scanned line by line (text.py).
+KEY_BLOCKS = re.compile(f"(?P<block>{KEY_BLOCK})|(?P<block_tail>{KEY_BLOCK_TAIL})")
 
 # The scanner's vocabulary for polars (Rust regex: no lookarounds), looser than each branch it
-# stands for, so every string the scanner would change matches it: the block's first line; a
-# userinfo `@` after `://`; W&B and 40 hex characters later on the line; a vendor prefix (those
+# stands for, so every string the scanner would change matches it: a block's BEGIN or END line; a
+# userinfo `@` after `://`; W&B and 40 hex characters on one line; AWS and 40 base64 characters
+# later on the line; `basic` and a blank; 60 base64 characters or a line of them padded with `=`
+# (PEM lines); the base64 encoding
+# of a vendor prefix; a vendor prefix (those
 # starting lower-case after a non-alphanumeric character or a JSON escape, as START requires); a
 # key-like word that ends there (not followed by a lower-case letter: `tokens`, `keyboard` never
 # match) and is followed by a separator. tests/test_redaction.py checks the superset property.
@@ -176,7 +229,14 @@ TRIGGER = "|".join(
     [
         re.escape(KEY_BLOCK_START),
         r"://[^\s/?#'\"<>\\]*@",
+        re.escape(KEY_BLOCK_END),
         r"(?i:wandb|w&b)[^\n]*[0-9a-f]{40}",
+        r"[0-9a-f]{40}[^\n]{0,12}(?i:wandb|w&b)",
+        r"(?i:aws)[^\n]*[A-Za-z0-9+/]{40}",
+        r"(?i:basic)[ \t]",
+        r"[A-Za-z0-9+/]{60}",
+        r"(?m:^)[ \t]*[A-Za-z0-9+/]{12,}=",
+        "(?:" + "|".join(map(re.escape, BASE64_PREFIXES)) + ")",
         r"(?:^|[^A-Za-z0-9]|\\[nrtbf]|\\u[0-9A-Fa-f]{4})(?:" + "|".join(map(re.escape, _LOWER_PREFIXES)) + ")",
         "(?:" + "|".join(map(re.escape, _UPPER_PREFIXES)) + ")",
         rf"(?i:{STRONG_WORDS}|{WEAK_WORDS})(?:[A-Z0-9_.\-][A-Za-z0-9_.\-]{{0,39}})?"

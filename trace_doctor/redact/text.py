@@ -9,11 +9,14 @@ a userinfo `@`, or a strong word (`api_key`, `password`, `secret`, ...) in front
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from itertools import pairwise
 from typing import Any
 
 from trace_doctor.redact.shapes import (
+    AWS_KEY_IDS,
     KEY_BLOCK_END,
     KEY_BLOCK_START,
     KEY_BLOCKS,
@@ -160,17 +163,113 @@ def _url(match: re.Match) -> tuple[str, int]:
 
 
 def _wandb(match: re.Match) -> tuple[str, int]:
-    # The text between the mention and the key is at most 80 characters: scanned on its own.
-    context = match["wandb_context"]
-    return context[:1] + _scan(context[1:]) + REDACTED, match.end()
+    if match["wandb_key_before"] is not None:
+        return REDACTED, match.end()
+    # The text between the mention and the key is at most 80 characters: scanned on its own. The
+    # hex letters gluing the key to a word (`wandb_upload<key>`) stay with the word.
+    context, glue = match["wandb_context"], match.string[match.end("wandb_context") : match.start("wandb_key")]
+    return context[:1] + _scan(context[1:]) + glue + REDACTED, match.end()
+
+
+_PATH_WORD = re.compile(r"[A-Za-z][a-z]{2,}")
+
+
+def _random_token(value: str) -> bool:
+    """Upper-case and lower-case letters and digits, and not a path of words: a random base64 key,
+    never a hex digest, a name or `u0000/Users/me/Projects/env/bin/tool` (a profile's call stack)."""
+    if not (any(c.isupper() for c in value) and any(c.islower() for c in value) and any(c.isdigit() for c in value)):
+        return False
+    return sum(1 for piece in value.split("/") if _PATH_WORD.fullmatch(piece)) < 2
+
+
+def _aws(match: re.Match) -> tuple[str, int]:
+    """40 base64 characters on a line that names AWS: a secret access key when it looks random."""
+    context = match["aws_context"]
+    head = context[:1] + _scan(context[1:])
+    if _random_token(match["aws_secret"]):
+        return head + REDACTED, match.end()
+    return head, match.start("aws_secret")
+
+
+# Right after the id and a `/` (`AKIA…/<secret>`: the secret's alphabet has `/`), or later on the line.
+_AWS_SECRET_AFTER = re.compile(
+    r"(?:/|[^\n]{0,80}?(?<![A-Za-z0-9+/]))(?P<aws_secret>[A-Za-z0-9+/]{40})(?![A-Za-z0-9+/=])"
+)
+
+
+def _token(match: re.Match) -> tuple[str, int]:
+    """A vendor token; after an AWS access key id, the secret key logged with it goes too
+    (`AKIA…/<secret>`, `creds AKIA… <secret>`)."""
+    if match[0].startswith(AWS_KEY_IDS):
+        after = _AWS_SECRET_AFTER.match(match.string, match.end())
+        if after is not None and _random_token(after["aws_secret"]):
+            return REDACTED + _scan(match.string[match.end() : after.start("aws_secret")]) + REDACTED, after.end()
+    return REDACTED, match.end()
+
+
+def _decoded(value: str) -> str | None:
+    """A base64 value (either alphabet, padding optional) decoded as text; None when it is not base64."""
+    value = value.rstrip("=")
+    value = value[: len(value) - len(value) % 4] if len(value) % 4 == 1 else value
+    try:
+        data = base64.b64decode(
+            value + "=" * (-len(value) % 4), altchars=b"-_" if "-" in value or "_" in value else None
+        )
+    except (binascii.Error, ValueError):
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def _basic(match: re.Match) -> tuple[str, int]:
+    """`Basic <base64>`: HTTP basic credentials when the value decodes to `user:password`."""
+    head = match.string[match.start() : match.start("basic")]
+    decoded = _decoded(match["basic"])
+    if decoded is not None and ":" in decoded and decoded.isprintable():
+        return head + REDACTED, match.end()
+    return head, match.start("basic")
+
+
+def _base64(match: re.Match) -> tuple[str, int]:
+    """A value starting like an encoded vendor token: redacted when its decoding holds a credential."""
+    decoded = _decoded(match["b64"])
+    if decoded is not None and _scan(decoded) != decoded:
+        return REDACTED, match.end()
+    return match[0], match.end()
+
+
+def _pem_line(match: re.Match) -> tuple[str, int]:
+    line = match["pem_line"] if match["pem_line"] is not None else match["pem_last"]
+    head = match.string[match.start() : match.end() - len(line)]
+    return head + (REDACTED if _random_token(line) else line), match.end()
 
 
 _HANDLERS = {
     "url": _url,
-    "token": lambda match: (REDACTED, match.end()),
+    "token": _token,
     "wandb_key": _wandb,
+    "wandb_key_before": _wandb,
+    "aws_secret": _aws,
+    "basic": _basic,
+    "pem_line": _pem_line,
+    "pem_last": _pem_line,
+    "b64": _base64,
     "kw_word": _keyword,
 }
+
+# What a private key's body is made of (base64, line breaks, JSON-escaped ones), read back from its END line.
+_KEY_BODY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\\ \t\r\n")
+
+
+def _key_body_before(segment: str) -> str:
+    """`segment` with the key body that ends it (up to an END line whose BEGIN is not in the text) redacted."""
+    start = len(segment)
+    while start and segment[start - 1] in _KEY_BODY_CHARS:
+        start -= 1
+    body = segment[start:]
+    if sum(c.isalnum() for c in body) < 16:
+        return segment
+    kept = body[len(body.rstrip(" \t\r\n")) :]
+    return segment[:start] + REDACTED + kept
 
 
 # Above this many characters a text is scanned line by line, and only the lines polars finds the
@@ -186,7 +285,7 @@ def redact_text(text: str) -> str:
         return text
     if len(text) <= LINE_SPLIT_CHARS:
         return _scan(text)
-    if KEY_BLOCK_START in text:
+    if KEY_BLOCK_START in text or KEY_BLOCK_END in text:
         text = _scan(text, KEY_BLOCKS)  # the one match that spans lines, first
     return _redact_lines(text)
 
@@ -211,8 +310,11 @@ def _scan(text: str, scanner: re.Pattern = SCANNER) -> str:
     out: list[str] = []
     pos = 0
     while match is not None:
-        out.append(text[pos : match.start()])
-        if match["block"] is not None:
+        if match["block_tail"] is not None:  # an END line whose BEGIN is not in the text
+            out.append(_key_body_before(text[pos : match.start()]) + match[0])
+            pos = match.end()
+        elif match["block"] is not None:
+            out.append(text[pos : match.start()])
             end = text.find(KEY_BLOCK_END, match.end())
             if end < 0:  # cut off before its END line: everything after it goes
                 out.append(match[0] + REDACTED)
@@ -221,6 +323,7 @@ def _scan(text: str, scanner: re.Pattern = SCANNER) -> str:
             pos = len(text) if close < 0 else close + 5
             out.append(match[0] + REDACTED + text[end:pos])
         else:
+            out.append(text[pos : match.start()])
             group = next(name for name in _HANDLERS if match[name] is not None)
             replacement, pos = _HANDLERS[group](match)
             out.append(replacement)
@@ -254,15 +357,24 @@ def redact_value(value: Any) -> Any:
     Booleans, and numbers except under a password word, are kept (`max_tokens: 512`, `use_auth:
     true`); a dict or list under a secret key keeps its shape with every leaf redacted.
     """
+    return _redact_value(value, frozenset())
+
+
+def _redact_value(value: Any, context: frozenset[str]) -> Any:
+    """`redact_value` within `context`: the vendors (`aws`, `wandb`) named by an enclosing key, a
+    sibling key or a sibling value (an access key id), for the keys with no prefix they use."""
     if isinstance(value, dict):
+        context = context | _vendor_context(value)
         out = {}
         for key, item in value.items():
             name = redact_text(key) if isinstance(key, str) else key
             number = isinstance(item, (int, float)) and not isinstance(item, bool)
             if number and PASSWORD_WORDS.intersection(_words(str(key))):
                 out[name] = REDACTED  # a numeric password is still a password
+            elif isinstance(item, str) and _unprefixed_vendor_key(str(key), item, context):
+                out[name] = REDACTED
             elif item is None or isinstance(item, (bool, int, float)) or not is_secret_key(str(key), item):
-                out[name] = redact_value(item)
+                out[name] = _redact_value(item, context | _vendor_context({key: None}))
             elif isinstance(item, (dict, list, tuple)):
                 out[name] = _blank(item)
             elif isinstance(item, str) and _PLACEHOLDER.fullmatch(item):
@@ -271,12 +383,39 @@ def redact_value(value: Any) -> Any:
                 out[name] = REDACTED
         return out
     if isinstance(value, list):
-        return [redact_value(v) for v in value]
+        return [_redact_value(v, context) for v in value]
     if isinstance(value, tuple):
-        return tuple(redact_value(v) for v in value)
+        return tuple(_redact_value(v, context) for v in value)
     if isinstance(value, str):
         return redact_text(value)
     return value
+
+
+_AWS_KEY_ID = re.compile(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}")
+_AWS_SECRET_VALUE = re.compile(r"[A-Za-z0-9+/]{40}")
+_WANDB_KEY_VALUE = re.compile(r"[0-9a-f]{40}")
+_KEY_WORDS = frozenset({"key", "token", "auth", "secret", "apikey", "credential", "credentials", "password"})
+
+
+def _vendor_context(mapping: dict) -> frozenset[str]:
+    """The vendors a mapping's keys name (`aws_…`, `wandb`) or whose access key id it holds."""
+    named = {w for key in mapping for w in _words(str(key)) if w in ("aws", "wandb")}
+    if any(isinstance(v, str) and _AWS_KEY_ID.fullmatch(v) for v in mapping.values()):
+        named.add("aws")
+    return frozenset(named)
+
+
+def _unprefixed_vendor_key(key: str, value: str, context: frozenset[str]) -> bool:
+    """An AWS secret key (40 random base64 characters) beside an access key id or under an `aws` key,
+    whatever its own key is called (`sk`, `value`); a W&B key (40 hex) under a key-like name within
+    `wandb` (`wandb: {key: …}`, `wandb_key`), never a commit id (`wandb: {git_commit: …}`)."""
+    if "aws" in context and _AWS_SECRET_VALUE.fullmatch(value) and _random_token(value):
+        return True
+    if "wandb" in context and _WANDB_KEY_VALUE.fullmatch(value):
+        words = _words(key)
+        pairs = {a + b for a, b in pairwise(words)}
+        return bool(_KEY_WORDS.intersection(words) | _KEY_WORDS.intersection(pairs))
+    return False
 
 
 def _blank(value: Any) -> Any:

@@ -104,6 +104,8 @@ def training_machine_lines(result: Analysis) -> list[str]:
     if not recorded.get("recorded"):
         lines += [
             "- nothing recorded: no W&B metadata, pip freeze, environment check, code.diff or SDK ids in this run",
+            "- support asks for the SDK versions (`pip show tinker tinker-cookbook`) and the machine "
+            "(`python -c 'import platform; print(platform.platform())'`, `nvidia-smi -L`): paste them with the bundle",
             "",
         ]
         return lines
@@ -143,7 +145,10 @@ def support_summary(result: Analysis) -> str:
     recorded = _recorded(result)
     sessions, runs = recorded.get("session_ids", []), recorded.get("training_run_ids", [])
     found_sessions = ", ".join(code(s, table=False) for s in sessions)
-    lines.append(f"- Tinker session id(s): {found_sessions or 'none found in logs or config'}")
+    lines.append(
+        f"- Tinker session id(s): {found_sessions or 'none found in logs or config'}"
+        + ("" if found_sessions else " (get it from the training process: `tc.get_info()` on its training client)")
+    )
     lines.append(
         f"- Training run id(s) (tinker:// paths, SDK log lines): "
         f"{', '.join(code(r, table=False) for r in runs) or 'none found'}"

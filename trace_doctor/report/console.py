@@ -15,6 +15,7 @@ from rich.table import Table
 from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, RunTables, TimeAccount
 from trace_doctor.report.account_text import shows_account, structure_items, to_explain_rest
+from trace_doctor.report.redaction_notice import UNREDACTED, unredacted
 from trace_doctor.report.terminal_text import inert
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
@@ -162,6 +163,8 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     meta = run.meta
     summary = result.run_summary
     out.print(f"[bold]trace-doctor[/] {escape(meta.path)}")
+    if unredacted(result):
+        out.print(f"  [bold red]{escape(UNREDACTED)}[/]")
     details = [f"trainer {escape(meta.trainer)}" + (f" ({escape(meta.trainer_mode)})" if meta.trainer_mode else "")]
     if meta.model_name:
         details.append(f"model {escape(meta.model_name)}")

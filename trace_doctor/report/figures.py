@@ -165,7 +165,7 @@ def step_time_figure(
     many = len(steps) > 400
     if many:
         fig.add_trace(
-            go.Scattergl(
+            go.Scatter(
                 x=steps,
                 y=totals,
                 mode="lines",

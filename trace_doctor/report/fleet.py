@@ -19,7 +19,9 @@ from trace_doctor.report.console import _console, escape, terminal_width
 from trace_doctor.report.json_doc import SCHEMA_VERSION, _clean
 from trace_doctor.report.markdown import _fit, cell
 from trace_doctor.report.markdown_text import code, html_text
+from trace_doctor.report.redaction_notice import UNREDACTED, fleet_unredacted
 from trace_doctor.report.sarif import SCHEMA_URI
+from trace_doctor.report.summary_text import render_fleet_summary
 from trace_doctor.report.terminal_text import inert
 
 # A fleet table has eight columns: it takes the terminal's width, and at least this many columns.
@@ -50,6 +52,8 @@ def render_fleet_text(fleet: Fleet) -> str:
     tripped = sum(1 for r in fleet.reports if r.gate_tripped)
     failed = sum(1 for r in fleet.reports if r.error)
     out.print(f"[bold]trace-doctor[/] {len(fleet.reports)} runs, each analysed on its own")
+    if fleet_unredacted(fleet):
+        out.print(f"  [bold red]{escape(UNREDACTED)}[/]")
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
     # The run's name is what tells runs apart: folded over lines when long, never cut. Its width is
     # set, not a minimum: rich meets a column's minimum after fitting the table to the terminal, so
@@ -94,7 +98,11 @@ def render_fleet_text(fleet: Fleet) -> str:
 def build_fleet_document(fleet: Fleet) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "trace-doctor", "version": __version__},
+        "tool": {
+            "name": "trace-doctor",
+            "version": __version__,
+            **({"redacted": False} if fleet_unredacted(fleet) else {}),
+        },
         "runs": [r.document for r in fleet.reports if r.document is not None],
         "fleet": _clean(fleet.summary()),
     }
@@ -107,6 +115,8 @@ def render_fleet_json(fleet: Fleet) -> str:
 def render_fleet_markdown(fleet: Fleet) -> str:
     tripped = [r for r in fleet.reports if r.gate_tripped]
     lines = ["# trace-doctor — fleet", ""]
+    if fleet_unredacted(fleet):
+        lines += [f"> **{UNREDACTED}**", ""]
     if tripped:
         lines.append(f"**Gate: FAILED** — {len(tripped)} of {len(fleet.reports)} runs trip it.")
     else:
@@ -185,6 +195,7 @@ RENDERERS = {
     "markdown": render_fleet_markdown,
     "junit": render_fleet_junit,
     "sarif": render_fleet_sarif,
+    "summary": render_fleet_summary,
 }
 
 

@@ -23,6 +23,7 @@ from trace_doctor.humanize import format_seconds, printable
 from trace_doctor.report import figures
 from trace_doctor.report.html import _environment, _plotly_js, script_json
 from trace_doctor.report.json_doc import _clean
+from trace_doctor.report.redaction_notice import UNREDACTED, fleet_unredacted
 from trace_doctor.report.terminal_text import inert
 
 # The stylesheet's colour class of each verdict (the one-run report calls a clear run "ok").
@@ -347,6 +348,7 @@ def render_fleet_html(fleet: Fleet, base_dir: Path | None = None) -> str:
     context = {
         "version": __version__,
         "root": _common_path(fleet),
+        "unredacted": UNREDACTED if fleet_unredacted(fleet) else None,
         "runs": runs,
         "run_count": len(runs),
         "analysed": len(fleet.analysed),

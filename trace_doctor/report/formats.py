@@ -13,6 +13,7 @@ RENDERERS = {
     "markdown": ("trace_doctor.report.markdown", "render_markdown"),
     "junit": ("trace_doctor.report.junit", "render_junit"),
     "sarif": ("trace_doctor.report.sarif", "render_sarif"),
+    "summary": ("trace_doctor.report.summary_text", "render_summary"),
 }
 
 

@@ -1,10 +1,10 @@
 """The shareable HTML report: one self-contained file rendered from an Analysis.
 
-plotly.js is inlined once and the full JSON document is embedded for tools to scrape, so the file
-opens offline and makes no network request. A fleet's per-run pages are the exception: they load one
-plotly.js written beside them (`write_shared_plotly`), or 500 runs would carry 500 copies of it.
-The renderer draws what the tables, the rule context and the findings already say; it diagnoses
-nothing itself.
+plotly.js (a partial bundle: assets/README.md) is inlined once and the full JSON document is
+embedded for tools to scrape, so the file opens offline and makes no network request. A fleet's
+per-run pages are the exception: they load one plotly.js written beside them
+(`write_shared_plotly`), or 500 runs would carry 500 copies of it. The renderer draws what the
+tables, the rule context and the findings already say; it diagnoses nothing itself.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from trace_doctor.model import Analysis, Finding
 from trace_doctor.report import downsample, figures, findings_view, health_view, timeline_figure
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
+from trace_doctor.report.redaction_notice import UNREDACTED, unredacted
 from trace_doctor.report.terminal_text import inert
 
 SIZE_BUDGET_BYTES = 10 * 1024 * 1024
@@ -49,10 +50,24 @@ def script_json(value: Any) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
+# plotly.js with only the trace types the reports draw (scatter, bar, icicle): 1.2 MB where the
+# full bundle is 4.8 MB. Built from plotly.js's own sources, see assets/README.md.
+PLOTLY_ASSET = Path(__file__).with_name("assets") / "plotly-trace-doctor.min.js"
 
-    source = get_plotlyjs()
+
+def plotly_source() -> str:
+    """The partial plotly.js bundle the reports load (read once per process)."""
+    global _PLOTLY_SOURCE
+    if _PLOTLY_SOURCE is None:
+        _PLOTLY_SOURCE = PLOTLY_ASSET.read_text(encoding="utf-8")
+    return _PLOTLY_SOURCE
+
+
+_PLOTLY_SOURCE: str | None = None
+
+
+def _plotly_js() -> str:
+    source = plotly_source()
     # A literal "</script" would end the inline block early; the shipped bundle has none.
     return source.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
 
@@ -63,8 +78,6 @@ def write_shared_plotly(folder: Path) -> Path:
     Written to a temporary file and moved into place, so a page opened (or a second fleet writing
     into the same folder) never sees half a file.
     """
-    from plotly.offline import get_plotlyjs
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     # Not mkstemp: its file is private (0600) and a shared folder's readers could not load it; "x"
@@ -72,7 +85,7 @@ def write_shared_plotly(folder: Path) -> Path:
     temporary = folder / f".{SHARED_PLOTLY}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         with temporary.open("x", encoding="utf-8") as out:
-            out.write(get_plotlyjs())
+            out.write(plotly_source())
         os.replace(temporary, folder / SHARED_PLOTLY)
     except BaseException:
         temporary.unlink(missing_ok=True)
@@ -759,6 +772,7 @@ def render_html(result: Analysis, budget: Budget | None = None, *, plotly_src: s
         "document_json": document,
         "plotly_js": None if plotly_src else _plotly_js(),
         "plotly_src": plotly_src,
+        "unredacted": UNREDACTED if unredacted(result) else None,
         "severity_colour": figures.SEVERITY_COLOUR,
     }
     return _environment().get_template("report.html.j2").render(**context)

@@ -10,6 +10,7 @@ import orjson
 from trace_doctor import __version__
 from trace_doctor.humanize import json_dumps
 from trace_doctor.model import Analysis
+from trace_doctor.report.redaction_notice import tool_block
 
 SCHEMA_VERSION = 1
 
@@ -51,7 +52,7 @@ def build_document(result: Analysis) -> dict[str, Any]:
     step_count = int(live["step"].drop_nulls().n_unique()) if "step" in live.columns and len(live) else 0
     document = {
         "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "trace-doctor", "version": __version__},
+        "tool": tool_block(result, __version__),
         "run": {
             "path": run.meta.path,
             "trainer": run.meta.trainer,

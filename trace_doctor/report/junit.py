@@ -10,6 +10,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from trace_doctor.model import Analysis, Finding
+from trace_doctor.report.redaction_notice import unredacted
 from trace_doctor.report.terminal_text import inert
 
 # XML 1.0 forbids most control characters, which can appear in log lines.
@@ -39,7 +40,10 @@ def render_junit(result: Analysis) -> str:
 
     suites = ET.Element("testsuites", name="trace-doctor")
     suite = ET.SubElement(suites, "testsuite", name="trace-doctor", hostname="trace-doctor")
-    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="run", value=_text(result.run.meta.path))
+    properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="run", value=_text(result.run.meta.path))
+    if unredacted(result):
+        ET.SubElement(properties, "property", name="redacted", value="false")
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for outcome in sorted(result.outcomes, key=lambda o: (codes.get(o.rule) or _code(o.rule), o.rule)):
         counts["tests"] += 1

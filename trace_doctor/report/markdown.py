@@ -12,6 +12,7 @@ from trace_doctor.humanize import format_seconds, launches_line
 from trace_doctor.model import Analysis, BaselineComparison, Finding
 from trace_doctor.report.account_text import shows_account, structure_items, to_explain_rest
 from trace_doctor.report.markdown_text import code, html_text, prose
+from trace_doctor.report.redaction_notice import UNREDACTED, unredacted
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
 
@@ -249,6 +250,8 @@ def _account(result: Analysis) -> list[str]:
 
 def render_markdown(result: Analysis) -> str:
     lines = ["# trace-doctor", "", gate_line(result), ""]
+    if unredacted(result):
+        lines += [f"> **{UNREDACTED}**", ""]
     if result.verdict is not None:
         lines += [f"**Diagnosis:** {cell(result.verdict.headline, 600, table=False)}", ""]
     lines += _summary(result)

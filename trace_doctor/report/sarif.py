@@ -18,6 +18,7 @@ import polars as pl
 from trace_doctor import __version__
 from trace_doctor.humanize import json_dumps
 from trace_doctor.model import Analysis, Finding
+from trace_doctor.report.redaction_notice import unredacted
 from trace_doctor.report.terminal_text import inert
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -168,6 +169,7 @@ def build_sarif(result: Analysis) -> dict[str, Any]:
                 "results": results,
                 "properties": {
                     "run": result.run.meta.path,
+                    **({"redacted": False} if unredacted(result) else {}),
                     "baseline": result.baseline.verdict if result.baseline is not None else None,
                 },
             }
