@@ -75,3 +75,35 @@ class RunStoppedPolicy:
         "blocks are stamped to the second, so a shorter hold cannot be told from the last dump of a killed run.",
         bounds=POSITIVE,
     )
+
+
+@dataclass(frozen=True)
+class NetworkLatencyPolicy:
+    slow_round_trip_s: float = threshold(
+        2.0,
+        unit="s",
+        why="The debug guide's network check (Step 6): a get_server_capabilities() round trip over 2 s suggests "
+        "network trouble between the client and the service.",
+        bounds=POSITIVE,
+    )
+    fast_round_trip_s: float = threshold(
+        1.0,
+        unit="s",
+        why="The same check's other bound: under 1 s rules the network out, so long waits are the service's "
+        "(escalate with the session id, Step 7).",
+        bounds=POSITIVE,
+    )
+    slow_wait_s: float = threshold(
+        5.0,
+        unit="s",
+        why="A call whose `wait` (the guide's submit/wait timing, Step 3) is this long is slow for a Tinker "
+        "clock cycle of a few seconds: the time went to the network or the service.",
+        bounds=POSITIVE,
+    )
+    slow_submit_s: float = threshold(
+        0.5,
+        unit="s",
+        why="A `submit` this long is client-side work (serialization, data preparation: Step 4), not the "
+        "network: such calls are not counted as waits the network explains.",
+        bounds=POSITIVE,
+    )

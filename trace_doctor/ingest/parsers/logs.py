@@ -25,6 +25,7 @@ from trace_doctor.ingest.parsers.log_kinds import (
     Classified,
     classify_exception_line,
     classify_message,
+    guide_printout,
     interesting,
     tinker_run_ids,
     versions_in,
@@ -168,7 +169,7 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
         # Continuation lines of a record (tables, examples) are not events of their own, but a
         # version, run id or GIL-monitor line printed into the middle of a record still is.
         # stderr lines (warnings.warn output) interleave with records in console captures.
-        if "[GIL monitor]" in text or "Warning: " in text:
+        if "[GIL monitor]" in text or "Warning: " in text or guide_printout(text):
             _bare(state, line, text)
             return
         _handle_versions(state, line, text)
