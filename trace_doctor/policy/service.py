@@ -49,6 +49,25 @@ class ServerSideWaitPolicy:
         why="Only a loop that pipelines nearly every step rules out the client: otherwise it is pipelining-gap.",
         bounds=SHARE,
     )
+    max_starved_share: float = threshold(
+        0.5,
+        unit="share of the late seconds",
+        why="The guide rules the GIL out before the network and the service (Step 5 before 6-7): when the SDK "
+        "loop's task dumps stopped (alone, or with every loop) for at least this share of the time results were "
+        "late, a starved SDK thread that could not poll explains them as well as a queue, and the service is not "
+        "blamed.",
+        bounds=SHARE,
+    )
+    min_silent_intervals: float = threshold(
+        2.5,
+        unit="dump intervals",
+        why="A loop's dumps missing for this many of their intervals is a stopped loop, not scheduling jitter "
+        "(as gil-stall reads them).",
+        bounds=POSITIVE,
+    )
+    min_silence_s: float = threshold(
+        0.5, unit="s", why="A shorter dump silence is scheduling noise, not a stopped SDK loop.", bounds=POSITIVE
+    )
     min_step_intervals: int = threshold(
         3,
         unit="step intervals",

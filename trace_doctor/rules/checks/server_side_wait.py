@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.dump_cadence import Silence, process_silences, silences
 from trace_doctor.derive.intervals import merge, overlap
 from trace_doctor.derive.pipelining import PIPELINING_CALLS, fb_optim_waits, step_transitions
 from trace_doctor.derive.sessions import session_ids
@@ -93,6 +94,14 @@ def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
         )
     late = intervals.filter(pl.col("interval_s") > cycle.seconds)
     seconds = float((late["interval_s"] - cycle.seconds).sum())
+    starved = sdk_loop_silences(ctx)
+    starved_s = sum(s.lower_bound_s for s in starved)
+    if starved and starved_s >= t.max_starved_share * seconds:
+        return ctx.passed(
+            f"results arrived late ({seconds:.1f} s over one cycle per step), but the SDK loop's task dumps stopped "
+            f"{len(starved)} time(s) for at least {starved_s:.1f} s: a starved SDK thread cannot poll its results "
+            "(gil-stall), and the guide rules the GIL out before blaming the service (Step 5 before Steps 6-7)"
+        )
     sessions = session_ids(run.log_events, run.meta.config)
     escalate = (
         f"session id{'s' if len(sessions) > 1 else ''} {', '.join(sessions[:5])}"
@@ -132,6 +141,21 @@ def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
     ]
 
 
+def sdk_loop_silences(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Silence]:
+    """Times the SDK loop's ([holder]) task dumps stopped: alone while [main] dumped, or with every loop.
+
+    Either way the thread that polls results could not run; a main loop that stopped alone (blocked in
+    sync code) leaves the SDK thread polling and is not counted.
+    """
+    snapshots = ctx.run.task_snapshots
+    if snapshots.is_empty():
+        return []
+    t = ctx.thresholds
+    knobs = {"min_intervals": float(t.min_silent_intervals), "min_seconds": float(t.min_silence_s)}
+    holder = [s for s in silences(snapshots, **knobs) if s.label == "holder" and "main" in s.other_dumps]
+    return holder + process_silences(snapshots, **knobs)
+
+
 RULE = register(
     Rule(
         slug="server-side-wait",
@@ -150,7 +174,9 @@ RULE = register(
             ),
             evidence=(
                 "Median submit-only span (hand-off) duration, the share of steps pipelined (fb→optim back to back, "
-                "next step submitted ahead), the mean step interval in clock cycles, the session ids in the logs."
+                "next step submitted ahead), the mean step interval in clock cycles, the session ids in the logs. "
+                "Silent when the asyncio task dumps show the SDK loop stopped for half the late time or more: a "
+                "starved SDK thread (gil-stall) delays results as a queue does, and the guide rules it out first."
             ),
             fix="Escalate with the session id and `trace-doctor bundle`; check the status page.",
         ),
