@@ -18,7 +18,8 @@ from conftest import fixture_run
 from trace_doctor.api import analyze, load_run
 
 BLOCK = re.compile(
-    r"\n===== (?P<ts>[\d-]+ [\d:]+) asyncio task dump \[(?P<label>\w+)\].*?\n===== [\d-]+ [\d:]+ end \[(?P=label)\] =====\n",
+    r"\n===== (?P<ts>[\d-]+ [\d:]+) asyncio task dump \[(?P<label>\w+)\].*?"
+    r"\n===== [\d-]+ [\d:]+ end \[(?P=label)\] =====\n",
     re.DOTALL,
 )
 
