@@ -128,6 +128,28 @@ def _log_events(*messages: str) -> pl.DataFrame:
 
 
 @cache
+def guide_printouts() -> RunTables:
+    """The debug guide's network check (2.5 s round trip) and two timed calls: a 6 s wait behind a prompt
+    submit, and a 9 s wait behind a 0.8 s submit."""
+    from trace_doctor.ingest.parsers.logs import parse_lines, table_of
+
+    lines = ["API round-trip: 2.50s", "submit: 0.02s, wait: 6.00s", "submit: 0.80s, wait: 9.00s"]
+    run = RunTables()
+    run.log_events = table_of(parse_lines(lines, "stdout.txt")[0])
+    return run
+
+
+@cache
+def service_queue_with_silent_loops() -> RunTables:
+    """sl_server_queue (results 4 cycles late, 3.6 s over one cycle per step) with no [main] or [holder]
+    task dump stamped 00:46:07-00:46:09: both loops stopped for at least 3 s."""
+    run = load_run(fixture_run("sl_server_queue"))
+    second = pl.col("timestamp").cast(pl.String).str.slice(11, 8)
+    run.task_snapshots = run.task_snapshots.filter(~second.is_in(["00:46:07", "00:46:08", "00:46:09"]))
+    return run
+
+
+@cache
 def gil_monitor_with_erratic_steps() -> RunTables:
     """12 SFT steps alternating 1 s and 2 s, and a GIL-monitor line with 3.25 s of jitter."""
     rows = [
@@ -630,6 +652,20 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("server-side-wait", "min_pipelined_share"): Probe(
         pipelined_loop_served_late, 0.96, "18 of 19 transitions pipelined no longer rule the client out: passed"
+    ),
+    ("server-side-wait", "max_starved_share"): Probe(
+        service_queue_with_silent_loops, 0.9, "3.0 s of silent SDK-loop dumps against 3.6 s late: passed -> fired"
+    ),
+    ("server-side-wait", "min_silent_intervals"): Probe(
+        service_queue_with_silent_loops, 20, "a 3 s silence is under 20 dump intervals (5 s): passed -> fired"
+    ),
+    ("server-side-wait", "min_silence_s"): Probe(
+        service_queue_with_silent_loops, 5.0, "a 3-4 s silence is under 5 s: passed -> fired"
+    ),
+    ("network-latency", "slow_round_trip_s"): Probe(guide_printouts, 3.0, "a 2.5 s round trip: fired -> passed"),
+    ("network-latency", "slow_wait_s"): Probe(guide_printouts, 10.0, "the 6 s wait is no longer a network wait"),
+    ("network-latency", "slow_submit_s"): Probe(
+        guide_printouts, 1.0, "the 9 s wait behind a 0.8 s submit now counts as a network wait"
     ),
     ("server-side-wait", "min_step_intervals"): Probe(
         pipelined_loop_served_late, 1000, "fewer traced step intervals: fired -> not_applicable"

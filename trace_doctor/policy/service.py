@@ -105,13 +105,6 @@ class NetworkLatencyPolicy:
         "network trouble between the client and the service.",
         bounds=POSITIVE,
     )
-    fast_round_trip_s: float = threshold(
-        1.0,
-        unit="s",
-        why="The same check's other bound: under 1 s rules the network out, so long waits are the service's "
-        "(escalate with the session id, Step 7).",
-        bounds=POSITIVE,
-    )
     slow_wait_s: float = threshold(
         5.0,
         unit="s",

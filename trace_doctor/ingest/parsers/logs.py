@@ -240,7 +240,8 @@ def parse_lines(lines: list[str], source: str, *, freeze_file: bool = False) -> 
     return state.rows, read
 
 
-def _table(rows: list[dict[str, Any]]) -> pl.DataFrame:
+def table_of(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """The `log_events` table of parse_lines' rows."""
     if not rows:
         return pl.DataFrame(schema=LOG_EVENTS_SCHEMA)
     columns = {name: [row.get(name) for row in rows] for name in LOG_EVENTS_SCHEMA if name != "fields"}
@@ -266,4 +267,4 @@ def parse_log_files(paths: Iterable[Path], warnings: list[IngestWarning]) -> tup
         file_rows, read = parse_lines(lines, str(path), freeze_file=path.name == "requirements.txt")
         rows.extend(file_rows)
         info.records = read
-    return _table(rows), inputs
+    return table_of(rows), inputs
