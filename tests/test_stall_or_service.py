@@ -75,3 +75,42 @@ def test_healthy_long_cycle_is_not_a_service_problem():
     assert not of_rule(result, "server-side-wait")
     assert not of_rule(result, "gil-stall")
     assert not of_rule(result, "network-latency")
+
+
+# --- a GIL stall without the GIL monitor (sl_gil_stall_unmonitored) --------------------------------
+
+
+def test_gil_stall_without_a_monitor_is_read_from_submits_gaps_steps_and_dumps():
+    result = analyze(load_run(fixture_run("sl_gil_stall_unmonitored")))
+    (gil,) = of_rule(result, "gil-stall")
+    kinds = {s["kind"] for s in gil.evidence["signals"]}
+    assert {"all-loops-silent", "trace-submit-loop-stopped", "trace-gap", "step-times"} <= kinds
+    assert not kinds & {"gil-monitor", "heartbeat", "heartbeat-while-busy"}
+    submits = next(s for s in gil.evidence["signals"] if s["kind"] == "trace-submit-loop-stopped")
+    assert {span["step"] for span in submits["spans"]} == {6, 21}
+    assert result.verdict.costliest is gil
+
+
+def test_long_submits_with_the_sdk_loop_stopped_are_not_a_blocking_call():
+    result = analyze(load_run(fixture_run("sl_gil_stall_unmonitored")))
+    assert not of_rule(result, "blocking-call-in-async")
+    reason = outcome(result, "blocking-call-in-async").reason
+    assert "did not keep running" in reason and "gil-stall" in reason
+    assert not of_rule(result, "server-side-wait")
+
+
+def test_loops_that_stop_together_are_not_one_loops_silence():
+    from trace_doctor.derive.dump_cadence import process_silences, silences
+
+    dumps = load_run(fixture_run("sl_gil_stall_unmonitored")).task_snapshots
+    # [main] and [holder] went quiet over the same seconds: a process silence, not "[main] stopped while
+    # [holder] kept dumping" (which would read as a blocking call with the SDK thread alive).
+    assert silences(dumps, min_intervals=2.5, min_seconds=0.5) == []
+    assert len(process_silences(dumps, min_intervals=2.5, min_seconds=0.5)) == 4
+
+
+def test_a_main_loop_blocked_alone_is_still_its_own_silence():
+    from trace_doctor.derive.dump_cadence import silences
+
+    dumps = load_run(fixture_run("sl_blocking_result")).task_snapshots
+    assert {s.label for s in silences(dumps, min_intervals=2.5, min_seconds=0.5)} == {"main"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.derive.dump_cadence import Silence, process_silences, silences
+from trace_doctor.derive.dump_cadence import sdk_loop_silences
 from trace_doctor.derive.intervals import merge, overlap
 from trace_doctor.derive.pipelining import PIPELINING_CALLS, fb_optim_waits, step_transitions
 from trace_doctor.derive.sessions import session_ids
@@ -94,7 +94,9 @@ def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
         )
     late = intervals.filter(pl.col("interval_s") > cycle.seconds)
     seconds = float((late["interval_s"] - cycle.seconds).sum())
-    starved = sdk_loop_silences(ctx)
+    starved = sdk_loop_silences(
+        run.task_snapshots, min_intervals=float(t.min_silent_intervals), min_seconds=float(t.min_silence_s)
+    )
     starved_s = sum(s.lower_bound_s for s in starved)
     if starved and starved_s >= t.max_starved_share * seconds:
         return ctx.passed(
@@ -139,21 +141,6 @@ def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
             fingerprint="server-side-wait",
         )
     ]
-
-
-def sdk_loop_silences(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Silence]:
-    """Times the SDK loop's ([holder]) task dumps stopped: alone while [main] dumped, or with every loop.
-
-    Either way the thread that polls results could not run; a main loop that stopped alone (blocked in
-    sync code) leaves the SDK thread polling and is not counted.
-    """
-    snapshots = ctx.run.task_snapshots
-    if snapshots.is_empty():
-        return []
-    t = ctx.thresholds
-    knobs = {"min_intervals": float(t.min_silent_intervals), "min_seconds": float(t.min_silence_s)}
-    holder = [s for s in silences(snapshots, **knobs) if s.label == "holder" and "main" in s.other_dumps]
-    return holder + process_silences(snapshots, **knobs)
 
 
 RULE = register(
