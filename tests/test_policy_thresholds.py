@@ -150,6 +150,19 @@ def service_queue_with_silent_loops() -> RunTables:
 
 
 @cache
+def blas_hold_in_a_long_run() -> RunTables:
+    """sl_blas_main_thread plus 20 idle stack-watchdog blocks: its 5-block BLAS hold is 15% of the samples."""
+    run = load_run(fixture_run("sl_blas_main_thread"))
+    stacks = run.stack_snapshots
+    first = stacks.filter(pl.col("snapshot") == stacks["snapshot"].min())
+    last = int(stacks["snapshot"].max())
+    dtype = first.schema["snapshot"]
+    copies = [first.with_columns(pl.lit(last + 1 + i, dtype=dtype).alias("snapshot")) for i in range(20)]
+    run.stack_snapshots = pl.concat([stacks, *copies])
+    return run
+
+
+@cache
 def gil_monitor_with_erratic_steps() -> RunTables:
     """12 SFT steps alternating 1 s and 2 s, and a GIL-monitor line with 3.25 s of jitter."""
     rows = [
@@ -706,6 +719,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("cpu-bound-main-thread", "min_seconds"): Probe("demo", 10.0, "5.2 s of CPU code: fired -> passed"),
     ("cpu-bound-main-thread", "min_stack_blocks"): Probe(
         "sl_gil_stall", 100, "the stack-watchdog finding goes, the profile's stays"
+    ),
+    ("cpu-bound-main-thread", "min_consecutive_blocks"): Probe(
+        blas_hold_in_a_long_run, 6, "a 5-block hold in BLAS, 15% of the samples, is no longer named: fired -> passed"
     ),
     # profile-without-async-mode
     ("profile-without-async-mode", "min_idle_share"): Probe(

@@ -114,3 +114,48 @@ def test_a_main_loop_blocked_alone_is_still_its_own_silence():
 
     dumps = load_run(fixture_run("sl_blocking_result")).task_snapshots
     assert {s.label for s in silences(dumps, min_intervals=2.5, min_seconds=0.5)} == {"main"}
+
+
+# --- the main thread held in BLAS while the SDK thread runs (sl_blas_main_thread) ------------------
+
+
+def blas_hold_in_a_long_run(extra_idle_blocks: int = 20):
+    """sl_blas_main_thread with `extra_idle_blocks` more watchdog blocks of idle threads (copies of its first
+    block): the 5-block BLAS hold becomes a small share of the samples, as in a long run."""
+    import polars as pl
+
+    run = load_run(fixture_run("sl_blas_main_thread"))
+    stacks = run.stack_snapshots
+    first = stacks.filter(pl.col("snapshot") == stacks["snapshot"].min())
+    last = int(stacks["snapshot"].max())
+    copies = [
+        first.with_columns(pl.lit(last + 1 + i, dtype=first.schema["snapshot"]).alias("snapshot"))
+        for i in range(extra_idle_blocks)
+    ]
+    run.stack_snapshots = pl.concat([stacks, *copies])
+    return run
+
+
+def test_main_thread_held_in_blas_is_named_as_cpu_work_with_the_sdk_thread_running():
+    result = analyze(load_run(fixture_run("sl_blas_main_thread")))
+    (cpu,) = [f for f in of_rule(result, "cpu-bound-main-thread") if f.fingerprint == "cpu-bound-main-thread:stacks"]
+    assert cpu.evidence["longest_hold_samples"] >= 3
+    assert "matrix product (@, BLAS)" in cpu.message and "not a GIL stall" in cpu.message
+    (blocking,) = of_rule(result, "blocking-call-in-async")
+    assert "SDK thread kept running" in blocking.message
+    assert not of_rule(result, "gil-stall")
+
+
+def test_a_long_hold_is_named_even_as_a_small_share_of_a_long_run():
+    run = blas_hold_in_a_long_run()
+    result = analyze(run)
+    (cpu,) = [f for f in of_rule(result, "cpu-bound-main-thread") if f.fingerprint == "cpu-bound-main-thread:stacks"]
+    assert cpu.evidence["share"] < 0.25 and cpu.evidence["longest_hold_samples"] >= 3
+
+
+def test_a_decorator_line_is_not_a_matrix_product():
+    from trace_doctor.derive.profile_stats import _MATMUL_IN_CODE
+
+    assert _MATMUL_IN_CODE.search("product = features @ features.T")
+    assert _MATMUL_IN_CODE.search("scores = (x)@w")
+    assert not _MATMUL_IN_CODE.search("@trace.scope")

@@ -339,8 +339,11 @@ def top_categories(values: dict[str, float], n: int = 5) -> list[tuple[str, floa
 
 # A source line that calls into a CPU library from application code (the C call has no frame).
 _CPU_CALL_IN_CODE = re.compile(
-    r"\b(np|numpy|torch|re|regex|tokenizer\w*|json|orjson)(\.\w+)+\(|\.(encode|batch_encode\w*|apply_chat_template)\("
+    r"\b(np|numpy|torch|scipy|re|regex|tokenizer\w*|json|orjson)(\.\w+)+\(|\.(encode|batch_encode\w*|apply_chat_template)\("
 )
+# A matrix product written with the operator (`scores = features @ weights.T`): numpy or torch on the CPU, in
+# BLAS, which releases the GIL while it runs. A decorator line (`@scope`) starts with the `@` and is not one.
+_MATMUL_IN_CODE = re.compile(r"[\w)\]]\s*@\s*[\w(]")
 
 
 @dataclass(frozen=True)
@@ -423,4 +426,6 @@ def _classify_stack(source: str, snapshot: int, label: str, frames: list[dict]) 
     call = _CPU_CALL_IN_CODE.search(inner.get("code") or "")
     if call:
         return state("cpu", call.group(0).rstrip("("), inner)
+    if _MATMUL_IN_CODE.search(inner.get("code") or ""):
+        return state("cpu", "matrix product (@, BLAS)", inner)
     return state("other", category, inner)
