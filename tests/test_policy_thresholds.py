@@ -16,10 +16,12 @@ here, in the style of the rule tests (tests/test_rules_*.py).
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -147,6 +149,26 @@ def service_queue_with_silent_loops() -> RunTables:
     second = pl.col("timestamp").cast(pl.String).str.slice(11, 8)
     run.task_snapshots = run.task_snapshots.filter(~second.is_in(["00:46:07", "00:46:08", "00:46:09"]))
     return run
+
+
+@cache
+def request_pending_90_s() -> RunTables:
+    """Task dumps of the simulated SDK: a forward_backward pending 91 s while both loops dump every second."""
+    from guide_cases import replayed_dumps
+
+    path = Path(tempfile.mkdtemp()) / "task_dump.txt"
+    replayed_dumps(path, pending_dumps=92)
+    return load_run(path)
+
+
+@cache
+def profile_awaiting_results() -> RunTables:
+    """An async-mode profile of a loop on the simulated SDK that mostly awaits result_async (a queued service)."""
+    from guide_cases import profile_awaiting_results as write_profile
+
+    path = Path(tempfile.mkdtemp()) / "profile.json"
+    write_profile(path)
+    return load_run(path)
 
 
 @cache
@@ -674,6 +696,12 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("server-side-wait", "min_silence_s"): Probe(
         service_queue_with_silent_loops, 5.0, "a 3-4 s silence is under 5 s: passed -> fired"
+    ),
+    ("server-side-wait", "min_pending_s"): Probe(
+        request_pending_90_s, 120.0, "a request pending 91 s is no longer the service's: fired -> not_applicable"
+    ),
+    ("server-side-wait", "min_result_wait_share"): Probe(
+        profile_awaiting_results, 0.99, "a profile mostly awaiting results is no longer called the service's"
     ),
     ("network-latency", "slow_round_trip_s"): Probe(guide_printouts, 3.0, "a 2.5 s round trip: fired -> passed"),
     ("network-latency", "slow_wait_s"): Probe(guide_printouts, 10.0, "the 6 s wait is no longer a network wait"),

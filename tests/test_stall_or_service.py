@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from conftest import fixture_run
+from guide_cases import profile_awaiting_results, replayed_dumps
 
 from trace_doctor.api import analyze, load_run
 
@@ -159,3 +160,50 @@ def test_a_decorator_line_is_not_a_matrix_product():
     assert _MATMUL_IN_CODE.search("product = features @ features.T")
     assert _MATMUL_IN_CODE.search("scores = (x)@w")
     assert not _MATMUL_IN_CODE.search("@trace.scope")
+
+
+# --- a request pending on the service while both loops run; a profile awaiting results -------------
+
+
+def test_a_request_pending_90_s_with_both_loops_running_waits_on_the_service(tmp_path):
+    dump = tmp_path / "task_dump.txt"
+    replayed_dumps(dump, pending_dumps=92)
+    result = analyze(load_run(dump))
+    (wait,) = of_rule(result, "server-side-wait")
+    assert wait.fingerprint == "server-side-wait:pending-request" and wait.severity == "info"
+    (request,) = wait.evidence["requests"]
+    assert request["coroutine"] == "TrainingClient._run_fwd_bwd.<locals>._run_async"
+    assert request["pending_at_least_s"] >= 90
+    assert not of_rule(result, "gil-stall") and not of_rule(result, "blocking-call-in-async")
+
+
+def test_a_short_pending_request_is_the_ordinary_wait(tmp_path):
+    dump = tmp_path / "task_dump.txt"
+    replayed_dumps(dump, pending_dumps=20)
+    assert not of_rule(analyze(load_run(dump)), "server-side-wait")
+
+
+def test_a_request_pending_across_a_stop_of_both_loops_is_not_the_services(tmp_path):
+    dump = tmp_path / "task_dump.txt"
+    replayed_dumps(dump, pending_dumps=92, stop_both_at=40)
+    result = analyze(load_run(dump))
+    assert not of_rule(result, "server-side-wait")
+    assert of_rule(result, "gil-stall")
+
+
+def test_a_profile_mostly_awaiting_results_is_waiting_on_the_server(tmp_path):
+    profile = tmp_path / "profile.json"
+    profile_awaiting_results(profile)
+    result = analyze(load_run(profile))
+    (wait,) = of_rule(result, "server-side-wait")
+    assert wait.fingerprint.startswith("server-side-wait:profile") and wait.evidence["share"] >= 0.5
+    assert not of_rule(result, "cpu-bound-main-thread") and not of_rule(result, "profile-without-async-mode")
+
+
+def test_a_profile_of_ordinary_waits_is_neither_the_service_nor_a_gil_stall():
+    # fixtures/profiles/profile_async.json: an idle await of a future another thread completes (37% of the
+    # profile), serialization and CPU work: no service reading, and no GIL stall from an idle wait.
+    from conftest import ROOT
+
+    result = analyze(load_run(ROOT / "fixtures" / "profiles" / "profile_async.json"))
+    assert not of_rule(result, "server-side-wait") and not of_rule(result, "gil-stall")

@@ -333,6 +333,34 @@ def cpu_share(item: ProfileBreakdown) -> float:
     return share
 
 
+# The SDK's wait for a request's result (`AwaitableConcurrentFuture.result_async` in the guide; `APIFuture.
+# result_async`, `_APIFuture._result_async`): time under it in an async-mode profile is time waiting for the server.
+RESULT_WAIT_FUNCTIONS = frozenset({"result_async", "_result_async"})
+
+
+def result_wait_s(frames: pl.DataFrame) -> dict[str, float]:
+    """Per profile, the seconds spent under the SDK's result waits (outermost occurrences only)."""
+    if frames.is_empty():
+        return {}
+    out: dict[str, float] = {}
+    for (profile,), group in frames.group_by(["profile"], maintain_order=True):
+        rows = {r["frame_id"]: r for r in group.to_dicts()}
+        total = 0.0
+        for row in rows.values():
+            if row["function"] not in RESULT_WAIT_FUNCTIONS:
+                continue
+            parent, nested = rows.get(row["parent_id"]), False
+            while parent is not None:
+                if parent["function"] in RESULT_WAIT_FUNCTIONS:
+                    nested = True
+                    break
+                parent = rows.get(parent["parent_id"])
+            if not nested:
+                total += row["time_s"] or 0.0
+        out[str(profile)] = total
+    return out
+
+
 def top_categories(values: dict[str, float], n: int = 5) -> list[tuple[str, float]]:
     return sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 

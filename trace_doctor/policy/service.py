@@ -68,6 +68,21 @@ class ServerSideWaitPolicy:
     min_silence_s: float = threshold(
         0.5, unit="s", why="A shorter dump silence is scheduling noise, not a stopped SDK loop.", bounds=POSITIVE
     )
+    min_pending_s: float = threshold(
+        60.0,
+        unit="s",
+        why="The guide's Step 6-7 reading of the task dumps: an SDK request still pending this long while both "
+        "event loops keep dumping waited on the service (or the network), not on the client. A Tinker clock "
+        "cycle is seconds long and a pipelined request is served within one or two.",
+        bounds=POSITIVE,
+    )
+    min_result_wait_share: float = threshold(
+        0.5,
+        unit="share of profile time",
+        why="The guide's profile reading (Step 4, option B): most of an async-mode profile awaiting the SDK's "
+        "result_async is waiting for the server, network or service; less is the ordinary wait of a busy loop.",
+        bounds=SHARE,
+    )
     min_step_intervals: int = threshold(
         3,
         unit="step intervals",
