@@ -177,3 +177,17 @@ def test_which_smoke_step_failed_is_the_finding(tmp_path):
     decoded = {f.evidence["error_id"]: f for f in of_rule(result, "decoded-error")}
     assert "smoke-client-failed" in decoded and "smoke-api-unreachable" not in decoded
     assert "capacity" in decoded["smoke-client-failed"].message
+
+
+def test_high_submits_in_the_printed_timings_are_client_side(tmp_path):
+    text = "submit: 2.50s, wait: 0.40s\nsubmit: 2.61s, wait: 0.35s\nsubmit: 2.48s, wait: 0.41s\n"
+    result = analysed(tmp_path, text)
+    (client,) = of_rule(result, "serialization-stall")
+    assert client.fingerprint == "serialization-stall:printed-timings"
+    assert client.evidence["slow_submits"] == 3 and client.seconds_lost == pytest.approx(7.59)
+    assert not of_rule(result, "network-latency")
+
+
+def test_fast_submits_with_long_waits_are_not_client_side(tmp_path):
+    text = "submit: 0.02s, wait: 41.30s\nsubmit: 0.01s, wait: 38.00s\nsubmit: 0.02s, wait: 40.10s\n"
+    assert not of_rule(analysed(tmp_path, text), "serialization-stall")
