@@ -191,3 +191,17 @@ def test_high_submits_in_the_printed_timings_are_client_side(tmp_path):
 def test_fast_submits_with_long_waits_are_not_client_side(tmp_path):
     text = "submit: 0.02s, wait: 41.30s\nsubmit: 0.01s, wait: 38.00s\nsubmit: 0.02s, wait: 40.10s\n"
     assert not of_rule(analysed(tmp_path, text), "serialization-stall")
+
+
+def test_long_waits_behind_fast_submits_with_a_fast_round_trip_are_the_services(tmp_path):
+    text = "API round-trip: 0.42s\nsubmit: 0.02s, wait: 41.30s\nsubmit: 0.01s, wait: 38.00s\n"
+    result = analysed(tmp_path, text)
+    (service,) = of_rule(result, "server-side-wait")
+    assert service.fingerprint == "server-side-wait:printed-timings" and service.severity == "info"
+    assert service.evidence["wait_s"] == pytest.approx(79.3)
+    assert not of_rule(result, "network-latency") and not of_rule(result, "serialization-stall")
+
+
+def test_long_waits_with_a_slow_round_trip_are_the_networks_not_the_services(tmp_path):
+    result = analysed(tmp_path, "API round-trip: 3.80s\nsubmit: 0.02s, wait: 41.30s\n")
+    assert of_rule(result, "network-latency") and not of_rule(result, "server-side-wait")

@@ -142,6 +142,17 @@ def guide_printouts() -> RunTables:
 
 
 @cache
+def printed_service_waits() -> RunTables:
+    """The guide's printouts: a 0.42 s round trip and a call that waited 6 s behind a 0.02 s submit."""
+    from trace_doctor.ingest.parsers.logs import parse_lines, table_of
+
+    run = RunTables()
+    lines = ["API round-trip: 0.42s", "submit: 0.02s, wait: 6.00s"]
+    run.log_events = table_of(parse_lines(lines, "stdout.txt")[0])
+    return run
+
+
+@cache
 def service_queue_with_silent_loops() -> RunTables:
     """sl_server_queue (results 4 cycles late, 3.6 s over one cycle per step) with no [main] or [holder]
     task dump stamped 00:46:07-00:46:09: both loops stopped for at least 3 s."""
@@ -696,6 +707,12 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("server-side-wait", "min_silence_s"): Probe(
         service_queue_with_silent_loops, 5.0, "a 3-4 s silence is under 5 s: passed -> fired"
+    ),
+    ("server-side-wait", "min_printed_wait_s"): Probe(
+        printed_service_waits, 10.0, "a 6 s wait is no longer long: fired -> not_applicable"
+    ),
+    ("server-side-wait", "max_round_trip_s"): Probe(
+        printed_service_waits, 0.3, "a 0.42 s round trip no longer rules the network out: fired -> not_applicable"
     ),
     ("server-side-wait", "min_pending_s"): Probe(
         request_pending_90_s, 120.0, "a request pending 91 s is no longer the service's: fired -> not_applicable"

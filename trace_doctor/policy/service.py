@@ -83,6 +83,20 @@ class ServerSideWaitPolicy:
         "result_async is waiting for the server, network or service; less is the ordinary wait of a busy loop.",
         bounds=SHARE,
     )
+    min_printed_wait_s: float = threshold(
+        5.0,
+        unit="s",
+        why="The guide's own `submit: Ss, wait: Ws` timing (Step 3): a wait this long behind a prompt submit is "
+        "slow for a Tinker clock cycle of a few seconds; with a fast round trip it is the service's (Step 7).",
+        bounds=POSITIVE,
+    )
+    max_round_trip_s: float = threshold(
+        1.0,
+        unit="s",
+        why="The guide's network check (Step 6): an API round trip under 1 s rules the network out, so long waits "
+        "behind prompt submits are the service's.",
+        bounds=POSITIVE,
+    )
     min_step_intervals: int = threshold(
         3,
         unit="step intervals",

@@ -20,7 +20,7 @@ import polars as pl
 
 from trace_doctor.derive.dump_cadence import Silence, process_silences, sdk_loop_silences, silences
 from trace_doctor.derive.intervals import merge, overlap
-from trace_doctor.derive.log_signals import gil_monitor_lines
+from trace_doctor.derive.log_signals import call_timing_lines, gil_monitor_lines, round_trip_lines
 from trace_doctor.derive.pending_requests import PendingRequest, pending_requests
 from trace_doctor.derive.pipelining import PIPELINING_CALLS, fb_optim_waits, step_transitions
 from trace_doctor.derive.profile_stats import result_wait_s, wall_times
@@ -41,7 +41,8 @@ CYCLES_NEEDED = 2
 def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
     """The trace's reading, then the dumps' and the profile's, each a finding of its own."""
     starved = _sdk_thread_starved(ctx)
-    others = [] if starved else [f for f in (_pending_finding(ctx), _profile_finding(ctx)) if f is not None]
+    readings = (_pending_finding, _profile_finding, _printed_wait_finding)
+    others = [] if starved else [f for f in (read(ctx) for read in readings) if f is not None]
     try:
         traced = _trace_check(ctx)
     except NotApplicable:
@@ -137,6 +138,48 @@ def _profile_finding(ctx: RuleContext[ServerSideWaitPolicy]) -> Finding | None:
         },
         fraction_of_wall=round(seconds / wall, 4),
         fingerprint=f"server-side-wait:profile:{ctx.input_key(name)}",
+    )
+
+
+def _printed_wait_finding(ctx: RuleContext[ServerSideWaitPolicy]) -> Finding | None:
+    """The guide's printouts: calls that waited long behind a prompt submit, and a round trip fast enough to rule
+    the network out (Steps 3, 6 and 7)."""
+    t = ctx.thresholds
+    trips = round_trip_lines(ctx.run.log_events)
+    if not trips or max(line.values["seconds"] for line in trips) >= float(t.max_round_trip_s):
+        return None  # no round trip timed, or a slow one: network-latency's to judge
+    waits = [
+        line
+        for line in call_timing_lines(ctx.run.log_events)
+        if line.values["wait_s"] >= float(t.min_printed_wait_s) and line.values["submit_s"] < float(t.max_submit_s)
+    ]
+    if not waits:
+        return None
+    slowest = max(line.values["seconds"] for line in trips)
+    total = sum(line.values["wait_s"] for line in waits)
+    sessions = session_ids(ctx.run.log_events, ctx.run.meta.config)
+    return ctx.finding(
+        severity="info",
+        title="Long waits behind prompt submits, with a fast network: the service's time",
+        message=(
+            f"{len(waits)} timed call(s) submitted in under {float(t.max_submit_s):g} s and then waited "
+            f"{float(t.min_printed_wait_s):g} s or more ({total:.1f} s in all, first at {waits[0].source}:"
+            f"{waits[0].line}), and the API round trip took {slowest:.2f} s at most: the debug guide rules the "
+            "client (fast submit) and the network (round trip under 1 s) out, so the wait is on the service side "
+            "(Step 7: escalate"
+            + (f" with session id {', '.join(sessions[:3])})." if sessions else " with the session id).")
+        ),
+        fix=(
+            "Escalate to Tinker support with the session id, the step timings and `trace-doctor bundle <log_path> "
+            "-o escalation.zip`; check the status page."
+        ),
+        evidence={
+            "waits": [dict(line.cite(), **line.values) for line in waits[:10]],
+            "wait_s": round(total, 3),
+            "round_trip_s": slowest,
+            "session_ids": sessions,
+        },
+        fingerprint="server-side-wait:printed-timings",
     )
 
 
@@ -278,7 +321,9 @@ RULE = register(
                 "Trace: median submit-only span (hand-off) duration, the share of steps pipelined (fb→optim back to "
                 "back, next step submitted ahead), the mean step interval in clock cycles, the session ids in the "
                 "logs. Task dumps: an SDK request pending min_pending_s or more while both loops kept dumping. "
-                "Profile: the share of an async-mode profile under the SDK's result_async. Silent while the task "
+                "Profile: the share of an async-mode profile under the SDK's result_async. The guide's printouts: "
+                "`submit: Ss, wait: Ws` waits behind prompt submits with an `API round-trip` under 1 s. Silent "
+                "while the task "
                 "dumps show the SDK loop stopped (for the trace, half the late time or more) or the GIL monitor "
                 "reports jitter: a starved SDK thread (gil-stall) delays results as a queue does, and the guide "
                 "rules it out first."
