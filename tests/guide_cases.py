@@ -75,6 +75,7 @@ def profile_awaiting_results(path, steps: int = 4) -> None:
     ms of CPU) and awaits their result_async."""
     import asyncio
     import sys
+    import time
 
     from conftest import ROOT
 
@@ -94,8 +95,11 @@ def profile_awaiting_results(path, steps: int = 4) -> None:
             datum = {"context_key": step, "target_tokens": [1, 2, 3]}
             fwd_bwd = training.forward_backward([datum], loss_fn="cross_entropy")
             optim = training.optim_step(service.AdamParams(learning_rate=1e-4))
-            # A little client work per step (preparing the next batch) while the requests are in flight.
-            sorted(str(i * 7919 % 10007) for i in range(40_000))
+            # 40 ms of client work per step (preparing the next batch) while the requests are in flight: timed, not
+            # counted, so a loaded machine does not change the profile's shares.
+            busy_until = time.perf_counter() + 0.04
+            while time.perf_counter() < busy_until:
+                sorted(str(i * 7919 % 10007) for i in range(200))
             await fwd_bwd.result_async()
             await optim.result_async()
         profiler.stop()
