@@ -122,9 +122,10 @@ def _stack_finding(ctx: RuleContext[CpuBoundMainThreadPolicy]) -> Finding | None
             f" [main] stayed in {', '.join(sorted({s.detail for s in held}))} for {len(held)} consecutive samples "
             f"({first.timestamp} to {last.timestamp}, {first.source}:{first.line}), "
             + (
-                f"with the SDK thread's own stack printed in {with_sdk} of them: the GIL was released (C code such "
-                "as BLAS), so the SDK thread kept running while the event loop was held — CPU work on the main "
-                "thread, not a GIL stall."
+                f"with the SDK thread's own stack printed in {with_sdk} of them: other threads got the GIL meanwhile "
+                "(BLAS releases it inside each product; shorter GIL-holding calls let it go between calls), so the "
+                "SDK thread kept running while the event loop was held — CPU work on the main thread, not a GIL "
+                "stall."
                 if with_sdk
                 else "with no SDK-thread stack beside it."
             )
