@@ -16,10 +16,12 @@ here, in the style of the rule tests (tests/test_rules_*.py).
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -125,6 +127,72 @@ def _log_events(*messages: str) -> pl.DataFrame:
         for line, message in enumerate(messages, start=1)
     ]
     return pl.DataFrame(rows, schema=LOG_EVENTS_SCHEMA)
+
+
+@cache
+def guide_printouts() -> RunTables:
+    """The debug guide's network check (2.5 s round trip) and two timed calls: a 6 s wait behind a prompt
+    submit, and a 9 s wait behind a 0.8 s submit."""
+    from trace_doctor.ingest.parsers.logs import parse_lines, log_events_table
+
+    lines = ["API round-trip: 2.50s", "submit: 0.02s, wait: 6.00s", "submit: 0.80s, wait: 9.00s"]
+    run = RunTables()
+    run.log_events = log_events_table(parse_lines(lines, "stdout.txt")[0])
+    return run
+
+
+@cache
+def printed_service_waits() -> RunTables:
+    """The guide's printouts: a 0.42 s round trip and a call that waited 6 s behind a 0.02 s submit."""
+    from trace_doctor.ingest.parsers.logs import parse_lines, log_events_table
+
+    run = RunTables()
+    lines = ["API round-trip: 0.42s", "submit: 0.02s, wait: 6.00s"]
+    run.log_events = log_events_table(parse_lines(lines, "stdout.txt")[0])
+    return run
+
+
+@cache
+def service_queue_with_silent_loops() -> RunTables:
+    """sl_server_queue (results 4 cycles late, 3.6 s over one cycle per step) with no [main] or [holder]
+    task dump stamped 00:46:07-00:46:09: both loops stopped for at least 3 s."""
+    run = load_run(fixture_run("sl_server_queue"))
+    second = pl.col("timestamp").cast(pl.String).str.slice(11, 8)
+    run.task_snapshots = run.task_snapshots.filter(~second.is_in(["00:46:07", "00:46:08", "00:46:09"]))
+    return run
+
+
+@cache
+def request_pending_90_s() -> RunTables:
+    """Task dumps of the simulated SDK: a forward_backward pending 91 s while both loops dump every second."""
+    from guide_cases import replayed_dumps
+
+    path = Path(tempfile.mkdtemp()) / "task_dump.txt"
+    replayed_dumps(path, pending_dumps=92)
+    return load_run(path)
+
+
+@cache
+def profile_awaiting_results() -> RunTables:
+    """An async-mode profile of a loop on the simulated SDK that mostly awaits result_async (a queued service)."""
+    from guide_cases import profile_awaiting_results as write_profile
+
+    path = Path(tempfile.mkdtemp()) / "profile.json"
+    write_profile(path)
+    return load_run(path)
+
+
+@cache
+def blas_hold_in_a_long_run() -> RunTables:
+    """sl_blas_main_thread plus 20 idle stack-watchdog blocks: its 5-block BLAS hold is 15% of the samples."""
+    run = load_run(fixture_run("sl_blas_main_thread"))
+    stacks = run.stack_snapshots
+    first = stacks.filter(pl.col("snapshot") == stacks["snapshot"].min())
+    last = int(stacks["snapshot"].max())
+    dtype = first.schema["snapshot"]
+    copies = [first.with_columns(pl.lit(last + 1 + i, dtype=dtype).alias("snapshot")) for i in range(20)]
+    run.stack_snapshots = pl.concat([stacks, *copies])
+    return run
 
 
 @cache
@@ -665,6 +733,32 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("server-side-wait", "min_pipelined_share"): Probe(
         pipelined_loop_served_late, 0.96, "18 of 19 transitions pipelined no longer rule the client out: passed"
     ),
+    ("server-side-wait", "max_starved_share"): Probe(
+        service_queue_with_silent_loops, 0.9, "3.0 s of silent SDK-loop dumps against 3.6 s late: passed -> fired"
+    ),
+    ("server-side-wait", "min_silent_intervals"): Probe(
+        service_queue_with_silent_loops, 20, "a 3 s silence is under 20 dump intervals (5 s): passed -> fired"
+    ),
+    ("server-side-wait", "min_silence_s"): Probe(
+        service_queue_with_silent_loops, 5.0, "a 3-4 s silence is under 5 s: passed -> fired"
+    ),
+    ("server-side-wait", "min_printed_wait_s"): Probe(
+        printed_service_waits, 10.0, "a 6 s wait is no longer long: fired -> not_applicable"
+    ),
+    ("server-side-wait", "max_round_trip_s"): Probe(
+        printed_service_waits, 0.3, "a 0.42 s round trip no longer rules the network out: fired -> not_applicable"
+    ),
+    ("server-side-wait", "min_pending_s"): Probe(
+        request_pending_90_s, 120.0, "a request pending 91 s is no longer the service's: fired -> not_applicable"
+    ),
+    ("server-side-wait", "min_result_wait_share"): Probe(
+        profile_awaiting_results, 0.99, "a profile mostly awaiting results is no longer called the service's"
+    ),
+    ("network-latency", "slow_round_trip_s"): Probe(guide_printouts, 3.0, "a 2.5 s round trip: fired -> passed"),
+    ("network-latency", "slow_wait_s"): Probe(guide_printouts, 10.0, "the 6 s wait is no longer a network wait"),
+    ("network-latency", "slow_submit_s"): Probe(
+        guide_printouts, 1.0, "the 9 s wait behind a 0.8 s submit now counts as a network wait"
+    ),
     ("server-side-wait", "min_step_intervals"): Probe(
         pipelined_loop_served_late, 1000, "fewer traced step intervals: fired -> not_applicable"
     ),
@@ -704,6 +798,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("cpu-bound-main-thread", "min_seconds"): Probe("demo", 10.0, "5.2 s of CPU code: fired -> passed"),
     ("cpu-bound-main-thread", "min_stack_blocks"): Probe(
         "sl_gil_stall", 100, "the stack-watchdog finding goes, the profile's stays"
+    ),
+    ("cpu-bound-main-thread", "min_consecutive_blocks"): Probe(
+        blas_hold_in_a_long_run, 6, "a 5-block hold in BLAS, 15% of the samples, is no longer named: fired -> passed"
     ),
     # profile-without-async-mode
     ("profile-without-async-mode", "min_idle_share"): Probe(

@@ -151,7 +151,7 @@ def _label_silences(
         # Only the other labels' own dumps prove they kept running: if every label went quiet at
         # once, that is a process-wide silence (see `process_silences`), not this label's.
         by_count = max((n - 1) * intervals[lab] for lab, n in counts.items())
-        by_clock = _seconds(others[0]["timestamp"], others[-1]["timestamp"]) - TIMESTAMP_RESOLUTION_S
+        by_clock = _running_seconds(others, max(intervals[lab] for lab in counts)) - TIMESTAMP_RESOLUTION_S
         lower = max(by_count, by_clock, 0.0)
         if lower >= min_intervals * interval and lower >= min_seconds:
             found.append(
@@ -169,6 +169,16 @@ def _label_silences(
                 )
             )
     return found
+
+
+def _running_seconds(others: list[dict], interval: float) -> float:
+    """How long the other labels' dumps show them running: the clock span of their dumps, less any gap between
+    two of them longer than a dump interval (plus the stamps' resolution). In such a gap they stopped too:
+    every loop was silent (a process silence), which is not one label's silence.
+    """
+    allowance = interval + TIMESTAMP_RESOLUTION_S
+    stamps = [r["timestamp"] for r in others]
+    return sum(min(_seconds(a, b), allowance) for a, b in zip(stamps, stamps[1:], strict=False))
 
 
 def process_silences(task_snapshots: pl.DataFrame, *, min_intervals: float, min_seconds: float = 0.0) -> list[Silence]:
@@ -204,6 +214,19 @@ def process_silences(task_snapshots: pl.DataFrame, *, min_intervals: float, min_
                     )
                 )
     return found
+
+
+def sdk_loop_silences(task_snapshots: pl.DataFrame, *, min_intervals: float, min_seconds: float = 0.0) -> list[Silence]:
+    """Times the SDK loop's ([holder]) dumps stopped: alone while [main] dumped, or with every loop at once.
+
+    Either way the SDK's thread could not run (submit, poll results, heartbeat). A [main] that stopped
+    alone leaves the SDK thread running and is not among these.
+    """
+    if task_snapshots.is_empty():
+        return []
+    knobs = {"min_intervals": min_intervals, "min_seconds": min_seconds}
+    holder = [s for s in silences(task_snapshots, **knobs) if s.label == "holder" and "main" in s.other_dumps]
+    return holder + process_silences(task_snapshots, **knobs)
 
 
 def _interval(rows: list[dict], label: str) -> float:

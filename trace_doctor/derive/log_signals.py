@@ -203,3 +203,50 @@ def renderer_lines(log_events: pl.DataFrame) -> list[LogLine]:
         values["last_line"] = fields.get("last_line", row.get("line"))
         found.append(LogLine(row["source"], row.get("line"), row.get("message") or "", values))
     return found
+
+
+def round_trip_lines(log_events: pl.DataFrame) -> list[LogLine]:
+    """The debug guide's timed API round trips (FORMATS.md 5.5): the network check's `API round-trip: Ss`
+    and the smoke test's `API reachable (Ss), N models available`; `values` has `seconds` and `check`."""
+    found = []
+    for row in _rows(log_events):
+        fields = fields_of(row.get("fields"))
+        kind = row.get("kind")
+        seconds = _number(fields.get("seconds"))
+        if seconds is None:
+            continue
+        if kind == "round-trip":
+            found.append(
+                LogLine(
+                    row["source"],
+                    row.get("line"),
+                    row.get("message") or "",
+                    {"seconds": seconds, "check": "network check"},
+                )
+            )
+        elif kind == "smoke-test" and fields.get("step") == 1 and fields.get("ok"):
+            found.append(
+                LogLine(
+                    row["source"],
+                    row.get("line"),
+                    row.get("message") or "",
+                    {"seconds": seconds, "check": "smoke test"},
+                )
+            )
+    return found
+
+
+def call_timing_lines(log_events: pl.DataFrame) -> list[LogLine]:
+    """The guide's timing around one SDK call, `submit: Ss, wait: Ws` (FORMATS.md 5.5): `submit_s`, `wait_s`."""
+    found = []
+    for row in _rows(log_events):
+        if row.get("kind") != "call-timing":
+            continue
+        fields = fields_of(row.get("fields"))
+        submit, wait = _number(fields.get("submit_s")), _number(fields.get("wait_s"))
+        if submit is None or wait is None:
+            continue
+        found.append(
+            LogLine(row["source"], row.get("line"), row.get("message") or "", {"submit_s": submit, "wait_s": wait})
+        )
+    return found

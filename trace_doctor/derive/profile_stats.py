@@ -333,14 +333,45 @@ def cpu_share(item: ProfileBreakdown) -> float:
     return share
 
 
+# The SDK's wait for a request's result (`AwaitableConcurrentFuture.result_async` in the guide; `APIFuture.
+# result_async`, `_APIFuture._result_async`): time under it in an async-mode profile is time waiting for the server.
+RESULT_WAIT_FUNCTIONS = frozenset({"result_async", "_result_async"})
+
+
+def result_wait_s(frames: pl.DataFrame) -> dict[str, float]:
+    """Per profile, the seconds spent under the SDK's result waits (outermost occurrences only)."""
+    if frames.is_empty():
+        return {}
+    out: dict[str, float] = {}
+    for (profile,), group in frames.group_by(["profile"], maintain_order=True):
+        rows = {r["frame_id"]: r for r in group.to_dicts()}
+        total = 0.0
+        for row in rows.values():
+            if row["function"] not in RESULT_WAIT_FUNCTIONS:
+                continue
+            parent, nested = rows.get(row["parent_id"]), False
+            while parent is not None:
+                if parent["function"] in RESULT_WAIT_FUNCTIONS:
+                    nested = True
+                    break
+                parent = rows.get(parent["parent_id"])
+            if not nested:
+                total += row["time_s"] or 0.0
+        out[str(profile)] = total
+    return out
+
+
 def top_categories(values: dict[str, float], n: int = 5) -> list[tuple[str, float]]:
     return sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
 # A source line that calls into a CPU library from application code (the C call has no frame).
 _CPU_CALL_IN_CODE = re.compile(
-    r"\b(np|numpy|torch|re|regex|tokenizer\w*|json|orjson)(\.\w+)+\(|\.(encode|batch_encode\w*|apply_chat_template)\("
+    r"\b(np|numpy|torch|scipy|re|regex|tokenizer\w*|json|orjson)(\.\w+)+\(|\.(encode|batch_encode\w*|apply_chat_template)\("
 )
+# A matrix product written with the operator (`scores = features @ weights.T`): numpy or torch on the CPU, in
+# BLAS, which releases the GIL while it runs. A decorator line (`@scope`) starts with the `@` and is not one.
+_MATMUL_IN_CODE = re.compile(r"[\w)\]]\s*@\s*[\w(]")
 
 
 @dataclass(frozen=True)
@@ -423,4 +454,6 @@ def _classify_stack(source: str, snapshot: int, label: str, frames: list[dict]) 
     call = _CPU_CALL_IN_CODE.search(inner.get("code") or "")
     if call:
         return state("cpu", call.group(0).rstrip("("), inner)
+    if _MATMUL_IN_CODE.search(inner.get("code") or ""):
+        return state("cpu", "matrix product (@, BLAS)", inner)
     return state("other", category, inner)

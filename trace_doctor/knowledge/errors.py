@@ -36,6 +36,24 @@ def _known(
 
 # Order matters: the first match wins, so specific messages come before generic exception types.
 KNOWN_ERRORS: tuple[KnownError, ...] = (
+    # The guide's smoke test (FORMATS.md 5.5): which of its two steps failed is the reading.
+    _known(
+        "smoke-api-unreachable",
+        r"\bAPI unreachable: ",
+        "step 1 of the debug guide's smoke test failed (get_server_capabilities): the service is down or the "
+        "network between this machine and it is",
+        "check the service status page and this machine's connectivity (proxy, firewall, DNS); rerun the smoke "
+        "test from another network to tell the two apart",
+        needle="api unreachable",
+    ),
+    _known(
+        "smoke-client-failed",
+        r"\bTraining client failed: ",
+        "step 2 of the debug guide's smoke test failed (create_lora_training_client) after step 1 reached the "
+        "API: a model-specific capacity shortage, or the request itself (the exception says which)",
+        "try a smaller base model; if the exception is an authentication or bad-request error, fix that first",
+        needle="training client failed",
+    ),
     _known(
         "empty-datum",
         r"max\(\) iterable argument is empty",
@@ -67,10 +85,10 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
     ),
     _known(
         "retries-exhausted",
-        r"Failed (?:to \w+ )?after exhausting retries",
+        r"Failed (?:to \w+ )?after exhausting retries|Failed after \d+ attempts",
         "a transient server error that did not recover",
         "check the service status; retry with a fresh session",
-        needle="exhausting retries",
+        needle="failed",
     ),
     _known(
         "sdk-unsupported",
@@ -269,6 +287,45 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
         "a fork-started rollout pool hangs with the SDK's threads",
         'create the pool with mp_context=multiprocessing.get_context("spawn")',
         needle="'fork' start method",
+    ),
+    # The guide's error reference beyond the 400 table (FORMATS.md 6): what the service or the client says
+    # when the model, the batch, the tokenizer or the API key is wrong. The service's exact wording varies
+    # with its version, so each pattern takes the phrasings of the error family, not one sentence.
+    _known(
+        "api-key-missing",
+        r"api_key client option must be set|TINKER_API_KEY(?: environment variable)?(?: is)? not set"
+        r"|Missing (?:the )?TINKER_API_KEY",
+        "no API key reached the client: TINKER_API_KEY is not set in this process's environment",
+        "export TINKER_API_KEY (from the Tinker console) in the shell or job that runs training, or pass api_key=",
+        needle="api_key",
+    ),
+    _known(
+        "model-not-supported",
+        r"\b(?:base[_ ])?model\b[^\n]{0,120}?\bis not (?:a )?supported\b|\bUnsupported (?:base[_ ])?model\b"
+        r"|\bnot a supported (?:base[_ ])?model\b",
+        "the service does not train or serve this base model (a misspelled name, or one not in its list)",
+        "use a name from get_server_capabilities() (the smoke test's model list), spelled as it is, e.g. "
+        "`Qwen/Qwen3-8B`",
+        needle="support",
+    ),
+    _known(
+        "batch-too-large",
+        r"\bbatch(?: size)? (?:is )?too large\b|\btoo many (?:tokens|datums|examples) in (?:the |one )?"
+        r"(?:batch|request)\b|\bexceeds the maximum (?:batch size|number of tokens)\b|\bPayload Too Large\b"
+        r"|Error code: 413\b",
+        "one request carries more data than the service accepts in a single call",
+        "lower batch_size or max_length, or split the batch over several forward_backward calls before optim_step",
+        needle="",
+    ),
+    _known(
+        "tokenizer-error",
+        r"Can't load tokenizer|Error tokeni[sz]ing|Failed to tokeni[sz]e|tokeni[sz]ation (?:error|failed)"
+        r"|Tokenizer class \w+ does not exist|Unable to load (?:the )?tokenizer",
+        "the tokenizer could not be loaded or could not encode the input: a gated or misspelled model, "
+        "transformers 5.3.0 (wrong DeepSeek V2/V3 tokenizer_class) or a corrupted Hugging Face cache",
+        "check the model name and HF_TOKEN; use transformers>=5.3.1; if it still fails, delete "
+        "~/.cache/huggingface/hub/models--<org>--<model>/ and retry",
+        needle="tokeni",
     ),
     _known(
         "connection-error",

@@ -252,3 +252,29 @@ GIL_MONITOR_LINE = re.compile(
 )
 # The serialization test's timing line, `model_dump() took 0.007s` (FORMATS.md 5.3).
 MODEL_DUMP_TOOK = re.compile(r"model_dump\(\) took (?P<seconds>\d+(?:\.\d+)?)s")
+
+# --- The debug guide's own printouts (FORMATS.md 5.5): snippets users run and capture -------------
+
+# Step 6 network check: `API round-trip: {s:.2f}s`.
+ROUND_TRIP_LINE = re.compile(rf"\bAPI round-trip: (?P<seconds>{NUMBER})s\b")
+# Smoke test step 1: `API reachable ({s:.2f}s), {n} models available` / `API unreachable: {Type}: {message}`.
+API_REACHABLE_LINE = re.compile(rf"\bAPI reachable \((?P<seconds>{NUMBER})s\), (?P<models>\d+) models available")
+API_UNREACHABLE_LINE = re.compile(r"\bAPI unreachable: (?P<type>[A-Za-z_][\w.]*)(?:: (?P<message>.*))?$")
+# Smoke test step 2: `Training client created: <get_info() repr>` / `Training client failed: {Type}: {message}`.
+CLIENT_CREATED_LINE = re.compile(r"\bTraining client created: (?P<info>.*)$")
+CLIENT_FAILED_LINE = re.compile(r"\bTraining client failed: (?P<type>[A-Za-z_][\w.]*)(?:: (?P<message>.*))?$")
+# Step 3 timing around a call: `submit: {t_submit:.2f}s, wait: {t_wait:.2f}s`.
+CALL_TIMING_LINE = re.compile(rf"\bsubmit: (?P<submit>{NUMBER})s, wait: (?P<wait>{NUMBER})s\b")
+# httpx's response line, written for every request with TINKER_LOG=info|debug:
+# `HTTP Request: POST https://…/api/v1/asample "HTTP/1.1 429 Too Many Requests"`.
+HTTPX_RESPONSE_LINE = re.compile(
+    r"^HTTP Request: (?P<method>[A-Z]+) (?P<url>\S+) \"HTTP/[\d.]+ (?P<status>\d{3})(?: (?P<reason>[^\"]*))?\""
+)
+# Hosts of the Tinker service (its URLs name it); an httpx line to any other host is the user's own client.
+TINKER_HOST = re.compile(r"^https?://[^/]*(?:thinkingmachines|tinker)[^/]*/", re.IGNORECASE)
+# A user's own retry loop around the SDK's calls (the guide's example): `Timeout on attempt 2/3, retrying...`
+# and, when it gives up, `Failed after 3 attempts due to timeout`.
+USER_RETRY_LINE = re.compile(
+    r"\b(?P<cause>Timeout|Error|Exception|[A-Z]\w*Error) on attempt (?P<attempt>\d+)/(?P<attempts>\d+),? retrying\b"
+)
+USER_GAVE_UP_LINE = re.compile(r"\bFailed after (?P<attempts>\d+) attempts(?: due to (?P<cause>[\w ]+?))?\.?$")

@@ -50,6 +50,14 @@ class CpuBoundMainThreadPolicy:
         "in this many (and min_share of them) it is where the thread spends its time.",
         bounds=AT_LEAST_ONE,
     )
+    min_consecutive_blocks: int = threshold(
+        3,
+        unit="consecutive stack-watchdog blocks",
+        why="[main] in CPU code this many watchdog blocks in a row (seconds at the watchdog's 1 s cadence) is "
+        "one long hold of the event loop, worth naming even when it is a small share of a long run's samples; "
+        "BLAS and other C code that releases the GIL leave the SDK thread running meanwhile.",
+        bounds=AT_LEAST_ONE,
+    )
 
 
 @dataclass(frozen=True)

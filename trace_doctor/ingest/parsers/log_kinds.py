@@ -12,7 +12,23 @@ from typing import Any
 
 from trace_doctor.ingest.reading.textfile import int64
 from trace_doctor.knowledge.errors import decode_error, match_sdk_message
-from trace_doctor.knowledge.tinker import GIL_MONITOR_LINE, MODEL_DUMP_TOOK, RUN_ID, SESSION_ID, TINKER_URI
+from trace_doctor.knowledge.tinker import (
+    API_REACHABLE_LINE,
+    API_UNREACHABLE_LINE,
+    CALL_TIMING_LINE,
+    CLIENT_CREATED_LINE,
+    CLIENT_FAILED_LINE,
+    GIL_MONITOR_LINE,
+    HTTPX_RESPONSE_LINE,
+    MODEL_DUMP_TOOK,
+    ROUND_TRIP_LINE,
+    RUN_ID,
+    SESSION_ID,
+    TINKER_HOST,
+    TINKER_URI,
+    USER_GAVE_UP_LINE,
+    USER_RETRY_LINE,
+)
 
 TOOK = re.compile(r"^(?P<name>[\w./:-]+) took (?P<seconds>\d+(?:\.\d+)?) seconds\b")
 STARTING = re.compile(r"^Starting (?P<name>[\w./:-]+)\s*$")
@@ -76,6 +92,18 @@ EXCEPTION_LINE = re.compile(
     r"(?:: (?P<message>.*))?$"
 )
 
+# The debug guide's own printouts (FORMATS.md 5.5): bare prints that can land between the lines of a
+# log record (stdout and the log share a console capture), so they are looked for there too.
+GUIDE_NEEDLES = (
+    "API round-trip:",
+    "API reachable (",
+    "API unreachable:",
+    "Training client created:",
+    "Training client failed:",
+    "submit: ",
+    " on attempt ",
+    " attempts",
+)
 # Any of these substrings makes a line worth classifying; the rest are counted and passed over.
 NEEDLES = (
     "GIL monitor",
@@ -111,7 +139,12 @@ NEEDLES = (
     "Training for ",
     "too stale",
     "Warning: ",
+    *GUIDE_NEEDLES,
+    "HTTP Request:",
 )
+# HTTP statuses a client retries (FORMATS.md 5.4: 408 from /retrieve_future long-polls is the normal
+# "not ready yet", so it is not counted).
+RETRIED_STATUSES = frozenset({429})
 
 
 @dataclass
@@ -126,6 +159,11 @@ class Classified:
 def interesting(text: str) -> bool:
     """Whether any needle occurs in the line (the cheap test before classify)."""
     return any(needle in text for needle in NEEDLES)
+
+
+def guide_printout(text: str) -> bool:
+    """Whether the line may be one of the guide's printouts (the cheap test inside a log record)."""
+    return any(needle in text for needle in GUIDE_NEEDLES)
 
 
 def _number(text: str) -> float:
@@ -146,6 +184,8 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         )
     if (found := MODEL_DUMP_TOOK.search(message)) is not None:
         return Classified("serialization-test", message, {"model_dump_s": _number(found["seconds"])})
+    if (guide := _guide_printout(message)) is not None:
+        return guide
     if logger is None and (found := SERIALIZATION_VERDICT.match(message)) is not None:
         return Classified("serialization-test", message, {"verdict": found["verdict"], "detail": found["detail"]})
     if logger is None and (found := PAYLOAD.match(message)) is not None:
@@ -161,6 +201,8 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
     if (found := STARTING.match(message)) is not None:
         return Classified("took", message, {"name": found["name"], "seconds": None, "phase": "start"})
     if (retry := _request_retry(message, logger)) is not None:
+        return retry
+    if (retry := _http_or_user_retry(message)) is not None:
         return retry
     if (sdk := match_sdk_message(message)) is not None:
         template, captured = sdk
@@ -248,6 +290,82 @@ def _request_retry(message: str, logger: str | None) -> Classified | None:
         if found["attempt"]:
             fields["attempt"] = int64(found["attempt"])
         return Classified("request-retry", message, fields)
+    return None
+
+
+def _guide_printout(message: str) -> Classified | None:
+    """The debug guide's network check, smoke test and call timing lines (FORMATS.md 5.5)."""
+    if "API " in message:
+        if (found := ROUND_TRIP_LINE.search(message)) is not None:
+            return Classified("round-trip", message, {"seconds": _number(found["seconds"]), "check": "network"})
+        if (found := API_REACHABLE_LINE.search(message)) is not None:
+            return Classified(
+                "smoke-test",
+                message,
+                {"step": 1, "ok": True, "seconds": _number(found["seconds"]), "models": int64(found["models"])},
+            )
+        if (found := API_UNREACHABLE_LINE.search(message)) is not None:
+            return _smoke_failure(message, 1, found)
+    if "Training client " in message:
+        if (found := CLIENT_CREATED_LINE.search(message)) is not None:
+            return Classified("smoke-test", message, {"step": 2, "ok": True, "info": found["info"][:300]})
+        if (found := CLIENT_FAILED_LINE.search(message)) is not None:
+            return _smoke_failure(message, 2, found)
+    if "submit: " in message and (found := CALL_TIMING_LINE.search(message)) is not None:
+        return Classified(
+            "call-timing", message, {"submit_s": _number(found["submit"]), "wait_s": _number(found["wait"])}
+        )
+    return None
+
+
+def _smoke_failure(message: str, step: int, found: re.Match[str]) -> Classified:
+    """A failed smoke-test step: which step, the exception, and the known errors it names."""
+    fields: dict[str, Any] = {"step": step, "ok": False, "error_type": found["type"]}
+    if found["message"]:
+        fields["error_message"] = found["message"][:300]
+    if (known := decode_error(message)) is not None:
+        fields["error_id"] = known.id
+    # The exception behind the failed step (an unset API key, a 403, a 429) is decoded on its own too,
+    # unless it only restates the step's reading (a connection error is what "unreachable" means).
+    inner = decode_error(f"{found['type']}: {found['message'] or ''}")
+    if inner is not None and inner.id not in (fields.get("error_id"), "connection-error"):
+        fields["exception_error_id"] = inner.id
+    return Classified("smoke-test", message, fields)
+
+
+def _http_or_user_retry(message: str) -> Classified | None:
+    """httpx's response line for a status a client retries, or a user's own retry loop's lines."""
+    if message.startswith("HTTP Request:") and (found := HTTPX_RESPONSE_LINE.match(message)) is not None:
+        status = int(found["status"])
+        if status not in RETRIED_STATUSES and not 500 <= status < 600:
+            return None
+        service = "tinker" if TINKER_HOST.match(found["url"]) else "unknown"
+        return Classified(
+            "request-retry",
+            message,
+            {"retry": "cause", "status": status, "url": found["url"], "service": service, "client": "httpx"},
+        )
+    if (found := USER_RETRY_LINE.search(message)) is not None:
+        error = "timeout" if found["cause"] == "Timeout" else "other"
+        # The guide's retry loop wraps the SDK's calls: its retries are of Tinker requests.
+        return Classified(
+            "request-retry",
+            message,
+            {
+                "retry": "cause",
+                "error": error,
+                "attempt": int64(found["attempt"]),
+                "attempts": int64(found["attempts"]),
+                "service": "tinker",
+                "client": "user retry loop",
+            },
+        )
+    if (found := USER_GAVE_UP_LINE.search(message)) is not None:
+        return Classified(
+            "error",
+            message,
+            {"error_id": "retries-exhausted", "attempts": int64(found["attempts"]), "client": "user retry loop"},
+        )
     return None
 
 

@@ -25,6 +25,7 @@ from trace_doctor.ingest.parsers.log_kinds import (
     Classified,
     classify_exception_line,
     classify_message,
+    guide_printout,
     interesting,
     tinker_run_ids,
     versions_in,
@@ -168,7 +169,7 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
         # Continuation lines of a record (tables, examples) are not events of their own, but a
         # version, run id or GIL-monitor line printed into the middle of a record still is.
         # stderr lines (warnings.warn output) interleave with records in console captures.
-        if "[GIL monitor]" in text or "Warning: " in text:
+        if "[GIL monitor]" in text or "Warning: " in text or guide_printout(text):
             _bare(state, line, text)
             return
         _handle_versions(state, line, text)
@@ -257,6 +258,7 @@ def parse_lines(lines: list[str], source: str, *, freeze_file: bool = False) -> 
 
 
 def log_events_table(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """The `log_events` table of parse_lines' rows."""
     if not rows:
         return pl.DataFrame(schema=LOG_EVENTS_SCHEMA)
     columns = {name: [row.get(name) for row in rows] for name in LOG_EVENTS_SCHEMA if name != "fields"}

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.derive.dump_cadence import silences
+from trace_doctor.derive.dump_cadence import sdk_loop_silences, silences
 from trace_doctor.derive.log_signals import sync_from_async_lines
 from trace_doctor.derive.profile_stats import stack_states
 from trace_doctor.derive.stalls import (
@@ -138,8 +138,9 @@ def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
         "trace-blocked",
         SUPPORTING,
         f"{long.height} span(s) of submit-only SDK calls or synchronous main-thread work ({', '.join(names[:4])}) "
-        f"took over {min_s:g} s (longest {durations.max() / 1e6:.2f} s) while sample round trips "
-        "kept their usual pace: handing a request over takes milliseconds unless the calling thread is busy "
+        f"took over {min_s:g} s (longest {durations.max() / 1e6:.2f} s)"
+        + (" while sample round trips kept their usual pace" if _round_trips(ctx) else "")
+        + ": handing a request over takes milliseconds unless the calling thread is busy "
         "(building or serializing a large payload, or a blocking call)",
         {"spans": [span_ref(r) for r in long.head(MAX_CITED).to_dicts()], "count": long.height},
         seconds=excess,
@@ -151,6 +152,11 @@ def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
         ),
         steps=sorted({int(step) for step in long.get_column("step").drop_nulls().to_list()}),
     )
+
+
+def _round_trips(ctx: RuleContext[BlockingCallPolicy]) -> bool:
+    """Whether the trace has sample round trips, whose pace beside a long call shows the SDK thread running."""
+    return ctx.round_trip_medians.height > 0
 
 
 def _confidence(readings: list[Signal]) -> str:
@@ -172,6 +178,23 @@ def check(ctx: RuleContext[BlockingCallPolicy]) -> list[Finding]:
     readings = [r for r in (_sdk_warnings(ctx), _main_silent(ctx), _stack_waits(ctx), _trace_blocks(ctx)) if r]
     if not readings:
         return ctx.passed("the main thread was never seen blocked while the SDK thread ran")
+    t = ctx.thresholds
+    stopped = sdk_loop_silences(
+        run.task_snapshots, min_intervals=float(t.min_silent_intervals), min_seconds=float(t.min_silence_s)
+    )
+    if stopped and not any(r.strength >= DIRECT for r in readings):
+        # Long calls say a thread was held, not which: with the SDK loop's own dumps stopping too, every
+        # thread was, which is a GIL stall (the guide's "SDK thread stopped logging"), not a blocking call.
+        return ctx.passed(
+            f"{'; '.join(r.summary for r in readings)}; but the SDK loop's task dumps stopped {len(stopped)} time(s) "
+            f"(at least {sum(s.lower_bound_s for s in stopped):.1f} s): the SDK thread did not keep running, so "
+            "these are gil-stall's"
+        )
+    # Whether the SDK thread is seen running while the main thread was held: its loop kept dumping while
+    # [main] stopped, the SDK itself caught a sync `.result()` (which waits on that thread), or sample round
+    # trips kept their pace beside a long call (trace-blocked's own test, when the trace has round trips).
+    kinds = {r.kind for r in readings}
+    seen_running = bool(kinds & {"main-silent", "sync-from-async"}) or ("trace-blocked" in kinds and _round_trips(ctx))
     readings.sort(key=lambda r: (-r.strength, r.kind))
     level = _confidence(readings)
     estimates = [r.seconds for r in readings if r.seconds is not None]
@@ -183,7 +206,12 @@ def check(ctx: RuleContext[BlockingCallPolicy]) -> list[Finding]:
                 f"{len(readings)} reading(s), confidence {level}: "
                 + "; ".join(r.summary for r in readings)
                 + (f". About {lost:.1f} s of event-loop time were lost" if lost else "")
-                + ". The SDK thread kept running, so this is not a GIL stall: the event loop itself was held."
+                + (
+                    ". The SDK thread kept running, so this is not a GIL stall: the event loop itself was held."
+                    if seen_running
+                    else ". Nothing shows the SDK thread stopped with it (no task dumps or sample round trips tell), "
+                    "so a blocking call is the likelier reading; task dumps would rule a GIL stall out."
+                )
             ),
             fix=(
                 "Await the SDK's futures instead of calling `.result()` in async code (use the `*_async` method); "

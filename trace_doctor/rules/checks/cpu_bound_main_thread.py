@@ -85,26 +85,66 @@ def _profile_findings(ctx: RuleContext[CpuBoundMainThreadPolicy]) -> list[Findin
     return findings
 
 
+def longest_cpu_run(main: list[StackState]) -> list[StackState]:
+    """The longest run of consecutive [main] watchdog blocks in CPU code (per file, in block order)."""
+    best: list[StackState] = []
+    current: list[StackState] = []
+    for state in main:
+        follows = current and state.source == current[-1].source and state.snapshot == current[-1].snapshot + 1
+        if state.state != "cpu":
+            current = []
+            continue
+        current = [*current, state] if follows else [state]
+        if len(current) > len(best):
+            best = current
+    return best
+
+
 def _stack_finding(ctx: RuleContext[CpuBoundMainThreadPolicy]) -> Finding | None:
     states = stack_states(ctx.run.stack_snapshots)
     main = [s for s in states if s.label == "main"]
     busy: list[StackState] = [s for s in main if s.state == "cpu"]
-    if len(busy) < ctx.thresholds.min_stack_blocks or len(busy) / max(len(main), 1) < float(ctx.thresholds.min_share):
+    t = ctx.thresholds
+    held = longest_cpu_run(main)
+    spread = len(busy) >= t.min_stack_blocks and len(busy) / max(len(main), 1) >= float(t.min_share)
+    long_hold = len(held) >= t.min_consecutive_blocks
+    if not (spread or long_hold):
         return None
     libraries = sorted({s.detail for s in busy})
+    # The watchdog is a Python thread: it printed these blocks, and the SDK thread's stack in them, only because
+    # the GIL was free. CPU code caught block after block is then C code that released it (BLAS, not a regex).
+    sdk_alive = {(s.source, s.snapshot) for s in states if s.label == "holder"}
+    hold_text = ""
+    if long_hold:
+        first, last = held[0], held[-1]
+        with_sdk = sum(1 for s in held if (s.source, s.snapshot) in sdk_alive)
+        hold_text = (
+            f" [main] stayed in {', '.join(sorted({s.detail for s in held}))} for {len(held)} consecutive samples "
+            f"({first.timestamp} to {last.timestamp}, {first.source}:{first.line}), "
+            + (
+                f"with the SDK thread's own stack printed in {with_sdk} of them: other threads got the GIL meanwhile "
+                "(BLAS releases it inside each product; shorter GIL-holding calls let it go between calls), so the "
+                "SDK thread kept running while the event loop was held — CPU work on the main thread, not a GIL "
+                "stall."
+                if with_sdk
+                else "with no SDK-thread stack beside it."
+            )
+        )
     return ctx.finding(
         severity="warning",
         title="Main thread caught in CPU code",
         message=(
             f"{len(busy)} of {len(main)} stack-watchdog samples of [main] are in CPU code "
             f"({', '.join(libraries)}), first at {busy[0].source}:{busy[0].line} "
-            f"({busy[0].function} in {busy[0].file_path}:{busy[0].line_no})."
+            f"({busy[0].function} in {busy[0].file_path}:{busy[0].line_no})." + hold_text
         ),
         fix=FIX,
         evidence={
             "samples": len(main),
             "cpu_samples": len(busy),
             "share": round(len(busy) / len(main), 4),
+            "longest_hold_samples": len(held),
+            "longest_hold": [s.to_dict() for s in held[:MAX_CITED]],
             "stacks": [s.to_dict() for s in busy[:MAX_CITED]],
         },
         fraction_of_wall=round(len(busy) / len(main), 4),
@@ -149,7 +189,9 @@ RULE = register(
                 "Per profile: exclusive time of non-waiting frames grouped by library (built-ins count "
                 "for their caller), capped by the process CPU time pyinstrument recorded, with the "
                 "hottest frames; waiting in epoll/select, blocking I/O and [await] is excluded. Stack "
-                "dumps: share of [main] samples whose innermost frame is in a CPU library."
+                "dumps: share of [main] samples whose innermost frame is in a CPU library (or whose source line "
+                "calls one: `np.…(`, `torch.…(`, a `@` matrix product), and the longest run of consecutive such "
+                "samples: a hold of min_consecutive_blocks or more is named even as a small share of a long run."
             ),
             fix=FIX,
         ),

@@ -19,7 +19,8 @@ from trace_doctor.rules.requires import found, requires, table
 MAX_CITED = 10
 # Kinds and levels whose lines can carry an error worth decoding. Heartbeat and pause warnings
 # quote the last exception (`APITimeoutError`) but are heartbeat-stall's, not an error of their own.
-ERROR_KINDS = frozenset({"error", "warning", "sdk-warning"})
+# A failed step of the guide's smoke test is decoded too: which step failed is the reading (FORMATS.md 5.5).
+ERROR_KINDS = frozenset({"error", "warning", "sdk-warning", "smoke-test"})
 ERROR_LEVELS = frozenset({"ERROR", "CRITICAL"})
 # What Python's own generic error records mean, for errors no table entry decodes.
 GENERIC_MEANINGS = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from trace_doctor.derive.busy_threads import busy_thread_stalls, match_outages, stretched_waits
-from trace_doctor.derive.dump_cadence import process_silences, silences
+from trace_doctor.derive.dump_cadence import process_silences, sdk_loop_silences, silences
 from trace_doctor.derive.log_signals import gil_monitor_lines, heartbeat_episodes, heartbeat_lines
 from trace_doctor.derive.profile_stats import StackState, stack_states
 from trace_doctor.derive.robust import median, robust_cv
@@ -234,6 +234,49 @@ def _trace_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
     return signals
 
 
+def _submits_while_loop_stopped(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
+    """Submit-only SDK calls that took seconds in a run whose SDK loop's dumps stopped (the guide's pair of
+    signs: "submit-only calls taking seconds" and "the SDK thread stopped logging").
+
+    A submit hands the request to the SDK's loop in milliseconds; it takes seconds when the calling thread
+    or that loop cannot run. With no sample round trips to time against (an SFT loop), the dumps say which:
+    the loop stopped. Dump stamps are wall-clock seconds and trace stamps are not, so the two are read
+    together over the run, not span by span: this reading places the stall in the trace, it does not prove it.
+    """
+    if ctx.run.height("spans") == 0 or ctx.run.task_snapshots.is_empty():
+        return None
+    t = ctx.thresholds
+    stopped = sdk_loop_silences(
+        ctx.run.task_snapshots, min_intervals=float(t.min_silent_intervals), min_seconds=float(t.min_silence_s)
+    )
+    if not stopped:
+        return None
+    min_s = float(t.min_blocked_submit_s)
+    submits = ctx.run.spans_where(
+        CLOSED_WITH_DURATION & pl.col("name").is_in(list(SUBMIT_ONLY_CALLS)), CITED_COLUMNS
+    ).with_columns(pl.col("dur_us").median().over("name").alias("typical_us"))
+    long = submits.filter(pl.col("dur_us") > min_s * 1e6).sort("segment", "start_us", maintain_order=True)
+    if long.is_empty():
+        return None
+    rows = long.to_dicts()
+    excess = sum((r["dur_us"] - r["typical_us"]) / 1e6 for r in rows)
+    return Signal(
+        "trace-submit-loop-stopped",
+        MEDIUM,
+        f"{len(rows)} submit-only SDK span(s) ({', '.join(sorted({r['name'] for r in rows}))}) took over {min_s:g} s "
+        f"(longest {max(r['dur_us'] for r in rows) / 1e6:.2f} s, typically "
+        f"{min(r['typical_us'] for r in rows) / 1e3:.1f} ms) in a run whose SDK loop stopped dumping "
+        f"{len(stopped)} time(s): handing a request over takes milliseconds unless neither thread can run",
+        {
+            "spans": [dict(span_ref(r), typical_s=round(r["typical_us"] / 1e6, 6)) for r in rows[:MAX_CITED]],
+            "count": len(rows),
+        },
+        seconds=excess,
+        time_ranges_us=merge_ranges([[r["start_us"], r["end_us"]] for r in rows]),
+        steps=sorted({r["step"] for r in rows if r["step"] is not None}),
+    )
+
+
 def _with_overlaps(rows: pl.DataFrame, stretched: pl.DataFrame) -> list[tuple[dict, list[dict]]]:
     """The rows that overlap a stretched round trip on another thread, in table order; the first
     MAX_CITED of them (those a finding cites) with the first three round trips they overlap."""
@@ -387,7 +430,7 @@ def check(ctx: RuleContext[GilStallPolicy]) -> list[Finding]:
             f"no sign that the SDK thread itself was starved in {looked}"
             + (f" (only {seen}: not enough alone; a blocked main thread is blocking-call-in-async)" if seen else "")
         )
-    for supporting in (_trace_gap_signal(ctx), _step_time_signal(ctx)):
+    for supporting in (_submits_while_loop_stopped(ctx), _trace_gap_signal(ctx), _step_time_signal(ctx)):
         if supporting is not None:
             signals.append(supporting)
     signals.sort(key=lambda s: (-s.strength, s.kind))

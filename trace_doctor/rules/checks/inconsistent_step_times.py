@@ -250,8 +250,9 @@ def untraced_stalls(
                 else f"median traced step interval of {level_s:.3g} s); {len(rows)} such stall(s), {seconds:.1f} s "
                 "in all. The run has no step times in metrics, so only the trace shows them"
             )
-            + ": a sleep or blocking call on the main thread, untraced work between steps, or the host suspending "
-            "the process."
+            + ": a sleep or blocking call on the main thread, untraced work between steps, another thread holding "
+            'the GIL (the guide\'s "gaps with no bars at all": gil-stall weighs it with the task dumps), or the '
+            "host suspending the process."
         ),
         fix=(
             "Find what runs between steps (logging, checkpoint or eval code outside the cookbook's timers, a "

@@ -134,12 +134,13 @@ def _retry(
     extra = backoff_fields or {}
     where = backoff or cause
     status = why.get("status")
-    url = extra.get("url")
+    url = extra.get("url") or why.get("url")
     return Retry(
         source=cause["source"],
         line=cause.get("line"),
         timestamp=where.get("timestamp") or cause.get("timestamp"),
-        service=_service(cause.get("logger")),
+        # httpx's response lines and a user's retry loop say which service they retried in their fields.
+        service=why.get("service") or _service(cause.get("logger")),
         reason=_reason(int(status) if status is not None else None, why.get("error")),
         status=int(status) if status is not None else None,
         backoff_s=float(extra["backoff_s"]) if extra.get("backoff_s") is not None else None,

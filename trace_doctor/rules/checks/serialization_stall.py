@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.derive.log_signals import serialization_test_lines
+from trace_doctor.derive.log_signals import call_timing_lines, serialization_test_lines
 from trace_doctor.derive.profile_stats import breakdown, stack_states
+from trace_doctor.derive.robust import median
 from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.policy.profiles import SerializationStallPolicy
@@ -146,18 +147,58 @@ def _trace_finding(ctx: RuleContext[SerializationStallPolicy]) -> Finding | None
     )
 
 
+def _printed_timing_finding(ctx: RuleContext[SerializationStallPolicy]) -> Finding | None:
+    """The guide's own timing around the calls (`submit: Ss, wait: Ws`, Step 3): a high submit is client-side work
+    (serialization, data preparation) on the calling thread, the guide's Step 4."""
+    lines = call_timing_lines(ctx.run.log_events)
+    t = ctx.thresholds
+    if len(lines) < t.min_submits:
+        return None
+    limit = float(t.max_submit_median_s)
+    submits = [ln.values["submit_s"] for ln in lines]
+    typical = median(submits)
+    slow = [ln for ln in lines if ln.values["submit_s"] >= limit]
+    seconds = sum(ln.values["submit_s"] for ln in slow)
+    if typical < limit or seconds < float(t.min_seconds):
+        return None
+    waits = median([ln.values["wait_s"] for ln in lines])
+    return ctx.finding(
+        severity="warning",
+        title="The submit itself is slow in the printed call timings (client side)",
+        message=(
+            f"{len(slow)} of {len(lines)} timed calls spent {limit:g} s or more submitting (median submit "
+            f"{typical:.2f} s, median wait {waits:.2f} s; first at {lines[0].source}:{lines[0].line}); {seconds:.1f} s "
+            "in all. The debug guide reads a high submit time as client-side work on the calling thread — the "
+            "payload being built and serialized, or data preparation — not the network or the service (its Step 4: "
+            "profile the submit)."
+        ),
+        fix=FIX,
+        evidence={
+            "timed_calls": len(lines),
+            "slow_submits": len(slow),
+            "median_submit_s": round(typical, 6),
+            "median_wait_s": round(waits, 6),
+            "lines": [dict(ln.cite(), **ln.values) for ln in slow[:MAX_CITED]],
+        },
+        seconds_lost=round(seconds, 6),
+        fingerprint="serialization-stall:printed-timings",
+        confidence="medium",
+    )
+
+
 def check(ctx: RuleContext[SerializationStallPolicy]) -> list[Finding]:
     has_trace = ctx.run.height("spans") > 0
     has_profile = not ctx.run.frames.is_empty()
     has_stacks = not ctx.run.stack_snapshots.is_empty()
     has_test = bool(serialization_test_lines(ctx.run.log_events))
-    if not (has_profile or has_stacks or has_test or has_trace):
+    has_timings = bool(call_timing_lines(ctx.run.log_events))
+    if not (has_profile or has_stacks or has_test or has_trace or has_timings):
         raise NotApplicable(
             "no pyinstrument profile, stack-watchdog dump, trace or serialization-test output: profile the "
             "training loop (pyinstrument Profiler API) or run the debug skill's serialization test"
         )
     findings = _profile_findings(ctx)
-    for extra in (_stack_finding(ctx), _test_finding(ctx), _trace_finding(ctx)):
+    for extra in (_stack_finding(ctx), _test_finding(ctx), _trace_finding(ctx), _printed_timing_finding(ctx)):
         if extra is not None:
             findings.append(extra)
     if findings:
@@ -196,7 +237,8 @@ RULE = register(
                 "Per profile: seconds under the outermost serialization frames and their share of the "
                 "profile's wall time, with the hottest frames (function, file, line, seconds); stack "
                 "dumps whose stacks end in serialization; `model_dump() took Ns` / FAIL lines of the "
-                "serialization test."
+                "serialization test; the guide's `submit: Ss, wait: Ws` timings whose median submit is slow "
+                "(client-side work on the calling thread: serialization or data preparation)."
             ),
             fix=FIX,
         ),

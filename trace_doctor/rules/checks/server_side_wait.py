@@ -1,5 +1,11 @@
 """TD112 server-side-wait: the client did its part, yet results arrive cycles late.
 
+Three readings, each the guide's: the trace (below), the task dumps (an SDK request pending for a long
+time while both event loops keep dumping: both threads ran, the request waited on the service; Steps
+6-7), and an async-mode profile mostly awaiting the SDK's result_async (Step 4, option B: waiting for
+the server). None of them speaks while the dumps show the SDK loop stopped or the GIL monitor reports
+jitter: a starved SDK thread delays results as a queue does (Step 5 comes first).
+
 The debug guide's last stage. Only when the client is ruled out — submissions hand off in
 milliseconds, the loop pipelines (optim_step right behind forward_backward, the next step submitted
 before the results are awaited) — and the results still take several clock cycles is the time on the
@@ -12,8 +18,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from trace_doctor.derive.dump_cadence import Silence, process_silences, sdk_loop_silences, silences
 from trace_doctor.derive.intervals import merge, overlap
+from trace_doctor.derive.log_signals import call_timing_lines, gil_monitor_lines, round_trip_lines
+from trace_doctor.derive.pending_requests import PendingRequest, pending_requests
 from trace_doctor.derive.pipelining import PIPELINING_CALLS, fb_optim_waits, step_transitions
+from trace_doctor.derive.profile_stats import result_wait_s, wall_times
 from trace_doctor.derive.sessions import session_ids
 from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
 from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
@@ -29,6 +39,152 @@ CYCLES_NEEDED = 2
 
 
 def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
+    """The trace's reading, then the dumps' and the profile's, each a finding of its own."""
+    starved = _sdk_thread_starved(ctx)
+    readings = (_pending_finding, _profile_finding, _printed_wait_finding)
+    others = [] if starved else [f for f in (read(ctx) for read in readings) if f is not None]
+    try:
+        traced = _trace_check(ctx)
+    except NotApplicable:
+        if not others:
+            raise
+        traced = []
+    return traced + others
+
+
+def _sdk_thread_starved(ctx: RuleContext[ServerSideWaitPolicy]) -> bool:
+    """Whether the SDK loop's dumps stopped or the GIL monitor saw jitter: late results are then the GIL's."""
+    t = ctx.thresholds
+    stopped = sdk_loop_silences(
+        ctx.run.task_snapshots, min_intervals=float(t.min_silent_intervals), min_seconds=float(t.min_silence_s)
+    )
+    return bool(stopped) or bool(gil_monitor_lines(ctx.run.log_events))
+
+
+def _overlaps(silence: Silence, request: PendingRequest) -> bool:
+    end = silence.end if silence.end is not None else request.last_at
+    return silence.source == request.source and silence.start < request.last_at and end > request.first_at
+
+
+def _pending_finding(ctx: RuleContext[ServerSideWaitPolicy]) -> Finding | None:
+    """An SDK request pending min_pending_s or more while every event loop kept dumping (no silence meanwhile)."""
+    t = ctx.thresholds
+    snapshots = ctx.run.task_snapshots
+    waited = [r for r in pending_requests(snapshots) if r.pending_s >= float(t.min_pending_s)]
+    if not waited:
+        return None
+    knobs = {"min_intervals": float(t.min_silent_intervals), "min_seconds": float(t.min_silence_s)}
+    stops = silences(snapshots, **knobs) + process_silences(snapshots, **knobs)
+    alive = [r for r in waited if not any(_overlaps(s, r) for s in stops)]
+    if not alive:
+        return None
+    longest = alive[0]
+    sessions = session_ids(ctx.run.log_events, ctx.run.meta.config)
+    return ctx.finding(
+        severity="info",
+        title="An SDK request waited on the service while both threads ran",
+        message=(
+            f"The task dumps show {len(alive)} SDK request(s) pending for {float(t.min_pending_s):g} s or more "
+            f"while [main] and the SDK loop kept dumping: the longest, `{longest.coroutine}` ({longest.task}), for at "
+            f"least {longest.pending_s:.0f} s ({longest.source}:{longest.first_line}-{longest.last_line}, "
+            f"{longest.dumps} dumps). Both threads were free, so the request was waiting on the service (or the "
+            "network to it): the debug guide's Steps 6-7. Time the API round trip (network-latency reads it); if "
+            "it is fast, escalate"
+            + (f" with session id {', '.join(sessions[:3])}." if sessions else " with the session id.")
+        ),
+        fix=(
+            "Run the guide's network check (`API round-trip`); if it is under 1 s, escalate to Tinker support with "
+            "the session id and `trace-doctor bundle <log_path> -o escalation.zip`."
+        ),
+        evidence={"requests": [r.to_dict() for r in alive[:10]], "count": len(alive), "session_ids": sessions},
+        fingerprint="server-side-wait:pending-request",
+    )
+
+
+def _profile_finding(ctx: RuleContext[ServerSideWaitPolicy]) -> Finding | None:
+    """An async-mode profile spending min_result_wait_share or more of its time awaiting the SDK's results."""
+    frames = ctx.run.frames
+    if frames.is_empty():
+        return None
+    walls = wall_times(ctx.run.profiles, frames)
+    share_min = float(ctx.thresholds.min_result_wait_share)
+    waits = {
+        name: (seconds, walls.get(name, 0.0))
+        for name, seconds in result_wait_s(frames).items()
+        if walls.get(name, 0.0) > 0 and seconds / walls[name] >= share_min
+    }
+    if not waits:
+        return None
+    name, (seconds, wall) = max(waits.items(), key=lambda kv: kv[1][0] / kv[1][1])
+    return ctx.finding(
+        severity="info",
+        title="The profiled thread mostly waits for the server's results",
+        message=(
+            f"{seconds:.2f} s of {wall:.2f} s ({seconds / wall:.0%}) of {name} is spent awaiting the SDK's "
+            "result_async: the debug guide's profile reading for waiting on the server (network or server-side), "
+            "with little client work to speed up. Time the API round trip (network-latency reads it) to tell the "
+            "network from the service."
+        ),
+        fix=(
+            "Check pipelining first (submit the next step before awaiting); then run the guide's network check; a "
+            "fast round trip leaves the service: escalate with the session id and `trace-doctor bundle`."
+        ),
+        evidence={
+            "profile": name,
+            "result_wait_s": round(seconds, 6),
+            "wall_s": round(wall, 6),
+            "share": round(seconds / wall, 4),
+            "profiles": {n: round(s / w, 4) for n, (s, w) in sorted(waits.items())},
+        },
+        fraction_of_wall=round(seconds / wall, 4),
+        fingerprint=f"server-side-wait:profile:{ctx.input_key(name)}",
+    )
+
+
+def _printed_wait_finding(ctx: RuleContext[ServerSideWaitPolicy]) -> Finding | None:
+    """The guide's printouts: calls that waited long behind a prompt submit, and a round trip fast enough to rule
+    the network out (Steps 3, 6 and 7)."""
+    t = ctx.thresholds
+    trips = round_trip_lines(ctx.run.log_events)
+    if not trips or max(line.values["seconds"] for line in trips) >= float(t.max_round_trip_s):
+        return None  # no round trip timed, or a slow one: network-latency's to judge
+    waits = [
+        line
+        for line in call_timing_lines(ctx.run.log_events)
+        if line.values["wait_s"] >= float(t.min_printed_wait_s) and line.values["submit_s"] < float(t.max_submit_s)
+    ]
+    if not waits:
+        return None
+    slowest = max(line.values["seconds"] for line in trips)
+    total = sum(line.values["wait_s"] for line in waits)
+    sessions = session_ids(ctx.run.log_events, ctx.run.meta.config)
+    return ctx.finding(
+        severity="info",
+        title="Long waits behind prompt submits, with a fast network: the service's time",
+        message=(
+            f"{len(waits)} timed call(s) submitted in under {float(t.max_submit_s):g} s and then waited "
+            f"{float(t.min_printed_wait_s):g} s or more ({total:.1f} s in all, first at {waits[0].source}:"
+            f"{waits[0].line}), and the API round trip took {slowest:.2f} s at most: the debug guide rules the "
+            "client (fast submit) and the network (round trip under 1 s) out, so the wait is on the service side "
+            "(Step 7: escalate"
+            + (f" with session id {', '.join(sessions[:3])})." if sessions else " with the session id).")
+        ),
+        fix=(
+            "Escalate to Tinker support with the session id, the step timings and `trace-doctor bundle <log_path> "
+            "-o escalation.zip`; check the status page."
+        ),
+        evidence={
+            "waits": [dict(line.cite(), **line.values) for line in waits[:10]],
+            "wait_s": round(total, 3),
+            "round_trip_s": slowest,
+            "session_ids": sessions,
+        },
+        fingerprint="server-side-wait:printed-timings",
+    )
+
+
+def _trace_check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
+    """The trace's reading: prompt, pipelined submissions, and still more than min_cycles_per_step a step."""
     run, t = ctx.run, ctx.thresholds
     if run.meta.trainer not in CYCLE_PRICED_TRAINERS:
         raise NotApplicable(
@@ -93,6 +249,16 @@ def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
         )
     late = intervals.filter(pl.col("interval_s") > cycle.seconds)
     seconds = float((late["interval_s"] - cycle.seconds).sum())
+    starved = sdk_loop_silences(
+        run.task_snapshots, min_intervals=float(t.min_silent_intervals), min_seconds=float(t.min_silence_s)
+    )
+    starved_s = sum(s.lower_bound_s for s in starved)
+    if starved and starved_s >= t.max_starved_share * seconds:
+        return ctx.passed(
+            f"results arrived late ({seconds:.1f} s over one cycle per step), but the SDK loop's task dumps stopped "
+            f"{len(starved)} time(s) for at least {starved_s:.1f} s: a starved SDK thread cannot poll its results "
+            "(gil-stall), and the guide rules the GIL out before blaming the service (Step 5 before Steps 6-7)"
+        )
     sessions = session_ids(run.log_events, run.meta.config)
     escalate = (
         f"session id{'s' if len(sessions) > 1 else ''} {', '.join(sessions[:5])}"
@@ -138,7 +304,10 @@ RULE = register(
         code="TD112",
         title="Results late on the service side (client prompt and pipelined)",
         severity="info",
-        needs="trace_events.jsonl of an SL/DPO run and a confident clock-cycle estimate (or shared clock_cycle_s)",
+        needs=(
+            "trace_events.jsonl of an SL/DPO run and a confident clock-cycle estimate (or shared clock_cycle_s); "
+            "or asyncio task dumps; or an async-mode pyinstrument profile"
+        ),
         docs=RuleDocs(
             what=(
                 "Submissions prompt and pipelined, no client-side cause, yet results arrive several clock cycles "
@@ -149,8 +318,15 @@ RULE = register(
                 "user hunting in their code, and hand them what an escalation needs."
             ),
             evidence=(
-                "Median submit-only span (hand-off) duration, the share of steps pipelined (fb→optim back to back, "
-                "next step submitted ahead), the mean step interval in clock cycles, the session ids in the logs."
+                "Trace: median submit-only span (hand-off) duration, the share of steps pipelined (fb→optim back to "
+                "back, next step submitted ahead), the mean step interval in clock cycles, the session ids in the "
+                "logs. Task dumps: an SDK request pending min_pending_s or more while both loops kept dumping. "
+                "Profile: the share of an async-mode profile under the SDK's result_async. The guide's printouts: "
+                "`submit: Ss, wait: Ws` waits behind prompt submits with an `API round-trip` under 1 s. Silent "
+                "while the task "
+                "dumps show the SDK loop stopped (for the trace, half the late time or more) or the GIL monitor "
+                "reports jitter: a starved SDK thread (gil-stall) delays results as a queue does, and the guide "
+                "rules it out first."
             ),
             fix="Escalate with the session id and `trace-doctor bundle`; check the status page.",
         ),
