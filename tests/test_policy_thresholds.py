@@ -133,7 +133,7 @@ def _log_events(*messages: str) -> pl.DataFrame:
 def guide_printouts() -> RunTables:
     """The debug guide's network check (2.5 s round trip) and two timed calls: a 6 s wait behind a prompt
     submit, and a 9 s wait behind a 0.8 s submit."""
-    from trace_doctor.ingest.parsers.logs import parse_lines, log_events_table
+    from trace_doctor.ingest.parsers.logs import log_events_table, parse_lines
 
     lines = ["API round-trip: 2.50s", "submit: 0.02s, wait: 6.00s", "submit: 0.80s, wait: 9.00s"]
     run = RunTables()
@@ -144,7 +144,7 @@ def guide_printouts() -> RunTables:
 @cache
 def printed_service_waits() -> RunTables:
     """The guide's printouts: a 0.42 s round trip and a call that waited 6 s behind a 0.02 s submit."""
-    from trace_doctor.ingest.parsers.logs import parse_lines, log_events_table
+    from trace_doctor.ingest.parsers.logs import log_events_table, parse_lines
 
     run = RunTables()
     lines = ["API round-trip: 0.42s", "submit: 0.02s, wait: 6.00s"]
