@@ -20,7 +20,7 @@ from typing import Any
 
 from trace_doctor.crash_report import describe, write_traceback
 from trace_doctor.ingest.config import find_setting
-from trace_doctor.model import SEVERITY_RANK, Finding, PassedOver
+from trace_doctor.model import PassedOver
 from trace_doctor.runs import RunSource
 from trace_doctor.settings import Settings
 
@@ -140,14 +140,6 @@ class Fleet:
         }
 
 
-def _first_named(quality: Finding | None, worst: Finding | None) -> Finding | None:
-    """With no time cause, the row leads with what the verdict names: the training-quality cause (not
-    a symptom it explains), unless another finding is more severe."""
-    if quality is None or worst is None:
-        return quality or worst
-    return worst if SEVERITY_RANK[worst.severity] > SEVERITY_RANK[quality.severity] else quality
-
-
 def _config_subset(config: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """The sweep settings of a run, wherever its config.json nests them (SL keeps batch_size two levels down)."""
     found = {}
@@ -258,7 +250,7 @@ def _analyze_into(
     report.document = build_document(result)
     report.status, report.headline = result.verdict.status, result.verdict.headline
     report.gate_tripped, report.gate_reasons = result.gate.tripped, result.gate.reasons
-    lead = result.verdict.costliest or _first_named(result.verdict.quality, result.verdict.worst)
+    lead = result.verdict.lead
     if lead is not None:
         report.main_finding = {"rule": lead.rule, "code": lead.code, "title": lead.title, "severity": lead.severity}
         report.seconds_lost = lead.seconds_lost

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
-from trace_doctor.humanize import format_seconds, launches_line
+from trace_doctor.humanize import format_range, format_seconds, launches_line
 from trace_doctor.model import Analysis, RunTables
 from trace_doctor.report.terminal_text import inert
 from trace_doctor.triage.locate import finding_key
@@ -146,7 +146,7 @@ def account_line(account: dict) -> str:
     if account["unexplained_s"] >= 0.005 * wall:
         parts.append(f"unexplained {format_seconds(account['unexplained_s'])}")
     low, high = account["counterfactual"]["range_s"]
-    fixed = format_seconds(low) if abs(high - low) < 0.05 * wall else f"{format_seconds(low)}–{format_seconds(high)}"
+    fixed = format_range(low, high, wall)
     return f"{format_seconds(wall)} of wall = " + " + ".join(parts) + f"; with every fix ≈{fixed}."
 
 

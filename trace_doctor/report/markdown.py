@@ -8,7 +8,7 @@ input goes through markdown_text (`cell`, `code`, `html_text`), so it renders as
 from __future__ import annotations
 
 from trace_doctor import __version__
-from trace_doctor.humanize import format_seconds, launches_line
+from trace_doctor.humanize import format_range, format_seconds, launches_line
 from trace_doctor.model import Analysis, Finding
 from trace_doctor.report.markdown_text import code, html_text, prose
 from trace_doctor.triage.locate import finding_key
@@ -242,7 +242,7 @@ def _account(result: Analysis) -> list[str]:
         row(f"`{cause['rule']}` — {cell(cause['title'], 120)}{kind}", cause["seconds"])
     row("unexplained", account["unexplained_s"])
     low, high = account["counterfactual"]["range_s"]
-    fixed = f"{format_seconds(low)}–{format_seconds(high)}"
+    fixed = format_range(low, high, wall)
     lines += ["", f"With every fix: **≈{fixed}** instead of {format_seconds(wall)}."]
     return lines
 

@@ -67,7 +67,7 @@ def _setting(config: dict[str, Any], key: str) -> float | None:
 
 def _runs_row(result: Analysis, path: str) -> pl.DataFrame:
     meta, summary, verdict = result.run.meta, result.summary or {}, result.verdict
-    lead = (verdict.costliest or verdict.worst) if verdict is not None else None
+    lead = verdict.lead if verdict is not None else None
     row: dict[str, Any] = {
         "path": path,
         "trainer": meta.trainer,
