@@ -19,7 +19,10 @@ from trace_doctor.decision import can_lead, decide_verdict, is_hint
 from trace_doctor.model import Finding, RuleOutcome
 
 FIXTURES = sorted(
-    p for folder in ("runs", "training") for p in (ROOT / "fixtures" / folder).iterdir() if (p / "EXPECTED.json").exists()
+    p
+    for folder in ("runs", "training")
+    for p in (ROOT / "fixtures" / folder).iterdir()
+    if (p / "EXPECTED.json").exists()
 )
 
 
@@ -106,3 +109,95 @@ def test_the_service_side_stays_the_root_cause_to_escalate() -> None:
     wait = _finding("server-side-wait", "info", "high", seconds=3.5)
     verdict = decide_verdict([wait], OUTCOMES)
     assert verdict.costliest is wait and "escalate it" in verdict.headline
+
+
+# --- renderer-kl-step0 and the step-0 NLL, calibrated ---------------------------------------------
+
+
+def _sft(nll: float, renderer: str = "qwen3"):
+    from rule_helpers import run_from_rows
+
+    rows = [{"step": i, "train_mean_nll": nll - 0.03 * i, "num_loss_tokens": 1000.0} for i in range(30)]
+    return run_from_rows(rows, trainer="sl", model_name="Qwen/Qwen3-8B", renderer_name=renderer)
+
+
+def _rl(kl: float, **meta):
+    from rule_helpers import run_from_rows
+
+    rows = [
+        {"step": i, "progress/batch": i, "env/all/reward/total": 0.5, "optim/kl_sample_train_v2": kl}
+        for i in range(10)
+    ]
+    return run_from_rows(rows, **({"model_name": "Qwen/Qwen3-8B", "temperature": 1.0} | meta))
+
+
+def _judged(run, rule: str):
+    from rule_helpers import findings
+
+    found, _, _ = findings(run, [rule])
+    return [f for f in found if f.rule == rule]
+
+
+def test_a_step0_nll_worse_than_uniform_is_a_data_problem_not_the_template() -> None:
+    (finding,) = _judged(_sft(24.6), "renderer-model-mismatch")
+    assert finding.fingerprint == "renderer-model-mismatch:sft-nll-data"
+    assert (finding.severity, finding.confidence) == ("warning", "high")
+    assert "not the template" in finding.title and "loss weights" in finding.fix
+    verdict = decide_verdict([finding], OUTCOMES)
+    assert verdict.quality is finding and "fix it first" in verdict.headline
+
+
+def test_a_high_step0_nll_with_the_recommended_renderer_says_so_and_stays_a_note() -> None:
+    (finding,) = _judged(_sft(2.6), "renderer-model-mismatch")
+    assert (finding.severity, finding.confidence) == ("info", "low")
+    assert "argues against a template mismatch" in finding.message
+    assert decide_verdict([finding], OUTCOMES).status == "clear"
+
+
+def test_step0_kl_with_the_recommended_renderer_lowers_confidence_and_says_why() -> None:
+    (recommended,) = _judged(_rl(0.06, renderer_name="qwen3"), "renderer-kl-step0")
+    (other,) = _judged(_rl(0.06, renderer_name="llama3"), "renderer-kl-step0")
+    assert other.confidence == "high" and "renderer mismatch" in other.title
+    assert recommended.confidence == "medium" and "argues against a renderer mismatch" in recommended.message
+
+
+def test_different_sampling_and_training_prompts_are_a_cause_of_their_own() -> None:
+    config = {"teacher_system_prompt": "You are an expert.", "student_system_prompt": None}
+    run = _rl(0.06, renderer_name="qwen3", temperature=0.7)
+    run.meta.config = config
+    (finding,) = _judged(run, "renderer-kl-step0")
+    assert finding.fingerprint == "renderer-kl-step0:prompts" and finding.severity == "info"
+    assert "`teacher_system_prompt`" in finding.message and "Temperature 0.7" in finding.message
+    same = _rl(0.06, renderer_name="qwen3", temperature=0.7)
+    same.meta.config = {"teacher_system_prompt": "x", "student_system_prompt": "x"}
+    assert _judged(same, "renderer-kl-step0")[0].fingerprint == "renderer-kl-step0:temperature"
+
+
+def test_peers_of_the_same_model_and_renderer_weigh_the_step0_kl() -> None:
+    outlier = _rl(0.06, renderer_name="qwen3")
+    outlier.peers = {"step0_kl": [0.001, 0.0008, 0.0012]}
+    (finding,) = _judged(outlier, "renderer-kl-step0")
+    assert finding.evidence["peers"]["reading"] == "outlier" and finding.confidence == "high"
+    assert "this run is the outlier" in finding.message
+    alike = _rl(0.06, renderer_name="llama3")
+    alike.peers = {"step0_kl": [0.05, 0.07, 0.055]}
+    (finding,) = _judged(alike, "renderer-kl-step0")
+    assert finding.evidence["peers"]["reading"] == "alike" and finding.confidence == "medium"
+    assert "normal level" in finding.message
+
+
+def test_the_fleet_hands_each_run_its_peers_first_kl(tmp_path: Path) -> None:
+    from trace_doctor.peers import fleet_peers
+    from trace_doctor.runs import split_runs
+
+    for name, kl, renderer in (("a", 0.06, "qwen3"), ("b", 0.001, "qwen3"), ("c", 0.002, "qwen3"), ("d", 0.5, "x")):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B", "renderer_name": renderer}))
+        rows = [{"step": i, "env/all/reward/total": 0.5, "optim/kl_sample_train_v2": kl} for i in range(3)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sources = split_runs([tmp_path]).runs
+    peers = fleet_peers(sources)
+    by_name = {s.root.name: peers.get(s.run_id) for s in sources}
+    assert sorted(by_name["a"]["step0_kl"]) == [0.001, 0.002]
+    assert by_name["d"] is None  # no other run of its model and renderer

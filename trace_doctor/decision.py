@@ -156,9 +156,7 @@ def decide_verdict(
         text += f" With every fix: ≈{format_range(low, high, account['wall_time_s'])} instead of "
         text += f"{format_seconds(account['wall_time_s'])}."
     status = worst.severity if worst is not None else root.severity
-    return Verdict(
-        status, text, counts, checked, total, worst=worst, costliest=root, quality=quality, notes=notes
-    )
+    return Verdict(status, text, counts, checked, total, worst=worst, costliest=root, quality=quality, notes=notes)
 
 
 def _notes_text(notes: tuple[Finding, ...]) -> str:
