@@ -125,8 +125,7 @@ def _rl(kl: float, **meta):
     from rule_helpers import run_from_rows
 
     rows = [
-        {"step": i, "progress/batch": i, "env/all/reward/total": 0.5, "optim/kl_sample_train_v2": kl}
-        for i in range(10)
+        {"step": i, "progress/batch": i, "env/all/reward/total": 0.5, "optim/kl_sample_train_v2": kl} for i in range(10)
     ]
     return run_from_rows(rows, **({"model_name": "Qwen/Qwen3-8B", "temperature": 1.0} | meta))
 
