@@ -46,7 +46,7 @@ def fixture_run(name: str) -> Path:
 def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A cache folder of the test's own, on whatever the environment said, with the cache's
     per-process state (an unwritable folder seen, notes) reset; returns the folder."""
-    from trace_doctor.ingest import cache
+    from trace_doctor.ingest.storage import cache
 
     root = tmp_path / "cache"
     monkeypatch.setenv("TRACE_DOCTOR_CACHE_DIR", str(root))

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trace_doctor.ingest.config import parse_config, trainer_from_metric_keys
-from trace_doctor.ingest.metrics import build_steps_frame, parse_metrics_files
+from trace_doctor.ingest.parsers.config import parse_config, trainer_from_metric_keys
+from trace_doctor.ingest.parsers.metrics import build_steps_frame, parse_metrics_files
 from trace_doctor.model import RunMeta, RunTables
 from trace_doctor.policy import Policy
 from trace_doctor.rules.engine import run_rules
@@ -42,7 +42,7 @@ def load_dir(path: Path) -> RunTables:
     run.steps, _ = parse_metrics_files(metrics, run.warnings)
     trace = directory / "trace_events.jsonl"
     if path.is_dir() and trace.exists():
-        from trace_doctor.ingest.trace_events import parse_trace_files
+        from trace_doctor.ingest.trace.trace_events import parse_trace_files
 
         run.spans, _ = parse_trace_files([trace], run.warnings)
     if run.meta.trainer == "unknown":

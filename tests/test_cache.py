@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from conftest import isolated_cache
 
 from trace_doctor.cli import main
-from trace_doctor.ingest import cache
-from trace_doctor.ingest import trace_events as te
-from trace_doctor.ingest.trace_events import parse_trace_files
+from trace_doctor.ingest.storage import cache
+from trace_doctor.ingest.trace import trace_events as te
+from trace_doctor.ingest.trace.trace_events import parse_trace_files
 
 
 def event(name: str, ph: str, ts: float, step: int | None = None) -> str:
@@ -288,3 +288,44 @@ def test_a_read_only_cache_still_answers(cached, tmp_path, monkeypatch):
     monkeypatch.setattr(os, "utime", read_only)  # marking the entry as recently used fails
     monkeypatch.setattr(te, "_parse_trace_file", lambda *a: pytest.fail("parsed again despite a valid entry"))
     assert parse(path)[0].equals(first[0])
+
+
+def test_the_code_fingerprint_covers_every_module_of_the_package(tmp_path):
+    """No hand-kept list of parser files: a new parser anywhere in the package, or an edit to any
+    module, is other code; templates and bytecode are not."""
+    from trace_doctor.ingest.storage import package_digest
+
+    assert (package_digest.PACKAGE_ROOT / "discover.py").is_file()
+    package = Path(shutil.copytree(package_digest.PACKAGE_ROOT, tmp_path / "trace_doctor"))
+    before = package_digest.tree_digest(package, ".py")
+    (package / "templates" / "report.html.j2").write_text("changed")
+    (package / "ingest" / "__pycache__").mkdir(exist_ok=True)
+    (package / "ingest" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"compiled")
+    assert package_digest.tree_digest(package, ".py") == before
+    for edited in ("ingest/parsers/metrics.py", "ingest/kinds/trace.py", "discover.py", "knowledge/tinker.py"):
+        path = package / edited
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n# changed\n")
+        assert package_digest.tree_digest(package, ".py") != before, edited
+        path.write_bytes(original)
+    (package / "ingest" / "parsers" / "new_parser.py").write_text("X = 1\n")
+    assert package_digest.tree_digest(package, ".py") != before
+
+
+def test_an_entry_made_by_other_code_is_a_miss(cached, tmp_path, monkeypatch):
+    from trace_doctor.ingest.storage import package_digest
+
+    path = write(tmp_path / "trace_events.jsonl", steps(0, 20))
+    parses = []
+    real = te._parse_trace_file
+    monkeypatch.setattr(te, "_parse_trace_file", lambda *a: parses.append(1) or real(*a))
+    parse(path)
+    parse(path)
+    assert parses == [1]  # the second answered by the entry
+    monkeypatch.setattr(package_digest, "source_digest", lambda: "a module edited since")
+    cache._parser_fingerprint.cache_clear()
+    try:
+        parse(path)
+    finally:
+        cache._parser_fingerprint.cache_clear()
+    assert parses == [1, 1]

@@ -110,7 +110,7 @@ def test_timestamps_beyond_64_bits_of_nanoseconds_export_to_perfetto(run_dir, tm
 
 
 def test_a_cache_entry_of_null_metadata_is_a_miss(run_dir, tmp_path, monkeypatch):
-    from trace_doctor.ingest import cache
+    from trace_doctor.ingest.storage import cache
 
     monkeypatch.setenv("TRACE_DOCTOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("TRACE_DOCTOR_CACHE", raising=False)

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from trace_doctor.ingest import cache, digest_memo
+from trace_doctor.ingest.storage import cache, digest_memo
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ def test_an_end_event_with_an_unrepresentable_step_is_kept_without_one(tmp_path,
 
 @pytest.mark.parametrize("step", [99999999999999999999, 1e300, -(2**63) - 1, float("inf"), 1.5, True])
 def test_a_step_attribute_an_int64_column_cannot_hold_is_no_step(step):
-    from trace_doctor.ingest.span_args import _step_of
+    from trace_doctor.ingest.trace.span_args import _step_of
 
     assert _step_of({"step": step}) is None
     assert _step_of({"step": 7.0}) == 7

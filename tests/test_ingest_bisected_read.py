@@ -8,8 +8,9 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trace_doctor.ingest import timing_spans, trace_parse
-from trace_doctor.ingest.bisected_read import Refused, read_bisected
+from trace_doctor.ingest.parsers import timing_spans
+from trace_doctor.ingest.reading.bisected_read import Refused, read_bisected
+from trace_doctor.ingest.trace import trace_parse
 
 
 class Reader:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, fixture_run
-from trace_doctor.ingest.dumps import parse_dump_files, scan_dump_lines
+from trace_doctor.ingest.parsers.dumps import parse_dump_files, scan_dump_lines
 
 HOLDER_DUMP = """
 ===== 2026-03-05 12:00:01 asyncio task dump [holder] 4 task(s) @ interval=1.0s =====

@@ -15,15 +15,16 @@ import polars as pl
 import pytest
 
 from trace_doctor.discover import classify
-from trace_doctor.ingest import file_warnings, input_stream, jsonl, trace_read
-from trace_doctor.ingest.checkpoints import parse_checkpoint_files
-from trace_doctor.ingest.chunk_lines import BLANK, GARBAGE, OBJECT, ChunkLines
-from trace_doctor.ingest.file_warnings import FileWarnings
-from trace_doctor.ingest.launches import writer_chains
-from trace_doctor.ingest.metrics import build_steps_frame, parse_metrics_file
-from trace_doctor.ingest.timing_spans import parse_timing_spans_file
-from trace_doctor.ingest.trace_document import DocumentEvents, has_trace_events
-from trace_doctor.ingest.trace_events import parse_trace_files
+from trace_doctor.ingest.parsers.checkpoints import parse_checkpoint_files
+from trace_doctor.ingest.parsers.launches import writer_chains
+from trace_doctor.ingest.parsers.metrics import build_steps_frame, parse_metrics_file
+from trace_doctor.ingest.parsers.timing_spans import parse_timing_spans_file
+from trace_doctor.ingest.reading import file_warnings, input_stream, jsonl
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.trace import trace_read
+from trace_doctor.ingest.trace.chunk_lines import BLANK, GARBAGE, OBJECT, ChunkLines
+from trace_doctor.ingest.trace.trace_document import DocumentEvents, has_trace_events
+from trace_doctor.ingest.trace.trace_events import parse_trace_files
 from trace_doctor.model import IngestWarning
 
 DEEP = "[" * 1000 + "]" * 1000

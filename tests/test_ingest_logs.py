@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import CORPUS, CORPUS_MISSING, corpus_path, fixture_run
-from trace_doctor.ingest.logs import parse_lines, parse_log_files
+from trace_doctor.ingest.parsers.logs import parse_lines, parse_log_files
 from trace_doctor.model import LOG_EVENTS_SCHEMA
 
 COOKBOOK_LOG = (

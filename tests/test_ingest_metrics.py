@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from conftest import CORPUS_MISSING, corpus_metrics_files, corpus_path
 
-from trace_doctor.ingest.metrics import parse_metrics_file, parse_metrics_files
+from trace_doctor.ingest.parsers.metrics import parse_metrics_file, parse_metrics_files
 from trace_doctor.model import IngestWarning
 
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import CORPUS, CORPUS_MISSING, ROOT
-from trace_doctor.ingest.profiles import parse_profile_files
+from trace_doctor.ingest.parsers.profiles import parse_profile_files
 from trace_doctor.model import FRAMES_SCHEMA, PROFILES_SCHEMA
 
 DEMO_DATA = CORPUS / "pyinstrument" / "html_renderer" / "demo-data"

@@ -8,7 +8,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trace_doctor.ingest.metrics import parse_metrics_file
+from trace_doctor.ingest.parsers.metrics import parse_metrics_file
 from trace_doctor.model import IngestWarning
 
 VALID = [

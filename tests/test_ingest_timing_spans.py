@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from trace_doctor.ingest.timing_spans import parse_timing_spans_files
+from trace_doctor.ingest.parsers.timing_spans import parse_timing_spans_files
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_FILES = sorted((ROOT / "fixtures" / "runs").glob("*/timing_spans.jsonl"))
@@ -90,7 +90,7 @@ def _rl_lines(steps: int, spans_per_step: int = 40) -> list[str]:
 
 def _parse_counting_decoded(tmp_path, lines, monkeypatch):
     """parse() of `lines`, plus the numbers of the lines that went through the per-line decoder."""
-    from trace_doctor.ingest import timing_spans
+    from trace_doctor.ingest.parsers import timing_spans
 
     path = tmp_path / "timing_spans.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -105,7 +105,7 @@ def _parse_counting_decoded(tmp_path, lines, monkeypatch):
 def test_one_malformed_line_costs_only_that_line(tmp_path, monkeypatch):
     """A NaN, a null span and a step beyond 64 bits: each is reported, everything around them kept, and only
     their neighbourhoods (not the whole file) go through the per-line decoder."""
-    from trace_doctor.ingest import timing_spans
+    from trace_doctor.ingest.parsers import timing_spans
 
     lines = _rl_lines(400)
     lines[17] = lines[17].replace('"duration": ', '"duration": NaN, "x": ', 1)
@@ -128,7 +128,7 @@ def test_one_malformed_line_costs_only_that_line(tmp_path, monkeypatch):
 
 def test_lines_in_another_byte_layout_are_read_by_polars_in_pieces(tmp_path, monkeypatch):
     """Compact JSON (another writer) plus one bad line: halving isolates the bad line, the rest stays typed."""
-    from trace_doctor.ingest import timing_spans
+    from trace_doctor.ingest.parsers import timing_spans
 
     lines = [json.dumps(json.loads(text), separators=(",", ":")) for text in _rl_lines(300, 5)]
     lines[150] = lines[150][:40]  # truncated mid-write, then the run went on
@@ -159,7 +159,7 @@ def test_account_order_does_not_depend_on_thread_timing(tmp_path):
 def test_spans_stay_in_file_order_when_lines_are_read_in_groups_by_layout(tmp_path):
     """Lines are read grouped by layout when one needs care (here the writer's own lines come after
     compact ones and garbage); the table still follows the file, even when no line was decoded alone."""
-    from trace_doctor.ingest import timing_spans
+    from trace_doctor.ingest.parsers import timing_spans
 
     layout = _rl_lines(32, 3)
     half = timing_spans.MIN_BISECT_LINES

@@ -10,9 +10,10 @@ import orjson
 import polars as pl
 import pytest
 
-from trace_doctor.ingest import cache, span_pairing, trace_parse, trace_read
-from trace_doctor.ingest import trace_events as te
-from trace_doctor.ingest.trace_events import parse_trace_files
+from trace_doctor.ingest.storage import cache
+from trace_doctor.ingest.trace import span_pairing, trace_parse, trace_read
+from trace_doctor.ingest.trace import trace_events as te
+from trace_doctor.ingest.trace.trace_events import parse_trace_files
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

@@ -12,7 +12,7 @@ from conftest import CORPUS, CORPUS_MISSING, fixture_run
 from trace_doctor.api import analyze, load_run
 from trace_doctor.cli import main
 from trace_doctor.derive.step_times import step_times
-from trace_doctor.ingest.launches import writer_chains
+from trace_doctor.ingest.parsers.launches import writer_chains
 
 
 def write(path, steps, total=lambda step: 2.0):

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from trace_doctor.api import NothingToAnalyze, analyze, load_run
 from trace_doctor.cli import main
-from trace_doctor.ingest.dumps import dump_block_lines
+from trace_doctor.ingest.parsers.dumps import dump_block_lines
 from trace_doctor.report.console import render_text
 from trace_doctor.report.json_doc import render_json
 
@@ -538,7 +538,8 @@ def test_directory_of_only_garbage_exits_2_with_the_first_problems(tmp_path):
 @pytest.mark.parametrize("kind", ["metrics", "checkpoints", "config", "profile", "dump", "log", "spans", "trace"])
 def test_a_file_that_turned_into_a_directory_is_one_warning(tmp_path, kind):
     """A file that vanished or became unreadable between discovery and parsing (tests run as root, so no chmod)."""
-    from trace_doctor.ingest import checkpoints, config, dumps, logs, metrics, profiles, timing_spans, trace_events
+    from trace_doctor.ingest.parsers import checkpoints, config, dumps, logs, metrics, profiles, timing_spans
+    from trace_doctor.ingest.trace import trace_events
 
     unreadable = tmp_path / "input"
     unreadable.mkdir()
@@ -649,7 +650,7 @@ def test_appended_profiles_keep_the_readable_ones(tmp_path):
     path = tmp_path / "profiles.pyisession"
     path.write_bytes(data + b"\n" + data[:40] + b"\n" + data + b"\n")
     warnings = []
-    from trace_doctor.ingest.profiles import parse_profile_files
+    from trace_doctor.ingest.parsers.profiles import parse_profile_files
 
     frames, profiles, [info] = parse_profile_files([path], warnings)
     assert profiles.height == 2 and info.records == 4 and info.skipped == 1

@@ -624,6 +624,15 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("blocking-call-in-async", "min_silence_s"): Probe(
         main_blocked_while_holder_dumps, 5.0, "[main] silent for 3 s: fired -> passed"
     ),
+    # run-stopped
+    ("run-stopped", "min_stuck_step_times"): Probe(
+        "sl_stopped_service_hang",
+        1000.0,
+        "a 5 s hold of 50 ms steps is under 1000 steps: hung on the service -> killed",
+    ),
+    ("run-stopped", "min_stuck_s"): Probe(
+        "sl_stopped_service_hang", 60.0, "the 5 s hold is under a minute: hung on the service -> killed"
+    ),
     # server-side-wait
     ("server-side-wait", "min_cycles_per_step"): Probe(
         pipelined_loop_served_late, 5.0, "a step every 4 cycles (mean): fired -> passed"

@@ -23,7 +23,7 @@ from trace_doctor.decision import decide_gate, decide_verdict
 from trace_doctor.derive.quality_series import batch_shape, final_window
 from trace_doctor.derive.shift import compare_samples
 from trace_doctor.knowledge.triage import TRAINING_QUALITY, stage_rules
-from trace_doctor.model import Finding, RuleOutcome
+from trace_doctor.model import Analysis, Finding, RuleOutcome, RunTables
 
 TRAINING = ROOT / "fixtures" / "training"
 PAIRS = sorted(
@@ -339,3 +339,22 @@ def test_bzz_kl_anomaly_is_a_kl_regression_against_its_sibling():
     (kl,) = [e for e in quality["metrics"] if e["verdict"] == "regression"]
     assert kl["key_candidate"] == "optim/kl_sample_train_v1"
     assert kl["statistics"]["median_candidate"] > 0.01
+
+
+def test_one_main_finding_for_the_fleet_and_the_runs_dataset():
+    from trace_doctor.report.parquet import _runs_row
+
+    # No time cause: the training-quality cause leads unless another finding is more severe.
+    notice = _finding("decoded-error", code="TD302", title="A known error, once")
+    drift = _finding("kl-drift", code="TD202", title="KL drifted", confidence="high")
+    verdict = decide_verdict([notice, drift], OUTCOMES)
+    assert verdict.costliest is None and verdict.worst is notice and verdict.main is drift
+    assert decide_verdict([_finding("decoded-error", "error", code="TD302"), drift], OUTCOMES).main.rule == (
+        "decoded-error"
+    )
+    slow = _finding("pipelining-gap", seconds=40.0, code="TD101")
+    assert decide_verdict([slow, drift], OUTCOMES).main is slow
+    # The `runs` table of `ingest --out` names the same finding the fleet table does.
+    result = Analysis(run=RunTables(), findings=[notice, drift], outcomes=OUTCOMES, summary={}, verdict=verdict)
+    row = _runs_row(result, "run").row(0, named=True)
+    assert (row["main_rule"], row["main_finding"]) == ("kl-drift", "KL drifted")

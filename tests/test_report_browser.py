@@ -203,8 +203,8 @@ def assert_reads_the_diagnosis(page: Page, result: Analysis) -> None:
             continue
         above = [key_of[i] for i, d in reversed(order[:position]) if d < depth]
         assert above and above[0] in finding.explained_by, (finding.rule, above[:1], finding.explained_by)
-    account = result.summary.get("account")
-    if not account or not account["causes"]:
+    account = result.run_summary.account
+    if not account or not account.causes:
         assert page.locator("#time-account").count() == 0
         return
     widths = page.eval_on_selector_all(
@@ -216,7 +216,7 @@ def assert_reads_the_diagnosis(page: Page, result: Analysis) -> None:
         "#time-account td.part a.finding-swatch",
         "els => els.map(e => [e.getAttribute('href'), getComputedStyle(e).backgroundColor])",
     )
-    assert len(chips) == len(account["causes"])
+    assert len(chips) == len(account.causes)
     for href, colour in chips:
         card_chip = page.locator(f"{href} .card-head .finding-swatch")
         assert card_chip.evaluate("e => getComputedStyle(e).backgroundColor") == colour

@@ -17,7 +17,7 @@ from rule_helpers import findings as run_findings
 from rule_helpers import run_from_rows
 
 from trace_doctor.api import load_run
-from trace_doctor.ingest.log_kinds import classify_message, versions_in
+from trace_doctor.ingest.parsers.log_kinds import classify_message, versions_in
 from trace_doctor.knowledge.hyperparams import sft_lora_lr
 from trace_doctor.knowledge.renderers import is_vision_language, judge_renderer
 from trace_doctor.model import Finding, RunTables

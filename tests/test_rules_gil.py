@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from trace_doctor.api import load_run
-from trace_doctor.derive.dump_cadence import cadence, process_silences, silences
+from trace_doctor.derive.dump_cadence import cadence, longest_gaps, process_silences, silences
 from trace_doctor.model import LOG_EVENTS_SCHEMA, SPANS_SCHEMA, TASK_SNAPSHOTS_SCHEMA, RunTables
 from trace_doctor.rules.engine import run_rules
 
@@ -94,6 +94,22 @@ def test_holder_silence_while_main_keeps_dumping_is_found_with_its_lines():
     assert gap.other_dumps == {"main": 8}
     assert gap.lower_bound_s >= 6.0
     assert process_silences(dumps(schedule), min_intervals=2.5) == []
+
+
+def test_longest_gap_is_the_silence_the_rule_sees_and_never_spans_two_files():
+    schedule = (
+        steady(("holder", "main"), 0, 5) + [(t, "main") for t in range(5, 12)] + steady(("holder", "main"), 12, 15)
+    )
+    first = dumps(schedule)
+    # A second process's stdout, started 100 s later: no gap runs from one file into the other.
+    second = dumps(steady(("holder", "main"), 100, 103)).with_columns(pl.lit("stdout-2.txt").alias("source"))
+    gaps = {g.label: g for g in longest_gaps(pl.concat([first, second]))}
+    holder = gaps["holder"]
+    assert holder.gap_s == 8.0 and holder.at == T0 + timedelta(seconds=12)
+    assert holder.dumps == 8 + 3 and holder.interval_s == 1.0
+    (silence,) = silences(first, min_intervals=2.5)
+    assert silence.end == holder.at and silence.clock_gap_s == holder.gap_s
+    assert gaps["main"].gap_s == 1.0
 
 
 def test_both_labels_quiet_together_is_a_process_silence_not_a_label_silence():

@@ -17,7 +17,7 @@ import polars as pl
 from conftest import corpus_path, fixture_run
 
 from trace_doctor.api import load_run
-from trace_doctor.ingest.logs import parse_lines
+from trace_doctor.ingest.parsers.logs import parse_lines
 from trace_doctor.model import LOG_EVENTS_SCHEMA, InputFile, RunTables
 from trace_doctor.policy import Policy
 from trace_doctor.rules.engine import run_rules

@@ -12,8 +12,8 @@ from conftest import ROOT
 
 from trace_doctor.api import analyze, load_run
 from trace_doctor.discover import classify
-from trace_doctor.ingest import cache
-from trace_doctor.ingest.rollouts import parse_rollout_files
+from trace_doctor.ingest.parsers.rollouts import parse_rollout_files
+from trace_doctor.ingest.storage import cache
 
 TRAINING = ROOT / "fixtures" / "training"
 CORPUS = ROOT.parent / "shared" / "corpus"

@@ -13,7 +13,7 @@ from rule_helpers import by_rule, findings, run_from_rows
 
 from fixtures.training_gen.stale import SCENARIOS
 from trace_doctor.api import analyze, load_run
-from trace_doctor.ingest.log_kinds import classify_message
+from trace_doctor.ingest.parsers.log_kinds import classify_message
 
 TRAINING = ROOT / "fixtures" / "training"
 MINE = ["stale-sampler", "training-instability", "kl-drift"]

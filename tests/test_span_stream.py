@@ -12,8 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from trace_doctor.ingest import cache, span_spill, span_stream, stored_table, trace_document, trace_read
-from trace_doctor.ingest.trace_events import parse_trace_files
+from trace_doctor.ingest.storage import cache, stored_table
+from trace_doctor.ingest.trace import span_spill, span_stream, trace_document, trace_read
+from trace_doctor.ingest.trace.trace_events import parse_trace_files
 
 
 def event(name: str, ph: str, ts: float, *, tid: int = 1, track: str = "main", step: int | None = None) -> str:

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trace_doctor.ingest import timing_spans
-from trace_doctor.ingest.stored_table import DeferredPart
-from trace_doctor.ingest.timing_spans import parse_timing_spans_files
+from trace_doctor.ingest.parsers import timing_spans
+from trace_doctor.ingest.parsers.timing_spans import parse_timing_spans_files
+from trace_doctor.ingest.storage.stored_table import DeferredPart
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_FILES = sorted((ROOT / "fixtures" / "runs").glob("*/timing_spans.jsonl"))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trace_doctor.ingest.trace_events import parse_trace_files
-from trace_doctor.ingest.trace_read import CHUNK_BYTES
+from trace_doctor.ingest.trace.trace_events import parse_trace_files
+from trace_doctor.ingest.trace.trace_read import CHUNK_BYTES
 
 TEMPLATE = Path(__file__).parent.parent / "fixtures" / "runs" / "sl_healthy_pipelined" / "trace_events.jsonl"
 
@@ -59,7 +59,7 @@ def test_negative_timestamps_count_by_size(tmp_path):
 
 
 def test_one_huge_event_in_a_late_chunk_is_found(tmp_path, monkeypatch):
-    monkeypatch.setattr("trace_doctor.ingest.trace_read.CHUNK_BYTES", 4096, raising=False)
+    monkeypatch.setattr("trace_doctor.ingest.trace.trace_read.CHUNK_BYTES", 4096, raising=False)
     path = shifted_trace(tmp_path, 0.0)
     lines = path.read_text().splitlines()
     last = json.loads(lines[-1])

@@ -15,7 +15,7 @@ from planted_secrets import SECRETS
 
 from trace_doctor.api import analyze, load_run
 from trace_doctor.cli import main
-from trace_doctor.ingest.wandb_metadata import parse_wandb_metadata_files
+from trace_doctor.ingest.parsers.wandb_metadata import parse_wandb_metadata_files
 from trace_doctor.model import IngestWarning
 from trace_doctor.redact import REDACTED, redact_argv
 

@@ -54,7 +54,7 @@ def test_symptoms_are_explained_by_their_causes(scenario):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_seconds_lost_add_up_to_at_most_the_wall_time(scenario):
     result = analyze(load_run(fixture_run(scenario)))
-    _assert_account_closes(result.summary, [f.to_dict() for f in result.findings])
+    _assert_account_closes(result.run_summary.to_dict(), [f.to_dict() for f in result.findings])
 
 
 def _assert_account_closes(summary: dict, findings: list[dict]) -> None:
@@ -146,8 +146,8 @@ def test_counterfactual_range_reflects_confidence():
     account = time_account(
         findings, wall_s=10.0, wall_basis=TOTALS_BASIS, spans=EMPTY, step_times=EMPTY, clock_cycle=None, floor_s=0.0
     )
-    assert account["counterfactual"]["range_s"] == [4.0, 6.0]
-    assert account["lost_s"] == 6.0
+    assert account.counterfactual.range_s == (4.0, 6.0)
+    assert account.lost_s == 6.0
 
 
 def test_symptoms_are_shown_under_their_cause():

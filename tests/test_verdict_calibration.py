@@ -53,7 +53,7 @@ def test_healthy_fixture_reads_clear_and_leads_with_no_hint(path: Path) -> None:
     verdict = _verdict(path)
     assert verdict.status in ("clear", "limited"), verdict.headline
     assert verdict.headline.startswith("No problems found"), verdict.headline
-    assert verdict.lead is None and "fix it first" not in verdict.headline
+    assert verdict.main is None and "fix it first" not in verdict.headline
     for note in verdict.notes:
         assert note.title in verdict.headline  # the hints are shown, as notes
 
@@ -61,10 +61,10 @@ def test_healthy_fixture_reads_clear_and_leads_with_no_hint(path: Path) -> None:
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_no_verdict_leads_with_a_hint(path: Path) -> None:
     verdict = _verdict(path)
-    for chosen in (verdict.costliest, verdict.quality, verdict.worst, verdict.lead):
+    for chosen in (verdict.costliest, verdict.quality, verdict.worst, verdict.main):
         assert chosen is None or can_lead(chosen), (chosen.rule, chosen.severity, chosen.confidence)
     if "fix it first" in verdict.headline:
-        assert verdict.lead is not None and not is_hint(verdict.lead)
+        assert verdict.main is not None and not is_hint(verdict.main)
 
 
 def _finding(rule: str, severity: str, confidence: str | None, seconds: float | None = None) -> Finding:

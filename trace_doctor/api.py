@@ -12,26 +12,14 @@
 from __future__ import annotations
 
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from trace_doctor.discover import discover
 from trace_doctor.file_names import input_path
-from trace_doctor.ingest.checkpoints import parse_checkpoint_files
-from trace_doctor.ingest.config import parse_config, trainer_from_metric_keys
-from trace_doctor.ingest.dumps import parse_dump_files
-from trace_doctor.ingest.launches import launches_of
-from trace_doctor.ingest.logs import parse_log_files
-from trace_doctor.ingest.metrics import parse_metrics_files
-from trace_doctor.ingest.profiles import parse_profile_files
-from trace_doctor.ingest.rollouts import parse_rollout_files
-from trace_doctor.ingest.timing_spans import parse_timing_spans_files
-from trace_doctor.ingest.trace_events import parse_trace_files
-from trace_doctor.ingest.wandb_metadata import parse_wandb_metadata_files
-from trace_doctor.model import Analysis, IngestWarning, RunMeta, RunTables
+from trace_doctor.ingest.read_run import read_run
+from trace_doctor.model import Analysis, RunTables
 from trace_doctor.policy import Policy
 from trace_doctor.settings import Settings
 
@@ -60,53 +48,12 @@ def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:
         )
         raise NothingToAnalyze(f"no trace-doctor input found in {', '.join(map(str, flat))}{looked}")
 
-    run = RunTables()
+    # Every registered input kind parsed into its tables (ingest/read_run.py: the trace on a worker
+    # thread, the account of inputs and warnings in the kinds' fixed order).
+    run = read_run(found.files, progress=progress)
     run.passed_over = found.passed_over
+    run.meta.path = str(input_path(flat[0]))
     warnings = run.warnings
-    files = found.files
-
-    # The trace is by far the largest input: it is read on a worker thread (polars releases the
-    # GIL) while the other inputs are read here. timing_spans.jsonl, the next largest, waits until
-    # the trace's bytes are read, so it shares the machine with span building (which leaves part of
-    # it idle) rather than with the read (which does not). Each parser gets its own warning list,
-    # merged in a fixed order, so the account never depends on thread timing.
-    trace_read = threading.Event()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-ingest") as pool:
-        trace_warnings: list[IngestWarning] = []
-        trace_future = pool.submit(
-            parse_trace_files, files["trace"], trace_warnings, progress=progress, on_read=trace_read.set
-        )
-        meta = RunMeta()
-        for path in files["config"]:
-            meta, info = parse_config(path, warnings)
-            run.inputs.append(info)
-        run.steps, infos = parse_metrics_files(files["metrics"], warnings)
-        run.launches = launches_of(run.steps)
-        run.inputs += infos
-        later_warnings: list[IngestWarning] = []
-        run.checkpoints, checkpoint_infos = parse_checkpoint_files(files["checkpoints"], later_warnings)
-        run.rollouts, rollout_infos = parse_rollout_files(files["rollouts"], later_warnings)
-        run.frames, run.profiles, profile_infos = parse_profile_files(files["profile"], later_warnings)
-        run.task_snapshots, run.stack_snapshots, dump_infos = parse_dump_files(files["dump"], later_warnings)
-        # Dumps are usually captured stdout, which also carries GIL-monitor and SDK lines.
-        run.log_events, log_infos = parse_log_files(files["log"] + files["dump"] + files["code_diff"], later_warnings)
-        wandb_runs, wandb_infos = parse_wandb_metadata_files(files["wandb_metadata"], later_warnings)
-        trace_read.wait()
-        span_warnings: list[IngestWarning] = []
-        run.step_spans, span_infos = parse_timing_spans_files(files["spans"], span_warnings)
-        later_inputs = (
-            span_infos + checkpoint_infos + rollout_infos + profile_infos + dump_infos + log_infos + wandb_infos
-        )
-        later_warnings = span_warnings + later_warnings
-        run.spans, infos = trace_future.result()
-    run.inputs += infos + later_inputs
-    warnings += trace_warnings + later_warnings
-
-    meta.path = str(input_path(flat[0]))
-    meta.wandb = wandb_runs
-    if meta.trainer == "unknown":
-        meta.trainer = trainer_from_metric_keys(run.steps.columns)
-    run.meta = meta
 
     if run.records_read == 0:
         skipped = run.records_skipped

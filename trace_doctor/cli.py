@@ -126,7 +126,7 @@ class Commands(click.Group):
             _internal_error(exc)
         finally:
             # Notes about this machine (not the run), e.g. a cache folder that cannot be written.
-            cache = sys.modules.get("trace_doctor.ingest.cache")
+            cache = sys.modules.get("trace_doctor.ingest.storage.cache")
             if cache is not None:
                 _echo_notes(cache.take_notes())
 

@@ -6,12 +6,21 @@ never disagree about whether the gate tripped or whether little could be checked
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trace_doctor.humanize import format_range, format_seconds
 from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, TRAINING_QUALITY
-from trace_doctor.model import SEVERITY_RANK, Analysis, Finding, RuleOutcome
+from trace_doctor.model import (
+    SEVERITY_RANK,
+    Analysis,
+    BaselineComparison,
+    Finding,
+    QualityComparison,
+    RuleOutcome,
+    TimeAccount,
+)
 
 FAIL_ON_LEVELS = ("never", "info", "warning", "error")
 REGRESSION_RULE = "step-time-regression"
@@ -44,15 +53,15 @@ class Verdict:
         return self.status == "limited"
 
     @property
-    def lead(self) -> Finding | None:
-        """The finding a one-line summary (a fleet row, a dataset row) names: the root cause, else the
-        training-quality cause, else the worst problem; None when the run has only hints."""
+    def main(self) -> Finding | None:
+        """The run's main finding, the one a table of runs names (fleet, `ingest --out`'s `runs`):
+        the root cause; with no time cause, the training-quality cause unless another finding is
+        more severe; else the worst finding. None when the run has only hints (they are notes)."""
         if self.costliest is not None:
             return self.costliest
-        quality, worst = self.quality, self.worst
-        if quality is None or worst is None:
-            return quality or worst
-        return worst if SEVERITY_RANK[worst.severity] > SEVERITY_RANK[quality.severity] else quality
+        if self.quality is None or self.worst is None:
+            return self.quality or self.worst
+        return self.worst if SEVERITY_RANK[self.worst.severity] > SEVERITY_RANK[self.quality.severity] else self.quality
 
 
 @dataclass(frozen=True)
@@ -94,9 +103,7 @@ def can_lead(finding: Finding) -> bool:
     return not is_hint(finding) and finding.confidence != "low"
 
 
-def decide_verdict(
-    findings: list[Finding], outcomes: list[RuleOutcome], account: dict[str, Any] | None = None
-) -> Verdict:
+def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome], account: TimeAccount | None = None) -> Verdict:
     """Counts by severity, the worst problem, the root cause; "clear" (with notes) when the findings
     are only hints; "limited" when little could be checked.
 
@@ -135,7 +142,7 @@ def decide_verdict(
     quality = quality_cause(findings)
     text = f"{', '.join(parts)}."
     if root is not None:
-        share = f", {root_seconds / account['wall_time_s']:.0%} of wall time" if account else ""
+        share = f", {root_seconds / account.wall_time_s:.0%} of wall time" if account else ""
         todo = "escalate it, nothing in the loop to fix" if root.rule in SERVICE_TIME else "fix it first"
         if quality is not None:
             speed = f"{root_title} (≈{format_seconds(root_seconds)}{share}), {todo}"
@@ -152,9 +159,9 @@ def decide_verdict(
         unsure = f" ({worst.confidence} confidence)" if worst.confidence == "low" else ""
         text += f" Worst: {worst.title}{unsure}."
     if account and root is not None:
-        low, high = account["counterfactual"]["range_s"]
-        text += f" With every fix: ≈{format_range(low, high, account['wall_time_s'])} instead of "
-        text += f"{format_seconds(account['wall_time_s'])}."
+        low, high = account.counterfactual.range_s
+        text += f" With every fix: ≈{format_range(low, high, account.wall_time_s)} instead of "
+        text += f"{format_seconds(account.wall_time_s)}."
     status = worst.severity if worst is not None else root.severity
     return Verdict(status, text, counts, checked, total, worst=worst, costliest=root, quality=quality, notes=notes)
 
@@ -227,15 +234,17 @@ def rule_title(slug: str, fallback: str) -> str:
 
 def decide_gate(
     findings: list[Finding],
-    baseline: dict[str, Any] | None,
+    baseline: BaselineComparison | Mapping[str, Any] | None,
     *,
     fail_on: str = "never",
     fail_on_inconclusive: bool = False,
 ) -> Gate:
     """Trips on a finding at or above `fail_on`, a regression against the baseline, or (when asked) an
-    inconclusive comparison."""
+    inconclusive comparison. `baseline` may be a block read back from a document (a mapping)."""
     if fail_on not in FAIL_ON_LEVELS:
         raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON_LEVELS)}, not {fail_on!r}")
+    if baseline is not None and not isinstance(baseline, BaselineComparison):
+        baseline = BaselineComparison.from_dict(dict(baseline))
     reasons: list[str] = []
     rules: set[str] = set()
     if fail_on != "never":
@@ -243,22 +252,22 @@ def decide_gate(
         if hits:
             reasons.append(f"{len(hits)} finding(s) at or above {fail_on}")
             rules.update(f.rule for f in hits)
-    verdict = baseline.get("verdict") if baseline else None
-    # Each axis of the comparison by its own verdict (documents from before the quality axis carry
-    # only `verdict`, which was the step-time one).
-    step_time = baseline.get("step_time_verdict", verdict) if baseline else None
-    quality = (baseline.get("quality") or {}) if baseline else {}
+    verdict = baseline.verdict if baseline else None
+    # Each axis of the comparison by its own verdict.
+    step_time = baseline.step_time_verdict if baseline else None
+    quality = baseline.quality if baseline else None
+    quality_verdict = quality.verdict if quality else None
     if step_time == "regression":
         reasons.append("a step-time regression against the baseline")
         rules.add(REGRESSION_RULE)
-    if quality.get("verdict") == "regression":
+    if quality_verdict == "regression":
         reasons.append(f"a training-quality regression against the baseline ({quality_reason(quality)})")
         rules.add(QUALITY_REGRESSION_RULE)
     if fail_on_inconclusive:
         if step_time == "inconclusive":
             reasons.append("the baseline comparison is inconclusive (--fail-on-inconclusive)")
             rules.add(REGRESSION_RULE)
-        if quality.get("verdict") == "inconclusive":
+        if quality_verdict == "inconclusive":
             reasons.append("the training-quality comparison is inconclusive (--fail-on-inconclusive)")
             rules.add(QUALITY_REGRESSION_RULE)
     return Gate(
@@ -271,21 +280,20 @@ def decide_gate(
     )
 
 
-def quality_reason(quality: dict[str, Any]) -> str:
+def quality_reason(quality: QualityComparison) -> str:
     """The regressed metrics in a few words: `family key median a -> b`."""
     parts = []
-    for entry in quality.get("metrics", []):
-        if entry.get("decisive") and entry.get("verdict") == "regression":
-            stats = entry.get("statistics") or {}
-            before, after = stats.get("median_baseline"), stats.get("median_candidate")
-            numbers = f" {before:.4g} -> {after:.4g}" if before is not None and after is not None else ""
-            parts.append(f"{entry['family']} {entry['key_candidate']}{numbers}")
+    for entry in quality.regressed():
+        stats = entry.get("statistics") or {}
+        before, after = stats.get("median_baseline"), stats.get("median_candidate")
+        numbers = f" {before:.4g} -> {after:.4g}" if before is not None and after is not None else ""
+        parts.append(f"{entry['family']} {entry['key_candidate']}{numbers}")
     return ", ".join(parts) or "see the baseline block"
 
 
 def decide(result: Analysis, *, fail_on: str = "never", fail_on_inconclusive: bool = False) -> Analysis:
     """Set `result.verdict` and `result.gate` from its findings, outcomes and baseline comparison."""
-    result.verdict = decide_verdict(result.findings, result.outcomes, result.summary.get("account"))
+    result.verdict = decide_verdict(result.findings, result.outcomes, result.run_summary.account)
     result.summary["quality_cause"] = quality_summary(result.verdict)
     result.gate = decide_gate(
         result.findings, result.baseline, fail_on=fail_on, fail_on_inconclusive=fail_on_inconclusive

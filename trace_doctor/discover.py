@@ -4,6 +4,10 @@ A cookbook log directory has fixed names (metrics.jsonl, trace_events.jsonl, ...
 rename files (`arithmetic_metrics.jsonl`), drop in profiles and dumps under any name, and convert
 traces to `trace.json`. Names decide where they are unambiguous; a short sniff of the content
 decides the rest. Every file looked at and not read is reported with the reason.
+
+What each kind is known by is the kind's own declaration (ingest/kinds/); this module walks the
+folders, reads the first bytes, sets aside what no kind reads (archives, binaries, HTML, UTF-16 JSON)
+and asks the registered kinds about the rest.
 """
 
 from __future__ import annotations
@@ -16,23 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trace_doctor.file_names import input_path
-from trace_doctor.ingest.rollouts import is_rollout_summaries_name
-from trace_doctor.ingest.textfile import utf16_as_utf8, utf16_encoding
+from trace_doctor.ingest.kinds.registry import ContentTest, InputKind, Sniffed, registered
+from trace_doctor.ingest.reading.textfile import utf16_as_utf8, utf16_encoding
 from trace_doctor.model import PassedOver
-
-KINDS = (
-    "metrics",
-    "trace",
-    "spans",
-    "config",
-    "checkpoints",
-    "rollouts",
-    "profile",
-    "dump",
-    "log",
-    "code_diff",
-    "wandb_metadata",
-)
 
 SNIFF_BYTES = 256 * 1024
 # Deep enough for a sweep's folder of runs (results/<sweep>/<model>/<run>/wandb/<id>/files/output.log).
@@ -40,28 +30,19 @@ MAX_DEPTH = 10
 # Directories a run never keeps trace-doctor inputs in, and that can be huge.
 SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv", "site-packages", ".trace-doctor-cache"}
 
-DUMP_MARKERS = (
-    re.compile(rb"^===== \d{4}-\d\d-\d\d \d\d:\d\d:\d\d asyncio task dump \[", re.M),
-    re.compile(rb"^# \d{4}-\d\d-\d\d \d\d:\d\d:\d\d stacks:", re.M),
-    re.compile(rb"^--- \[[\w-]+\] ident=\d+", re.M),
-    re.compile(rb"^\[\d\d:\d\d:\d\d\] [\w-]+:\s*$", re.M),
-    re.compile(rb"^tid\s+task id\s+task name\s+coroutine stack", re.M),
-)
-LOG_RECORD = re.compile(rb"^[\w.<>-]+:\d+ \[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] ", re.M)
-TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
-
 
 @dataclass
 class Discovered:
     """Inputs by kind, plus what was passed over and why."""
 
-    files: dict[str, list[Path]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    files: dict[str, list[Path]] = field(default_factory=lambda: {kind.name: [] for kind in registered()})
     passed_over: list[PassedOver] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
     def add(self, kind: str, path: Path) -> None:
-        if path not in self.files[kind]:
-            self.files[kind].append(path)
+        paths = self.files.setdefault(kind, [])
+        if path not in paths:
+            paths.append(path)
 
     @property
     def count(self) -> int:
@@ -119,98 +100,52 @@ def _first_line(head: bytes) -> bytes:
     return b""
 
 
-def _classify_jsonl(head: bytes) -> str | None:
-    line = _first_line(head)
-    if not line.startswith(b"{"):
-        return None
-    if b'"ph"' in line and b'"ts"' in line:
-        return "trace"
-    if line.startswith(b'{"step"') and b'"spans": [' in line[:4096]:
-        return "spans"
-    if b'"state_path"' in line or b'"sampler_path"' in line:
-        return "checkpoints"
-    if b'"traj_idx"' in line and b'"group_idx"' in line:
-        return "rollouts"  # RL rollout summaries under another name (FORMATS.md 3.6)
-    if b'"schema_version"' in line:
-        return None
-    return "metrics"
+def _input_file_names() -> frozenset[str]:
+    """The names inputs are known by exactly (a folder named so is said, not silently searched)."""
+    return frozenset(name for kind in registered() for name in kind.file_names)
 
 
-def _classify_json(head: bytes) -> str | None:
-    stripped = head.lstrip()
-    if stripped.startswith(b"["):
-        return "trace" if b'"ph"' in stripped[:4096] else None
-    if not stripped.startswith(b"{"):
-        return None
-    window = stripped[:8192]
-    if b'"root_frame"' in head or (b'"frame_tree"' in window and b'"session"' in window):
-        return "profile"
-    if b'"frame_records"' in head:
-        return "profile"
-    if b'"traceEvents"' in window:
-        return "trace"
-    if b'"traceEvents"' in head:
-        # A PyTorch profiler trace puts its device and distributed-run metadata first: the key is
-        # a trace's when the head's top-level object reaches it (not text or a nested key).
-        from trace_doctor.ingest.trace_document import has_trace_events
+def _by_name(name: str, kinds: list[InputKind]) -> tuple[InputKind | None, bool]:
+    """The kind `name` is known by, and whether as the gzipped form of a name its parser also reads gzipped."""
+    plain = name.removesuffix(".gz")
+    for kind in kinds:
+        if kind.known_by_name(name):
+            return kind, False
+        if kind.reads_gzip and plain != name and kind.known_by_name(plain):
+            return kind, True
+    return None, False
 
-        return "trace" if has_trace_events(stripped) else None
+
+def _by_content(sniffed: Sniffed, tests: list[tuple[ContentTest, InputKind]]) -> str | None:
+    """The first kind whose test of this shape takes the file (by rank, fallbacks last)."""
+    for test, kind in sorted(tests, key=lambda pair: (pair[0].fallback, pair[0].rank, pair[1].order)):
+        if test.test(sniffed):
+            return kind.name
     return None
 
 
-# The inputs known by their exact name (classify's first tests).
-INPUT_FILE_NAMES = frozenset(
-    {
-        "metrics.jsonl",
-        "trace_events.jsonl",
-        "timing_spans.jsonl",
-        "config.json",
-        "checkpoints.jsonl",
-        "code.diff",
-        "wandb-metadata.json",
-        "logs.log",
-    }
-)
-
-
-# Inputs known by name whose readers also read them gzipped (named `<name>.gz`).
-GZIP_READ_NAMES = frozenset({"metrics.jsonl", "trace_events.jsonl", "timing_spans.jsonl", "checkpoints.jsonl"})
+def _refusal(shape: str, tests: list[tuple[ContentTest, InputKind]]) -> str:
+    """Why a file of `shape` that no kind took is not read: what it would have had to be."""
+    ranked = sorted(tests, key=lambda pair: (not pair[0].fallback, pair[0].rank, pair[1].order))
+    nouns = [test.noun for test, _ in ranked if test.noun]
+    label = "JSONL" if shape == "jsonl" else "JSON"
+    if len(nouns) == 2:
+        return f"{label} that is neither {nouns[0]} nor {nouns[1]}"
+    listed = f"{', '.join(nouns[:-1])} or {nouns[-1]}" if len(nouns) > 1 else "".join(nouns)
+    return f"{label} that is not {listed}"
 
 
 def classify(path: Path) -> tuple[str | None, str]:
     """Kind of one file, or None with the reason it is not an input."""
     name = path.name
-    # The line readers read gzip wherever they find it: a log folder gzipped file by file for
-    # sharing (`gzip -r`) keeps its files' kinds.
-    plain = name.removesuffix(".gz")
-    if (plain != name and plain in GZIP_READ_NAMES) or re.fullmatch(r"metrics\.jsonl\.pre_resume_\d+\.gz", name):
-        # A stream that does not even start is said here, as for any `.gz` (one that breaks later
-        # is read up to the break, with a warning).
-        head = _head(path)
-        if isinstance(head, str):
-            return None, head
-    if plain == "metrics.jsonl" or re.fullmatch(r"metrics\.jsonl\.pre_resume_\d+", plain):
-        return "metrics", ""
-    if plain == "trace_events.jsonl":
-        return "trace", ""
-    if plain == "timing_spans.jsonl":
-        return "spans", ""
-    if name == "config.json":
-        return "config", ""
-    if plain == "checkpoints.jsonl":
-        return "checkpoints", ""
-    if is_rollout_summaries_name(name):
-        return "rollouts", ""
-    if name == "code.diff":
-        return "code_diff", ""
-    if name == "wandb-metadata.json":
-        # W&B's record of the training machine (python, host, args, git): run metadata, not timing.
-        return "wandb_metadata", ""
-    if name == "logs.log":
-        # The cookbook's log by name, even with NUL runs in it (a crash mid-write leaves them).
-        return "log", ""
-    if name.endswith(".pyisession"):
-        return "profile", ""
+    kinds = registered()
+    kind, gzipped = _by_name(name, kinds)
+    if kind is not None:
+        # The line readers read gzip wherever they find it: a log folder gzipped file by file for
+        # sharing (`gzip -r`) keeps its files' kinds. A stream that does not even start is said here,
+        # as for any `.gz` (one that breaks later is read up to the break, with a warning).
+        head = _head(path) if gzipped else b""
+        return (None, head) if isinstance(head, str) else (kind.name, "")
     head = _head(path)
     if isinstance(head, str):
         return None, head
@@ -220,16 +155,18 @@ def classify(path: Path) -> tuple[str | None, str]:
         return None, "HTML (timing_gantt/logtree pages are summaries of inputs read elsewhere)"
     if utf16_encoding(head) and re.search(r"\.jsonl?(\.gz)?$", name):
         return None, "UTF-16 JSON: the JSON readers take UTF-8 (convert it: iconv -f UTF-16 -t UTF-8)"
-    if name.endswith(".jsonl") or name.endswith(".jsonl.gz"):
-        kind = _classify_jsonl(head)
-        return (
-            (kind, "")
-            if kind
-            else (None, "JSONL that is not metrics, trace, timing spans, checkpoints or rollout summaries")
-        )
-    if name.endswith(".json") or name.endswith(".json.gz"):
-        kind = _classify_json(head)
-        return (kind, "") if kind else (None, "JSON that is neither a pyinstrument profile nor a trace")
+    suffix = path.suffix
+    for shape, endings in (("jsonl", (".jsonl", ".jsonl.gz")), ("json", (".json", ".json.gz"))):
+        if name.endswith(endings):
+            tests = [(test, kind) for kind in kinds for test in kind.content if test.shape == shape]
+            first_line = _first_line(head) if shape == "jsonl" else b""
+            sniffed = Sniffed(name, suffix, head, first_line=first_line, document=head.lstrip())
+            # A JSONL input's lines are JSON objects; a JSON input is one document.
+            if shape == "jsonl" and not first_line.startswith(b"{"):
+                found = None
+            else:
+                found = _by_content(sniffed, tests)
+            return (found, "") if found else (None, _refusal(shape, tests))
     archive = _archive_kind(head)
     if archive:
         # Runs are shared as archives; nothing here is read from inside one (no extraction of
@@ -237,19 +174,18 @@ def classify(path: Path) -> tuple[str | None, str]:
         todo = "decompress it" if archive.endswith("compressed file") else "unpack it"
         return None, f"{archive}: {todo} and analyze what it holds"
     head = utf16_as_utf8(head)  # a UTF-16 log (PowerShell's redirect) is text, classified as its UTF-8
-    if b"\x00" in head[:4096] and not name.endswith(".pyisession"):
+    if b"\x00" in head[:4096]:
         return None, "binary file"
-    if any(marker.search(head) for marker in DUMP_MARKERS):
-        return "dump", ""
-    if path.suffix in TEXT_SUFFIXES or LOG_RECORD.search(head):
-        return "log", ""
-    return None, "not a recognised input"
+    tests = [(test, kind) for kind in kinds for test in kind.content if test.shape == "text"]
+    found = _by_content(Sniffed(name, suffix, head), tests)
+    return (found, "") if found else (None, "not a recognised input")
 
 
 def _walk(root: Path, passed_over: list[PassedOver]) -> list[Path]:
     found: list[Path] = []
     root_depth = len(root.parts)
     inside = os.path.realpath(root)
+    input_names = _input_file_names()
 
     def unlistable(exc: OSError) -> None:
         passed_over.append(PassedOver(str(input_path(exc.filename)), f"cannot list directory: {exc.strerror or exc}"))
@@ -286,7 +222,7 @@ def _walk(root: Path, passed_over: list[PassedOver]) -> list[Path]:
                 "a folder named like an input file: its files are searched, it is not read as one",
             )
             for d in sorted(dirnames)
-            if d in INPUT_FILE_NAMES and depth < MAX_DEPTH
+            if d in input_names and depth < MAX_DEPTH
         )
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and depth < MAX_DEPTH)
         found.extend(input_path(os.path.join(dirpath, f)) for f in sorted(filenames))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_doctor.crash_report import describe, write_traceback
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import PassedOver
 from trace_doctor.peers import fleet_peers
 from trace_doctor.runs import RunSource
@@ -184,7 +184,7 @@ def analyze_source(
     HTML page loads plotly.js from this file in `html_dir` instead of inlining it. `peers`: facts about
     the folder's other runs (peers.fleet_peers) the rules read in `run.peers`.
     """
-    from trace_doctor.ingest import cache
+    from trace_doctor.ingest.storage import cache
 
     report = RunReport(source=source)
     try:
@@ -260,7 +260,7 @@ def _analyze_into(
     report.document = build_document(result)
     report.status, report.headline = result.verdict.status, result.verdict.headline
     report.gate_tripped, report.gate_reasons = result.gate.tripped, result.gate.reasons
-    lead = result.verdict.lead
+    lead = result.verdict.main
     if lead is not None:
         report.main_finding = {"rule": lead.rule, "code": lead.code, "title": lead.title, "severity": lead.severity}
         report.seconds_lost = lead.seconds_lost
@@ -272,10 +272,10 @@ def _analyze_into(
             "title": quality.title,
             "severity": quality.severity,
         }
-    account = result.summary.get("account")
-    if account and account["lost_s"]:
+    account = result.run_summary.account
+    if account and account.lost_s:
         # The triage's seconds never overlap, so a run's loss is their sum (problems only, not warm-up).
-        report.seconds_lost = account["lost_s"]
+        report.seconds_lost = account.lost_s
     report.config = _config_subset(run.meta.config, run.meta.to_dict())
     report.step_series = _series(result.derived.get("step_times"))
     if fmt in PER_RUN_FORMATS:

@@ -6,8 +6,8 @@ downstream of RunTables re-reads a file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import polars as pl
 
@@ -287,18 +287,9 @@ class RunTables:
     # Whether credentials were removed from every string read from the files (trace_doctor.redact).
     redacted: bool = False
 
-    TABLE_NAMES = (
-        "steps",
-        "spans",
-        "step_spans",
-        "frames",
-        "profiles",
-        "task_snapshots",
-        "stack_snapshots",
-        "log_events",
-        "checkpoints",
-        "rollouts",
-    )
+    # The data tables: every field above that holds a DataFrame, in field order (set below, so a new
+    # table is one new field).
+    TABLE_NAMES: ClassVar[tuple[str, ...]] = ()
 
     # Tables that ingest may leave on disk (a StoredTable: any object with `scan()` and `height`):
     # reading the attribute reads the table whole (and keeps it); the analysis scans instead.
@@ -373,6 +364,8 @@ def _read_when_used(name: str) -> property:
 
     return property(get, set)
 
+
+RunTables.TABLE_NAMES = tuple(f.name for f in fields(RunTables) if f.type == "pl.DataFrame")
 
 for _name in RunTables.STORED_TABLES:
     setattr(RunTables, _name, _read_when_used(_name))
@@ -449,11 +442,315 @@ class Analysis:
     run: RunTables
     findings: list[Finding]
     outcomes: list[RuleOutcome]
+    # The summary block as the stages assemble it (summarize, the training machine, the triage's
+    # TimeAccount, the verdict's quality cause); read it typed through `run_summary`.
     summary: dict[str, Any]
-    baseline: dict[str, Any] | None = None
+    baseline: BaselineComparison | None = None
     # Series the rules derived once (per-step times with phases, warm-up length), kept for the
     # renderers that draw them so no renderer re-derives them: {"step_times": DataFrame, "warmup_steps": int}.
     derived: dict[str, Any] = field(default_factory=dict)
     policy: Policy | None = None
     verdict: Verdict | None = None
     gate: Gate | None = None
+
+    @property
+    def run_summary(self) -> RunSummary:
+        """The summary block, typed."""
+        return RunSummary.from_dict(self.summary or {})
+
+
+# --- Result objects: what the analysis computed, each with the JSON form of the contract ------------
+# Frozen: built once by the stage that computes them, then only read. `to_dict()` writes the keys in
+# the order the JSON contract has always had (documents are compared byte for byte); `from_dict()`
+# reads that form back (a document on disk, or the form redaction walks).
+
+
+@dataclass(frozen=True, slots=True)
+class AccountCause:
+    """One finding's share of the wall time in the time account."""
+
+    finding: str  # the finding's key (triage.locate.finding_key)
+    rule: str
+    title: str
+    kind: str  # loss | service | benign
+    seconds: float
+    share: float | None
+    confidence: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "finding": self.finding,
+            "rule": self.rule,
+            "title": self.title,
+            "kind": self.kind,
+            "seconds": self.seconds,
+            "share": self.share,
+            "confidence": self.confidence,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AccountCause:
+        return cls(d["finding"], d["rule"], d["title"], d["kind"], d["seconds"], d.get("share"), d.get("confidence"))
+
+
+@dataclass(frozen=True, slots=True)
+class Counterfactual:
+    """The run time if every fix were applied: `seconds` (the low end) and its range."""
+
+    seconds: float
+    range_s: tuple[float, float]
+    speedup: float | None
+    floor_s: float
+    clock_cycle_s: float | None
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": self.seconds,
+            "range_s": list(self.range_s),
+            "speedup": self.speedup,
+            "floor_s": self.floor_s,
+            "clock_cycle_s": self.clock_cycle_s,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Counterfactual:
+        low, high = d["range_s"]
+        return cls(
+            d["seconds"],
+            (low, high),
+            d.get("speedup"),
+            d.get("floor_s", 0.0),
+            d.get("clock_cycle_s"),
+            d.get("note", ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TimeAccount:
+    """Where the wall time went (triage.account.time_account): service work, each cause, unexplained."""
+
+    wall_time_s: float
+    wall_basis: str
+    useful_service_s: float | None
+    useful_basis: str
+    causes: tuple[AccountCause, ...]
+    lost_s: float
+    unexplained_s: float
+    counterfactual: Counterfactual
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wall_time_s": self.wall_time_s,
+            "wall_basis": self.wall_basis,
+            "useful_service_s": self.useful_service_s,
+            "useful_basis": self.useful_basis,
+            "causes": [c.to_dict() for c in self.causes],
+            "lost_s": self.lost_s,
+            "unexplained_s": self.unexplained_s,
+            "counterfactual": self.counterfactual.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TimeAccount:
+        return cls(
+            wall_time_s=d["wall_time_s"],
+            wall_basis=d.get("wall_basis", ""),
+            useful_service_s=d.get("useful_service_s"),
+            useful_basis=d.get("useful_basis", ""),
+            causes=tuple(AccountCause.from_dict(c) for c in d.get("causes", [])),
+            lost_s=d.get("lost_s", 0.0),
+            unexplained_s=d.get("unexplained_s", 0.0),
+            counterfactual=Counterfactual.from_dict(d["counterfactual"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """What the run's step times measure (summary.summarize): wall time, median and steady step, warm-up."""
+
+    wall_time_s: float | None
+    step_time_p50_s: float | None
+    steady_step_time_s: float | None
+    warmup_steps: int | None  # None: no step times, so no warm-up could be measured
+    # The run's step timers overlapped and were rebuilt into one wall (derive.overlap), or None.
+    overlapping_step_timers: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "wall_time_s": self.wall_time_s,
+            "step_time_p50_s": self.step_time_p50_s,
+            "steady_step_time_s": self.steady_step_time_s,
+            "warmup_steps": self.warmup_steps,
+        }
+        if self.overlapping_step_timers is not None:
+            out["overlapping_step_timers"] = self.overlapping_step_timers
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepSummary:
+        return cls(
+            d.get("wall_time_s"),
+            d.get("step_time_p50_s"),
+            d.get("steady_step_time_s"),
+            d.get("warmup_steps"),
+            d.get("overlapping_step_timers"),
+        )
+
+
+# Keys of the summary block written by later stages than summarize (training machine, triage, verdict).
+SUMMARY_LATER_KEYS = ("training_machine", "account", "quality_cause")
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """The `summary` block of the JSON document, typed: the step measures, the training machine,
+    the time account and the verdict's training-quality finding.
+
+    `Analysis.summary` holds it as the stages assembled it (a mapping, the later keys absent until
+    their stage ran); `Analysis.run_summary` is this view of it.
+    """
+
+    steps: StepSummary
+    training_machine: dict[str, Any] | None = None
+    account: TimeAccount | None = None
+    quality_cause: dict[str, Any] | None = None
+    # Which of SUMMARY_LATER_KEYS the block holds (a value of None is written as null; an absent key not at all).
+    present: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        # wall_time_s, step_time_p50_s, ... read through to the step measures.
+        if name in StepSummary.__dataclass_fields__:
+            return getattr(self.steps, name)
+        raise AttributeError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.steps.to_dict()
+        for key in SUMMARY_LATER_KEYS:
+            if key in self.present:
+                value = getattr(self, key)
+                out[key] = value.to_dict() if isinstance(value, TimeAccount) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSummary:
+        account = d.get("account")
+        if isinstance(account, dict):
+            account = TimeAccount.from_dict(account)
+        return cls(
+            steps=StepSummary.from_dict(d),
+            training_machine=d.get("training_machine"),
+            account=account,
+            quality_cause=d.get("quality_cause"),
+            present=frozenset(k for k in SUMMARY_LATER_KEYS if k in d),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeComparison:
+    """What step-time-regression measured: steady step times of candidate and baseline compared."""
+
+    verdict: str  # regression | no regression | inconclusive
+    message: str
+    statistics: dict[str, Any]
+    breakdown: list[dict[str, Any]]  # per-phase change of the median step time
+    structural: dict[str, Any]  # clock cycles, cycles per step and warm-up of both runs
+
+
+@dataclass(frozen=True, slots=True)
+class QualityComparison:
+    """What quality-regression measured: one entry per training-quality metric family of both runs."""
+
+    verdict: str
+    message: str
+    metrics: list[dict[str, Any]]
+    # The trainer kind of each run; None when the rule failed before it compared anything.
+    trainers: dict[str, str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.trainers is None:
+            return {"verdict": self.verdict, "message": self.message, "metrics": self.metrics}
+        return {"trainers": self.trainers, "metrics": self.metrics, "verdict": self.verdict, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> QualityComparison:
+        return cls(d.get("verdict", "inconclusive"), d.get("message", ""), d.get("metrics", []), d.get("trainers"))
+
+    def regressed(self) -> list[dict[str, Any]]:
+        """The decisive metric entries that regressed."""
+        return [e for e in self.metrics if e.get("decisive") and e.get("verdict") == "regression"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewFindings:
+    """What new-finding measured: candidate fingerprints the baseline lacks, and the ones not judged."""
+
+    fingerprints: list[str]
+    # Candidate findings whose rule could not run on the baseline: {rule, fingerprint, baseline_status}.
+    not_compared: list[dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineComparison:
+    """The `baseline` block: the candidate compared with a baseline run (trace_doctor.comparison).
+
+    Speed and training quality are two axes: `step_time_verdict` and `quality.verdict` say each,
+    `verdict` combines them. Reading it by key (`result.baseline["verdict"]`) reads the JSON form:
+    the documented Python API did so when the block was a dict.
+    """
+
+    path: str
+    verdict: str
+    message: str
+    step_time_verdict: str
+    quality: QualityComparison | None
+    statistics: dict[str, Any] | None
+    breakdown: list[dict[str, Any]]
+    structural: dict[str, Any]
+    new_fingerprints: list[str]
+    not_compared: list[dict[str, str]]
+    summary: StepSummary
+    rules: tuple[RuleOutcome, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "verdict": self.verdict,
+            "message": self.message,
+            "step_time_verdict": self.step_time_verdict,
+            "quality": self.quality.to_dict() if self.quality is not None else None,
+            "statistics": self.statistics,
+            "breakdown": self.breakdown,
+            "structural": self.structural,
+            "new_fingerprints": self.new_fingerprints,
+            "not_compared": self.not_compared,
+            "summary": self.summary.to_dict(),
+            "rules": [o.to_dict() for o in self.rules],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BaselineComparison:
+        """A block read back; a document from before the quality axis has only `verdict` (step time's)."""
+        verdict = d.get("verdict", "inconclusive")
+        quality = d.get("quality")
+        return cls(
+            path=d.get("path", ""),
+            verdict=verdict,
+            message=d.get("message", ""),
+            step_time_verdict=d.get("step_time_verdict", verdict),
+            quality=QualityComparison.from_dict(quality) if quality else None,
+            statistics=d.get("statistics"),
+            breakdown=d.get("breakdown", []),
+            structural=d.get("structural", {}),
+            new_fingerprints=d.get("new_fingerprints", []),
+            not_compared=d.get("not_compared", []),
+            summary=StepSummary.from_dict(d.get("summary") or {}),
+            rules=tuple(RuleOutcome(o["rule"], o["status"], o.get("reason", "")) for o in d.get("rules", [])),
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_dict().get(key, default)

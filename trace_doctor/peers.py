@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES, KL_SAMPLE_TRAIN_V1, KL_SAMPLE_TRAIN_V2
 from trace_doctor.runs import RunSource
 

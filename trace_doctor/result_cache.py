@@ -1,6 +1,6 @@
 """Cache of whole analyses, so re-analysing an unchanged run answers without reading its tables.
 
-The table cache (ingest/cache.py) spares the parse; this one spares the parse, the derivations and
+The table cache (ingest/storage/cache.py) spares the parse; this one spares the parse, the derivations and
 the rules. An entry answers only when everything the analysis depends on is as it was:
 - the inputs: the files discovery finds under the paths (and under the baseline's), named the same
   way, the same files passed over for the same reasons, each file with the same size and mtime and
@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from trace_doctor.discover import discover
-from trace_doctor.ingest import cache
+from trace_doctor.ingest.storage import cache
+from trace_doctor.ingest.storage.package_digest import PACKAGE_ROOT, tree_digest
 from trace_doctor.model import Analysis, RunTables
 from trace_doctor.settings import Settings
 
@@ -94,23 +95,7 @@ def code_fingerprint() -> str:
             versions.append(f"{name} {version(name)}")
         except PackageNotFoundError:
             versions.append(f"{name} absent")
-    package = Path(__file__).resolve().parent
-    return hashlib.sha256("\0".join([*versions, tree_digest(package)]).encode()).hexdigest()
-
-
-def tree_digest(root: Path) -> str:
-    """Every file under `root` (modules, templates, data), by relative name and content; bytecode aside."""
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if "__pycache__" in path.parts or not path.is_file():
-            continue
-        digest.update(path.relative_to(root).as_posix().encode("utf-8", "surrogateescape") + b"\0")
-        try:
-            digest.update(path.read_bytes())
-        except OSError:
-            digest.update(b"\1unreadable")
-        digest.update(b"\0")
-    return digest.hexdigest()
+    return hashlib.sha256("\0".join([*versions, tree_digest(PACKAGE_ROOT)]).encode()).hexdigest()
 
 
 def _discovered(paths: tuple[str | os.PathLike[str], ...]) -> tuple[list[tuple[str, Path]], list] | None:

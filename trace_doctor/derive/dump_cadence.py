@@ -79,6 +79,43 @@ def cadence(task_snapshots: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class LongestGap:
+    """A label's longest gap between two of its dumps in one file: what the cadence chart's table shows."""
+
+    label: str
+    gap_s: float
+    at: object  # datetime of the dump that ended the gap
+    dumps: int  # the label's dumps in all files
+    interval_s: float | None  # the median interval its headers print (None: none printed)
+
+
+def longest_gaps(task_snapshots: pl.DataFrame) -> list[LongestGap]:
+    """Each label's longest gap by the clock (the earliest, of equal ones), labels in name order.
+
+    Gaps are between consecutive dumps of one file, as `cadence` and the silences count them: two
+    files of one label (two processes) do not make a gap between them.
+    """
+    timed = cadence(task_snapshots).filter(pl.col("timestamp").is_not_null() & pl.col("label").is_not_null())
+    found = []
+    for label in sorted(timed["label"].unique().to_list()):
+        own = timed.filter(pl.col("label") == label)
+        longest = own.sort(["gap_s", "timestamp"], descending=[True, False], nulls_last=True).head(1)
+        if longest["gap_s"][0] is None:
+            continue
+        interval = own["interval_s"].drop_nulls().median()
+        found.append(
+            LongestGap(
+                label,
+                float(longest["gap_s"][0]),
+                longest["timestamp"][0],
+                len(own),
+                float(interval) if interval is not None else None,
+            )
+        )
+    return found
+
+
 def silences(task_snapshots: pl.DataFrame, *, min_intervals: float, min_seconds: float = 0.0) -> list[Silence]:
     """Silences of at least `min_intervals` dump intervals (and `min_seconds`) while another label dumped."""
     times = dump_times(task_snapshots)

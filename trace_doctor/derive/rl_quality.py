@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from trace_doctor.ingest.rollouts import LENGTH_STOPS
+from trace_doctor.ingest.parsers.rollouts import LENGTH_STOPS
 from trace_doctor.knowledge.tinker import EVAL_KEY_PREFIXES
 
 # Evaluation key prefixes: their values describe held-out prompts, not the batches trained on.

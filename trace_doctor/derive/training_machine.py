@@ -45,7 +45,7 @@ REPORTED_PACKAGES = frozenset(
 )
 FREEZE_EVIDENCE = "pip freeze"
 FREEZE_FILE = re.compile(r"(^|[/\\])requirements[^/\\]*\.txt$")
-COMMIT_PACKAGE_PREFIX = "git:"  # code.diff's `### repo: <root> @ <sha>` (ingest/log_kinds.py)
+COMMIT_PACKAGE_PREFIX = "git:"  # code.diff's `### repo: <root> @ <sha>` (ingest/parsers/log_kinds.py)
 
 
 def _fields(text: Any) -> dict[str, Any]:

@@ -74,6 +74,28 @@ STREAM_TRAIN_STEP_SPAN = "do_train_step_streaming_and_get_sampling_client"
 # Phases during which an SFT/DPO client waits for the service's results: `step` (awaiting the
 # forward-backward and optimizer results) inside `finish_batch` (FORMATS.md 1.4, SFT spans).
 RESULT_WAIT_PHASES = ("step", "finish_batch")
+# Phases (trace spans, `timed()` log lines) that run the user's own code: data loading, the environment
+# and its reward, client-side math on results. A run stuck in one is stuck in user code.
+USER_CODE_PHASES = (
+    "get_batch",
+    "env_initial_observation",
+    "env_step",
+    "compute_group_rewards",
+    "assemble_training_data",
+    "compute_kl_sample_train",
+)
+# Phases that wait on the service: result waits, SDK calls, and the cookbook phases made of them.
+SERVICE_WAIT_PHASES = (
+    *RESULT_WAIT_PHASES,
+    "train_step",
+    "train",
+    "sample",
+    "policy_sample",
+    "save_checkpoint",
+    "compute_kl_penalty",
+)
+# The SDK's own heartbeat task in a dump of its event loop: present whether or not a request is in flight.
+HEARTBEAT_TASK = "_session_heartbeat"
 
 # --- Metric keys (metrics.jsonl, FORMATS.md 1.3-1.5) -----------------------------------------------
 

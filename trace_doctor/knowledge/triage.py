@@ -24,6 +24,11 @@ class Stage:
 # The guide's decision tree, in order. Which rule is a cause at which stage is declared on each Rule
 # (`Rule(stage=...)`, rules/checks/); registering a rule with a stage not named here fails.
 STAGES: tuple[Stage, ...] = (
+    Stage(
+        "progress",
+        "Whether the run is still making progress: a run that crashed, hung or was killed is the first thing "
+        "to say, before anything about the steps it did run.",
+    ),
     Stage("environment", "Dependency versions and decoded errors: a known-bad setup explains everything after it."),
     Stage(
         "training quality",

@@ -56,3 +56,22 @@ class ServerSideWaitPolicy:
         "the warm-up, not the service's pace.",
         bounds=AT_LEAST_ONE,
     )
+
+
+@dataclass(frozen=True)
+class RunStoppedPolicy:
+    min_stuck_step_times: float = threshold(
+        10.0,
+        unit="usual step times",
+        why="A run whose last state (the same pending SDK requests, the same user-code frame, a silent event "
+        "loop) held this many usual steps was hung, not merely caught mid-step: a slow step or a periodic save "
+        "or eval takes a few step times, a hang keeps going.",
+        bounds=AT_LEAST_ONE,
+    )
+    min_stuck_s: float = threshold(
+        2.0,
+        unit="s",
+        why="The least time a state must hold to be called stuck whatever the step time: task dumps and stack "
+        "blocks are stamped to the second, so a shorter hold cannot be told from the last dump of a killed run.",
+        bounds=POSITIVE,
+    )

@@ -15,6 +15,7 @@ import re
 import sys
 import tempfile
 import zipfile
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -23,8 +24,8 @@ import polars as pl
 
 from trace_doctor import __version__
 from trace_doctor.derive import training_machine as machine
-from trace_doctor.ingest.deep_json import dumps_deep
-from trace_doctor.model import Analysis
+from trace_doctor.ingest.reading.deep_json import dumps_deep
+from trace_doctor.model import Analysis, BaselineComparison
 from trace_doctor.redact import redact_analysis
 from trace_doctor.report.markdown_text import code, inline, prose
 
@@ -55,27 +56,9 @@ def _json_bytes(value: Any) -> bytes:
         return dumps_deep(value, sort_keys=True).encode() + b"\n"
 
 
-def session_ids(result: Analysis) -> list[str]:
-    """Session ids from `session` log events (fields or text) and from the config."""
-    return machine.session_ids(result.run)
-
-
-def tinker_run_ids(result: Analysis) -> list[str]:
-    """Training-run ids from tinker:// checkpoint paths and the SDK's log lines."""
-    return machine.training_run_ids(result.run)
-
-
-def dependency_versions(result: Analysis) -> list[str]:
-    """Every version the logs name (environment check, pip freeze, code.diff), as `name version (source:line)`."""
-    return sorted(
-        f"{v['package']} {v['version']} ({v['source']}:{v['line']})" for v in machine.recorded_versions(result.run)
-    )
-
-
 def _recorded(result: Analysis) -> dict[str, Any]:
-    """The training machine's record the analysis made (older analyses: gathered now from the run)."""
-    recorded = (result.summary or {}).get("training_machine")
-    return recorded if isinstance(recorded, dict) else machine.training_machine(result.run)
+    """The training machine's record the analysis made (summary.training_machine; ids, versions, W&B)."""
+    return result.run_summary.training_machine or {"recorded": False}
 
 
 def _wandb_lines(w: dict[str, Any]) -> list[str]:
@@ -154,7 +137,7 @@ def support_summary(result: Analysis) -> str:
 
     What came from the run (ids, names, messages, paths) is inert Markdown (markdown_text).
     """
-    meta, summary = result.run.meta, result.summary or {}
+    meta, summary = result.run.meta, result.run_summary
     lines = ["# trace-doctor escalation bundle", ""]
     lines += ["## Identifiers", ""]
     recorded = _recorded(result)
@@ -171,24 +154,20 @@ def support_summary(result: Analysis) -> str:
         f"LoRA rank: {meta.lora_rank if meta.lora_rank is not None else 'unknown'}"
     )
     lines += ["", "## Step timing", ""]
-    for key, label in (
-        ("wall_time_s", "wall time"),
-        ("step_time_p50_s", "median step"),
-        ("steady_step_time_s", "steady (post-warm-up) median step"),
-        ("warmup_steps", "warm-up steps"),
+    for value, label, unit in (
+        (summary.wall_time_s, "wall time", " s"),
+        (summary.step_time_p50_s, "median step", " s"),
+        (summary.steady_step_time_s, "steady (post-warm-up) median step", " s"),
+        (summary.warmup_steps, "warm-up steps", ""),
     ):
-        value = summary.get(key)
-        lines.append(
-            f"- {label}: "
-            f"{value if value is not None else 'unknown'}{' s' if key.endswith('_s') and value is not None else ''}"
-        )
+        lines.append(f"- {label}: {value if value is not None else 'unknown'}{unit if value is not None else ''}")
     if result.baseline:
-        message = prose(result.baseline.get("message"), table=False)
-        lines.append(f"- against baseline: **{result.baseline.get('verdict')}** — {message}")
-        quality = result.baseline.get("quality")
+        message = prose(result.baseline.message, table=False)
+        lines.append(f"- against baseline: **{result.baseline.verdict}** — {message}")
+        quality = result.baseline.quality
         if quality:
-            text = prose(quality.get("message"), table=False)
-            lines.append(f"- training quality against baseline: **{quality.get('verdict')}** — {text}")
+            text = prose(quality.message, table=False)
+            lines.append(f"- training quality against baseline: **{quality.verdict}** — {text}")
     lines += ["", f"## Findings ({len(result.findings)})", ""]
     for f in result.findings:
         lost = f"; ~{f.seconds_lost:.1f} s lost" if f.seconds_lost else ""
@@ -285,6 +264,20 @@ def _html_report(result: Analysis) -> bytes | None:
         return target.read_bytes() if target.exists() else None
 
 
+def _redacted(result: Analysis) -> Analysis:
+    """`redact_analysis` of the analysis with its result objects in their JSON form (the form
+    redaction walks: every string in them is redacted), read back typed."""
+    plain = replace(
+        result,
+        summary=result.run_summary.to_dict(),
+        baseline=result.baseline.to_dict() if result.baseline is not None else None,
+    )
+    clean = redact_analysis(plain)
+    if clean.baseline is not None:
+        clean.baseline = BaselineComparison.from_dict(clean.baseline)
+    return clean
+
+
 def bundle_members(result: Analysis) -> dict[str, bytes]:
     """Every member of the bundle (except the manifest), from a redacted copy of the analysis.
 
@@ -293,7 +286,7 @@ def bundle_members(result: Analysis) -> dict[str, bytes]:
     """
     from trace_doctor.report.json_doc import render_json
 
-    clean = redact_analysis(result)
+    clean = _redacted(result)
     members: dict[str, bytes] = {
         "SUMMARY.md": support_summary(clean).encode("utf-8"),
         "findings.json": render_json(clean).encode("utf-8"),

@@ -13,7 +13,7 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from trace_doctor.humanize import format_range, format_seconds, launches_line
-from trace_doctor.model import Analysis, RunTables
+from trace_doctor.model import Analysis, RunTables, TimeAccount
 from trace_doctor.report.terminal_text import inert
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
@@ -133,19 +133,19 @@ def _indented(block: str, indent: str) -> str:
     return "\n".join(indent + line if line else line for line in block.split("\n")) if indent else block
 
 
-def account_line(account: dict) -> str:
+def account_line(account: TimeAccount) -> str:
     """Where the wall time went, in one sentence (the triage's account)."""
-    wall = account["wall_time_s"]
+    wall = account.wall_time_s
     parts = []
-    if account.get("useful_service_s") is not None:
-        parts.append(f"service work {format_seconds(account['useful_service_s'])}")
+    if account.useful_service_s is not None:
+        parts.append(f"service work {format_seconds(account.useful_service_s)}")
     by_rule: dict[str, float] = {}
-    for row in account["causes"]:
-        by_rule[row["rule"]] = by_rule.get(row["rule"], 0.0) + row["seconds"]
+    for row in account.causes:
+        by_rule[row.rule] = by_rule.get(row.rule, 0.0) + row.seconds
     parts += [f"{rule} {format_seconds(seconds)}" for rule, seconds in sorted(by_rule.items(), key=lambda kv: -kv[1])]
-    if account["unexplained_s"] >= 0.005 * wall:
-        parts.append(f"unexplained {format_seconds(account['unexplained_s'])}")
-    low, high = account["counterfactual"]["range_s"]
+    if account.unexplained_s >= 0.005 * wall:
+        parts.append(f"unexplained {format_seconds(account.unexplained_s)}")
+    low, high = account.counterfactual.range_s
     fixed = format_range(low, high, wall)
     return f"{format_seconds(wall)} of wall = " + " + ".join(parts) + f"; with every fix ≈{fixed}."
 
@@ -157,7 +157,7 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     width = out.width
     run = result.run
     meta = run.meta
-    summary = result.summary
+    summary = result.run_summary
     out.print(f"[bold]trace-doctor[/] {escape(meta.path)}")
     details = [f"trainer {escape(meta.trainer)}" + (f" ({escape(meta.trainer_mode)})" if meta.trainer_mode else "")]
     if meta.model_name:
@@ -165,12 +165,12 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     if meta.renderer_name:
         details.append(f"renderer {escape(meta.renderer_name)}")
     out.print("  " + " · ".join(details))
-    if summary.get("wall_time_s") is not None:
+    if summary.wall_time_s is not None:
         out.print(
-            f"  wall {format_seconds(summary.get('wall_time_s'))} · median step "
-            f"{format_seconds(summary.get('step_time_p50_s'))}"
-            f" · steady step {format_seconds(summary.get('steady_step_time_s'))} · warm-up steps "
-            f"{summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '-'}"
+            f"  wall {format_seconds(summary.wall_time_s)} · median step "
+            f"{format_seconds(summary.step_time_p50_s)}"
+            f" · steady step {format_seconds(summary.steady_step_time_s)} · warm-up steps "
+            f"{summary.warmup_steps if summary.warmup_steps is not None else '-'}"
         )
     out.print()
     launches = launches_line(run.launches)
@@ -179,8 +179,8 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     out.print(escape(ingest_account(run)), soft_wrap=True)  # paths stay whole, never folded
     out.print()
     out.print(f"[bold]Verdict:[/] {escape(result.verdict.headline)}")
-    account = summary.get("account")
-    if account and account["causes"]:
+    account = summary.account
+    if account and account.causes:
         out.print(f"[bold]Time:[/] {escape(account_line(account))}")
     rule_of = {finding_key(f): f.rule for f in result.findings}
     for finding, depth in diagnosis_order(result.findings):
@@ -245,20 +245,14 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     if result.baseline:
         out.print()
         block = result.baseline
-        quality = block.get("quality")
+        quality = block.quality
         if quality is None:
-            out.print(
-                f"[bold]Baseline:[/] {escape(str(block.get('verdict', '')))} — {escape(str(block.get('message', '')))}"
-            )
+            out.print(f"[bold]Baseline:[/] {escape(block.verdict)} — {escape(block.message)}")
         else:
             # Two axes: how fast each step is, and how well the run trained.
-            step_time = block.get("step_time_verdict", block.get("verdict", ""))
-            out.print(f"[bold]Baseline:[/] {escape(str(block.get('verdict', '')))}")
-            out.print(f"  step time: {escape(str(step_time))} — {escape(str(block.get('message', '')))}")
-            out.print(
-                f"  training quality: {escape(str(quality.get('verdict', '')))} — "
-                f"{escape(str(quality.get('message', '')))}"
-            )
+            out.print(f"[bold]Baseline:[/] {escape(block.verdict)}")
+            out.print(f"  step time: {escape(block.step_time_verdict)} — {escape(block.message)}")
+            out.print(f"  training quality: {escape(quality.verdict)} — {escape(quality.message)}")
     gate = result.gate
     if gate.set:
         out.print()

@@ -1,7 +1,7 @@
 """How the HTML report presents the diagnosis: findings in reading order, numbered and coloured, and
 the time account as bar segments and table rows.
 
-Everything here is read from the Analysis (the triage's `explained_by` and `summary["account"]`);
+Everything here is read from the Analysis (the triage's `explained_by` and `run_summary.account`);
 it only decides how to show it: which number and colour a finding gets, and how wide a segment is.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trace_doctor.humanize import format_seconds
-from trace_doctor.model import Finding
+from trace_doctor.model import Finding, TimeAccount
 from trace_doctor.report.timeline_figure import finding_colour, ink_on
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
@@ -42,11 +42,11 @@ def reading(findings: list[Finding]) -> Reading:
     return Reading(order, {index: n for n, (index, _) in enumerate(order, start=1)}, index_of_key)
 
 
-def accounted(account: dict[str, Any] | None, read: Reading) -> set[int]:
+def accounted(account: TimeAccount | None, read: Reading) -> set[int]:
     """The findings that own a segment of the time account."""
     if not account:
         return set()
-    return {read.index_of_key[c["finding"]] for c in account.get("causes", []) if c["finding"] in read.index_of_key}
+    return {read.index_of_key[c.finding] for c in account.causes if c.finding in read.index_of_key}
 
 
 def colours(read: Reading, shown: set[int]) -> dict[int, dict[str, str]]:
@@ -74,13 +74,13 @@ def _share(seconds: float, wall: float) -> str:
 
 
 def account_view(
-    account: dict[str, Any] | None, read: Reading, painted: dict[int, dict[str, str]]
+    account: TimeAccount | None, read: Reading, painted: dict[int, dict[str, str]]
 ) -> dict[str, Any] | None:
     """The account as the page draws it: one row per part of the wall time (service work, each cause,
     unexplained), each with its bar width, and the counterfactual run time with its range."""
-    if not account or not account.get("causes"):
+    if not account or not account.causes:
         return None
-    wall = float(account["wall_time_s"])
+    wall = float(account.wall_time_s)
     rows: list[dict[str, Any]] = []
 
     def row(label: str, seconds: float | None, colour: str, **extra: Any) -> None:
@@ -103,32 +103,32 @@ def account_view(
             }
         )
 
-    row("service work", account.get("useful_service_s"), SERVICE_WORK_COLOUR, note=account.get("useful_basis", ""))
-    for cause in account["causes"]:
-        index = read.index_of_key.get(cause["finding"])
+    row("service work", account.useful_service_s, SERVICE_WORK_COLOUR, note=account.useful_basis)
+    for cause in account.causes:
+        index = read.index_of_key.get(cause.finding)
         paint = painted.get(index, {}) if index is not None else {}
         row(
-            cause["rule"],
-            cause["seconds"],
+            cause.rule,
+            cause.seconds,
             paint.get("colour", UNPAINTED_COLOUR),
-            title=cause["title"],
+            title=cause.title,
             index=index,
             number=read.number.get(index) if index is not None else None,
-            note=KIND_NOTE.get(cause["kind"], ""),
-            kind=cause["kind"],
+            note=KIND_NOTE.get(cause.kind, ""),
+            kind=cause.kind,
         )
-    row("unexplained", account.get("unexplained_s"), UNEXPLAINED_COLOUR, note="no finding accounts for it")
-    counterfactual = account["counterfactual"]
-    low, high = counterfactual["range_s"]
+    row("unexplained", account.unexplained_s, UNEXPLAINED_COLOUR, note="no finding accounts for it")
+    counterfactual = account.counterfactual
+    low, high = counterfactual.range_s
     return {
         "wall": format_seconds(wall),
-        "wall_basis": account.get("wall_basis", ""),
+        "wall_basis": account.wall_basis,
         "rows": rows,
-        "lost": format_seconds(account["lost_s"]),
+        "lost": format_seconds(account.lost_s),
         "fixed_low": format_seconds(low),
         "fixed_high": format_seconds(high),
         "fixed_width": round(100 * low / wall, 3) if wall > 0 else 0.0,
         "range_width": round(100 * (high - low) / wall, 3) if wall > 0 else 0.0,
-        "speedup": f"{counterfactual['speedup']:.1f}" if counterfactual.get("speedup") else None,
-        "note": counterfactual.get("note", ""),
+        "speedup": f"{counterfactual.speedup:.1f}" if counterfactual.speedup else None,
+        "note": counterfactual.note,
     }

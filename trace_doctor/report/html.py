@@ -22,6 +22,7 @@ import orjson
 import polars as pl
 
 from trace_doctor import __version__
+from trace_doctor.derive import dump_cadence
 from trace_doctor.derive.timekeys import parent_of
 from trace_doctor.humanize import format_seconds, json_dumps, printable
 from trace_doctor.model import Analysis, Finding
@@ -201,7 +202,7 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, colou
     )
     steps = shown["step"].to_list()
     totals = shown["total_s"].to_list()
-    warmup = int(result.derived.get("warmup_steps", result.summary.get("warmup_steps") or 0) or 0)
+    warmup = int(result.derived.get("warmup_steps", result.run_summary.warmup_steps or 0) or 0)
     if len(shown) < len(times):
         # Binned: the boundary falls in the bin that holds the first steady step.
         first_steady = times["step"][warmup] if warmup < len(times) else None
@@ -214,7 +215,7 @@ def _whole_run_charts(result: Analysis, budget: Budget, notes: Summarised, colou
                 steps,
                 totals,
                 warmup_steps=warmup,
-                steady_median_s=result.summary.get("steady_step_time_s"),
+                steady_median_s=result.run_summary.steady_step_time_s,
                 marked=marked,
             ),
         )
@@ -508,30 +509,18 @@ def _profiles(result: Analysis, budget: Budget, notes: Summarised) -> list[dict[
 
 
 def _dump_cadence(result: Analysis, budget: Budget, notes: Summarised) -> tuple[Chart | None, list[dict[str, Any]]]:
-    snaps = result.run.task_snapshots
-    if snaps.is_empty() or snaps["timestamp"].drop_nulls().is_empty():
+    """The dump-cadence chart and each label's longest gap, both from derive.dump_cadence (the
+    derivation the GIL-stall rule's silences come from, so the page and the finding agree)."""
+    dumps = dump_cadence.dump_times(result.run.task_snapshots).filter(pl.col("timestamp").is_not_null())
+    if dumps.is_empty():
         return None, []
-    dumps = (
-        snaps.filter(pl.col("timestamp").is_not_null())
-        .group_by("source", "label", "snapshot")
-        .agg(pl.col("timestamp").first(), pl.col("interval_s").first())
-        .sort("label", "timestamp", "source", "snapshot")
-        .with_columns((pl.col("timestamp").diff().over("label").dt.total_milliseconds() / 1000).alias("gap_s"))
-    )
-    per_label, silences = {}, []
+    silences = [
+        {"label": gap.label, "gap_s": gap.gap_s, "at": str(gap.at), "dumps": gap.dumps, "interval_s": gap.interval_s}
+        for gap in dump_cadence.longest_gaps(result.run.task_snapshots)
+    ]
+    per_label = {}
     for label in sorted(dumps["label"].drop_nulls().unique().to_list()):
         own = dumps.filter(pl.col("label") == label)
-        longest = own.sort(["gap_s", "timestamp"], descending=[True, False], nulls_last=True).head(1)
-        if longest["gap_s"][0] is not None:
-            silences.append(
-                {
-                    "label": label,
-                    "gap_s": longest["gap_s"][0],
-                    "at": str(longest["timestamp"][0]),
-                    "dumps": len(own),
-                    "interval_s": own["interval_s"].drop_nulls().median(),
-                }
-            )
         seconds = own.group_by("timestamp").agg(pl.len().alias("dumps")).sort("timestamp")
         if len(seconds) > budget.dump_points:
             notes.add(
@@ -712,7 +701,8 @@ def render_html(result: Analysis, budget: Budget | None = None, *, plotly_src: s
     notes = Summarised()
     colours = figures.assign_phase_colours(_colour_names(result))
     read = findings_view.reading(result.findings)
-    account = result.summary.get("account")
+    summary = result.run_summary
+    account = summary.account
     planned = health_view.plan(result, kl_band(result))
     # Findings marked on the health panels take their colour in the same hand-out as the timeline's.
     gantt, targets, gantt_extras = _timeline(
@@ -740,7 +730,7 @@ def render_html(result: Analysis, budget: Budget | None = None, *, plotly_src: s
         "run": run,
         "meta": run.meta,
         "doc": build_document(result)["run"],
-        "summary": result.summary,
+        "summary": summary,
         "verdict": decided.headline,
         # The page's colour class for the verdict (the stylesheet calls a clear run "ok").
         "worst": "ok" if decided.status == "clear" else decided.status,

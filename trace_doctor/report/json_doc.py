@@ -63,10 +63,10 @@ def build_document(result: Analysis) -> dict[str, Any]:
             "passed_over": [{"path": p.path, "reason": p.reason} for p in run.passed_over],
             "meta": run.meta.to_dict(),
         },
-        "summary": result.summary,
+        "summary": result.run_summary.to_dict(),
         "findings": [f.to_dict() for f in result.findings],
         "rules": [o.to_dict() for o in result.outcomes],
-        "baseline": result.baseline,
+        "baseline": result.baseline.to_dict() if result.baseline is not None else None,
         "ingest_warnings": [w.to_dict() for w in run.warnings],
     }
     return _clean(document)

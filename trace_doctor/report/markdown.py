@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from trace_doctor import __version__
 from trace_doctor.humanize import format_range, format_seconds, launches_line
-from trace_doctor.model import Analysis, Finding
+from trace_doctor.model import Analysis, BaselineComparison, Finding
 from trace_doctor.report.markdown_text import code, html_text, prose
 from trace_doctor.triage.locate import finding_key
 from trace_doctor.triage.tree import diagnosis_order
@@ -39,7 +39,7 @@ def gate_line(result: Analysis) -> str:
 
 
 def _summary(result: Analysis) -> list[str]:
-    meta, summary = result.run.meta, result.summary or {}
+    meta, summary = result.run.meta, result.run_summary
     lines = ["| | |", "|---|---|"]
     lines.append(f"| run | {code(meta.path, 200)} |")
     lines.append(
@@ -47,12 +47,10 @@ def _summary(result: Analysis) -> list[str]:
     )
     if meta.model_name:
         lines.append(f"| model | {cell(meta.model_name)} |")
-    lines.append(f"| wall time | {format_seconds(summary.get('wall_time_s'))} |")
-    lines.append(f"| median step | {format_seconds(summary.get('step_time_p50_s'))} |")
-    lines.append(f"| steady step | {format_seconds(summary.get('steady_step_time_s'))} |")
-    lines.append(
-        f"| warm-up steps | {summary.get('warmup_steps') if summary.get('warmup_steps') is not None else '–'} |"
-    )
+    lines.append(f"| wall time | {format_seconds(summary.wall_time_s)} |")
+    lines.append(f"| median step | {format_seconds(summary.step_time_p50_s)} |")
+    lines.append(f"| steady step | {format_seconds(summary.steady_step_time_s)} |")
+    lines.append(f"| warm-up steps | {summary.warmup_steps if summary.warmup_steps is not None else '–'} |")
     launches = launches_line(result.run.launches)
     if launches:
         lines.append(f"| launches | {cell(launches)} |")
@@ -66,24 +64,22 @@ def _number(value: object, digits: str = ".3g") -> str:
 VERDICT_ICON = {"regression": "🔴", "inconclusive": "⚪", "no regression": "🟢"}
 
 
-def _baseline(block: dict) -> list[str]:
-    verdict = block.get("verdict", "inconclusive")
-    quality = block.get("quality")
+def _baseline(block: BaselineComparison) -> list[str]:
+    verdict, quality = block.verdict, block.quality
     lines = ["", "## Baseline comparison", ""]
     if quality is None:
-        lines += [f"{VERDICT_ICON.get(verdict, '')} **{verdict}** — {cell(block.get('message'), table=False)}", ""]
+        lines += [f"{VERDICT_ICON.get(verdict, '')} **{verdict}** — {cell(block.message, table=False)}", ""]
     else:
-        step_time = block.get("step_time_verdict", verdict)
+        step_time = block.step_time_verdict
         lines += [
             f"{VERDICT_ICON.get(verdict, '')} **{verdict}**",
             "",
-            f"- step time: {VERDICT_ICON.get(step_time, '')} **{step_time}** — "
-            f"{cell(block.get('message'), table=False)}",
-            f"- training quality: {VERDICT_ICON.get(quality.get('verdict'), '')} **{quality.get('verdict')}** — "
-            f"{cell(quality.get('message'), table=False)}",
+            f"- step time: {VERDICT_ICON.get(step_time, '')} **{step_time}** — {cell(block.message, table=False)}",
+            f"- training quality: {VERDICT_ICON.get(quality.verdict, '')} **{quality.verdict}** — "
+            f"{cell(quality.message, table=False)}",
             "",
         ]
-    stats = block.get("statistics") or {}
+    stats = block.statistics or {}
     if stats:
         unit = stats.get("unit", "s")
         min_effect = stats.get("min_relative_effect")
@@ -101,7 +97,7 @@ def _baseline(block: dict) -> list[str]:
             f"(fires at p < {_number(stats.get('alpha'))} and effect ≥ "
             f"{format(min_effect, '.0%') if isinstance(min_effect, float) else '–'}).",
         ]
-    breakdown = block.get("breakdown") or []
+    breakdown = block.breakdown
     if breakdown:
         lines += [
             "",
@@ -118,15 +114,15 @@ def _baseline(block: dict) -> list[str]:
             )
         total = sum(p["change_s"] for p in breakdown if isinstance(p.get("change_s"), (int, float)))
         lines.append(f"| **total** | | | **{total:+.3f} s** |")
-    if quality and quality.get("metrics"):
-        lines += _quality_table(quality["metrics"])
-    fresh = block.get("new_fingerprints") or []
+    if quality and quality.metrics:
+        lines += _quality_table(quality.metrics)
+    fresh = block.new_fingerprints
     if fresh:
         shown = fresh[:MAX_FINDINGS]
         lines += ["", f"New since the baseline: {', '.join(code(f, 120, table=False) for f in shown)}"]
         if len(fresh) > len(shown):
             lines.append(f"… and {len(fresh) - len(shown)} more (see `--format json`).")
-    unjudged = sorted({item["rule"] for item in block.get("not_compared") or []})
+    unjudged = sorted({item["rule"] for item in block.not_compared})
     if unjudged:
         rules = ", ".join(code(rule, 60, table=False) for rule in unjudged)
         lines += ["", f"Not compared (the rule could not run on the baseline): {rules}"]
@@ -226,22 +222,22 @@ def _warnings(result: Analysis) -> list[str]:
 
 def _account(result: Analysis) -> list[str]:
     """Where the wall time went (the triage's account), and the run time with every fix."""
-    account = (result.summary or {}).get("account")
-    if not account or not account["causes"]:
+    account = result.run_summary.account
+    if not account or not account.causes:
         return []
     lines = ["", "## Where the time went", "", "| | seconds | share |", "|---|---:|---:|"]
-    wall = account["wall_time_s"]
+    wall = account.wall_time_s
 
     def row(label: str, seconds: float) -> None:
         lines.append(f"| {label} | {format_seconds(seconds)} | {seconds / wall:.0%} |")
 
-    if account.get("useful_service_s") is not None:
-        row("service work", account["useful_service_s"])
-    for cause in account["causes"]:
-        kind = "" if cause["kind"] == "loss" else f" ({cell(cause['kind'])}, not a problem to fix)"
-        row(f"`{cause['rule']}` — {cell(cause['title'], 120)}{kind}", cause["seconds"])
-    row("unexplained", account["unexplained_s"])
-    low, high = account["counterfactual"]["range_s"]
+    if account.useful_service_s is not None:
+        row("service work", account.useful_service_s)
+    for cause in account.causes:
+        kind = "" if cause.kind == "loss" else f" ({cell(cause.kind)}, not a problem to fix)"
+        row(f"`{cause.rule}` — {cell(cause.title, 120)}{kind}", cause.seconds)
+    row("unexplained", account.unexplained_s)
+    low, high = account.counterfactual.range_s
     fixed = format_range(low, high, wall)
     lines += ["", f"With every fix: **≈{fixed}** instead of {format_seconds(wall)}."]
     return lines

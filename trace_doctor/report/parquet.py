@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import Analysis
 
 FINDINGS_SCHEMA = {
@@ -66,17 +66,17 @@ def _setting(config: dict[str, Any], key: str) -> float | None:
 
 
 def _runs_row(result: Analysis, path: str) -> pl.DataFrame:
-    meta, summary, verdict = result.run.meta, result.summary or {}, result.verdict
-    lead = verdict.lead if verdict is not None else None
+    meta, summary, verdict = result.run.meta, result.run_summary, result.verdict
+    lead = verdict.main if verdict is not None else None
     row: dict[str, Any] = {
         "path": path,
         "trainer": meta.trainer,
         "model_name": meta.model_name,
         "renderer_name": meta.renderer_name,
-        "wall_time_s": summary.get("wall_time_s"),
-        "step_time_p50_s": summary.get("step_time_p50_s"),
-        "steady_step_time_s": summary.get("steady_step_time_s"),
-        "warmup_steps": summary.get("warmup_steps"),
+        "wall_time_s": summary.wall_time_s,
+        "step_time_p50_s": summary.step_time_p50_s,
+        "steady_step_time_s": summary.steady_step_time_s,
+        "warmup_steps": summary.warmup_steps,
         "verdict": verdict.status if verdict is not None else None,
         "main_rule": lead.rule if lead is not None else None,
         "main_finding": lead.title if lead is not None else None,

@@ -166,7 +166,10 @@ def build_sarif(result: Analysis) -> dict[str, Any]:
                 },
                 "invocations": [{"executionSuccessful": not any(o.status == "error" for o in result.outcomes)}],
                 "results": results,
-                "properties": {"run": result.run.meta.path, "baseline": (result.baseline or {}).get("verdict")},
+                "properties": {
+                    "run": result.run.meta.path,
+                    "baseline": result.baseline.verdict if result.baseline is not None else None,
+                },
             }
         ],
     }

@@ -181,6 +181,14 @@ class RuleContext(Generic[P]):
         return scheduled_work(self.step_times)
 
     @cached_property
+    def run_end(self):
+        """Where the run's last launch stopped and what was in flight then (derive.run_end): run-stopped
+        judges the stop, and rules that need whole steps do not read a step the run never finished."""
+        from trace_doctor.derive.run_end import run_end
+
+        return run_end(self.run)
+
+    @cached_property
     def clock_cycle(self):
         """Service clock-cycle estimate from the trace, or the configured shared knob (derive.cycles)."""
         from trace_doctor.derive.cycles import estimate_clock_cycle

@@ -2,7 +2,7 @@
 
 Rules estimate what their problem cost on their own, so two rules that see the same idle second
 both claim it (an unpipelined loop is also "slow every step"). Here each finding's claim is made
-non-overlapping, in the debug guide's triage order (knowledge/triage.TRIAGE_STAGES):
+non-overlapping, in the debug guide's triage order (knowledge/triage.STAGES, each rule declaring its own):
 
 1. a symptom that other findings explain claims nothing itself: its seconds are its causes'; what
    its causes do not cover stays "unexplained" in the account;
@@ -30,7 +30,7 @@ from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.derive.wall import step_totals
 from trace_doctor.knowledge.tinker import LEGACY_SFT_SUBMIT_PHASES, RESULT_WAIT_PHASES, SAMPLE_CALLS
 from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, stage_of
-from trace_doctor.model import Finding
+from trace_doctor.model import AccountCause, Counterfactual, Finding, TimeAccount
 from trace_doctor.triage.locate import finding_key
 
 # Trainers whose step is forward-backward + optimizer only: one clock cycle per step is the optimum
@@ -199,58 +199,58 @@ def time_account(
     clock_cycle,
     floor_s: float,
     service: tuple[float | None, str] | None = None,
-) -> dict | None:
+) -> TimeAccount | None:
     """Where the wall time went, and the run time if every fix were applied (None without a wall time).
     `service` is `service_time_s(spans, step_times)` when the caller already has it."""
     if not wall_s or wall_s <= 0:
         return None
-    rows = []
+    rows: list[AccountCause] = []
     for f in sorted(findings, key=lambda f: (-(f.seconds_lost or 0.0), stage_of(f.rule), finding_key(f))):
         if not _claims_time(f) or f.explained_by or not f.seconds_lost:
             continue
         kind = "benign" if f.rule in BENIGN_TIME else "service" if f.rule in SERVICE_TIME else "loss"
         rows.append(
-            {
-                "finding": finding_key(f),
-                "rule": f.rule,
-                "title": f.title,
-                "kind": kind,
-                "seconds": f.seconds_lost,
-                "share": f.fraction_of_wall,
-                "confidence": f.confidence,
-            }
+            AccountCause(
+                finding=finding_key(f),
+                rule=f.rule,
+                title=f.title,
+                kind=kind,
+                seconds=f.seconds_lost,
+                share=f.fraction_of_wall,
+                confidence=f.confidence,
+            )
         )
-    accounted = sum(r["seconds"] for r in rows)
+    accounted = sum(r.seconds for r in rows)
     service_s, service_basis = service or service_time_s(spans, step_times)
     # Service-side losses (late results, retries inside a call) are inside the waits: the useful part
     # is what is left of the waits once they are taken out.
-    inside_waits = sum(r["seconds"] for r in rows if r["rule"] in SERVICE_SIDE_RULES)
+    inside_waits = sum(r.seconds for r in rows if r.rule in SERVICE_SIDE_RULES)
     useful = None if service_s is None else max(min(service_s - inside_waits, wall_s - accounted), 0.0)
     unexplained = max(wall_s - accounted - (useful or 0.0), 0.0)
-    fixable = [r for r in rows if r["kind"] == "loss"]
+    fixable = [r for r in rows if r.kind == "loss"]
     steps = len(step_totals(step_times))
     cycle_s = float(clock_cycle.seconds) if clock_cycle is not None and clock_cycle.confidence != "low" else None
-    low = max(wall_s - sum(r["seconds"] for r in fixable), floor_s)
-    confident = sum(r["seconds"] * CONFIDENCE_WEIGHT.get(r["confidence"], 0.5) for r in fixable)
+    low = max(wall_s - sum(r.seconds for r in fixable), floor_s)
+    confident = sum(r.seconds * CONFIDENCE_WEIGHT.get(r.confidence, 0.5) for r in fixable)
     high = min(max(_quantized(wall_s - confident, steps, cycle_s), low), wall_s)
-    return {
-        "wall_time_s": round(wall_s, 6),
-        "wall_basis": wall_basis,
-        "useful_service_s": None if useful is None else round(useful, 6),
-        "useful_basis": service_basis,
-        "causes": rows,
-        "lost_s": round(sum(r["seconds"] for r in fixable), 6),
-        "unexplained_s": round(unexplained, 6),
-        "counterfactual": {
-            "seconds": round(low, 6),
-            "range_s": [round(low, 6), round(high, 6)],
-            "speedup": round(wall_s / low, 3) if low > 0 else None,
-            "floor_s": round(floor_s, 6),
-            "clock_cycle_s": cycle_s,
-            "note": (
+    return TimeAccount(
+        wall_time_s=round(wall_s, 6),
+        wall_basis=wall_basis,
+        useful_service_s=None if useful is None else round(useful, 6),
+        useful_basis=service_basis,
+        causes=tuple(rows),
+        lost_s=round(sum(r.seconds for r in fixable), 6),
+        unexplained_s=round(unexplained, 6),
+        counterfactual=Counterfactual(
+            seconds=round(low, 6),
+            range_s=(round(low, 6), round(high, 6)),
+            speedup=round(wall_s / low, 3) if low > 0 else None,
+            floor_s=round(floor_s, 6),
+            clock_cycle_s=cycle_s,
+            note=(
                 "low end: every fix works, including diagnoses of low confidence; high end: confident diagnoses "
                 "win back all of their loss, medium half, low none"
                 + (", each step rounded up to whole clock cycles" if cycle_s else "")
             ),
-        },
-    }
+        ),
+    )

@@ -21,7 +21,7 @@ from trace_doctor.derive.rl_quality import (
     training_column,
 )
 from trace_doctor.derive.step_times import live_training_rows
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import Finding
 from trace_doctor.policy.rl_quality import ConstantRewardGroupsPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register

@@ -11,7 +11,7 @@ whether the baseline had the problem, so its findings are listed as not compared
 
 from __future__ import annotations
 
-from trace_doctor.model import Finding
+from trace_doctor.model import Finding, NewFindings
 from trace_doctor.policy.baseline import NewFindingPolicy
 from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
@@ -41,14 +41,20 @@ def not_compared(candidate: list[Finding], baseline_statuses: dict[str, str]) ->
     return [{"rule": r, "fingerprint": k, "baseline_status": s} for r, k, s in sorted(unjudged)]
 
 
+def compare_findings(
+    candidate: list[Finding], baseline: list[Finding], baseline_statuses: dict[str, str]
+) -> NewFindings:
+    """The candidate's new fingerprints where their rule judged the baseline, and the ones it did not."""
+    skipped = not_compared(candidate, baseline_statuses)
+    unjudged = {item["fingerprint"] for item in skipped}
+    fresh = set(new_fingerprints(candidate, baseline)) - unjudged
+    return NewFindings(fingerprints=sorted(fresh), not_compared=skipped)
+
+
 def check(ctx: RuleContext[NewFindingPolicy]) -> list[Finding]:
     """One finding per candidate finding whose fingerprint the baseline does not have."""
-    statuses = getattr(ctx, "baseline_statuses", {})
-    skipped = not_compared(ctx.candidate_findings, statuses)
-    unjudged = {item["fingerprint"] for item in skipped}
-    fresh = set(new_fingerprints(ctx.candidate_findings, ctx.baseline_findings)) - unjudged
-    ctx.comparison["new_fingerprints"] = sorted(fresh)
-    ctx.comparison["not_compared"] = skipped
+    compared = ctx.new_findings  # derived once; the baseline block reads the same record
+    skipped, fresh = compared.not_compared, set(compared.fingerprints)
     if not fresh:
         if skipped:
             rules = ", ".join(sorted({item["rule"] for item in skipped}))

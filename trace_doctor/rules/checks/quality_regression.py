@@ -26,7 +26,7 @@ from trace_doctor.derive.quality_series import (
     series,
 )
 from trace_doctor.derive.shift import compare_samples
-from trace_doctor.model import Finding
+from trace_doctor.model import Finding, QualityComparison
 from trace_doctor.policy.baseline import QualityRegressionPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
@@ -165,22 +165,23 @@ def _decisive(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(chosen.values())
 
 
-def compare_quality(cand_ctx, base_ctx, thresholds, max_stable_kl: float) -> dict[str, Any]:
+def compare_quality(cand_ctx, base_ctx, thresholds, max_stable_kl: float) -> QualityComparison:
     """The training-quality comparison: verdict, message and one entry per metric family."""
     base_trainer, cand_trainer = base_ctx.run.meta.trainer, cand_ctx.run.meta.trainer
     families = [f for f in FAMILIES if cand_trainer not in f.not_for and base_trainer not in f.not_for]
     entries = [e for f in families if (e := _compare_family(f, cand_ctx, base_ctx, thresholds, max_stable_kl))]
     if not entries:
         raise NotApplicable("neither run logs a training-quality metric (reward, NLL, KL, entropy)")
-    result: dict[str, Any] = {"trainers": {"baseline": base_trainer, "candidate": cand_trainer}, "metrics": entries}
+    trainers = {"baseline": base_trainer, "candidate": cand_trainer}
     if "unknown" not in (base_trainer, cand_trainer) and base_trainer != cand_trainer:
         for entry in entries:
             entry.update(verdict="inconclusive", message=f"{entry['family']}: trainers differ")
-        return {
-            **result,
-            "verdict": "inconclusive",
-            "message": f"trainer kinds differ (baseline {base_trainer}, candidate {cand_trainer}): not comparable",
-        }
+        return QualityComparison(
+            verdict="inconclusive",
+            message=f"trainer kinds differ (baseline {base_trainer}, candidate {cand_trainer}): not comparable",
+            metrics=entries,
+            trainers=trainers,
+        )
     decisive = _decisive(entries)
     for entry in entries:
         entry["decisive"] = any(entry is d for d in decisive)
@@ -212,20 +213,17 @@ def compare_quality(cand_ctx, base_ctx, thresholds, max_stable_kl: float) -> dic
             f" (compared up to step {truncated['last_step']}, where the shorter run ends; the {longer} "
             f"continues to step {truncated[longer + '_last_step']})"
         )
-    return {**result, "verdict": verdict, "message": message}
+    return QualityComparison(verdict=verdict, message=message, metrics=entries, trainers=trainers)
 
 
 def check(ctx: RuleContext[QualityRegressionPolicy]) -> list[Finding]:
     """One finding per axis (reward, loss, KL, entropy) that is significantly and materially worse."""
-    comparison = compare_quality(ctx, ctx.baseline_ctx, ctx.thresholds, ctx.shared.max_stable_kl)
-    ctx.comparison["quality"] = comparison
-    if comparison["verdict"] != "regression":
-        return ctx.passed(comparison["message"])
+    comparison = ctx.quality_comparison  # derived once; the baseline block reads the same record
+    if comparison.verdict != "regression":
+        return ctx.passed(comparison.message)
     found: list[Finding] = []
     reported: set[str] = set()
-    for entry in comparison["metrics"]:
-        if not entry.get("decisive") or entry["verdict"] != "regression":
-            continue
+    for entry in comparison.regressed():
         # Both KL estimators regressing is one problem: one finding, the other estimator as context.
         what = "kl" if entry["axis"] in KL_AXES else entry["axis"]
         if what in reported:
@@ -233,7 +231,7 @@ def check(ctx: RuleContext[QualityRegressionPolicy]) -> list[Finding]:
         reported.add(what)
         stats, window = entry["statistics"], entry["window"]
         related = KL_AXES if what == "kl" else (entry["axis"],)
-        context = [e["message"] for e in comparison["metrics"] if e["axis"] in related and e is not entry]
+        context = [e["message"] for e in comparison.metrics if e["axis"] in related and e is not entry]
         found.append(
             ctx.finding(
                 severity="error",

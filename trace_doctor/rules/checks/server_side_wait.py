@@ -37,6 +37,14 @@ def check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
         )
     if run.height("spans") == 0:
         raise NotApplicable("no trace: whether submissions were prompt and pipelined cannot be seen")
+    end = ctx.run_end
+    if end.left_open and not end.reached_plan:
+        # A killed or hung run's last step never finished: its results are late because the run stopped,
+        # and a short cut run's waits mislead the cycle estimate. run-stopped says where it stopped.
+        raise NotApplicable(
+            f"the run stopped inside step {end.stopped_step} (the trace ends with spans open): a cut-off run's "
+            "late results are not evidence of a service queue (see run-stopped)"
+        )
     cycle = ctx.clock_cycle
     if cycle is None or cycle.confidence == "low":
         raise NotApplicable(

@@ -24,7 +24,7 @@ from trace_doctor.knowledge.tinker import (
     SAVE_SUBMIT_CALLS,
     TRAINING_SUBMIT_CALLS,
 )
-from trace_doctor.model import Finding
+from trace_doctor.model import Finding, StepTimeComparison
 from trace_doctor.policy.baseline import StepTimeRegressionPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
@@ -135,7 +135,7 @@ def phase_breakdown(base: pl.DataFrame, cand: pl.DataFrame) -> list[dict[str, An
     return parts
 
 
-def compare_step_times(cand_ctx, base_ctx, thresholds: StepTimeRegressionPolicy) -> dict[str, Any]:
+def compare_step_times(cand_ctx, base_ctx, thresholds: StepTimeRegressionPolicy) -> StepTimeComparison:
     """The step-time comparison: verdict, statistics, breakdown and structural signals."""
     cand, base = _steady(cand_ctx), _steady(base_ctx)
     cand_s, base_s = _values(cand, "total_s"), _values(base, "total_s")
@@ -179,16 +179,16 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: StepTimeRegressionPolicy)
     shift = compare_samples(cand_x, base_x, worse="higher", min_n=minimum)
     if shift.p is None:
         short = "candidate" if len(cand_x) < minimum else "baseline"
-        return {
-            "verdict": "inconclusive",
-            "message": (
+        return StepTimeComparison(
+            verdict="inconclusive",
+            message=(
                 f"too few steady steps to compare: baseline {len(base_x)}, candidate {len(cand_x)} "
                 f"(the {short} needs at least {minimum} after its warm-up)"
             ),
-            "statistics": stats,
-            "breakdown": [],
-            "structural": structural,
-        }
+            statistics=stats,
+            breakdown=[],
+            structural=structural,
+        )
     effect = shift.effect
     stats.update(u=shift.u, p=shift.p, effect=effect)
     significant = shift.significant(thresholds.alpha)
@@ -209,13 +209,13 @@ def compare_step_times(cand_ctx, base_ctx, thresholds: StepTimeRegressionPolicy)
         why = [] if significant else [f"p >= {thresholds.alpha}"]
         why += [] if large else [f"effect below {thresholds.min_relative_effect:.0%}"]
         message += f": not a regression ({', '.join(why)})"
-    return {
-        "verdict": verdict,
-        "message": message,
-        "statistics": stats,
-        "breakdown": phase_breakdown(base, cand),
-        "structural": structural,
-    }
+    return StepTimeComparison(
+        verdict=verdict,
+        message=message,
+        statistics=stats,
+        breakdown=phase_breakdown(base, cand),
+        structural=structural,
+    )
 
 
 def _explain(breakdown: list[dict[str, Any]]) -> str:
@@ -225,11 +225,10 @@ def _explain(breakdown: list[dict[str, Any]]) -> str:
 
 def check(ctx: RuleContext[StepTimeRegressionPolicy]) -> list[Finding]:
     """Fire when the candidate's steady steps are significantly and materially slower."""
-    comparison = compare_step_times(ctx, ctx.baseline_ctx, ctx.thresholds)
-    ctx.comparison["step_time"] = comparison
-    if comparison["verdict"] != "regression":
-        return ctx.passed(comparison["message"])
-    stats = comparison["statistics"]
+    comparison = ctx.step_time_comparison  # derived once; the baseline block reads the same record
+    if comparison.verdict != "regression":
+        return ctx.passed(comparison.message)
+    stats = comparison.statistics
     steady = _steady(ctx)
     per_step = (stats["median_candidate_s"] or 0.0) - (stats["median_baseline_s"] or 0.0)
     wall = ctx.run_wall_s
@@ -238,7 +237,7 @@ def check(ctx: RuleContext[StepTimeRegressionPolicy]) -> list[Finding]:
         ctx.finding(
             severity="error",
             title=f"Steady step time regressed {stats['effect']:+.0%} against the baseline",
-            message=f"{comparison['message']}. Change per step by phase: {_explain(comparison['breakdown'])}.",
+            message=f"{comparison.message}. Change per step by phase: {_explain(comparison.breakdown)}.",
             fix=(
                 "Look at the phases that grew (breakdown in the baseline block): a grown 'waits' part "
                 "usually means lost pipelining, 'get_batch' slower data loading, 'untimed' new "
@@ -247,8 +246,8 @@ def check(ctx: RuleContext[StepTimeRegressionPolicy]) -> list[Finding]:
             steps=[int(s) for s in steady["step"].to_list()] if "step" in steady.columns else [],
             evidence={
                 "statistics": stats,
-                "breakdown": comparison["breakdown"],
-                "structural": comparison["structural"],
+                "breakdown": comparison.breakdown,
+                "structural": comparison.structural,
             },
             seconds_lost=lost,
             fraction_of_wall=(lost / wall) if lost and wall else None,

@@ -18,7 +18,7 @@ from trace_doctor.derive.rl_quality import (
     truncation_from_rollouts,
 )
 from trace_doctor.derive.step_times import live_training_rows
-from trace_doctor.ingest.config import find_setting
+from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import Finding
 from trace_doctor.policy.rl_quality import TruncatedSamplesPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register

@@ -1,0 +1,444 @@
+"""Where a run stopped and what was in flight when it did, from every source that records it.
+
+Readings, not judgements: the last step logged against the planned length, the trace spans left
+open (a B with no E), the `Starting X` log phases with no `X took`, the errors a log ends with,
+the last asyncio task dump and thread-stack block of each label and how long each had looked the
+same, and the SDK thread's last signs of life (its loop's task dumps, heartbeat warnings, GIL-monitor
+lines). rules/checks/run_stopped.py decides from these what kind of stop it was.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from trace_doctor.derive.log_signals import fields_of, gil_monitor_lines, heartbeat_lines
+from trace_doctor.derive.step_times import live_training_rows
+
+# Metric keys that say how far through its planned steps a row is: rl/train.py, distillation
+# (`progress/done_frac` = (batch + 1) / batches) and supervised/train.py (`progress` = (step + 1) / steps).
+PROGRESS_KEYS = ("progress/done_frac", "progress")
+# A denominator read from every row agrees within this share when the progress key is a step fraction.
+PLAN_AGREEMENT = 0.01
+# Exceptions that end a run on purpose (Ctrl-C, a cancelled task), not a crash.
+INTERRUPT_TYPES = ("KeyboardInterrupt", "CancelledError", "SystemExit")
+# Tasks a diagnostic tool adds to the loop it dumps: never what the run was waiting on.
+DUMPER_TASK = re.compile(r"^periodic-task-dump")
+COROUTINE_NAME = re.compile(r"<coroutine object (?P<name>[\w.<>]+)")
+# Where a stack frame's file lives: the interpreter's own library (asyncio, selectors, re, threading)
+# is never the place a run is stuck in; the innermost frame outside it is.
+STDLIB_FILE = re.compile(r"/lib/python3\.\d+/(?!site-packages/)")
+# Frames of an event loop idling in select/poll: the thread is awaiting, not running code.
+IDLE_LOOP_FUNCTIONS = ("select", "poll", "_run_once", "run_forever")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many steps the run was to train, and where that comes from."""
+
+    steps: int | None
+    source: str
+    # Config `max_steps` caps the length (min(num_epochs x batches, max_steps)): only an upper bound.
+    upper_bound: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "source": self.source, "upper_bound": self.upper_bound}
+
+
+@dataclass(frozen=True)
+class OpenSpan:
+    """A trace span begun and never ended: what a thread was inside when the trace stops."""
+
+    track: str
+    name: str
+    depth: int
+    step: int | None
+    open_s: float  # from its B to the last event of the trace's last launch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "track": self.track,
+            "name": self.name,
+            "depth": self.depth,
+            "step": self.step,
+            "open_s": round(self.open_s, 6),
+        }
+
+
+@dataclass(frozen=True)
+class LogLineRef:
+    """A log line cited as evidence."""
+
+    source: str
+    line: int | None
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.source, "line": self.line, "text": self.text[:240]}
+
+
+@dataclass(frozen=True)
+class DumpState:
+    """The last task dump or stack block of one label (`main`, `holder`) and how long it had held."""
+
+    kind: str  # "tasks" | "stacks"
+    label: str
+    at: str  # timestamp of the last dump
+    what: tuple[str, ...]  # pending coroutines, or the stack's innermost frames (innermost last)
+    held_s: float  # from the first dump identical to the last one to the last one
+    held_dumps: int
+    idle: bool = False  # stacks: the thread is idle in its event loop (awaiting)
+    source: str = ""
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "at": self.at,
+            "what": list(self.what),
+            "held_s": round(self.held_s, 3),
+            "held_dumps": self.held_dumps,
+            "idle": self.idle,
+            "file": self.source,
+            "line": self.line,
+        }
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """Where the run's last launch stopped, and everything in flight then."""
+
+    segment: int | None
+    last_step: int | None  # the last step a metrics row was written for
+    plan: Plan
+    final_checkpoint: bool
+    open_spans: tuple[OpenSpan, ...]
+    trace_tail_s: dict[str, float]  # per track: its last event to the trace's last event
+    open_phases: tuple[LogLineRef, ...]  # `Starting X` with no `X took`, outermost first
+    last_phase: LogLineRef | None  # the last `took`/`Starting` line of the log
+    tail_events: tuple[LogLineRef, ...]  # lines of interest after it that are not errors (retries, warnings)
+    trailing_errors: tuple[LogLineRef, ...]  # errors after the log's last sign of progress
+    exceptions: tuple[LogLineRef, ...]  # traceback final lines among them
+    task_dumps: tuple[DumpState, ...]
+    stacks: tuple[DumpState, ...]
+    heartbeat_failures: tuple[LogLineRef, ...]  # trailing `Session heartbeat failed` lines
+    gil_monitor: tuple[LogLineRef, ...]
+    log_silence_s: float | None  # timestamped logs: last progress line to the last line
+
+    @property
+    def stopped_step(self) -> int | None:
+        """The step the run stopped in: the latest step an open span belongs to, else the one after the
+        last step logged (its row was never written). A pipelined loop may be inside two steps at once."""
+        open_steps = [s.step for s in self.open_spans if s.step is not None]
+        logged_next = None if self.last_step is None else self.last_step + 1
+        if open_steps:
+            return max([*open_steps, *([logged_next] if logged_next is not None else [])])
+        if logged_next is None:
+            return 0 if self.left_open or self.last_phase is not None else None
+        return logged_next
+
+    @property
+    def reached_plan(self) -> bool:
+        p = self.plan
+        return (
+            p.steps is not None and not p.upper_bound and self.last_step is not None and self.last_step + 1 >= p.steps
+        )
+
+    @property
+    def left_open(self) -> bool:
+        """Whether the files end inside a step: open spans or open log phases."""
+        return bool(self.open_spans or self.open_phases)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "segment": self.segment,
+            "last_step": self.last_step,
+            "stopped_step": self.stopped_step,
+            "plan": self.plan.to_dict(),
+            "final_checkpoint": self.final_checkpoint,
+            "open_spans": [s.to_dict() for s in self.open_spans],
+            "open_phases": [p.to_dict() for p in self.open_phases],
+            "last_phase": self.last_phase.to_dict() if self.last_phase is not None else None,
+            "tail_events": [t.to_dict() for t in self.tail_events[-5:]],
+            "trailing_errors": [e.to_dict() for e in self.trailing_errors[:10]],
+            "task_dumps": [d.to_dict() for d in self.task_dumps],
+            "stacks": [d.to_dict() for d in self.stacks],
+            "heartbeat_failures": [h.to_dict() for h in self.heartbeat_failures[-5:]],
+            "gil_monitor_lines": len(self.gil_monitor),
+            "log_silence_s": self.log_silence_s,
+        }
+
+
+def planned_steps(rows: pl.DataFrame, config: dict[str, Any] | None) -> Plan:
+    """The planned length: the denominator every row's progress fraction agrees on, else config
+    `max_steps` (an upper bound), else unknown."""
+    for key in PROGRESS_KEYS:
+        if key not in rows.columns or not rows.schema[key].is_numeric():
+            continue
+        known = rows.select("step", key).drop_nulls().filter(pl.col(key) > 0)
+        if known.is_empty():
+            continue
+        steps = known["step"].to_numpy().astype(float)
+        fractions = known[key].to_numpy().astype(float)
+        # (step + 1) / steps when the row is written after the step, step / steps before it.
+        for offset in (1.0, 0.0):
+            denominators = (steps + offset) / fractions
+            denominators = denominators[np.isfinite(denominators) & (denominators > 0)]
+            if len(denominators) == 0:
+                continue
+            middle = float(np.median(denominators))
+            if float(np.max(np.abs(denominators - middle))) <= PLAN_AGREEMENT * middle:
+                return Plan(int(round(middle)), f"metrics `{key}`")
+    max_steps = (config or {}).get("max_steps")
+    if isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps > 0:
+        return Plan(max_steps, "config max_steps", upper_bound=True)
+    return Plan(None, "no progress fraction in the metrics, no max_steps in the config")
+
+
+def _last_segment(frame: pl.DataFrame) -> pl.DataFrame:
+    if frame.is_empty() or "segment" not in frame.columns:
+        return frame
+    last = frame["segment"].drop_nulls().max()
+    return frame if last is None else frame.filter(pl.col("segment") == last)
+
+
+def _open_spans(run: Any) -> tuple[tuple[OpenSpan, ...], dict[str, float]]:
+    if run.height("spans") == 0:
+        return (), {}
+    spans = _last_segment(
+        run.spans_where(pl.lit(True), ["name", "track", "depth", "step", "segment", "start_us", "end_us", "closed"])
+    )
+    if spans.is_empty():
+        return (), {}
+    spans = spans.with_columns(pl.max_horizontal("start_us", "end_us").alias("_last"))
+    trace_end = float(spans["_last"].max())
+    open_rows = spans.filter(~pl.col("closed").fill_null(True)).sort("track", "depth", "start_us")
+    # The cookbook writes `step` on a span's E event only: an open span's step is the one after the
+    # last closed span of its name on its track.
+    last_closed = {
+        (track, name): step
+        for track, name, step in spans.filter(pl.col("closed").fill_null(True) & pl.col("step").is_not_null())
+        .group_by("track", "name")
+        .agg(pl.col("step").max())
+        .iter_rows()
+    }
+    found = tuple(
+        OpenSpan(
+            str(r["track"]),
+            str(r["name"]),
+            int(r["depth"] or 0),
+            r["step"] if r["step"] is not None else _next(last_closed.get((r["track"], r["name"]))),
+            (trace_end - float(r["start_us"])) / 1e6,
+        )
+        for r in open_rows.iter_rows(named=True)
+    )
+    tails = spans.group_by("track").agg(pl.col("_last").max()).sort("track")
+    tail = {str(t): round((trace_end - float(last)) / 1e6, 6) for t, last in tails.iter_rows()}
+    return found, tail
+
+
+def _next(step: int | None) -> int | None:
+    return None if step is None else int(step) + 1
+
+
+def _ref(row: dict[str, Any]) -> LogLineRef:
+    text = (row.get("message") or "").strip().splitlines()
+    return LogLineRef(
+        str(row.get("source") or ""), row.get("line"), text[0] if text else "", fields_of(row.get("fields"))
+    )
+
+
+def _last_launch(events: pl.DataFrame) -> pl.DataFrame:
+    """Per source, the events after its last process start (`Command line invocation`, `Logging to:`)."""
+    parts = []
+    for _, frame in events.sort("source", "line").group_by("source", maintain_order=True):
+        starts = frame.with_row_index("_i").filter(pl.col("kind") == "restart")["_i"]
+        parts.append(frame.slice(int(starts.max())) if len(starts) else frame)
+    return pl.concat(parts) if parts else events
+
+
+def _log_phases(events: pl.DataFrame) -> tuple[tuple[LogLineRef, ...], LogLineRef | None, float | None]:
+    """`timed()` phases still open at the end of the log (a stack of `Starting X` / `X took`), the last
+    phase line, and, when lines carry times, the time from the last phase line to the log's last line."""
+    phases = events.filter(pl.col("kind") == "took")
+    if phases.is_empty():
+        return (), None, None
+    stack: list[LogLineRef] = []
+    last: LogLineRef | None = None
+    last_source = phases["source"][-1]
+    for row in phases.filter(pl.col("source") == last_source).iter_rows(named=True):
+        ref = _ref(row)
+        last = ref
+        name = ref.fields.get("name")
+        if ref.fields.get("phase") == "start":
+            stack.append(ref)
+        else:
+            # A phase ends the innermost open one of its name; phases opened inside it and never
+            # ended are dropped with it.
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i].fields.get("name") == name:
+                    del stack[i:]
+                    break
+    silence = None
+    stamped = events.filter(pl.col("source") == last_source).drop_nulls("timestamp")
+    took = stamped.filter(pl.col("kind") == "took")
+    if not took.is_empty():
+        silence = (stamped["timestamp"].max() - took["timestamp"].max()).total_seconds()
+    return tuple(stack), last, silence
+
+
+def _trailing_errors(events: pl.DataFrame) -> tuple[tuple[LogLineRef, ...], tuple[LogLineRef, ...]]:
+    """Errors after each log's last sign of progress (its last phase line), and the traceback final lines
+    among them; a file with no phase lines (a console capture) counts its tracebacks only."""
+    errors: list[LogLineRef] = []
+    for _, frame in events.group_by("source", maintain_order=True):
+        progress = frame.filter(pl.col("kind") == "took")
+        after = frame if progress.is_empty() else frame.filter(pl.col("line") > progress["line"].max())
+        for row in after.filter(pl.col("kind") == "error").iter_rows(named=True):
+            ref = _ref(row)
+            if progress.is_empty() and "exception_line" not in ref.fields:
+                continue
+            errors.append(ref)
+    exceptions = tuple(e for e in errors if "exception_line" in e.fields)
+    return tuple(errors), exceptions
+
+
+def exception_type(ref: LogLineRef) -> str:
+    """The exception class a traceback's final line names (`tinker.BadRequestError` -> BadRequestError)."""
+    head = ref.text.split(":", 1)[0].strip()
+    return head.rsplit(".", 1)[-1]
+
+
+def _held(snapshots: list[tuple[Any, tuple]]) -> tuple[float, int]:
+    """How long (s) and over how many dumps the last state had been the same."""
+    last_at, last_state = snapshots[-1]
+    first_at, count = last_at, 0
+    for at, state in reversed(snapshots):
+        if state != last_state:
+            break
+        first_at, count = at, count + 1
+    held = (last_at - first_at).total_seconds() if last_at is not None and first_at is not None else 0.0
+    return held, count
+
+
+def _task_states(task_snapshots: pl.DataFrame) -> tuple[DumpState, ...]:
+    if task_snapshots.is_empty():
+        return ()
+    out = []
+    frame = task_snapshots.filter(~pl.col("task_name").fill_null("").str.contains(DUMPER_TASK.pattern))
+    for (label,), rows in task_snapshots.group_by("label", maintain_order=True):
+        rows = frame.filter(pl.col("label") == label)
+        snapshots = []
+        for (_snapshot,), dump in rows.sort("snapshot").group_by("snapshot", maintain_order=True):
+            state = tuple(
+                sorted(
+                    f"{name}: {_coroutine(coro)}"
+                    for name, coro, st in dump.select("task_name", "coroutine", "state").iter_rows()
+                    if (st or "pending") == "pending"
+                )
+            )
+            snapshots.append((dump["timestamp"][0], state, dump["source"][0], dump["line"][0]))
+        if not snapshots:
+            continue
+        held, count = _held([(at, state) for at, state, _, _ in snapshots])
+        at, state, source, line = snapshots[-1]
+        out.append(DumpState("tasks", str(label), str(at), state, held, count, source=source, line=line))
+    return tuple(out)
+
+
+def _coroutine(text: str | None) -> str:
+    found = COROUTINE_NAME.search(text or "")
+    return found["name"] if found else (text or "?").split(" at 0x")[0]
+
+
+def _stack_states(stack_snapshots: pl.DataFrame) -> tuple[DumpState, ...]:
+    if stack_snapshots.is_empty():
+        return ()
+    out = []
+    for (label,), rows in stack_snapshots.group_by("label", maintain_order=True):
+        snapshots = []
+        for (_snapshot,), block in rows.sort("snapshot", "frame_index").group_by("snapshot", maintain_order=True):
+            frames = [
+                (f or "", fn or "?", ln)
+                for f, fn, ln, none in block.select("file_path", "function", "line_no", "no_frame").iter_rows()
+                if not none
+            ]
+            idle = bool(frames) and frames[-1][1] in IDLE_LOOP_FUNCTIONS
+            own = [fr for fr in frames if not STDLIB_FILE.search(fr[0])]
+            shown = tuple(f"{fn} ({f.rsplit('/', 1)[-1]}:{ln})" for f, fn, ln in (own or frames)[-3:])
+            snapshots.append((block["timestamp"][0], (shown, idle), block["source"][0], block["line"][0]))
+        held, count = _held([(at, state) for at, state, _, _ in snapshots])
+        at, (shown, idle), source, line = snapshots[-1]
+        out.append(DumpState("stacks", str(label), str(at), shown, held, count, idle=idle, source=source, line=line))
+    return tuple(out)
+
+
+def _heartbeat_failures(events: pl.DataFrame, last_phase: LogLineRef | None) -> tuple[LogLineRef, ...]:
+    """Heartbeat warnings after the log's last phase line (all of them when it has none)."""
+    lines = heartbeat_lines(events)
+    if last_phase is not None:
+        lines = [h for h in lines if h.source != last_phase.source or (h.line or 0) > (last_phase.line or 0)]
+    return tuple(LogLineRef(h.source, h.line, h.message.strip().splitlines()[0], dict(h.values)) for h in lines)
+
+
+def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tuple[LogLineRef, ...]:
+    """Lines of interest after the log's last phase line that are neither errors nor phases (a request
+    retry, a warning): the last things the run did."""
+    if last_phase is None:
+        return ()
+    after = events.filter(
+        (pl.col("source") == last_phase.source)
+        & (pl.col("line") > (last_phase.line or 0))
+        & ~pl.col("kind").is_in(["error", "took", "heartbeat", "gil-monitor"])
+    )
+    return tuple(_ref(row) for row in after.iter_rows(named=True))
+
+
+def run_end(run: Any) -> RunEnd:
+    """Where the last launch of `run` (RunTables) stopped and what was in flight then."""
+    rows = _last_segment(live_training_rows(run.steps))
+    last_step = int(rows["step"].max()) if not rows.is_empty() else None
+    segment = int(rows["segment"].max()) if not rows.is_empty() and "segment" in rows.columns else None
+    checkpoints = run.checkpoints
+    final = False
+    if not checkpoints.is_empty():
+        named_final = pl.col("name").fill_null("") == "final" if "name" in checkpoints.columns else pl.lit(False)
+        flagged = pl.col("final").fill_null(False) if "final" in checkpoints.columns else pl.lit(False)
+        final = checkpoints.filter(named_final | flagged).height > 0
+    open_spans, tails = _open_spans(run)
+    events = run.log_events
+    if events.is_empty():
+        phases, last_phase, silence, errors, exceptions, heartbeats, tail = (), None, None, (), (), (), ()
+    else:
+        events = _last_launch(events)
+        phases, last_phase, silence = _log_phases(events)
+        errors, exceptions = _trailing_errors(events)
+        heartbeats = _heartbeat_failures(events, last_phase)
+        tail = _after_last_phase(events, last_phase)
+    gil = tuple(
+        LogLineRef(g.source, g.line, g.message.strip(), dict(g.values)) for g in gil_monitor_lines(run.log_events)
+    )
+    return RunEnd(
+        segment=segment,
+        last_step=last_step,
+        plan=planned_steps(rows, run.meta.config),
+        final_checkpoint=final,
+        open_spans=open_spans,
+        trace_tail_s=tails,
+        open_phases=phases,
+        last_phase=last_phase,
+        tail_events=tail,
+        trailing_errors=errors,
+        exceptions=exceptions,
+        task_dumps=_task_states(run.task_snapshots),
+        stacks=_stack_states(run.stack_snapshots),
+        heartbeat_failures=heartbeats,
+        gil_monitor=gil,
+        log_silence_s=silence,
+    )

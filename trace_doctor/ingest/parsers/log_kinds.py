@@ -1,0 +1,280 @@
+"""Classify one line of log text into a log-event kind with parsed fields, or None.
+
+Cheap substring tests guard every regex: a 4 MB console capture is mostly lines of no interest,
+and one `in` check per needle costs far less than a regex search.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from trace_doctor.ingest.reading.textfile import int64
+from trace_doctor.knowledge.errors import decode_error, match_sdk_message
+from trace_doctor.knowledge.tinker import GIL_MONITOR_LINE, MODEL_DUMP_TOOK, RUN_ID, SESSION_ID, TINKER_URI
+
+TOOK = re.compile(r"^(?P<name>[\w./:-]+) took (?P<seconds>\d+(?:\.\d+)?) seconds\b")
+STARTING = re.compile(r"^Starting (?P<name>[\w./:-]+)\s*$")
+SERIALIZATION_VERDICT = re.compile(r"^(?P<verdict>PASS|WARNING|FAIL): (?P<detail>.*)$")
+PAYLOAD = re.compile(
+    r"^Payload: batch_size=(?P<batch_size>\d+), seq_len=(?P<seq_len>\d+), total_tokens=(?P<total_tokens>\d[\d,]*)"
+)
+# `pydantic: 2.13.0b2`, `tinker==0.38.0`, and the debug skill's environment check (skills/debug
+# SKILL.md step 1), which prints `tinker SDK: {tinker.__version__}` and `Python: {sys.version}` —
+# the latter followed by the build, `3.14.0 (main, Oct  7 2025, ...) [Clang ...]`.
+VERSION_LINE = re.compile(
+    r"^\s*(?P<package>Python|pydantic|pydantic_core|tinker|tinker_cookbook|tinker-cookbook|torch|numpy|transformers"
+    r"|tokenizers|litellm)(?: SDK)?\s*(?::|==| version| )\s*v?(?P<version>\d[\w.+!-]*)"
+    r"(?P<build>\s+\(.*)?\s*$",
+    re.IGNORECASE,
+)
+YOUR_VERSION = re.compile(r"Your (?P<package>[\w-]+) version \((?P<version>\d[\w.+!-]*)\)")
+FREEZE_LINE = re.compile(r"^(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\d[\w.+!-]*)\s*$")
+SITE_PACKAGES = re.compile(r"/lib/python(?P<version>3\.\d+)/site-packages/")
+DIFF_REPO = re.compile(r"^### repo: (?P<repo>.+?) @ (?P<commit>[0-9a-f]{7,40})\s*$")
+SERVICE_SESSION = re.compile(rf"ServiceClient initialized for session (?P<session_id>{SESSION_ID})")
+TRAINING_MODEL = re.compile(rf"TrainingClient initialized for model (?P<model_id>{RUN_ID})")
+TELEMETRY_SESSION = re.compile(rf"Exception logged for session ID: (?P<session_id>{SESSION_ID})")
+COMMAND_LINE = re.compile(r"^Command line invocation: (?P<argv>.*)$")
+LOGGING_TO = re.compile(r"^Logging to: (?P<log_dir>.*)$")
+RENDERER_NOT_RECOMMENDED = re.compile(
+    r"Renderer (?P<renderer>'[^']*'|\S+) is not recommended for model (?P<model>'[^']*'|\S+)"
+)
+RENDERER_MISMATCH = re.compile(
+    r"Renderer mismatch for checkpoint (?P<checkpoint>\S+?):? checkpoint=(?P<checkpoint_renderer>\S+?),?"
+    r" current=(?P<current_renderer>\S+)"
+)
+# renderers/base.py build_supervised_example: logged once per example built this way (FORMATS.md 3.5).
+EXTENSION_PROPERTY = re.compile(
+    r"train_on_what=(?P<train_on_what>\w+) with a renderer that does not satisfy the extension property"
+)
+SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
+# Async RL's staleness filter (rl/train.py training_loop): a group sampled more than
+# max_steps_off_policy steps ago is requeued, or dropped once the dataloader is done (FORMATS.md 3.5).
+STALE_SAMPLES = re.compile(r"Step (?P<step>\d+): Samples are too stale, (?P<action>requeuing|discarding)")
+PY_WARNING = re.compile(r"^(?P<file>\S+):(?P<line>\d+): (?P<category>\w*Warning): (?P<message>.*)$")
+# Retries of an HTTP client (FORMATS.md 5.4; tinker SDK lib/retry_handler.py and the Stainless-generated
+# _base_client.py that tinker, openai and anthropic share). Tinker logs these at DEBUG (TINKER_LOG=debug);
+# openai logs `Retrying request to ... in ... seconds` at INFO.
+RETRY_BACKOFF = re.compile(
+    r"^Retrying request to (?P<url>\S+) in (?P<backoff_s>\d+(?:\.\d+)?) seconds"
+    r"|^Retrying in (?P<handler_backoff_s>\d+(?:\.\d+)?)s\b"
+)
+RETRY_CAUSE = re.compile(
+    r"^Retrying due to status code (?P<status>\d{3})"
+    r"|^Request attempt #(?P<attempt>\d+) failed with (?:status (?P<attempt_status>\d{3})|error: (?P<error>.*))"
+    r"|^Request (?P<timeout>timed out)\s*$"
+    r"|^Request failed with connection error: (?P<connection>.*)"
+)
+EXCEPTION_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Failure)|[A-Za-z_][\w.]*\.[A-Z]\w*)"
+    r"(?:: (?P<message>.*))?$"
+)
+
+# Any of these substrings makes a line worth classifying; the rest are counted and passed over.
+NEEDLES = (
+    "GIL monitor",
+    " took ",
+    "Starting ",
+    "model_dump()",
+    "PASS: ",
+    "WARNING: ",
+    "FAIL: ",
+    "Payload: ",
+    "heartbeat",
+    "paused",
+    "Retrying request",
+    "Retrying in ",
+    "Retrying due to status code",
+    "Request attempt #",
+    "Request timed out",
+    "Request failed with connection error",
+    "non-retryable",
+    "Synchronous method",
+    "retrieve_futures",
+    "elemetry",
+    "JWT refresh",
+    "DEPRECATED:",
+    "initialized for",
+    "Exception logged for session",
+    "Command line invocation:",
+    "Logging to:",
+    "Renderer",
+    "extension property",
+    "skipping batch",
+    "too stale",
+    "Warning: ",
+)
+
+
+@dataclass
+class Classified:
+    """A line of interest: its kind, the message to show, and what was parsed out of it."""
+
+    kind: str
+    message: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def interesting(text: str) -> bool:
+    """Whether any needle occurs in the line (the cheap test before classify)."""
+    return any(needle in text for needle in NEEDLES)
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def classify_message(message: str, level: str | None, logger: str | None) -> Classified | None:
+    """The kind of one log message (a record's first line, or a bare stdout line)."""
+    if (found := GIL_MONITOR_LINE.search(message)) is not None:
+        return Classified(
+            "gil-monitor",
+            message,
+            {
+                "actual_s": _number(found["actual"]),
+                "expected_s": _number(found["expected"]),
+                "jitter_s": _number(found["jitter"]),
+            },
+        )
+    if (found := MODEL_DUMP_TOOK.search(message)) is not None:
+        return Classified("serialization-test", message, {"model_dump_s": _number(found["seconds"])})
+    if logger is None and (found := SERIALIZATION_VERDICT.match(message)) is not None:
+        return Classified("serialization-test", message, {"verdict": found["verdict"], "detail": found["detail"]})
+    if logger is None and (found := PAYLOAD.match(message)) is not None:
+        return Classified(
+            "serialization-test", message, {k: int64(v.replace(",", "")) for k, v in found.groupdict().items()}
+        )
+    if level in ("ERROR", "CRITICAL"):
+        return _error(message, level)
+    if (found := TOOK.match(message)) is not None:
+        return Classified(
+            "took", message, {"name": found["name"], "seconds": _number(found["seconds"]), "phase": "end"}
+        )
+    if (found := STARTING.match(message)) is not None:
+        return Classified("took", message, {"name": found["name"], "seconds": None, "phase": "start"})
+    if (retry := _request_retry(message, logger)) is not None:
+        return retry
+    if (sdk := match_sdk_message(message)) is not None:
+        template, captured = sdk
+        fields: dict[str, Any] = {"sdk_message": template.id, **captured}
+        if "secs" in fields:
+            # The SDK templates capture `[\d.]+`, which also takes `1..2`: keep such a value as text.
+            try:
+                fields["secs"] = _number(fields["secs"])
+            except ValueError:
+                pass
+        return Classified(template.kind, message, fields)
+    if (found := COMMAND_LINE.match(message)) is not None:
+        return Classified("restart", message, {"marker": "command-line", "argv": found["argv"]})
+    # ml_log also logs `Logging to: <wandb run URL>` at every metrics write: not a process start.
+    if (found := LOGGING_TO.match(message)) is not None and not found["log_dir"].startswith(("http://", "https://")):
+        return Classified("restart", message, {"marker": "logging-to", "log_dir": found["log_dir"].strip()})
+    if (found := RENDERER_NOT_RECOMMENDED.search(message)) is not None:
+        return Classified(
+            "renderer",
+            message,
+            {
+                "renderer": found["renderer"].strip("'"),
+                "model": found["model"].strip("'"),
+                "problem": "not-recommended",
+            },
+        )
+    if (found := RENDERER_MISMATCH.search(message)) is not None:
+        return Classified("renderer", message, {**found.groupdict(), "problem": "mismatch"})
+    if (found := EXTENSION_PROPERTY.search(message)) is not None:
+        return Classified(
+            "renderer", message, {"problem": "extension-property", "train_on_what": found["train_on_what"]}
+        )
+    if (found := SKIPPED_BATCH.search(message)) is not None:
+        return Classified("skipped-batch", message, {"batch": int64(found["batch"])})
+    if (found := STALE_SAMPLES.search(message)) is not None:
+        return Classified("stale-samples", message, {"step": int64(found["step"]), "action": found["action"]})
+    for pattern, key in (
+        (SERVICE_SESSION, "session_id"),
+        (TRAINING_MODEL, "model_id"),
+        (TELEMETRY_SESSION, "session_id"),
+    ):
+        if (found := pattern.search(message)) is not None:
+            return Classified("session", message, {key: found[key]})
+    if (found := PY_WARNING.match(message)) is not None:
+        return Classified(
+            "warning", message, {"category": found["category"], "file": found["file"], "line_no": int64(found["line"])}
+        )
+    if level == "WARNING":
+        return Classified("warning", message, {})
+    return None
+
+
+def _request_retry(message: str, logger: str | None) -> Classified | None:
+    """A client's retry line: its backoff sleep, or the cause (status, timeout, connection error) of a retry.
+
+    Only `Retrying request to URL in S seconds` is distinctive enough to be taken from a bare line;
+    the short forms (`Request timed out`, `Retrying in 1.02s`) count only inside a log record.
+    """
+    if not message.startswith(("Retrying ", "Request ")):
+        return None
+    if (found := RETRY_BACKOFF.match(message)) is not None and (logger is not None or found["url"]):
+        seconds = found["backoff_s"] or found["handler_backoff_s"]
+        fields: dict[str, Any] = {"retry": "backoff", "backoff_s": _number(seconds)}
+        if found["url"]:
+            fields["url"] = found["url"]
+        return Classified("request-retry", message, fields)
+    if logger is not None and (found := RETRY_CAUSE.match(message)) is not None:
+        status = found["status"] or found["attempt_status"]
+        fields = {"retry": "cause"}
+        if status:
+            fields["status"] = int64(status)
+        elif found["timeout"]:
+            fields["error"] = "timeout"
+        elif found["connection"] is not None:
+            fields["error"] = "connection"
+            fields["detail"] = found["connection"][:300]
+        else:
+            fields["error"] = "other"
+            fields["detail"] = (found["error"] or "")[:300]
+        if found["attempt"]:
+            fields["attempt"] = int64(found["attempt"])
+        return Classified("request-retry", message, fields)
+    return None
+
+
+def _error(message: str, level: str) -> Classified:
+    fields: dict[str, Any] = {}
+    known = decode_error(message)
+    if known is not None:
+        fields["error_id"] = known.id
+    sdk = match_sdk_message(message)
+    if sdk is not None:
+        fields["sdk_message"] = sdk[0].id
+    return Classified("error", message, fields)
+
+
+def classify_exception_line(text: str) -> tuple[str, str | None] | None:
+    """(type, message) if the line is a traceback's final `XxxError: msg` line."""
+    found = EXCEPTION_LINE.match(text)
+    if found is None:
+        return None
+    return found["type"], found["message"]
+
+
+def versions_in(text: str, *, freeze_file: bool) -> list[tuple[str, str, str]]:
+    """(package, version, evidence) pairs a line reveals; empty for most lines."""
+    found: list[tuple[str, str, str]] = []
+    if (match := VERSION_LINE.match(text)) is not None and (match["build"] is None or match["package"] == "Python"):
+        found.append((match["package"].lower().replace("_", "-"), match["version"], "version line"))
+    elif freeze_file and (match := FREEZE_LINE.match(text)) is not None:
+        found.append((match["package"].lower().replace("_", "-"), match["version"], "pip freeze"))
+    if (match := YOUR_VERSION.search(text)) is not None:
+        found.append((match["package"].lower(), match["version"], "serialization test"))
+    if "site-packages/" in text and (match := SITE_PACKAGES.search(text)) is not None:
+        found.append(("python", match["version"], "site-packages path"))
+    if text.startswith("### ") and (match := DIFF_REPO.match(text)) is not None:
+        found.append(("git:" + match["repo"].strip(), match["commit"], "code.diff repo commit"))
+    return found
+
+
+def tinker_run_ids(text: str) -> list[str]:
+    """Training run ids named in tinker:// paths on this line."""
+    return TINKER_URI.findall(text) if "tinker://" in text else []

@@ -1,0 +1,268 @@
+"""Text logs -> the `log_events` table: only the lines of interest, each with its line number.
+
+Inputs: the cookbook's `logs.log` (`logger:lineno [LEVEL] message`, no timestamps, multi-line
+records), console captures such as W&B `output.log` (ANSI colours, bare prints, tracebacks),
+captured stdout that also holds dumps (dump blocks are skipped: the dump parser owns them),
+W&B `requirements.txt` (pip freeze) and `code.diff`. Every line read counts as a record; events
+are emitted for the kinds in log_kinds.py. Identical warning lines (a renderer warning repeated
+thousands of times) collapse into one event carrying `repeats` and `last_line`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from trace_doctor.file_names import input_path
+from trace_doctor.ingest.parsers.dumps import dump_block_lines
+from trace_doctor.ingest.parsers.log_kinds import (
+    Classified,
+    classify_exception_line,
+    classify_message,
+    interesting,
+    tinker_run_ids,
+    versions_in,
+)
+from trace_doctor.ingest.reading.textfile import read_text_lines, strip_ansi
+from trace_doctor.knowledge.errors import decode_error
+from trace_doctor.model import LOG_EVENTS_SCHEMA, IngestWarning, InputFile
+
+RECORD = re.compile(
+    r"^(?P<logger>[\w.<>-]+):(?P<lineno>\d+) \[(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (?P<msg>.*)$"
+)
+TRACEBACK_START = "Traceback (most recent call last):"
+COLLAPSIBLE = frozenset({"warning", "renderer"})
+# A `Logging to:` line this close after `Command line invocation:` is the same process start.
+RESTART_WINDOW_LINES = 10
+VERDICT_WINDOW_LINES = 5
+
+
+@dataclass
+class _FileState:
+    """Per-file parsing state: the open record, the traceback inside it, dedup memories."""
+
+    source: str
+    freeze_file: bool
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    record_event: dict[str, Any] | None = None  # the event emitted for the open record, if any
+    in_record: bool = False
+    traceback_line: int | None = None  # line of "Traceback (most recent call last):" being read
+    collapsed: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    seen_versions: set[tuple[str, str]] = field(default_factory=set)
+    seen_ids: set[str] = field(default_factory=set)
+    last_restart: int | None = None
+    last_model_dump: int | None = None  # line of the serialization test's `model_dump() took`
+
+    def emit(
+        self,
+        line: int,
+        kind: str,
+        message: str,
+        fields: dict[str, Any],
+        logger: str | None = None,
+        level: str | None = None,
+    ) -> dict[str, Any] | None:
+        if kind in COLLAPSIBLE:
+            key = (kind, message)
+            previous = self.collapsed.get(key)
+            if previous is not None:
+                previous["_fields"]["repeats"] += 1
+                previous["_fields"]["last_line"] = line
+                return None
+        if kind == "restart":
+            if (
+                fields.get("marker") == "logging-to"
+                and self.last_restart is not None
+                and line - self.last_restart <= RESTART_WINDOW_LINES
+            ):
+                return None
+            self.last_restart = line if fields.get("marker") == "command-line" else None
+        row = {
+            "source": self.source,
+            "line": line,
+            "timestamp": None,
+            "logger": logger,
+            "level": level,
+            "kind": kind,
+            "message": message[:2000],
+            "_fields": dict(fields),
+        }
+        if kind in COLLAPSIBLE:
+            row["_fields"].update(repeats=1, last_line=line)
+            self.collapsed[(kind, message)] = row
+        self.rows.append(row)
+        return row
+
+
+def _handle_versions(state: _FileState, line: int, text: str) -> None:
+    for package, version, evidence in versions_in(text, freeze_file=state.freeze_file):
+        if (package, version) in state.seen_versions:
+            continue
+        state.seen_versions.add((package, version))
+        state.emit(line, "version", text.strip(), {"package": package, "version": version, "evidence": evidence})
+
+
+def _handle_ids(state: _FileState, line: int, text: str, logger: str | None, level: str | None) -> None:
+    for run_id in tinker_run_ids(text):
+        if "run:" + run_id not in state.seen_ids:
+            state.seen_ids.add("run:" + run_id)
+            state.emit(line, "session", text.strip(), {"run_id": run_id}, logger, level)
+
+
+def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, exc_message: str | None) -> None:
+    """Attach a traceback's final line to its record's event, or emit it as an error of its own."""
+    fields = {
+        "exception_type": exc_type,
+        "exception_message": exc_message,
+        "exception_line": line,
+        "traceback_line": state.traceback_line,
+    }
+    known = decode_error(text)
+    if known is not None:
+        fields["error_id"] = known.id
+    # Only a WARNING/ERROR record owns the traceback after it; after an INFO line it is stderr
+    # output interleaved with the log, an error of its own.
+    event = (
+        state.record_event
+        if state.in_record and state.record_event and state.record_event["level"] in ("WARNING", "ERROR", "CRITICAL")
+        else None
+    )
+    if event is not None:
+        if (
+            "error_id" in event["_fields"]
+            and "error_id" in fields
+            and event["_fields"]["error_id"] != fields["error_id"]
+        ):
+            fields["exception_error_id"] = fields.pop("error_id")
+        event["_fields"].update({k: v for k, v in fields.items() if v is not None})
+    else:
+        state.emit(line, "error", text.strip(), {k: v for k, v in fields.items() if v is not None})
+    state.traceback_line = None
+
+
+def _continuation(state: _FileState, line: int, text: str) -> None:
+    """A line that is not a record start: inside a record, a traceback, or a bare print."""
+    if text.startswith(TRACEBACK_START):
+        state.traceback_line = line
+        return
+    if state.traceback_line is not None:
+        if text.startswith(" ") or not text.strip():
+            _handle_versions(state, line, text)
+            return
+        if text.startswith(("During handling of the above exception", "The above exception was the direct cause")):
+            return
+        final = classify_exception_line(text.strip())
+        if final is not None:
+            _finish_traceback(state, line, text, *final)
+            return
+        state.traceback_line = None
+    if not text.strip():
+        return
+    if state.in_record:
+        # Continuation lines of a record (tables, examples) are not events of their own, but a
+        # version, run id or GIL-monitor line printed into the middle of a record still is.
+        # stderr lines (warnings.warn output) interleave with records in console captures.
+        if "[GIL monitor]" in text or "Warning: " in text:
+            _bare(state, line, text)
+            return
+        _handle_versions(state, line, text)
+        _handle_ids(state, line, text, None, None)
+        return
+    _bare(state, line, text)
+
+
+def _bare(state: _FileState, line: int, text: str) -> None:
+    """A line printed outside any log record (console capture, stdout, freeze, diff)."""
+    stripped = text.strip()
+    if interesting(stripped):
+        classified = classify_message(stripped, None, None)
+        if classified is not None and "verdict" in classified.fields:
+            # A bare `WARNING: ...` is only the serialization test's verdict right after its timing.
+            if state.last_model_dump is None or line - state.last_model_dump > VERDICT_WINDOW_LINES:
+                classified = None
+        if classified is not None:
+            if "model_dump_s" in classified.fields:
+                state.last_model_dump = line
+            state.emit(line, classified.kind, classified.message, classified.fields)
+    _handle_versions(state, line, stripped)
+    _handle_ids(state, line, stripped, None, None)
+
+
+def _record(state: _FileState, line: int, logger: str, level: str, message: str) -> None:
+    state.in_record = True
+    state.traceback_line = None
+    state.record_event = None
+    classified: Classified | None = None
+    if level in ("WARNING", "ERROR", "CRITICAL") or interesting(message):
+        classified = classify_message(message, level, logger)
+    if classified is not None:
+        if classified.kind == "session":
+            key = "session:" + next(iter(classified.fields.values()))
+            if key in state.seen_ids:
+                classified = None
+            else:
+                state.seen_ids.add(key)
+    if classified is not None:
+        state.record_event = state.emit(line, classified.kind, classified.message, classified.fields, logger, level)
+    _handle_versions(state, line, message)
+    _handle_ids(state, line, message, logger, level)
+
+
+def parse_lines(lines: list[str], source: str, *, freeze_file: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """Events from one file's lines and the number of lines read (every line outside dump blocks)."""
+    state = _FileState(source, freeze_file)
+    skip = bytearray(len(lines) + 2)
+    for start, end in dump_block_lines(lines):
+        skip[start : end + 1] = b"\x01" * (end - start + 1)
+    read = 0
+    for index, raw in enumerate(lines):
+        number = index + 1
+        if skip[number]:
+            state.in_record = False
+            state.traceback_line = None
+            continue
+        read += 1
+        text = strip_ansi(raw) if "\x1b" in raw else raw
+        if not text.strip() and state.traceback_line is None:
+            continue
+        match = RECORD.match(text) if "] " in text else None
+        if match is not None:
+            _record(state, number, match["logger"], match["level"], match["msg"])
+        else:
+            _continuation(state, number, text)
+    return state.rows, read
+
+
+def _table(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    if not rows:
+        return pl.DataFrame(schema=LOG_EVENTS_SCHEMA)
+    columns = {name: [row.get(name) for row in rows] for name in LOG_EVENTS_SCHEMA if name != "fields"}
+    columns["fields"] = [orjson.dumps(row["_fields"], option=orjson.OPT_SORT_KEYS).decode() for row in rows]
+    return pl.DataFrame(columns, schema=LOG_EVENTS_SCHEMA)
+
+
+def parse_log_files(paths: Iterable[Path], warnings: list[IngestWarning]) -> tuple[pl.DataFrame, list[InputFile]]:
+    """Lines of interest from every text log, in file then line order."""
+    rows: list[dict[str, Any]] = []
+    inputs: list[InputFile] = []
+    for path in sorted(set(input_path(p) for p in paths)):
+        info = InputFile("code_diff" if path.name == "code.diff" else "log", str(path))
+        inputs.append(info)
+        # A dump file is read here too (its log lines) after the dump parser warned about it.
+        already = {(w.line, w.problem) for w in warnings if w.path == str(path)}
+        fresh: list[IngestWarning] = []
+        lines = read_text_lines(path, fresh)
+        warnings.extend(w for w in fresh if (w.line, w.problem) not in already)
+        if lines is None:
+            info.skipped = 1
+            continue
+        file_rows, read = parse_lines(lines, str(path), freeze_file=path.name == "requirements.txt")
+        rows.extend(file_rows)
+        info.records = read
+    return _table(rows), inputs

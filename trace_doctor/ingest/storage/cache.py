@@ -1,0 +1,463 @@
+"""Content-keyed cache of parsed tables, so re-analysing an unchanged large run is near-instant.
+
+Entries live outside the run directory (run directories may be read-only or under version
+control): `$TRACE_DOCTOR_CACHE_DIR`, else `$XDG_CACHE_HOME/trace-doctor`, else
+`~/.cache/trace-doctor`; one file per input path and table. `TRACE_DOCTOR_CACHE=off` disables it.
+
+An entry answers only for the exact bytes it was parsed from:
+- the file is hashed whole before it is parsed (xxh3 at several GB/s: ~0.06 s for a 156 MB trace
+  that takes ~1.6 s to parse), and the table is stored only if the file is still the same
+  afterwards (same hash, and the same inode, size, mtime and ctime: any write in between changes
+  the ctime). A trace still being written (the main use: a run that is still going) grows while it
+  is parsed, so that parse is not stored and the next analysis reads the longer file;
+- every lookup hashes the file again, so an edit that keeps the size and the mtime is a miss;
+- whatever is in the cache folder (a truncated entry, another version's, garbage) is a miss, never
+  a crash, and an entry is one file renamed into place, so concurrent writers cannot mix two.
+The folder is kept under `TRACE_DOCTOR_CACHE_MAX_MB` (default 1024 MB, ~70 entries of a
+million-event trace), least recently used entries evicted first. A folder that cannot be written
+turns the cache off for the process with one note. Small files are never cached: parsing them is
+cheaper than the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import xxhash
+
+from trace_doctor.ingest.storage import digest_memo, package_digest, stored_table
+from trace_doctor.ingest.storage.stored_table import PartWriter, StoredTable, paths_in_use, scratch_folder
+from trace_doctor.model import IngestWarning, InputFile
+
+MIN_CACHED_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_MB = 1024
+FORMAT_VERSION = "2"
+# A table entry: one JSON line of metadata, then the table as Parquet. The result cache
+# (trace_doctor/result_cache.py) keeps its `.pickle` entries in the same folder, under the same cap.
+ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|pickle)")
+# A stored table's entry: a folder of Parquet parts and the header (stored_table.PartWriter).
+STORED_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
+MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
+HASH_BLOCK = 8 * 1024 * 1024
+# A temporary file this old is a writer's leftover (a killed process), not a write in progress.
+STALE_TEMP_SECONDS = 3600
+# The previous format: one folder per entry, named by 24 hex digits, with a meta.json.
+LEGACY_ENTRY = re.compile(r"[0-9a-f]{24}")
+
+_notes: list[str] = []
+_unwritable: str | None = None  # why this process stopped writing entries
+# A stored table is read lazily, maybe by another process that found the entry a moment ago: an
+# entry used this recently is never evicted (nor one a table of this process reads).
+RECENT_USE_SECONDS = 120
+
+
+def enabled() -> bool:
+    """False when the user turned the cache off with TRACE_DOCTOR_CACHE=off/0/no/false."""
+    return os.environ.get("TRACE_DOCTOR_CACHE", "on").strip().lower() not in {"off", "0", "no", "false"}
+
+
+def cache_root() -> Path:
+    """Where cache entries are kept."""
+    explicit = os.environ.get("TRACE_DOCTOR_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "trace-doctor"
+
+
+def max_bytes() -> int:
+    """The folder's size cap: TRACE_DOCTOR_CACHE_MAX_MB, or the default when unset or not a number."""
+    raw = os.environ.get("TRACE_DOCTOR_CACHE_MAX_MB", "").strip()
+    try:
+        megabytes = float(raw) if raw else DEFAULT_MAX_MB
+    except ValueError:
+        _note_once(f"TRACE_DOCTOR_CACHE_MAX_MB={raw!r} is not a number of MB; using {DEFAULT_MAX_MB}")
+        megabytes = DEFAULT_MAX_MB
+    return max(0, int(megabytes * 1024 * 1024))
+
+
+def take_notes() -> list[str]:
+    """Notes for the user about the cache and the disk (e.g. a folder that cannot be written), each
+    given once."""
+    notes = list(_notes) + list(stored_table.notes)
+    _notes.clear()
+    stored_table.notes.clear()
+    return notes
+
+
+def _note_once(text: str) -> None:
+    if text not in _notes:
+        _notes.append(text)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A file as it was looked at: its length and xxh3-128 hash, and the stat fields any write changes."""
+
+    size: int
+    digest: str
+    stamp: tuple[int, int, int, int]  # device, inode, mtime_ns, ctime_ns
+
+
+def _stamp(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def snapshot(path: Path, *, min_bytes: int | None = None) -> Snapshot | None:
+    """The file's content now, when its table may be cached (None: cache off, file smaller than
+    `min_bytes` (default MIN_CACHED_BYTES) or unreadable, or written to while it was being hashed)."""
+    if not enabled():
+        return None
+    try:
+        before = path.stat()
+        if before.st_size < (MIN_CACHED_BYTES if min_bytes is None else min_bytes):
+            return None
+        remembered = digest_memo.recall(cache_root(), before)
+        if remembered is not None:
+            return Snapshot(before.st_size, remembered, _stamp(before))
+        digest = file_digest(path, before.st_size)
+        after = path.stat()
+    except OSError:
+        return None
+    if digest is None or _stamp(after) != _stamp(before) or after.st_size != before.st_size:
+        return None
+    digest_memo.remember(cache_root(), before, digest)
+    return Snapshot(before.st_size, digest, _stamp(before))
+
+
+def _unchanged_since(path: Path, taken: Snapshot) -> bool:
+    """True when the file is still exactly what `taken` saw (so a parse in between read those bytes)."""
+    try:
+        stat = path.stat()
+        if _stamp(stat) != taken.stamp or stat.st_size != taken.size:
+            return False
+        return file_digest(path, taken.size) == taken.digest
+    except OSError:
+        return False
+
+
+def file_digest(path: Path, expected_size: int) -> str | None:
+    """xxh3-128 of the whole file, or None when it is not `expected_size` bytes long."""
+    digest = xxhash.xxh3_128()
+    size = 0
+    block = bytearray(HASH_BLOCK)  # one buffer, filled again and again: no copy per read
+    view = memoryview(block)
+    with open(path, "rb", buffering=0) as fh:
+        while count := fh.readinto(block):
+            size += count
+            if size > expected_size:
+                return None
+            digest.update(view[:count])
+    return digest.hexdigest() if size == expected_size else None
+
+
+@cache
+def _parser_fingerprint() -> str:
+    # Every module of the package, not a list of the parsers': a code change anywhere a table could
+    # come from (a new parser, a helper one starts to import) invalidates every entry.
+    return hashlib.sha256(f"{FORMAT_VERSION}\0{package_digest.source_digest()}".encode()).hexdigest()
+
+
+def _entry_path(path: Path, table: str) -> Path:
+    # The path as given is part of the key: the cached input record and warnings name the file
+    # that way, and a file named two ways (relative, absolute) must not answer with the other name.
+    identity = f"{os.fspath(path.resolve())}\0{os.fspath(path)}\0{table}"
+    name = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return cache_root() / f"{table}-{name}.parquet"
+
+
+def load(
+    path: Path, table: str, taken: Snapshot | None = None
+) -> tuple[pl.DataFrame, InputFile, list[IngestWarning]] | None:
+    """The cached table, input record and warnings for `path`, if its content (`taken`, or as it is
+    now) is the one the entry was parsed from."""
+    taken = taken or snapshot(path)
+    if taken is None:
+        return None
+    entry = _entry_path(path, table)
+    try:
+        with open(entry, "rb") as fh:
+            meta = json.loads(fh.readline(MAX_META_BYTES))
+            if not _matches(meta, path, table, taken):
+                return None
+            info = InputFile(**_input_fields(meta["input"]))
+            warnings = [_warning(w) for w in meta["warnings"]]
+            frame = pl.read_parquet(io.BytesIO(fh.read()))
+    except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
+        return None
+    touch(entry)
+    return frame, info, warnings
+
+
+def _matches(meta: Any, path: Path, table: str, taken: Snapshot) -> bool:
+    return (
+        isinstance(meta, dict)
+        and meta.get("parser") == _parser_fingerprint()
+        and meta.get("table") == table
+        and meta.get("path") == os.fsencode(path).hex()
+        and meta.get("size") == taken.size
+        and meta.get("digest") == taken.digest
+        and isinstance(meta.get("warnings"), list)
+    )
+
+
+def _input_fields(raw: Any) -> dict[str, Any]:
+    fields = {
+        "kind": str,
+        "path": str,
+        "records": int,
+        "skipped": int,
+        "note": (str, type(None)),
+    }
+    if not isinstance(raw, dict) or set(raw) != set(fields):
+        raise ValueError("malformed input record")
+    for key, kind in fields.items():
+        if not isinstance(raw[key], kind) or isinstance(raw[key], bool):
+            raise ValueError(f"malformed input record field {key}")
+    return raw
+
+
+def _warning(raw: Any) -> IngestWarning:
+    if not (
+        isinstance(raw, dict)
+        and isinstance(raw.get("path"), str)
+        and isinstance(raw.get("problem"), str)
+        and (raw.get("line") is None or (isinstance(raw["line"], int) and not isinstance(raw["line"], bool)))
+    ):
+        raise ValueError("malformed warning")
+    return IngestWarning(raw["path"], raw["line"], raw["problem"])
+
+
+def store(
+    path: Path,
+    table: str,
+    frame: pl.DataFrame,
+    info: InputFile,
+    warnings: list[IngestWarning],
+    taken: Snapshot | None,
+) -> bool:
+    """Save the table parsed from `path` as `taken` saw it; False (nothing written) when the file has
+    changed since (the parse may have read other bytes) or the entry cannot be written."""
+    if taken is None or not enabled() or _unwritable is not None or not _unchanged_since(path, taken):
+        return False
+    meta = _header(path, table, info, warnings, taken)
+
+    def write(out) -> None:
+        out.write(json.dumps(meta, ensure_ascii=True).encode() + b"\n")
+        frame.write_parquet(out, compression="lz4")
+
+    return write_entry(_entry_path(path, table), write)
+
+
+def write_entry(entry: Path, write) -> bool:
+    """Write one entry of the cache folder with `write(binary file)`, whole or not at all, then keep the
+    folder under its cap; False when nothing was written (a folder that cannot be written turns the
+    cache off for the process, with one note)."""
+    global _unwritable
+    if not enabled() or _unwritable is not None:
+        return False
+    root = entry.parent
+    temp = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=entry.suffix)
+        with os.fdopen(handle, "wb") as out:
+            write(out)
+        # Renamed into place whole: a concurrent reader sees the previous entry or this one.
+        os.replace(temp, entry)
+    except OSError as exc:
+        _discard(temp)
+        _unwritable = f"{root}: {exc.strerror or exc}"
+        _note_once(
+            f"table cache disabled: cannot write to {_unwritable} "
+            "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
+        )
+        return False
+    except Exception:  # noqa: BLE001 - a value the cache cannot hold is simply not cached
+        _discard(temp)
+        return False
+    evict(root, max_bytes(), keep=entry)
+    return True
+
+
+def _header(path: Path, table: str, info: InputFile, warnings: list[IngestWarning], taken: Snapshot) -> dict[str, Any]:
+    return {
+        "parser": _parser_fingerprint(),
+        "table": table,
+        "path": os.fsencode(path).hex(),
+        "size": taken.size,
+        "digest": taken.digest,
+        "input": {
+            "kind": info.kind,
+            "path": info.path,
+            "records": info.records,
+            "skipped": info.skipped,
+            "note": info.note,
+        },
+        "warnings": [w.to_dict() for w in warnings],
+    }
+
+
+def new_entry_folder(table: str) -> Path:
+    """Where a stored table is written as it is built: in the cache folder (so that it becomes the
+    entry by a rename), else in this process's scratch folder."""
+    global _unwritable
+    if enabled() and _unwritable is None:
+        root = cache_root()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+        except OSError as exc:
+            _unwritable = f"{root}: {exc.strerror or exc}"
+            _note_once(
+                f"table cache disabled: cannot write to {_unwritable} "
+                "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
+            )
+    return scratch_folder(f"{table}-")
+
+
+def adopt(
+    path: Path, table: str, out: PartWriter, info: InputFile, warnings: list[IngestWarning], taken: Snapshot | None
+) -> StoredTable:
+    """Finish the stored table `out` built from `path` as `taken` saw it: it becomes the cache entry
+    when the file is unchanged since and the cache takes it, else it stays a folder of this process."""
+    cacheable = (
+        taken is not None
+        and enabled()
+        and _unwritable is None
+        and out.folder is not None
+        and out.folder.parent == cache_root()
+        and _unchanged_since(path, taken)
+    )
+    if cacheable and taken is not None:
+        header = json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode()
+        cacheable = out.close(header)  # False: the disk refused some rows, kept in memory
+    if not cacheable or taken is None or out.folder is None:
+        out.close()
+        if out.folder is not None:  # this process's copy only (a scratch folder goes at exit anyway)
+            atexit.register(shutil.rmtree, os.fspath(out.folder), True)
+        return out.stored()
+    entry = _stored_entry_path(path, table, taken)
+    try:
+        # Entries never change once in place (another process may be reading one): the same
+        # content parsed by someone else meanwhile stays, and this copy goes when the process ends.
+        os.rename(out.folder, entry)
+    except OSError:
+        atexit.register(shutil.rmtree, os.fspath(out.folder), True)
+        return out.stored()
+    out.moved(entry)
+    evict(cache_root(), max_bytes(), keep=entry)
+    return out.stored()
+
+
+def _stored_entry_path(path: Path, table: str, taken: Snapshot) -> Path:
+    """A stored table's entry is named by the file's content too: a new version of the file gets a
+    new entry instead of replacing one that a reader may be scanning."""
+    identity = f"{os.fspath(path.resolve())}\0{os.fspath(path)}\0{table}\0{taken.size}\0{taken.digest}"
+    name = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return cache_root() / f"{table}-{name}.parts"
+
+
+def load_stored(
+    path: Path, table: str, taken: Snapshot | None = None
+) -> tuple[StoredTable, InputFile, list[IngestWarning]] | None:
+    """The stored table, input record and warnings cached for `path`, if its content (`taken`, or as
+    it is now) is the one the entry was built from. The rows are not read."""
+    from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS
+
+    taken = taken or snapshot(path)
+    if taken is None:
+        return None
+    entry = _stored_entry_path(path, table, taken)
+    try:
+        meta = json.loads((entry / PartWriter.HEADER).read_bytes())
+        if not _matches(meta, path, table, taken):
+            return None
+        info = InputFile(**_input_fields(meta["input"]))
+        warnings = [_warning(w) for w in meta["warnings"]]
+        parts = sorted(entry.glob("part-*.parquet"))
+        rows = sum(pl.scan_parquet(part).select(pl.len()).collect().item() for part in parts)
+    except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
+        return None
+    with contextlib.suppress(OSError):  # a read-only cache still answers
+        os.utime(entry / PartWriter.HEADER)  # recently used: evicted last
+    schema = {"spans": SPAN_COLUMNS}[table]
+    return StoredTable(parts, rows, schema), info, warnings
+
+
+def _folder_entry(folder: str) -> tuple[float, int, str]:
+    """(last use, bytes, path) of a stored table's folder: its header is touched when used."""
+    size = sum(part.stat().st_size for part in os.scandir(folder) if part.is_file(follow_symlinks=False))
+    return os.stat(os.path.join(folder, PartWriter.HEADER)).st_mtime, size, folder
+
+
+def touch(entry: Path) -> None:
+    """Mark an entry recently used, so eviction takes it last (a read-only cache still answers)."""
+    with contextlib.suppress(OSError):
+        os.utime(entry)
+
+
+def _discard(temp: str | None) -> None:
+    if temp is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+
+
+def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
+    """Delete the least recently used entries until the folder's entries total at most `limit` bytes.
+
+    Only trace-doctor's own files are touched (the folder may be one the user shares): entries,
+    temporary files left by a killed writer, and the previous format's entry folders.
+    """
+    entries: list[tuple[float, int, str]] = []
+    now = time.time()
+    try:
+        listing = list(os.scandir(root))
+    except OSError:
+        return
+    for item in listing:
+        try:
+            if ENTRY.fullmatch(item.name) and item.is_file(follow_symlinks=False):
+                stat = item.stat(follow_symlinks=False)
+                entries.append((stat.st_mtime, stat.st_size, item.path))
+            elif STORED_ENTRY.fullmatch(item.name) and item.is_dir(follow_symlinks=False):
+                entries.append(_folder_entry(item.path))
+            elif item.name.startswith(".tmp-") and now - item.stat(follow_symlinks=False).st_mtime > STALE_TEMP_SECONDS:
+                if item.is_dir(follow_symlinks=False):
+                    shutil.rmtree(item.path, ignore_errors=True)
+                else:
+                    os.unlink(item.path)
+            elif LEGACY_ENTRY.fullmatch(item.name) and os.path.isfile(os.path.join(item.path, "meta.json")):
+                shutil.rmtree(item.path, ignore_errors=True)
+        except OSError:
+            continue  # removed by another process meanwhile
+    total = sum(size for _, size, _ in entries)
+    keep_path = os.fspath(keep) if keep is not None else None
+    used = {os.path.dirname(p) for p in paths_in_use()}
+    entries = [e for e in entries if e[2] == keep_path or (e[2] not in used and now - e[0] > RECENT_USE_SECONDS)]
+    # Oldest first; the entry just written goes last, and only if it alone is over the limit.
+    for _, size, entry in sorted(entries, key=lambda e: (e[2] == keep_path, e[0])):
+        if total <= limit:
+            break
+        try:
+            if os.path.isdir(entry):
+                shutil.rmtree(entry)
+            else:
+                os.unlink(entry)
+        except OSError:
+            continue
+        total -= size

@@ -1,0 +1,352 @@
+"""TD115 run-stopped: the run stopped before its planned end, or stopped making progress.
+
+The debug guide's first triage path ("slow steps, hanging sessions"): a user whose run has sat on
+`Starting train` for hours asks what it is doing. The rule says where it stopped (step, phase), what
+was in flight on each thread (open trace spans, open `timed()` log phases, the last task dump and
+stack block), the SDK thread's last sign of life, how long the last state held against the usual step,
+how far through the planned steps it got, and what kind of stop it was:
+
+- crashed: a traceback or a fatal (non-retryable) error ends the log, decoded when known;
+- interrupted: KeyboardInterrupt / CancelledError ends it;
+- hung on the service: an SDK call in flight for many step times while the SDK thread kept running
+  (its loop kept dumping, no heartbeat warning) — escalate with the session id;
+- hung in user code: data loading, the environment or the reward in flight for many step times, the
+  SDK thread starved of the GIL or not;
+- killed: the files end inside a step with no sign anything kept running (SIGKILL, OOM, a lost node —
+  or the files were copied while the run was still going);
+- completed: the planned steps were all logged, or a final checkpoint was saved: the rule passes.
+"""
+
+from __future__ import annotations
+
+from trace_doctor.derive.run_end import INTERRUPT_TYPES, DumpState, RunEnd, exception_type
+from trace_doctor.derive.sessions import session_ids
+from trace_doctor.knowledge.errors import decode_error
+from trace_doctor.knowledge.tinker import HEARTBEAT_TASK, SERVICE_WAIT_PHASES, USER_CODE_PHASES
+from trace_doctor.model import Finding
+from trace_doctor.policy.service import RunStoppedPolicy
+from trace_doctor.rules.base import Rule, RuleDocs, register
+from trace_doctor.rules.context import RuleContext
+
+SEVERITY = {
+    "crashed": "error",
+    "hung in user code": "error",
+    "hung on the service": "warning",
+    "interrupted": "warning",
+    "killed": "warning",
+    "stopped early": "warning",
+}
+FIX = {
+    "crashed": "Fix the error the run ended with (its decoded cause is above), then resume from the last checkpoint.",
+    "interrupted": "Nothing failed: the run was stopped on purpose. Resume from the last checkpoint to finish it.",
+    "hung on the service": (
+        "Nothing in the training loop is waiting on you: check the Tinker status page, then escalate with the "
+        "session id and `trace-doctor bundle <log_path> -o escalation.zip`. Resume from the last checkpoint."
+    ),
+    "hung in user code": (
+        "Look at the frame named above: data loading, the environment or the reward never returned. Bound it "
+        "(a timeout, a size cap on the input that stalls it), move CPU work off the event loop thread, resume."
+    ),
+    "killed": (
+        "Nothing in the files says why: check the machine (dmesg for the OOM killer, the scheduler's logs for a "
+        "preemption or time limit). Resume from the last checkpoint; run with the task dump and stack watchdog "
+        "(skills/debug) to see a hang next time."
+    ),
+    "stopped early": "Check whether the run is still going; if it stopped, the console or the scheduler says why.",
+}
+
+
+def _where(end: RunEnd) -> str:
+    """'step 14 of 40 (35%)', with how the plan is known."""
+    step = end.stopped_step
+    plan = end.plan
+    if step is None:
+        return "before its first step"
+    logged = "no metrics row was written" if end.last_step is None else f"the last row logged is step {end.last_step}"
+    if plan.steps:
+        bound = "at most " if plan.upper_bound else ""
+        return (
+            f"in step {step} of {bound}{plan.steps} planned ({step / plan.steps:.1%} through, from {plan.source}; "
+            f"{logged})"
+        )
+    return f"in step {step} ({logged}; planned length unknown: {plan.source})"
+
+
+def _in_flight(end: RunEnd) -> list[str]:
+    """One phrase per source that says what was in flight."""
+    out: list[str] = []
+    by_track: dict[str, list[str]] = {}
+    for span in end.open_spans:
+        label = span.name + (f" (step {span.step})" if span.step is not None else "")
+        by_track.setdefault(span.track, []).append(label)
+    for track, names in by_track.items():
+        out.append(f"trace [{track}]: inside {' › '.join(names)} (B with no E)")
+    if end.open_phases:
+        first = end.open_phases[0]
+        names = " › ".join(str(p.fields.get("name")) for p in end.open_phases)
+        out.append(f"log: `Starting {names}` with no `took` ({first.source}:{first.line})")
+    elif end.last_phase is not None:
+        last = end.last_phase
+        out.append(f"log: no phase open, the last phase line is `{last.text[:120]}` ({last.source}:{last.line})")
+    for ref in end.tail_events[-2:]:
+        out.append(f"log after it: `{ref.text[:120]}` ({ref.source}:{ref.line})")
+    for dump in end.task_dumps:
+        requests = [w for w in dump.what if HEARTBEAT_TASK not in w]
+        if dump.label != "main" and requests:
+            out.append(
+                f"task dump [{dump.label}] {dump.at}: {len(requests)} pending "
+                f"({', '.join(sorted({w.split(': ', 1)[-1] for w in requests})[:3])})"
+            )
+    for stack in end.stacks:
+        where = "idle in its event loop (awaiting)" if stack.idle else f"in {' → '.join(stack.what)}"
+        out.append(f"stacks [{stack.label}] {stack.at}: {where}")
+    return out
+
+
+def _held(dump: DumpState | None) -> float:
+    return dump.held_s if dump is not None else 0.0
+
+
+def _label(states: tuple[DumpState, ...], label: str) -> DumpState | None:
+    return next((d for d in states if d.label == label), None)
+
+
+def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
+    """(How long the last state held, the readings that say so, where the run was stuck: 'user' | 'service')."""
+    readings: list[tuple[float, str, str | None]] = []
+    main_stack, main_tasks = _label(end.stacks, "main"), _label(end.task_dumps, "main")
+    sdk_tasks = [d for d in end.task_dumps if d.label != "main"]
+    if main_stack is not None and not main_stack.idle:
+        readings.append(
+            (
+                main_stack.held_s,
+                f"[main]'s stack stayed in {main_stack.what[-1]} for {main_stack.held_s:.0f} s "
+                f"({main_stack.held_dumps} blocks)",
+                "user",
+            )
+        )
+    for dump in sdk_tasks:
+        requests = [w for w in dump.what if HEARTBEAT_TASK not in w]
+        if requests:
+            readings.append(
+                (
+                    dump.held_s,
+                    f"the same {len(requests)} SDK request(s) stayed pending on [{dump.label}] for "
+                    f"{dump.held_s:.0f} s ({dump.held_dumps} dumps)",
+                    "service",
+                )
+            )
+        if main_tasks is not None and dump.at > main_tasks.at:
+            # The main loop stopped dumping while the SDK loop went on: the main thread was blocked.
+            from datetime import datetime
+
+            gap = (datetime.fromisoformat(dump.at) - datetime.fromisoformat(main_tasks.at)).total_seconds()
+            readings.append(
+                (
+                    gap,
+                    f"[main]'s task dumps stopped at {main_tasks.at} while [{dump.label}] dumped until {dump.at} "
+                    f"({gap:.0f} s): the main thread was blocked",
+                    "user",
+                )
+            )
+    if end.log_silence_s is not None:
+        readings.append((end.log_silence_s, f"{end.log_silence_s:.0f} s of log after the last phase line", None))
+    if not readings:
+        return 0.0, [], None
+    held = max(r[0] for r in readings)
+    best = max(readings, key=lambda r: (r[0], r[2] is not None))
+    return held, [r[1] for r in readings if r[0] > 0], best[2]
+
+
+def _where_stuck(end: RunEnd, dumps_say: str | None) -> str | None:
+    """'user' or 'service': the dumps' answer, else the innermost open span or log phase."""
+    if dumps_say is not None:
+        return dumps_say
+    names = [s.name for s in end.open_spans] + [str(p.fields.get("name")) for p in end.open_phases]
+    for name in reversed(names):
+        if name in USER_CODE_PHASES:
+            return "user"
+        if name in SERVICE_WAIT_PHASES:
+            return "service"
+    return None
+
+
+def _sdk_life(end: RunEnd) -> tuple[str, bool | None]:
+    """The SDK thread's last sign of life, as a sentence, and whether it was starved (None: unknown)."""
+    parts = []
+    starved: bool | None = None
+    sdk_dumps = [d for d in end.task_dumps if d.label != "main"]
+    if sdk_dumps:
+        last = max(d.at for d in sdk_dumps)
+        parts.append(f"its loop dumped its tasks until {last}")
+        starved = False
+    if end.heartbeat_failures:
+        h = end.heartbeat_failures[-1]
+        parts.append(f"{len(end.heartbeat_failures)} heartbeat warning(s), the last at {h.source}:{h.line}")
+        starved = True
+    if end.gil_monitor:
+        g = end.gil_monitor[-1]
+        parts.append(f"{len(end.gil_monitor)} GIL-monitor line(s), the last at {g.source}:{g.line}")
+        starved = True
+    if not parts:
+        return "no record of the SDK thread (no task dump of its loop, no heartbeat or GIL-monitor line)", None
+    return "; ".join(parts), starved
+
+
+def _decoded(end: RunEnd) -> tuple[str, str | None]:
+    """The error the log ends with (a traceback's last line first) and its decoded cause, if known."""
+    errors = list(end.exceptions) or [e for e in end.trailing_errors if decode_error(e.text) is not None]
+    if not errors:
+        errors = list(end.trailing_errors)
+    first = errors[0]
+    known = decode_error(first.text)
+    cause = known.root_cause if known is not None else None
+    return f"`{first.text[:200]}` ({first.source}:{first.line})", cause
+
+
+def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | None) -> str:
+    if end.exceptions:
+        if all(exception_type(e) in INTERRUPT_TYPES for e in end.exceptions):
+            return "interrupted"
+        return "crashed"
+    if any(decode_error(e.text) is not None or "non-retryable" in e.text for e in end.trailing_errors):
+        return "crashed"
+    if stuck_s >= threshold_s and stuck_where == "service":
+        return "hung on the service"
+    if stuck_s >= threshold_s and stuck_where == "user":
+        return "hung in user code"
+    if end.left_open:
+        return "killed"
+    return "stopped early"
+
+
+def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
+    t = ctx.thresholds
+    end: RunEnd = ctx.run_end
+    if end.reached_plan:
+        return ctx.passed(f"all {end.plan.steps} planned steps were logged ({end.plan.source})")
+    if end.final_checkpoint and not end.left_open:
+        return ctx.passed("the run saved its final checkpoint and left nothing in flight")
+    stopped_short = end.plan.steps is not None and not end.plan.upper_bound and end.last_step is not None
+    # Phases ran (the log says so) yet no step was ever logged: it stopped inside its first step. Only
+    # in a run folder (config or metrics read): a log file named alone says nothing about the metrics.
+    run_folder = ctx.run.has_input("config") or ctx.run.has_input("metrics")
+    never_logged = end.last_step is None and end.last_phase is not None and run_folder
+    if not (end.left_open or end.exceptions or stopped_short or never_logged):
+        return ctx.passed(
+            "nothing says the run stopped early: no planned length to fall short of, no span or log phase left "
+            "open, no error at the end of the log"
+        )
+    steps = ctx.step_times
+    usual = float(steps["total_s"].median()) if steps.height and "total_s" in steps.columns else None
+    threshold_s = max(t.min_stuck_s, t.min_stuck_step_times * usual) if usual else t.min_stuck_s
+    stuck_s, stuck_readings, dumps_say = _stuck(end)
+    where_stuck = _where_stuck(end, dumps_say)
+    kind = _kind(end, stuck_s, threshold_s, where_stuck)
+    sdk_text, starved = _sdk_life(end)
+    flight = _in_flight(end)
+    usual_text = f"the usual step takes {usual:.3g} s" if usual else "no usual step time is known"
+    if kind == "killed" and stuck_s < threshold_s:
+        silence = (
+            f"Nothing kept going after it: every record ends within {stuck_s:.0f} s of the others ({usual_text}), "
+            "too short a hold to call a hang."
+        )
+    elif stuck_readings:
+        silence = (
+            f"The last state held at least {stuck_s:.0f} s ({usual_text}"
+            + (f"; {stuck_s / usual:.0f}x" if usual else "")
+            + f"): {'; '.join(stuck_readings)}."
+        )
+    else:
+        silence = (
+            f"How long it sat there is not recorded ({usual_text}): the trace ends at its last event, the logs carry "
+            "no times, and a file's modification time is not kept when a run is copied."
+        )
+    lead = {
+        "crashed": "The run crashed",
+        "interrupted": "The run was interrupted",
+        "hung on the service": "The run hung waiting on the service",
+        "hung in user code": "The run hung in user code",
+        "killed": "The run ended mid-step with no error (killed)",
+        "stopped early": "The run stopped before its planned end",
+    }[kind]
+    message = f"{lead} {_where(end)}."
+    fix = FIX[kind]
+    evidence = {"kind": kind, "run_end": end.to_dict(), "in_flight": flight, "usual_step_s": usual}
+    evidence["stuck_s"] = round(stuck_s, 3)
+    evidence["sdk_thread"] = sdk_text
+    if kind in ("crashed", "interrupted"):
+        error, cause = _decoded(end)
+        message += f" It ended with {error}" + (f": {cause}" if cause else "") + "."
+        evidence["error_cause"] = cause
+    if flight:
+        message += " In flight: " + "; ".join(flight) + "."
+    if kind in ("hung on the service", "hung in user code", "killed"):
+        message += " " + silence
+        message += f" SDK thread: {sdk_text}" + (" (starved of the GIL)" if starved else "") + "."
+    if kind == "hung on the service":
+        sessions = session_ids(ctx.run.log_events, ctx.run.meta.config)
+        evidence["session_ids"] = sessions
+        message += (
+            f" Escalate with session id{'s' if len(sessions) > 1 else ''} {', '.join(sessions[:3])}."
+            if sessions
+            else " No session id is in the logs (`ServiceClient initialized for session ...`)."
+        )
+    if kind == "killed":
+        message += " Whether it was killed or was still running when these files were copied, the files cannot say."
+    if kind == "stopped early":
+        message += (
+            " The files end there with no error and nothing left open: the run stopped, or was still running when "
+            "they were copied."
+        )
+    stopped = end.stopped_step
+    return [
+        ctx.finding(
+            severity=SEVERITY[kind],
+            title=f"Run {kind} {('at step ' + str(stopped)) if stopped is not None else 'before its first step'}",
+            message=message,
+            fix=fix,
+            steps=[stopped] if stopped is not None else [],
+            evidence=evidence,
+            fingerprint=f"run-stopped:{kind}",
+        )
+    ]
+
+
+RULE = register(
+    Rule(
+        slug="run-stopped",
+        code="TD115",
+        title="Run stopped before its planned end (crashed, killed, hung)",
+        severity="warning",
+        needs="metrics.jsonl and/or the trace, logs, task dumps, stack watchdog blocks (whichever the run has)",
+        docs=RuleDocs(
+            what=(
+                "The run stopped before its planned steps were done, or stopped making progress: the step and phase "
+                "it stopped in, what was in flight on each thread, the SDK thread's last sign of life, and the kind "
+                "of stop — crashed, interrupted, hung on the service, hung in user code, or killed."
+            ),
+            why=(
+                "A stuck run shows nothing in its metrics: the last row just stays the last. Findings about the "
+                "steps that did run (entropy, config) miss the one thing the user asks: why did it stop, and where?"
+            ),
+            evidence=(
+                "The planned length (metrics `progress/done_frac` or `progress`: the denominator every row agrees "
+                "on; config `max_steps` as an upper bound), the last step logged, trace spans with a B and no E, "
+                "`Starting X` log lines with no `X took`, errors and tracebacks after the log's last phase line "
+                "(decoded), the last asyncio task dump and stack block of each thread and how long each stayed the "
+                "same, heartbeat warnings and GIL-monitor lines. A run that logged every planned step, or saved its "
+                "final checkpoint with nothing left open, passes."
+            ),
+            fix=(
+                "By kind: fix the decoded error; escalate a service hang with the session id and a bundle; bound "
+                "the user code that never returned; check the machine (OOM killer, preemption) for a kill. Resume "
+                "from the last checkpoint."
+            ),
+        ),
+        check=check,
+        policy=RunStoppedPolicy,
+        stage="progress",
+        tags=("progress", "logs", "trace", "dumps"),
+    )
+)
