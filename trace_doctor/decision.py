@@ -138,7 +138,8 @@ def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome], account
             )
         return Verdict("clear", f"No problems found: {done}.{_notes_text(notes)}", counts, checked, total, notes=notes)
     parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
-    worst = min(problems, key=Finding.sort_key) if problems else None
+    # The first problem of the highest severity, in the findings' order (the analysis sorts them).
+    worst = max(problems, key=lambda f: SEVERITY_RANK[f.severity]) if problems else None
     quality = quality_cause(findings)
     text = f"{', '.join(parts)}."
     if root is not None:
