@@ -205,3 +205,38 @@ def test_the_fleet_hands_each_run_its_peers_first_kl(tmp_path: Path) -> None:
     by_name = {s.root.name: peers.get(s.run_id) for s in sources}
     assert sorted(by_name["a"]["step0_kl"]) == [0.001, 0.002]
     assert by_name["d"] is None  # no other run of its model and renderer
+
+
+# --- what a new user tripped on ------------------------------------------------------------------
+
+
+def test_a_counterfactual_range_with_equal_ends_is_one_number() -> None:
+    from trace_doctor.humanize import format_range
+
+    assert format_range(4.3201, 4.3249, 100.0) == "4.32 s"  # the ends print alike
+    assert format_range(4.70, 7.00, 8.39) == "4.70 s–7.00 s"
+
+
+def test_a_gate_tripped_by_the_baseline_says_so_not_fail_on_never() -> None:
+    from trace_doctor.decision import decide_gate
+
+    gate = decide_gate([], {"verdict": "regression"})
+    assert gate.tripped and gate.criteria == "a regression against the baseline"
+    assert "never" not in gate.criteria
+    assert decide_gate([], None, fail_on="warning").criteria == "--fail-on warning"
+
+
+def test_a_mistyped_rule_or_path_gets_a_suggestion(tmp_path: Path) -> None:
+    from trace_doctor.did_you_mean import missing_path
+    from trace_doctor.policy import Policy, PolicyError
+    from trace_doctor.rules.engine import selected_rules, suggest_rule
+
+    assert suggest_rule("pipelinig-gap") == " (did you mean `pipelining-gap`?)"
+    assert suggest_rule("nothing-like-it") == ""
+    with pytest.raises(KeyError, match="did you mean `renderer-kl-step0`"):
+        selected_rules(select=["renderer-kl-step"])
+    with pytest.raises(PolicyError, match="did you mean `kl-drift`"):
+        Policy.from_config(rules={"kl-drfit": {}})
+    (tmp_path / "sl_resumed").mkdir()
+    assert missing_path(tmp_path / "sl_resumd").endswith(f"(did you mean {tmp_path / 'sl_resumed'}?)")
+    assert missing_path(tmp_path / "zzz") == str(tmp_path / "zzz")

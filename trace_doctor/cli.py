@@ -557,7 +557,9 @@ def rules_command(slug: str | None, config: str | None) -> None:
     if slug:
         rule = lookup(slug)
         if rule is None:
-            _fail(f"unknown rule {slug!r} (see `trace-doctor rules`)")
+            from trace_doctor.rules.engine import suggest_rule
+
+            _fail(f"unknown rule {slug!r}{suggest_rule(slug)} (see `trace-doctor rules`)")
         click.echo(rule.describe(settings.policy.rule(rule.slug), settings.policy.shared))
         return
     for rule in sorted(REGISTRY.values(), key=lambda r: r.code):

@@ -81,6 +81,15 @@ class Gate:
         """Whether anything can trip it: a severity level, or a baseline to regress against."""
         return self.fail_on != "never" or self.baseline_verdict is not None
 
+    @property
+    def criteria(self) -> str:
+        """What can trip it, for people: `--fail-on warning`, a regression against the baseline, or both."""
+        parts = [f"--fail-on {self.fail_on}"] if self.fail_on != "never" else []
+        if self.baseline_verdict is not None:
+            inconclusive = " (or an inconclusive comparison)" if self.fail_on_inconclusive else ""
+            parts.append(f"a regression against the baseline{inconclusive}")
+        return " or ".join(parts) or "nothing (--fail-on never)"
+
     def trips_on(self, finding: Finding) -> bool:
         """Whether this finding alone reaches the gate's severity level."""
         return self.fail_on != "never" and SEVERITY_RANK[finding.severity] >= SEVERITY_RANK[self.fail_on]

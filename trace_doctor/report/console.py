@@ -257,7 +257,8 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     if gate.set:
         out.print()
         if gate.tripped:
-            out.print(f"[bold red]Gate: tripped[/] (--fail-on {gate.fail_on}) — {escape('; '.join(gate.reasons))}")
+            # The reasons say what tripped it (a finding level, a regression), not the option's value.
+            out.print(f"[bold red]Gate: tripped[/] — {escape('; '.join(gate.reasons))}")
         else:
-            out.print(f"Gate: passed (--fail-on {gate.fail_on})")
+            out.print(f"Gate: passed (trips on {escape(gate.criteria)})")
     return buffer.getvalue()

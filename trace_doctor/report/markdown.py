@@ -35,7 +35,7 @@ def gate_line(result: Analysis) -> str:
         return f"**Gate: FAILED** — {cell(' and '.join(gate.reasons), table=False)}."
     if not gate.set:
         return "Gate: not set (`--fail-on never`)."
-    return f"**Gate: passed** (`--fail-on {gate.fail_on}`)."
+    return f"**Gate: passed** (trips on {cell(gate.criteria, table=False)})."
 
 
 def _summary(result: Analysis) -> list[str]:
