@@ -13,7 +13,17 @@ from pathlib import Path
 import polars as pl
 
 from trace_doctor.decision import decide
-from trace_doctor.model import SPANS_SCHEMA, STEPS_SCHEMA, Analysis, Finding, InputFile, RuleOutcome, RunMeta, RunTables
+from trace_doctor.model import (
+    SPANS_SCHEMA,
+    STEPS_SCHEMA,
+    Analysis,
+    BaselineComparison,
+    Finding,
+    InputFile,
+    RuleOutcome,
+    RunMeta,
+    RunTables,
+)
 
 # Planted secrets: none of these bytes may appear in an escalation bundle.
 SECRETS = {
@@ -303,5 +313,6 @@ def hand_analysis(*, with_baseline: bool = False, fail_on: str = "never") -> Ana
             "new_fingerprints": ["decoded-error:context-window"],
         }
     summary = {"wall_time_s": 2.0, "step_time_p50_s": 0.5, "steady_step_time_s": 0.5, "warmup_steps": 1}
-    result = Analysis(run=run, findings=findings, outcomes=outcomes, summary=summary, baseline=baseline)
+    comparison = BaselineComparison.from_dict(baseline) if baseline is not None else None
+    result = Analysis(run=run, findings=findings, outcomes=outcomes, summary=summary, baseline=comparison)
     return decide(result, fail_on=fail_on)

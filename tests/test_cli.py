@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURE_RUNS, corpus_path, fixture_run
 
-from trace_doctor.cli import main, sample_run_path
+from trace_doctor import sample_run_path
+from trace_doctor.cli import main
 
 
 def invoke(*args: str):

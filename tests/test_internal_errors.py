@@ -74,27 +74,27 @@ def test_a_bug_in_any_command_is_exit_3_and_one_line(command, run_dir, tmp_path,
 
 
 def test_a_bug_during_ingest_on_the_loading_thread_is_exit_3(run_dir, monkeypatch):
-    import trace_doctor.api as api
+    import trace_doctor.ingest.kinds.metrics as metrics_kind
 
-    monkeypatch.setattr(api, "parse_metrics_files", broken)
+    monkeypatch.setattr(metrics_kind, "parse_metrics_files", broken)
     result = invoke("analyze", str(run_dir), "--no-html", "--fail-on", "warning")
     assert result.exit_code == 3 and result.stderr.startswith(ONE_LINE)
 
 
 def test_an_eof_error_is_a_bug_not_aborted_exit_1(run_dir, monkeypatch):
     """click turns EOFError (a truncated gzip's) and Ctrl-C into 'Aborted!' and exit 1: the gate."""
-    import trace_doctor.api as api
+    import trace_doctor.ingest.kinds.metrics as metrics_kind
 
     def eof(*args, **kwargs):
         raise EOFError("Compressed file ended before the end-of-stream marker was reached")
 
-    monkeypatch.setattr(api, "parse_metrics_files", eof)
+    monkeypatch.setattr(metrics_kind, "parse_metrics_files", eof)
     assert invoke("analyze", str(run_dir), "--no-html").exit_code == 3
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(api, "parse_metrics_files", interrupt)
+    monkeypatch.setattr(metrics_kind, "parse_metrics_files", interrupt)
     result = invoke("analyze", str(run_dir), "--no-html")
     assert result.exit_code == 130 and result.stderr == "trace-doctor: interrupted\n"
 
@@ -232,12 +232,12 @@ def test_a_crash_report_carries_no_credential(run_dir, monkeypatch):
     # quote the run (polars names a duplicate metric key, a JSON error quotes a config value).
     from planted_secrets import CONTEXTS, SECRETS, leaks
 
-    import trace_doctor.api as api
+    import trace_doctor.ingest.kinds.metrics as metrics_kind
 
     def quoting(*args, **kwargs):
         raise ValueError(f"column 'env/{CONTEXTS['tinker']}' is duplicate\n{CONTEXTS['aws_secret']}")
 
-    monkeypatch.setattr(api, "parse_metrics_files", quoting)
+    monkeypatch.setattr(metrics_kind, "parse_metrics_files", quoting)
     monkeypatch.setattr(sys, "argv", ["trace-doctor", "bundle", str(run_dir), "--api-key", SECRETS["openai"]])
     result = invoke("bundle", str(run_dir), "-o", str(run_dir / "b.zip"))
     assert result.exit_code == 3 and result.stderr.startswith(ONE_LINE)

@@ -523,6 +523,13 @@ def entropy_mostly_collapsed() -> RunTables:
 
 
 @cache
+def parse_errors_on_a_quarter() -> RunTables:
+    """stop/parse_error 25% on 10 of 40 steps, 1% on the rest: a quarter of the run."""
+    values = [0.25 if s % 4 == 0 else 0.01 for s in range(40)]
+    return run_from_rows([{"step": s, "env/all/stop/parse_error": v} for s, v in enumerate(values)], trainer="rl")
+
+
+@cache
 def truncation_rising_late() -> RunTables:
     """stop/max_tokens 5% for 33 steps, then 50% on the last 9: truncation grows at the end."""
     values = [0.05] * 33 + [0.5] * 9
@@ -825,6 +832,37 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("entropy-collapse", "saturated_reward"): Probe(
         "training/rl_sync_saturated_midway", 1.0, "late reward 0.98 of the best is not saturated: info -> warning"
     ),
+    ("entropy-collapse", "min_reward_gain"): Probe(
+        "training/rl_sync_saturated_midway", 0.8, "a 0.6 rise is not learning: saturated (info) -> hidden (warning)"
+    ),
+    ("entropy-collapse", "tail_steps"): Probe(
+        "training/rl_sync_entropy_tail_collapse", 2, "the last 2 steps hold 2 lows, not 3: fired -> passed"
+    ),
+    ("entropy-collapse", "tail_min_below"): Probe(
+        "training/rl_sync_entropy_tail_collapse", 4, "3 of the last 4 steps below the floor: fired -> passed"
+    ),
+    # response-parse-errors
+    ("response-parse-errors", "min_share"): Probe(
+        "training/rl_sync_parse_errors", 0.4, "stop/parse_error at most 35%: fired -> passed"
+    ),
+    ("response-parse-errors", "min_steps_above"): Probe(
+        "training/rl_sync_parse_errors", 41, "40 steps above: fired -> passed"
+    ),
+    ("response-parse-errors", "min_share_of_steps"): Probe(
+        parse_errors_on_a_quarter, 0.2, "10 of 40 steps above 10%: passed -> fired"
+    ),
+    # overfitting
+    ("overfitting", "min_evals"): Probe("training/sft_overfitting", 13, "12 evaluations: fired -> n/a"),
+    ("overfitting", "min_evals_after_best"): Probe(
+        "training/sft_overfitting", 8, "7 evaluations after the best: fired -> passed"
+    ),
+    ("overfitting", "min_rise"): Probe("training/sft_overfitting", 0.5, "+24% above the best: fired -> passed"),
+    ("overfitting", "min_train_fall"): Probe("training/sft_overfitting", 0.6, "train NLL fell 41%: fired -> passed"),
+    ("overfitting", "train_window"): Probe("training/sft_overfitting", 61, "120 train steps < 2 x 61: fired -> n/a"),
+    # checkpoint-risk
+    ("checkpoint-risk", "min_safe_ttl_s"): Probe(
+        "training/rl_sync_rolling_only_stopped", 3600.0, "a 2 h rolling TTL is not short: warning -> info"
+    ),
     # truncated-samples
     ("truncated-samples", "min_share"): Probe(
         "training/rl_stream_truncated_thinking", 0.5, "44% cut at max_tokens: fired -> passed"
@@ -854,6 +892,12 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("config-risk", "min_rl_learning_rate"): Probe(
         "training/config_substeps_ppo", 1e-4, "RL learning rate 4e-5 is below 1e-4: passed -> fired (low)"
+    ),
+    ("config-risk", "max_sft_lr_over_get_lr"): Probe(
+        "training/config_sft_lr_too_high", 30.0, "SFT learning rate 21x get_lr is under 30x: fired -> passed"
+    ),
+    ("config-risk", "min_sft_lr_over_get_lr"): Probe(
+        "training/sft_healthy", 0.5, "SFT learning rate 0.43x get_lr is below 0.5x: passed -> fired (low)"
     ),
     # known-bad-dependency
     ("known-bad-dependency", "trap_max_sample_share"): Probe(

@@ -261,9 +261,11 @@ def _finding(rule: str, severity: str = "warning", *, seconds: float | None = No
 OUTCOMES = [RuleOutcome("r", "passed", "")] * 4
 
 
-def test_training_quality_stage_lists_all_nine_slugs():
+def test_training_quality_stage_lists_all_eleven_slugs():
     stage = stage_rules("training quality")
-    assert len(stage) == 9 and stage == TRAINING_QUALITY
+    assert len(stage) == 11 and stage == TRAINING_QUALITY
+    assert {"response-parse-errors", "overfitting"} <= TRAINING_QUALITY
+    assert "checkpoint-risk" not in TRAINING_QUALITY  # what the run left behind, not what it learned
     assert {"renderer-kl-step0", "kl-drift", "entropy-collapse", "config-risk"} <= TRAINING_QUALITY
 
 

@@ -111,9 +111,9 @@ def test_config_risks_are_one_finding_each_with_the_values_quoted() -> None:
         assert _analysed(TRAINING / twin)[1]["config-risk"] == "passed", twin
 
 
-def test_config_risk_abstains_for_sft_and_without_config() -> None:
+def test_config_risk_passes_healthy_sft_and_abstains_without_config() -> None:
     _, status = _analysed(TRAINING / "config_sft_hard_data_nll")
-    assert status["config-risk"] == "not_applicable"
+    assert status["config-risk"] == "passed"  # learning rate 2e-4 is 0.43x get_lr, train_on_what last_assistant
     run = run_from_rows([{"step": i, "progress/batch": i, "env/all/reward/total": 0.5} for i in range(5)])
     _, outcomes, _ = run_findings(run, ["config-risk"])
     assert outcomes["config-risk"].status == "not_applicable"
@@ -193,6 +193,10 @@ def test_sdk_without_server_sessions_is_an_error() -> None:
         ("Qwen/Qwen3-8B", "role_colon", "other-family"),
         ("meta-llama/Llama-3.1-8B-Instruct", "qwen3", "other-family"),
         ("moonshotai/Kimi-K2.5", "kimi_k2", "other-family"),
+        # Kimi-K2.6 lists its own names, which get_renderer also aliases to kimi_k25*: recommended, not a variant.
+        ("moonshotai/Kimi-K2.6", "kimi_k26", "recommended"),
+        ("moonshotai/Kimi-K2.6", "kimi_k26_disable_thinking", "recommended"),
+        ("moonshotai/Kimi-K2.6", "kimi_k25", "variant"),
         ("openai/gpt-oss-20b", "gpt_oss_high_reasoning", "variant"),
         ("Qwen/Qwen3-8B", "my_custom_renderer", "unknown-renderer"),
     ],

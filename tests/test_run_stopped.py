@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("tinker_cookbook")
 
 from trace_doctor.api import analyze, load_run  # noqa: E402
-from trace_doctor.derive.run_end import planned_steps  # noqa: E402
+from trace_doctor.derive.progress import run_plan  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -135,9 +135,42 @@ def test_plan_from_progress_fractions():
 
     # rl/train.py: done_frac = (batch + 1) / batches; supervised/train.py before 0.6: step / steps.
     rows = pl.DataFrame({"step": [0, 1, 2], "progress/done_frac": [1 / 57, 2 / 57, 3 / 57]})
-    assert planned_steps(rows, None).steps == 57
+    assert run_plan(rows, None).steps == 57
     rows = pl.DataFrame({"step": [1, 2, 3], "progress": [1 / 40, 2 / 40, 3 / 40]})
-    assert planned_steps(rows, None).steps == 40
-    plan = planned_steps(pl.DataFrame({"step": [0]}), {"max_steps": 100})
+    assert run_plan(rows, None).steps == 40
+    plan = run_plan(pl.DataFrame({"step": [0]}), {"max_steps": 100})
     assert plan.steps == 100 and plan.upper_bound
-    assert planned_steps(pl.DataFrame({"step": [0]}), {}).steps is None
+    assert run_plan(pl.DataFrame({"step": [0]}), {}).steps is None
+    # 0.6.1 RL: done_frac counts the dataset's batches, max_steps ends the loop sooner.
+    rows = pl.DataFrame({"step": [0, 1], "progress/done_frac": [1 / 100, 2 / 100]})
+    assert (
+        run_plan(rows, {"max_steps": 30}) == run_plan(rows, {"max_steps": 30})
+        and run_plan(rows, {"max_steps": 30}).steps == 30
+    )
+
+
+def test_plan_from_the_log_line_beats_an_unknown_and_respects_max_steps():
+    import polars as pl
+
+    from trace_doctor.ingest.parsers.log_kinds import classify_message
+
+    def events(message):
+        found = classify_message(message, "INFO", "tinker_cookbook.rl.train")
+        return pl.DataFrame(
+            {
+                "source": ["logs.log"],
+                "line": [9],
+                "kind": [found.kind],
+                "message": [message],
+                "fields": [json.dumps(found.fields)],
+            }
+        )
+
+    steps = pl.DataFrame({"step": [0, 1]})
+    plan = run_plan(steps, {"max_steps": 500}, events("Will train on 57 batches"))
+    assert (plan.steps, plan.upper_bound) == (57, False) and "Will train on 57 batches" in plan.source
+    # supervised/train.py logs batches x epochs before max_steps applies
+    plan = run_plan(steps, {"max_steps": 100}, events("Training for 780 batches x 1 epochs = 780 steps"))
+    assert (plan.steps, plan.upper_bound) == (100, False)
+    # an async loop's per-step line is not a plan
+    assert classify_message("[training_loop] Step 3: Will train on batch, num groups: 4", "INFO", "x") is None

@@ -17,15 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from trace_doctor.discover import discover
+from trace_doctor.errors import NothingToAnalyze
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.read_run import read_run
 from trace_doctor.model import Analysis, RunTables
 from trace_doctor.policy import Policy
 from trace_doctor.settings import Settings
-
-
-class NothingToAnalyze(Exception):
-    """The paths do not exist or hold no readable input (the CLI exits 2 with this message)."""
 
 
 def load_run(*paths: str | os.PathLike[str], progress: Any = None) -> RunTables:

@@ -13,17 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from trace_doctor.derive.log_signals import fields_of, gil_monitor_lines, heartbeat_lines
+from trace_doctor.derive.progress import Plan, run_plan
 from trace_doctor.derive.step_times import live_training_rows
 
-# Metric keys that say how far through its planned steps a row is: rl/train.py, distillation
-# (`progress/done_frac` = (batch + 1) / batches) and supervised/train.py (`progress` = (step + 1) / steps).
-PROGRESS_KEYS = ("progress/done_frac", "progress")
-# A denominator read from every row agrees within this share when the progress key is a step fraction.
-PLAN_AGREEMENT = 0.01
 # Exceptions that end a run on purpose (Ctrl-C, a cancelled task), not a crash.
 INTERRUPT_TYPES = ("KeyboardInterrupt", "CancelledError", "SystemExit")
 # Tasks a diagnostic tool adds to the loop it dumps: never what the run was waiting on.
@@ -34,19 +29,6 @@ COROUTINE_NAME = re.compile(r"<coroutine object (?P<name>[\w.<>]+)")
 STDLIB_FILE = re.compile(r"/lib/python3\.\d+/(?!site-packages/)")
 # Frames of an event loop idling in select/poll: the thread is awaiting, not running code.
 IDLE_LOOP_FUNCTIONS = ("select", "poll", "_run_once", "run_forever")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How many steps the run was to train, and where that comes from."""
-
-    steps: int | None
-    source: str
-    # Config `max_steps` caps the length (min(num_epochs x batches, max_steps)): only an upper bound.
-    upper_bound: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps, "source": self.source, "upper_bound": self.upper_bound}
 
 
 @dataclass(frozen=True)
@@ -145,10 +127,9 @@ class RunEnd:
 
     @property
     def reached_plan(self) -> bool:
+        # An upper bound reached is reached too: the loop never runs past max_steps.
         p = self.plan
-        return (
-            p.steps is not None and not p.upper_bound and self.last_step is not None and self.last_step + 1 >= p.steps
-        )
+        return p.steps is not None and self.last_step is not None and self.last_step + 1 >= p.steps
 
     @property
     def left_open(self) -> bool:
@@ -173,32 +154,6 @@ class RunEnd:
             "gil_monitor_lines": len(self.gil_monitor),
             "log_silence_s": self.log_silence_s,
         }
-
-
-def planned_steps(rows: pl.DataFrame, config: dict[str, Any] | None) -> Plan:
-    """The planned length: the denominator every row's progress fraction agrees on, else config
-    `max_steps` (an upper bound), else unknown."""
-    for key in PROGRESS_KEYS:
-        if key not in rows.columns or not rows.schema[key].is_numeric():
-            continue
-        known = rows.select("step", key).drop_nulls().filter(pl.col(key) > 0)
-        if known.is_empty():
-            continue
-        steps = known["step"].to_numpy().astype(float)
-        fractions = known[key].to_numpy().astype(float)
-        # (step + 1) / steps when the row is written after the step, step / steps before it.
-        for offset in (1.0, 0.0):
-            denominators = (steps + offset) / fractions
-            denominators = denominators[np.isfinite(denominators) & (denominators > 0)]
-            if len(denominators) == 0:
-                continue
-            middle = float(np.median(denominators))
-            if float(np.max(np.abs(denominators - middle))) <= PLAN_AGREEMENT * middle:
-                return Plan(int(round(middle)), f"metrics `{key}`")
-    max_steps = (config or {}).get("max_steps")
-    if isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps > 0:
-        return Plan(max_steps, "config max_steps", upper_bound=True)
-    return Plan(None, "no progress fraction in the metrics, no max_steps in the config")
 
 
 def _last_segment(frame: pl.DataFrame) -> pl.DataFrame:
@@ -427,7 +382,7 @@ def run_end(run: Any) -> RunEnd:
     return RunEnd(
         segment=segment,
         last_step=last_step,
-        plan=planned_steps(rows, run.meta.config),
+        plan=run_plan(rows, run.meta.config, run.log_events, run.meta.trainer),
         final_checkpoint=final,
         open_spans=open_spans,
         trace_tail_s=tails,

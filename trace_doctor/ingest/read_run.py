@@ -10,6 +10,7 @@ put together in the kinds' order: the account never depends on thread timing.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +29,9 @@ def read_run(files: dict[str, list[Path]], *, progress: Any = None) -> RunTables
     parsed: dict[str, Parsed] = {}
 
     def parse(kind: InputKind, reading: Reading) -> Parsed:
-        paths = [path for name in kind.files_read for path in files.get(name, [])]
+        by_kind = {name: list(files.get(name, [])) for name in kind.files_read}
+        paths = [path for name in kind.files_read for path in by_kind[name]]
+        reading = dataclasses.replace(reading, files=by_kind)
         return kind.parse(paths, warnings[kind.name], reading)  # type: ignore[misc]  # kinds with a parser
 
     background = [kind for kind in kinds if kind.schedule == "background"]
@@ -50,10 +53,20 @@ def read_run(files: dict[str, list[Path]], *, progress: Any = None) -> RunTables
         for name, future in futures.items():
             parsed[name] = future.result()
 
+    return assemble_run(kinds, parsed, warnings)
+
+
+def assemble_run(
+    kinds: list[InputKind], parsed: dict[str, Parsed], warnings: dict[str, list[IngestWarning]]
+) -> RunTables:
+    """One RunTables of each kind's parse (`parsed` and `warnings` by kind name), in the kinds' order;
+    then each kind's `complete`. A cold read and a live run's refresh (live_run.py) both end here."""
     run = RunTables()
     filled: set[str] = set()
     for kind in kinds:
-        result = parsed[kind.name]
+        result = parsed.get(kind.name)
+        if result is None:
+            continue
         undeclared = set(result.values) - set(kind.fills)
         if undeclared:
             raise ValueError(
@@ -63,7 +76,7 @@ def read_run(files: dict[str, list[Path]], *, progress: Any = None) -> RunTables
             _fill(run, name, value, appended=name in filled)
             filled.add(name)
         run.inputs += result.inputs
-        run.warnings += warnings[kind.name]
+        run.warnings += warnings.get(kind.name, [])
     for kind in kinds:
         if kind.complete is not None:
             kind.complete(run)

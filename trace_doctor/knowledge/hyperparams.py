@@ -61,6 +61,38 @@ HIDDEN_SIZES: dict[str, int] = {
 # the policy is no longer the sampler, and `importance_sampling` reweights by an unclipped ratio.
 CLIPPED_LOSSES = frozenset({"ppo"})
 DEFAULT_LOSS_FN = "importance_sampling"  # rl/train.py Config.loss_fn
+# Losses the cookbook (0.6.1 rl/train.py) warns "can become unstable on the off-policy data that async
+# training produces", naming 'stable_reinforce' (the async default) or a clipped loss such as 'ppo'.
+OFF_POLICY_UNSTABLE_LOSSES = frozenset({"importance_sampling", "cispo"})
+
+
+def training_loss_fn(config: dict) -> tuple[str, bool]:
+    """(the loss the run trains with, whether it trains off-policy): rl/train.py `Config.training_loss_fn`
+    (async_config's loss_fn for async runs) and async with max_steps_off_policy > 0."""
+    async_config = config.get("async_config") if isinstance(config.get("async_config"), dict) else None
+    loss = (async_config or {}).get("loss_fn") or config.get("loss_fn") or DEFAULT_LOSS_FN
+    off_policy = async_config is not None and (async_config.get("max_steps_off_policy") or 0) > 0
+    return str(loss), bool(off_policy)
+
+
+def stabler_loss_advice(config: dict) -> str | None:
+    """What to switch the RL loss to when updates are unstable, or None when the loss is already a clipped one.
+
+    The Tinker notes: importance_sampling reweights by an unclipped ratio; `ppo` clips it and `cispo`
+    clips the importance weights. Off-policy (async), the cookbook warns about cispo too.
+    """
+    loss, off_policy = training_loss_fn(config)
+    if off_policy and loss in OFF_POLICY_UNSTABLE_LOSSES:
+        return (
+            f"loss_fn is `{loss}` on async off-policy data, which rl/train.py warns can become unstable: switch to "
+            "`stable_reinforce` (the async default) or the clipped `ppo`."
+        )
+    if loss == DEFAULT_LOSS_FN:
+        return (
+            "loss_fn is `importance_sampling`, which reweights by an unclipped ratio: switch to a clipped objective, "
+            "loss_fn `ppo` or `cispo`."
+        )
+    return None
 
 
 def sft_lora_lr(model_name: str) -> float | None:

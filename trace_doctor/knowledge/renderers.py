@@ -202,8 +202,17 @@ class RendererJudgement:
     @property
     def rank(self) -> int | None:
         """0 for the most recommended renderer, 1 for the next ... (None when not recommended)."""
-        name = ALIASES.get(self.renderer, self.renderer)
-        return self.recommended.index(name) if name in self.recommended else None
+        name = recommended_name(self.renderer, self.recommended)
+        return self.recommended.index(name) if name is not None else None
+
+
+def recommended_name(renderer: str, recommended: tuple[str, ...]) -> str | None:
+    """The entry of `recommended` that `renderer` is: its own name (Kimi-K2.6 lists `kimi_k26` itself), else
+    the name it aliases (`deepseekv3_disable_thinking` builds `deepseekv3`); None when it is neither."""
+    if renderer in recommended:
+        return renderer
+    alias = ALIASES.get(renderer)
+    return alias if alias in recommended else None
 
 
 def model_key(model_name: str) -> str:
@@ -223,7 +232,7 @@ def judge_renderer(model_name: str, renderer_name: str) -> RendererJudgement | N
         return None
     renderer = renderer_name.strip()
     family = RENDERERS[renderer][0] if renderer in RENDERERS else None
-    if ALIASES.get(renderer, renderer) in entry.recommended:
+    if recommended_name(renderer, entry.recommended) is not None:
         verdict: Verdict = "recommended"
     elif family is None:
         verdict = "unknown-renderer"

@@ -35,6 +35,11 @@ STAGES: tuple[Stage, ...] = (
         "What the run learned, not how fast: these findings lose no seconds, so they never take a second "
         'from a time cause; the verdict names the worst of them on its own "Training:" line.',
     ),
+    Stage(
+        "checkpoints",
+        "What the run left behind — checkpoints that can be sampled and that last — not what it learned: kept out "
+        'of the verdict\'s "Training:" line; its findings lose no seconds either.',
+    ),
     Stage("pipelining", "Whether calls are submitted ahead: an unpipelined loop also looks slow on every step."),
     Stage("timing breakdown", "The step's phases: data loading, scheduled evaluations and saves, warm-up."),
     Stage("profile", "Where the main thread spends its time: serialization, CPU work, blocking calls."),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trace_doctor.policy.schema import POSITIVE, threshold
+from trace_doctor.policy.schema import POSITIVE, Bounds, threshold
 
 
 @dataclass(frozen=True)
@@ -45,5 +45,33 @@ class ConfigRiskPolicy:
         unit="learning rate (LoRA)",
         why="A tenth of the lowest RL recipe default, 1e-5 (math_rl, code_rl, verifiers_rl, rubric): an order "
         "of magnitude below the usual range the policy barely moves.",
+        bounds=POSITIVE,
+    )
+    max_sft_lr_over_get_lr: float = threshold(
+        10.0,
+        unit="x hyperparam_utils.get_lr(model)",
+        why="SFT with LoRA: get_lr gives the cookbook's recommended rate for the model (5e-4 x (2000 / hidden "
+        "size)^exponent, Llama and Qwen). An order of magnitude above it the updates are too large for LoRA "
+        "(loss spikes, divergence) — the same order-of-magnitude margin the RL learning-rate check uses.",
+        bounds=Bounds(1.0, None, low_open=True),
+    )
+    min_sft_lr_over_get_lr: float = threshold(
+        0.1,
+        unit="x hyperparam_utils.get_lr(model)",
+        why="An order of magnitude below get_lr is the full-fine-tuning rate used with LoRA (get_lr's LoRA "
+        "multiplier is 10, 'LoRA Without Regret'): the adapter barely moves in the steps the run has.",
+        bounds=Bounds(0.0, 1.0, low_open=True, high_open=True),
+    )
+
+
+@dataclass(frozen=True)
+class CheckpointRiskPolicy:
+    min_safe_ttl_s: float = threshold(
+        86400.0,
+        unit="s",
+        why="Periodic checkpoints are saved with config ttl_seconds (cookbook default 604800 s, 7 days) and "
+        "only the final one without a TTL (checkpoint_utils.CheckpointManager). With no final checkpoint, a TTL "
+        "shorter than a day deletes the run's only weights before a crash found the next morning can be "
+        "resumed or a checkpoint picked: warning; a longer one is a reminder (info).",
         bounds=POSITIVE,
     )

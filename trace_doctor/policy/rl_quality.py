@@ -110,6 +110,29 @@ class EntropyCollapsePolicy:
         "policy converged on a solved task: the collapse is the saturation's symptom (info).",
         bounds=SHARE,
     )
+    min_reward_gain: float = threshold(
+        0.2,
+        unit="reward (absolute)",
+        why="A saturation is a learned task: the reward must have risen this much from the first step (the "
+        "starting model) to the late window (constant-reward-groups uses the same gain). All-good groups "
+        "without that rise are the collapse's symptom — one identical completion per prompt makes every group "
+        "constant — not a solved task (warning).",
+        bounds=POSITIVE,
+    )
+    tail_steps: int = threshold(
+        4,
+        unit="steps",
+        why="A collapse in the run's last few steps is too short for the late window (at least min_window steps, "
+        "a fifth of the run) to hold mostly below the floor: the last this-many steps are judged on their own.",
+        bounds=AT_LEAST_ONE,
+    )
+    tail_min_below: int = threshold(
+        3,
+        unit="steps",
+        why="Of the last tail_steps steps, at least this many must be below max_late_entropy (three of four: "
+        "one noisy step does not hide a collapse, one low step does not make one).",
+        bounds=AT_LEAST_ONE,
+    )
     length_growth: float = threshold(
         2.0,
         unit="x early completion length",
@@ -151,4 +174,30 @@ class TruncatedSamplesPolicy:
         why="A thinking renderer (qwen3 without disable_thinking, ...) with max_tokens at or below this spends "
         "the budget in the reasoning block and never reaches an answer (debug guide renderer table).",
         bounds=AT_LEAST_ONE,
+    )
+
+
+@dataclass(frozen=True)
+class ResponseParseErrorsPolicy:
+    min_share: float = threshold(
+        0.1,
+        unit="share of samples in a step",
+        why="A parse error is a sample the environment could not read (cookbook StopReason.PARSE_ERROR, "
+        "`parse_error_masked`): it earns the failed-parse reward or is masked out of the loss, so it teaches "
+        "nothing about the task. An occasional malformed sample is noise; one in ten is a format the parser does "
+        "not expect (the debug guide: the renderer's tool-call / answer format is not the model's).",
+        bounds=SHARE,
+    )
+    min_steps_above: int = threshold(
+        3,
+        unit="steps",
+        why="Sustained, not one odd batch: at least this many steps above min_share.",
+        bounds=AT_LEAST_ONE,
+    )
+    min_share_of_steps: float = threshold(
+        0.3,
+        unit="share of judged steps",
+        why="The steps above min_share must also be this share of the steps that logged a parse-error metric: "
+        "a format mismatch shows on most steps, a rare bad prompt on a few.",
+        bounds=SHARE,
     )

@@ -158,3 +158,44 @@ class TrainingInstabilityPolicy:
         "of per-batch noise (info), at least one per hundred steps is instability (warning).",
         bounds=SHARE,
     )
+
+
+@dataclass(frozen=True)
+class OverfittingPolicy:
+    min_evals: int = threshold(
+        4,
+        unit="evaluations",
+        why="A best point and a rise after it need at least this many held-out evaluations (`test/nll` is "
+        "logged every eval_every steps, FORMATS 1.3).",
+        bounds=Bounds(3.0, None),
+    )
+    min_evals_after_best: int = threshold(
+        2,
+        unit="evaluations",
+        why="Every evaluation after the best one must be above it, and there must be at least this many: one "
+        "higher eval is noise of the held-out batch, a run of them is a trend.",
+        bounds=AT_LEAST_ONE,
+    )
+    min_rise: float = threshold(
+        0.05,
+        unit="share of the best held-out NLL",
+        why="The last evaluation must be this far above the best one: `test/nll` is scored on the same held-out "
+        "set every time, so once it has settled it moves by a percent or two between evaluations; 5% above its "
+        "best is a trend, not noise.",
+        bounds=POSITIVE,
+    )
+    min_train_fall: float = threshold(
+        0.03,
+        unit="share of the training NLL at the best evaluation",
+        why="Overfitting is the held-out loss rising while the training loss keeps falling: the median "
+        "`train_mean_nll` after the best evaluation must be at least this much below its median around it. "
+        "Both rising is instability (training-instability), not memorisation.",
+        bounds=POSITIVE,
+    )
+    train_window: int = threshold(
+        5,
+        unit="steps",
+        why="The training NLL is noisy per batch: its level around the best evaluation and at the end are "
+        "medians of this many steps.",
+        bounds=AT_LEAST_ONE,
+    )

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +60,9 @@ class Reading:
 
     progress: Any = None  # a progress printer for long reads, or None
     on_read: Callable[[], None] = lambda: None  # a background kind: call when the files' bytes are read
+    # The files of each kind the parser reads, by kind name: a kind that reads other kinds' files (the
+    # metrics kind falls back on the console captures) tells them apart here.
+    files: Mapping[str, list[Path]] = field(default_factory=dict)
 
 
 @dataclass

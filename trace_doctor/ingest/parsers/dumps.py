@@ -417,7 +417,7 @@ def dump_block_lines(lines: list[str]) -> list[tuple[int, int]]:
     return scan_dump_lines(lines, "", []).blocks
 
 
-def _frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def dump_rows_frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
     if not rows:
         return pl.DataFrame(schema=schema)
     return pl.DataFrame({name: [row.get(name) for row in rows] for name in schema}, schema=schema)
@@ -447,4 +447,4 @@ def parse_dump_files(
         info.skipped = scan.skipped
         if not scan.blocks:
             info.note = "no dump blocks found"
-    return _frame(tasks, TASK_COLUMNS), _frame(frames, STACK_COLUMNS), inputs
+    return dump_rows_frame(tasks, TASK_COLUMNS), dump_rows_frame(frames, STACK_COLUMNS), inputs

@@ -49,6 +49,10 @@ RENDERER_MISMATCH = re.compile(
 EXTENSION_PROPERTY = re.compile(
     r"train_on_what=(?P<train_on_what>\w+) with a renderer that does not satisfy the extension property"
 )
+# The plan, once per launch (FORMATS.md 3.5): rl/train.py logs its end batch (`max_steps` already
+# applied); supervised/train.py and preference/train_dpo.py log batches x epochs, before `max_steps`.
+RL_PLAN = re.compile(r"^Will train on (?P<steps>\d+) batches\s*$")
+EPOCH_PLAN = re.compile(r"^Training for (?P<batches>\d+) batches x (?P<epochs>\d+) epochs = (?P<steps>\d+) steps\s*$")
 SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
 # Async RL's staleness filter (rl/train.py training_loop): a group sampled more than
 # max_steps_off_policy steps ago is requeued, or dropped once the dataloader is done (FORMATS.md 3.5).
@@ -103,6 +107,8 @@ NEEDLES = (
     "Renderer",
     "extension property",
     "skipping batch",
+    "Will train on ",
+    "Training for ",
     "too stale",
     "Warning: ",
 )
@@ -187,6 +193,11 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         return Classified(
             "renderer", message, {"problem": "extension-property", "train_on_what": found["train_on_what"]}
         )
+    if (found := RL_PLAN.match(message)) is not None:
+        return Classified("plan", message, {"steps": int64(found["steps"]), "capped": True})
+    if (found := EPOCH_PLAN.match(message)) is not None:
+        plan = {key: int64(value) for key, value in found.groupdict().items()}
+        return Classified("plan", message, {**plan, "capped": False})
     if (found := SKIPPED_BATCH.search(message)) is not None:
         return Classified("skipped-batch", message, {"batch": int64(found["batch"])})
     if (found := STALE_SAMPLES.search(message)) is not None:

@@ -214,32 +214,49 @@ def _record(state: _FileState, line: int, logger: str, level: str, message: str)
     _handle_ids(state, line, message, logger, level)
 
 
+class LogLines:
+    """One file's lines parsed as they come (a live run's log, a look at a time): the parsing state (the
+    open record, a traceback being read, what was already reported) is kept between batches."""
+
+    def __init__(self, source: str, *, freeze_file: bool = False) -> None:
+        self.state = _FileState(source, freeze_file)
+        self.read = 0  # lines read: every line outside dump blocks
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.state.rows
+
+    def feed(self, lines: list[str], first_line: int = 1) -> None:
+        """Lines of the file, the first numbered `first_line` (1-based); dump blocks among them are skipped."""
+        state = self.state
+        skip = bytearray(len(lines) + 2)
+        for start, end in dump_block_lines(lines):
+            skip[start : end + 1] = b"\x01" * (end - start + 1)
+        for index, raw in enumerate(lines):
+            if skip[index + 1]:
+                state.in_record = False
+                state.traceback_line = None
+                continue
+            number = index + first_line
+            self.read += 1
+            text = strip_ansi(raw) if "\x1b" in raw else raw
+            if not text.strip() and state.traceback_line is None:
+                continue
+            match = RECORD.match(text) if "] " in text else None
+            if match is not None:
+                _record(state, number, match["logger"], match["level"], match["msg"])
+            else:
+                _continuation(state, number, text)
+
+
 def parse_lines(lines: list[str], source: str, *, freeze_file: bool = False) -> tuple[list[dict[str, Any]], int]:
     """Events from one file's lines and the number of lines read (every line outside dump blocks)."""
-    state = _FileState(source, freeze_file)
-    skip = bytearray(len(lines) + 2)
-    for start, end in dump_block_lines(lines):
-        skip[start : end + 1] = b"\x01" * (end - start + 1)
-    read = 0
-    for index, raw in enumerate(lines):
-        number = index + 1
-        if skip[number]:
-            state.in_record = False
-            state.traceback_line = None
-            continue
-        read += 1
-        text = strip_ansi(raw) if "\x1b" in raw else raw
-        if not text.strip() and state.traceback_line is None:
-            continue
-        match = RECORD.match(text) if "] " in text else None
-        if match is not None:
-            _record(state, number, match["logger"], match["level"], match["msg"])
-        else:
-            _continuation(state, number, text)
-    return state.rows, read
+    parser = LogLines(source, freeze_file=freeze_file)
+    parser.feed(lines)
+    return parser.rows, parser.read
 
 
-def _table(rows: list[dict[str, Any]]) -> pl.DataFrame:
+def log_events_table(rows: list[dict[str, Any]]) -> pl.DataFrame:
     if not rows:
         return pl.DataFrame(schema=LOG_EVENTS_SCHEMA)
     columns = {name: [row.get(name) for row in rows] for name in LOG_EVENTS_SCHEMA if name != "fields"}
@@ -265,4 +282,4 @@ def parse_log_files(paths: Iterable[Path], warnings: list[IngestWarning]) -> tup
         file_rows, read = parse_lines(lines, str(path), freeze_file=path.name == "requirements.txt")
         rows.extend(file_rows)
         info.records = read
-    return _table(rows), inputs
+    return log_events_table(rows), inputs

@@ -55,16 +55,58 @@ def check(ctx: RuleContext[EntropyCollapsePolicy]) -> list[Finding]:
     )
     if early < t.min_early_entropy:
         return ctx.passed(f"{summary}: low from the start (below {t.min_early_entropy}), nothing collapsed")
+    tail = values.tail(t.tail_steps)
+    tail_below = [v for v in tail["value"].to_list() if v <= t.max_late_entropy]
     if late > t.max_late_entropy or late > t.max_late_over_early * early:
-        return ctx.passed(f"{summary}: above the {t.max_late_entropy} floor or not a fall")
-    if len(below) < t.min_late_share_below * len(windows.late):
-        return ctx.passed(f"{summary}: only {len(below)} of {len(windows.late)} late steps below the floor")
+        reason = f"{summary}: above the {t.max_late_entropy} floor or not a fall"
+    elif len(below) < t.min_late_share_below * len(windows.late):
+        reason = f"{summary}: only {len(below)} of {len(windows.late)} late steps below the floor"
+    else:
+        reason = None
+    # A collapse in the last few steps: too short for the late window, judged on the run's tail alone — when it
+    # is new there (the steps just before were not low by the same count; else the late window's share decides).
+    prior = values.head(max(0, values.height - t.tail_steps)).tail(t.tail_steps)
+    prior_below = sum(1 for v in prior["value"].to_list() if v <= t.max_late_entropy)
+    short_tail = (
+        reason is not None
+        and len(tail_below) >= t.tail_min_below
+        and values.height > t.tail_steps
+        and prior_below < t.tail_min_below
+    )
+    if reason is not None and not short_tail:
+        return ctx.passed(
+            f"{reason}; {len(tail_below)} of the last {tail.height} steps below it (a tail collapse needs "
+            f"{t.tail_min_below})"
+        )
+    if short_tail:
+        late = median(tail["value"].to_list())
+        below, late_len = tail_below, tail.height
+        first_low = next(int(st) for st, v in tail.iter_rows() if v <= t.max_late_entropy)
+        summary = (
+            f"`{column}` median {early:.3g} over the first {len(windows.early)} steps -> {late:.3g} over the last "
+            f"{tail.height}, the run's tail"
+        )
+    else:
+        late_len, first_low = len(windows.late), None
 
     notes, stronger = _context(ctx, rows, t)
     saturated = notes.pop("saturated", False)
-    collapse_step = _first_sustained_below(values, t.max_late_entropy)
+    hidden = notes.pop("hidden", None)
+    collapse_step = first_low if first_low is not None else _first_sustained_below(values, t.max_late_entropy)
     steps = [int(s) for s in values.filter(values["step"] >= collapse_step)["step"].to_list()]
-    if saturated:
+    if hidden is not None:
+        severity, title = "warning", "Policy entropy collapsed behind all-correct groups"
+        meaning = (
+            f" The groups now read all-correct ({hidden}) without the reward having risen: the sampler emits one "
+            "completion per prompt, so every group is constant whatever the prompt's difficulty. The 'too easy' "
+            "reading of constant-reward-groups is this collapse's symptom, not (only) easy prompts."
+        )
+        fix = (
+            "Lower the learning rate, add a KL penalty toward the base model (kl_penalty_coef), keep temperature "
+            "at 1; read a few groups' transcripts (identical samples confirm it) and resume from a checkpoint "
+            f"before step {collapse_step}."
+        )
+    elif saturated:
         severity, title = "info", "Entropy collapsed after the task saturated"
         meaning = (
             " The reward is at its best and the groups are all-correct: the policy converged on a solved task, so "
@@ -94,7 +136,7 @@ def check(ctx: RuleContext[EntropyCollapsePolicy]) -> list[Finding]:
         )
     message = (
         f"{summary}: fell to {100 * late / early:.2g}% of its early level and stayed below {t.max_late_entropy} on "
-        f"{len(below)} of {len(windows.late)} late steps, from step {collapse_step} ({run_label(ctx.run.meta)})."
+        f"{len(below)} of {late_len} late steps, from step {collapse_step} ({run_label(ctx.run.meta)})."
         f"{meaning}{''.join(str(v) for v in notes.values())}"
     )
     return [
@@ -110,12 +152,14 @@ def check(ctx: RuleContext[EntropyCollapsePolicy]) -> list[Finding]:
                 "late_median": late,
                 "late_over_early": late / early,
                 "late_steps_below": len(below),
-                "late_steps": len(windows.late),
+                "late_steps": late_len,
                 "collapse_step": collapse_step,
                 "saturated": saturated,
                 "frac_mixed_fell": stronger,
+                "short_tail": short_tail,
+                "behind_all_good_groups": hidden is not None,
             },
-            fingerprint="entropy-collapse:saturated" if saturated else "entropy-collapse",
+            fingerprint="entropy-collapse:saturated" if saturated and hidden is None else "entropy-collapse",
             confidence="high" if stronger else "medium",
         )
     ]
@@ -150,8 +194,15 @@ def _context(ctx: RuleContext[EntropyCollapsePolicy], rows, t) -> tuple[dict, bo
         if reward.height and good is not None:
             best = float(reward["value"].max())
             late_reward = median(Windows.of(reward, share=t.window_share, min_len=t.min_window).late)
+            first_reward = float(reward["value"][0])  # the starting model's score
             if best > 0 and late_reward >= t.saturated_reward * best and good[1] >= 0.5:
-                notes["saturated"] = True
+                if late_reward - first_reward >= t.min_reward_gain:
+                    notes["saturated"] = True
+                else:
+                    notes["hidden"] = (
+                        f"`{good_key}` {good[0]:.2f} -> {good[1]:.2f}, reward {first_reward:.2f} at the first step, "
+                        f"{late_reward:.2f} late"
+                    )
     length_key = training_column(rows.columns, "ac_tokens_per_turn")
     length = _window_medians(rows, length_key, share=t.window_share, min_len=t.min_window) if length_key else None
     if length is not None and length[0] > 0 and length[1] >= t.length_growth * length[0]:
@@ -173,8 +224,11 @@ RULE = register(
             what=(
                 "`optim/entropy` (sampled-token NLL, nats/token) falling toward zero: the late window's median "
                 "below an absolute floor and a small fraction of the early window's, with most late steps below "
-                "the floor (one low step is not a collapse). Info when the reward has saturated with all-correct "
-                "groups (the policy converged on a solved task); warning otherwise (mode collapse)."
+                "the floor (one low step is not a collapse), or most of the run's last few steps below the floor "
+                "(a collapse new at the very end). Info when the reward rose and saturated with all-correct groups "
+                "(the policy converged on a learned task); warning otherwise (mode collapse), including all-correct "
+                "groups without a reward rise: the collapse makes every group constant, which constant-reward-groups "
+                "alone reads as 'too easy'."
             ),
             why=(
                 "The inkling skill says to watch optim/entropy; a collapsed sampler emits one completion per prompt, "

@@ -238,7 +238,9 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             "open, no error at the end of the log"
         )
     steps = ctx.step_times
-    usual = float(steps["total_s"].median()) if steps.height and "total_s" in steps.columns else None
+    # A console timeline's step has phase times but no total: no usual step time then.
+    median = steps["total_s"].drop_nulls().median() if steps.height and "total_s" in steps.columns else None
+    usual = float(median) if median is not None else None
     threshold_s = max(t.min_stuck_s, t.min_stuck_step_times * usual) if usual else t.min_stuck_s
     stuck_s, stuck_readings, dumps_say = _stuck(end)
     where_stuck = _where_stuck(end, dumps_say)

@@ -6,6 +6,7 @@ import polars as pl
 
 from trace_doctor.derive.instability import health_columns, non_finite_steps, spike_columns, spikes
 from trace_doctor.derive.step_times import live_training_rows
+from trace_doctor.knowledge.hyperparams import stabler_loss_advice
 from trace_doctor.knowledge.tinker import is_eval_key
 from trace_doctor.model import Finding
 from trace_doctor.policy.training import TrainingInstabilityPolicy
@@ -27,6 +28,14 @@ def _describe(bad: dict[str, pl.DataFrame], total_steps: int) -> str:
             f"`{column}` {kinds} on {frame.height} of {total_steps} steps from step {int(frame['step'].min())}"
         )
     return "; ".join(parts[:6]) + (f"; and {len(parts) - 6} more keys" if len(parts) > 6 else "")
+
+
+def _loss_advice(ctx) -> str:
+    """For an RL run whose loss does not clip the update, the loss to switch to (the Tinker notes), else ""."""
+    if ctx.run.meta.trainer != "rl" or not ctx.run.meta.config:
+        return ""
+    advice = stabler_loss_advice(ctx.run.meta.config)
+    return f" The {advice}" if advice else ""
 
 
 def _empty_batch_steps(rows: pl.DataFrame, steps: list[int]) -> set[int]:
@@ -111,7 +120,8 @@ def _non_finite(
             severity, fix = (
                 "error",
                 "Resume from the last checkpoint before the first non-finite step with a lower learning rate "
-                "(or gradient clipping); check the batch at that step for empty or extreme sequences.",
+                "(or gradient clipping); check the batch at that step for empty or extreme sequences."
+                + _loss_advice(ctx),
             )
         findings.append(
             ctx.finding(
@@ -209,6 +219,7 @@ def _spikes(
                 fix=(
                     "Lower the learning rate or add gradient clipping; look at the batches of the spike steps "
                     "(very long or degenerate sequences); resume from a checkpoint before a divergence."
+                    + _loss_advice(ctx)
                 ),
                 steps=sorted({st for s in found for st in s.steps})[:MAX_LISTED_STEPS],
                 evidence={"metric": column, "family": columns[column], "spikes": [s.to_dict() for s in found[:20]]},
@@ -265,7 +276,9 @@ RULE = register(
             ),
             fix=(
                 "Resume from a checkpoint before the first bad step with a lower learning rate or gradient "
-                "clipping; inspect the batches at the flagged steps."
+                "clipping; inspect the batches at the flagged steps. RL with loss_fn `importance_sampling` (an "
+                "unclipped ratio): switch to `ppo` or `cispo`, as the Tinker notes advise; async off-policy, to "
+                "`stable_reinforce` or `ppo` (rl/train.py warns importance_sampling and cispo can become unstable)."
             ),
         ),
         check=check,

@@ -1,0 +1,145 @@
+"""`trace-doctor watch` against runs the cookbook's own writers produce while it watches.
+
+The writer (fixtures/generate.py's training process: tinker-cookbook 0.6.1's trace collector and
+metrics store, the simulated service) runs in a subprocess; the watch follows its folder in-process
+with a short interval. A run whose service stops answering must be reported `stalled`, naming the
+phase in flight, within five steady step times of its last write, and `--on-stall` run once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from trace_doctor.cli import main
+from trace_doctor.ingest.live_run import LiveRun
+from trace_doctor.ingest.reading.tail import FileTail
+from trace_doctor.policy.live import WatchPolicy
+from trace_doctor.watch import EXIT_DONE, EXIT_STALLED, Watch, follow
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+ROW = b'{"step": %d, "progress": %f, "loss": 1.0}\n'
+
+
+def _writer(tmp_path: Path, **opts) -> subprocess.Popen:
+    pytest.importorskip("tinker_cookbook")
+    sys.path.insert(0, str(FIXTURES))
+    from sim.loops import Opts
+
+    options = Opts(name="live", dumps=True, **opts)
+    return subprocess.Popen(
+        [sys.executable, str(FIXTURES / "generate.py"), "--child", json.dumps(asdict(options)), "--out", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _events(out: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_a_hung_run_is_reported_stalled_in_flight_while_it_hangs(tmp_path):
+    hook = tmp_path / "hook.jsonl"
+    run = tmp_path / "run"
+    run.mkdir()
+    writer = _writer(run, n_steps=40, cycle_s=0.2, service_hangs_at_step=8, kill_after_s=30)
+    try:
+        watch = Watch(run, policy=WatchPolicy(min_stall_s=0.3, analysis_interval_s=1.0))
+        out = io.StringIO()
+        code = follow(watch, fmt="jsonl", interval=0.05, on_stall=f"cat >> {hook}", exit_on_stall=True, out=out)
+        still_running = writer.poll() is None
+    finally:
+        writer.kill()
+        writer.wait()
+    events = _events(out)
+    assert code == EXIT_STALLED
+    assert still_running, "the stall is reported while the run still hangs"
+    steps = [e["step"] for e in events if e["event"] == "progress"]
+    assert steps == list(range(8)), steps  # every step, once, in order
+    [stalled] = [e for e in events if e["event"] == "stalled"]
+    assert stalled["step"] == 8
+    assert "finish_batch" in stalled["phase"] and "step 8" in stalled["phase"]
+    assert stalled["silent_s"] <= 5 * stalled["steady_s"], stalled
+    # run-stopped's post-mortem of the files so far: what each thread is inside, the SDK's pending calls.
+    assert any("_APIFuture._result_async" in text for text in stalled["in_flight"]), stalled["in_flight"]
+    # The hook ran once, the event as JSON on its stdin.
+    [hooked] = [json.loads(line) for line in hook.read_text().splitlines()]
+    assert hooked["event"] == "stalled" and hooked["step"] == 8
+
+
+def test_a_completed_run_ends_with_done_and_exit_0(tmp_path):
+    writer = _writer(tmp_path, n_steps=10, cycle_s=0.05)
+    try:
+        out = io.StringIO()
+        code = follow(Watch(tmp_path, policy=WatchPolicy(min_stall_s=30.0)), fmt="jsonl", interval=0.05, out=out)
+    finally:
+        writer.kill()
+        writer.wait()
+    events = _events(out)
+    assert code == EXIT_DONE and events[-1] == {"event": "done", "steps": 10, "planned": 10}
+    assert [e["step"] for e in events if e["event"] == "progress"] == list(range(10))
+
+
+def test_a_half_written_line_waits_for_its_end(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    line = ROW % (0, 0.5)
+    metrics.write_bytes(line[:20])
+    live = LiveRun(tmp_path)
+    assert live.look().new_rows == []
+    with open(metrics, "ab") as f:
+        f.write(line[20:] + (ROW % (1, 1.0))[:5])
+    assert [r["step"] for r in live.look().new_rows] == [0]
+    with open(metrics, "ab") as f:
+        f.write((ROW % (1, 1.0))[5:])
+    assert [r["step"] for r in live.look().new_rows] == [1]
+    assert live.tables().steps["step"].to_list() == [0, 1]
+    assert not live.tables().warnings
+
+
+def test_a_replaced_or_truncated_file_is_read_afresh(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_bytes(ROW % (0, 0.25) + ROW % (1, 0.5))
+    live = LiveRun(tmp_path)
+    assert len(live.look().new_rows) == 2
+    replacement = tmp_path / "new.tmp"
+    replacement.write_bytes(ROW % (5, 0.25))
+    os.replace(replacement, metrics)  # another inode
+    look = live.look()
+    assert look.read_afresh == [str(metrics)] and [r["step"] for r in look.new_rows] == [5]
+    metrics.write_bytes(b"")  # truncated in place
+    assert live.look().read_afresh == [str(metrics)]
+    metrics.write_bytes(ROW % (7, 0.5))
+    assert [r["step"] for r in live.look().new_rows] == [7]
+    assert live.tables().steps["step"].to_list() == [7]
+
+
+def test_the_tail_keeps_only_offset_and_partial_line(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"a\nb\nc")
+    tail = FileTail(path)
+    read = tail.look()
+    assert read.lines == [b"a", b"b"] and read.first_line == 1 and tail.partial == b"c"
+    with open(path, "ab") as f:
+        f.write(b"d\n")
+    read = tail.look()
+    assert read.lines == [b"cd"] and read.first_line == 3 and tail.partial == b""
+
+
+def test_cli_watch_of_a_finished_run_and_usage_errors(tmp_path):
+    runner = CliRunner()
+    done = runner.invoke(main, ["watch", str(FIXTURES / "runs" / "sl_healthy_pipelined"), "--format", "jsonl"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output.splitlines()[-1])["event"] == "done"
+    text = runner.invoke(main, ["watch", str(FIXTURES / "runs" / "sl_healthy_pipelined")])
+    assert text.exit_code == 0 and "\x1b" not in text.output and text.output.splitlines()[-1].startswith("done: 30")
+    assert runner.invoke(main, ["watch", str(tmp_path / "missing")]).exit_code == 2
+    assert runner.invoke(main, ["watch", str(tmp_path), "--interval", "0"]).exit_code == 2

@@ -1,0 +1,114 @@
+"""Readers that take a growing file's new lines a look at a time and keep its table current.
+
+Each reader holds the parsing state a cold read holds while it walks the file (the metrics' columns,
+the log's open record, the trace's open stack) and the rows parsed so far, and builds its table on
+demand. The trace's reader is ingest/trace/span_live.py. A file read afresh (replaced, truncated)
+gets a new reader: live_run.py drops the old one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from trace_doctor.ingest.parsers.dumps import OPENERS, STACK_COLUMNS, TASK_COLUMNS, dump_rows_frame, scan_dump_lines
+from trace_doctor.ingest.parsers.logs import LogLines
+from trace_doctor.ingest.parsers.metrics import StepsBuilder
+from trace_doctor.ingest.reading.file_warnings import FileWarnings
+from trace_doctor.ingest.reading.jsonl import decode_line
+from trace_doctor.model import STEPS_SCHEMA
+
+
+def text_lines(lines: list[bytes]) -> list[str]:
+    """Raw lines as the text readers see them (undecodable bytes replaced, a CR before the newline dropped)."""
+    return [raw.decode("utf-8", "replace").removesuffix("\r") for raw in lines]
+
+
+class LiveMetrics:
+    """metrics.jsonl: each new line decoded and added to the steps columns (StepsBuilder)."""
+
+    def __init__(self, source: str, *, superseded_from: int | None = None) -> None:
+        self.warnings = FileWarnings(source)
+        self.steps = StepsBuilder(source, self.warnings, superseded_from=superseded_from)
+        self.new_rows: list[dict[str, Any]] = []  # rows added since the caller last took them
+
+    def feed(self, lines: list[bytes], first_line: int) -> None:
+        for index, raw in enumerate(lines, start=first_line):
+            parsed = decode_line(raw, index, self.warnings.path, self.warnings)
+            if parsed is not None:
+                self.steps.add(parsed.value, parsed.line)
+                self.new_rows.append(parsed.value)
+
+    def take_new_rows(self) -> list[dict[str, Any]]:
+        rows, self.new_rows = self.new_rows, []
+        return rows
+
+    def table(self) -> pl.DataFrame:
+        return self.steps.frame() if self.steps.rows else pl.DataFrame(schema=STEPS_SCHEMA)
+
+
+class LiveLog:
+    """A text log: its new lines through the log parser, whose state carries over (LogLines)."""
+
+    def __init__(self, source: str) -> None:
+        self.parser = LogLines(source)
+
+    def feed(self, lines: list[bytes], first_line: int) -> None:
+        self.parser.feed(text_lines(lines), first_line)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.parser.rows
+
+
+class LiveDumps:
+    """Task dumps and stack blocks. A block is scanned once the next one begins (or the file has
+    stopped growing): the lines from the last block opener on are held back, since a dump being
+    written may not be whole yet. Snapshot numbers and lines continue across looks."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.warnings = FileWarnings(source)
+        self.tasks: list[dict[str, Any]] = []
+        self.frames: list[dict[str, Any]] = []
+        self._pending: list[str] = []
+        self._first = 1  # the line number of _pending[0]
+        self._snapshots = 0
+
+    def feed(self, lines: list[bytes], first_line: int, *, settled: bool) -> None:
+        """New lines (none when the file did not grow); `settled`: nothing more is being written now."""
+        if not self._pending:
+            self._first = first_line
+        self._pending += text_lines(lines)
+        cut = len(self._pending)
+        if not settled:
+            openers = [i for i, text in enumerate(self._pending) if text.startswith(OPENERS)]
+            cut = openers[-1] if openers else cut
+        if cut == 0:
+            return
+        batch, self._pending = self._pending[:cut], self._pending[cut:]
+        scan = scan_dump_lines(batch, self.source, _Shifted(self.warnings, self._first - 1))
+        shift, base = self._first - 1, self._snapshots
+        for row in (*scan.tasks, *scan.frames):
+            row["line"] = row["line"] + shift if row.get("line") is not None else None
+            row["snapshot"] = row["snapshot"] + base
+        numbers = [row["snapshot"] for row in (*scan.tasks, *scan.frames)]
+        self._snapshots = max(numbers) + 1 if numbers else self._snapshots
+        self.tasks += scan.tasks
+        self.frames += scan.frames
+        self._first += cut
+
+    def tables(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        return dump_rows_frame(self.tasks, TASK_COLUMNS), dump_rows_frame(self.frames, STACK_COLUMNS)
+
+
+class _Shifted:
+    """A warning sink that numbers a batch's lines as the file's."""
+
+    def __init__(self, warnings: FileWarnings, shift: int) -> None:
+        self.warnings, self.shift = warnings, shift
+
+    def append(self, warning) -> None:
+        line = warning.line + self.shift if warning.line is not None else None
+        self.warnings.add(line, warning.problem)

@@ -1,0 +1,214 @@
+"""A run being written, followed a look at a time: the watch command's ingest.
+
+Each look re-lists the run's folder (a file the run creates later is followed from then on) and reads
+only what each streamed file gained since the last look (reading/tail.py): metrics rows, trace
+events, log and dump lines go to readers that keep their tables current (live_readers.py,
+trace/span_live.py). `tables()` is the run as a cold read of the files so far would give it, put
+together by the same code (read_run.assemble_run). The small side files that are not streamed (the
+config, checkpoints, timing spans, profiles) are parsed again by their kind's own parser, and only when
+one of them changed.
+
+Memory: per streamed file, its tail (an offset and at most one partial line) and its reader's rows,
+which are the tables the analysis reads; never a file's text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from trace_doctor.discover import discover
+from trace_doctor.ingest.kinds.registry import Parsed, Reading, registered
+from trace_doctor.ingest.live_readers import LiveDumps, LiveLog, LiveMetrics
+from trace_doctor.ingest.parsers.launches import launches_of
+from trace_doctor.ingest.parsers.logs import log_events_table
+from trace_doctor.ingest.parsers.metrics import PRE_RESUME_RE
+from trace_doctor.ingest.read_run import assemble_run
+from trace_doctor.ingest.reading.tail import FileTail
+from trace_doctor.ingest.trace.span_build import empty_spans
+from trace_doctor.ingest.trace.span_live import LiveSpans
+from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile, RunTables
+
+# Kinds read a look at a time; every other kind's files are parsed whole when they change.
+STREAMED = ("metrics", "trace", "log", "dump", "code_diff")
+# Files whose growth is the run's progress. A dump file is not: a hung run's watchdog keeps dumping.
+PROGRESS_KINDS = ("metrics", "trace", "log")
+
+
+@dataclass
+class Look:
+    """What one look found."""
+
+    new_rows: list[dict[str, Any]] = field(default_factory=list)  # metrics rows appended, in file order
+    progressed: bool = False  # a metrics, trace or log file grew
+    read_afresh: list[str] = field(default_factory=list)  # files replaced or truncated since the last look
+    files: int = 0
+
+
+@dataclass
+class _Followed:
+    """One streamed file: its tail and the readers its lines go to."""
+
+    path: Path
+    kinds: set[str]
+    tail: FileTail
+    metrics: LiveMetrics | None = None
+    spans: LiveSpans | None = None
+    log: LiveLog | None = None
+    dumps: LiveDumps | None = None
+
+    def make_readers(self) -> None:
+        source = str(self.path)
+        backup = PRE_RESUME_RE.search(self.path.name)
+        self.metrics = (
+            LiveMetrics(source, superseded_from=int(backup.group(1)) if backup else None)
+            if "metrics" in self.kinds
+            else None
+        )
+        self.spans = LiveSpans(source) if "trace" in self.kinds else None
+        self.log = LiveLog(source) if self.kinds & {"log", "dump", "code_diff"} else None
+        self.dumps = LiveDumps(source) if "dump" in self.kinds else None
+
+
+class LiveRun:
+    """One run folder (or file) followed as it is written (see the module docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._followed: dict[Path, _Followed] = {}
+        self._files: dict[str, list[Path]] = {}
+        self._passed_over: list = []
+        self._side: dict[str, tuple[Any, Parsed, list[IngestWarning]]] = {}  # kind -> (signature, parse, warnings)
+        self.last_progress: float | None = None  # time.monotonic() of the last look a progress file grew
+
+    def look(self) -> Look:
+        """Read what every file gained since the last look."""
+        found = discover([self.path])
+        self._files, self._passed_over = found.files, found.passed_over
+        look = Look()
+        for kind in STREAMED:
+            for path in found.files.get(kind, []):
+                followed = self._followed.get(path)
+                if followed is None:
+                    followed = self._followed[path] = _Followed(path, set(), FileTail(path))
+                if kind not in followed.kinds:
+                    followed.kinds.add(kind)
+                    followed.make_readers()
+                    followed.tail = FileTail(path)  # a new reader reads the file from its start
+        for followed in self._followed.values():
+            look.files += 1
+            read = followed.tail.look()
+            if read.reset:
+                look.read_afresh.append(str(followed.path))
+                followed.make_readers()
+            if read.grew and followed.kinds & set(PROGRESS_KINDS):
+                look.progressed = True
+            if followed.metrics is not None:
+                followed.metrics.feed(read.lines, read.first_line)
+                look.new_rows += followed.metrics.take_new_rows()
+            if followed.spans is not None:
+                followed.spans.feed(read.lines, read.first_line)
+            if followed.log is not None:
+                followed.log.feed(read.lines, read.first_line)
+            if followed.dumps is not None:
+                followed.dumps.feed(read.lines, read.first_line, settled=not read.grew)
+        if look.progressed:
+            self.last_progress = time.monotonic()
+        return look
+
+    def in_flight(self) -> list[str]:
+        """The trace spans open now (the latest trace's), outermost first; [] without a trace."""
+        traces = [f.spans for f in self._followed.values() if f.spans is not None and f.spans.last_ts is not None]
+        if not traces:
+            return []
+        return max(traces, key=lambda spans: spans.last_ts or 0.0).in_flight()
+
+    def tables(self) -> RunTables:
+        """The run as read so far (see the module docstring)."""
+        kinds = [kind for kind in registered() if kind.parse is not None]
+        parsed: dict[str, Parsed] = {}
+        warnings: dict[str, list[IngestWarning]] = {}
+        followed = sorted(self._followed.values(), key=lambda f: str(f.path))
+        parsed["metrics"] = self._metrics(followed)
+        parsed["trace"] = self._trace(followed)
+        parsed["log"] = self._logs(followed)
+        parsed["dump"] = self._dumps(followed)
+        for kind in kinds:
+            if kind.name in parsed:
+                continue
+            by_kind = {name: list(self._files.get(name, [])) for name in kind.files_read}
+            paths = [path for name in kind.files_read for path in by_kind[name]]
+            if not paths:
+                continue
+            signature = tuple((str(p), *_stat(p)) for p in paths)
+            cached = self._side.get(kind.name)
+            if cached is None or cached[0] != signature:
+                side_warnings: list[IngestWarning] = []
+                result = kind.parse(paths, side_warnings, dataclasses.replace(Reading(), files=by_kind))  # type: ignore[misc]
+                cached = self._side[kind.name] = (signature, result, side_warnings)
+            parsed[kind.name], warnings[kind.name] = cached[1], list(cached[2])
+        run = assemble_run(kinds, parsed, warnings)
+        run.passed_over = list(self._passed_over)
+        run.meta.path = str(self.path)
+        return run
+
+    @staticmethod
+    def _metrics(followed: list[_Followed]) -> Parsed:
+        readers = [f for f in followed if f.metrics is not None]
+        # Backups first, by their resume step, then the live file: the order a cold read keeps.
+        readers.sort(
+            key=lambda f: (
+                (0, f.metrics.steps.superseded_from) if f.metrics.steps.superseded_from is not None else (1, 0)
+            )
+        )
+        frames = [f.metrics.table() for f in readers if f.metrics.steps.rows]
+        steps = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema=STEPS_SCHEMA)
+        inputs = [InputFile(kind="metrics", path=str(f.path), records=f.metrics.steps.rows) for f in readers]
+        return Parsed({"steps": steps, "launches": launches_of(steps)}, inputs)
+
+    @staticmethod
+    def _trace(followed: list[_Followed]) -> Parsed:
+        readers = [f for f in followed if f.spans is not None]
+        tables = [t for t in (f.spans.table() for f in readers) if t.height]
+        spans = pl.concat(tables, how="vertical") if tables else empty_spans()
+        inputs = [InputFile(kind="trace", path=str(f.path), records=f.spans.events) for f in readers]
+        return Parsed({"spans": spans}, inputs)
+
+    @staticmethod
+    def _logs(followed: list[_Followed]) -> Parsed:
+        readers = [f for f in followed if f.log is not None]
+        rows = [row for f in readers for row in f.log.rows]
+        inputs = [
+            InputFile("code_diff" if f.path.name == "code.diff" else "log", str(f.path), records=f.log.parser.read)
+            for f in readers
+        ]
+        return Parsed({"log_events": log_events_table(rows)}, inputs)
+
+    @staticmethod
+    def _dumps(followed: list[_Followed]) -> Parsed:
+        readers = [f for f in followed if f.dumps is not None]
+        pairs = [f.dumps.tables() for f in readers]
+        tasks = [t for t, _ in pairs if t.height]
+        stacks = [s for _, s in pairs if s.height]
+        inputs = [InputFile("dump", str(f.path), records=len(f.dumps.tasks) + len(f.dumps.frames)) for f in readers]
+        empty_tasks, empty_stacks = LiveDumps("").tables()
+        return Parsed(
+            {
+                "task_snapshots": pl.concat(tasks, how="vertical") if tasks else empty_tasks,
+                "stack_snapshots": pl.concat(stacks, how="vertical") if stacks else empty_stacks,
+            },
+            inputs,
+        )
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (stat.st_size, stat.st_mtime_ns)

@@ -1,0 +1,89 @@
+"""Following a file as a live run appends to it: each look reads only the bytes added since the last.
+
+A tail remembers where it stopped (offset), which file it read (device and inode), and the bytes of a
+last line not yet ended by a newline: that line waits for its end, so a half-written record is never
+parsed. A file replaced (another inode: a writer that re-creates it) or truncated (smaller than what
+was read) is read again from its start, and the caller is told so it can drop what it built from the
+old bytes. The state is a few numbers and at most one partial line, however long the run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# A look reads at most this much: a run that wrote gigabytes before the watch started is caught up
+# over several looks, each of bounded memory.
+READ_LIMIT = 64 * 1024 * 1024
+# A partial line longer than this is no line a reader keeps (the JSONL readers refuse longer ones):
+# it is dropped, and the bytes up to its newline skipped.
+MAX_PARTIAL = 256 * 1024 * 1024
+
+
+@dataclass
+class TailRead:
+    """What one look found: the complete new lines (without their newline), and whether the file was
+    read afresh (replaced or truncated), so everything built from its old bytes is void."""
+
+    lines: list[bytes] = field(default_factory=list)
+    first_line: int = 1  # the 1-based line number of lines[0] in the file
+    reset: bool = False
+    grew: bool = False  # any byte was added (a partial line included)
+
+
+@dataclass
+class FileTail:
+    """One followed file (see the module docstring)."""
+
+    path: Path
+    offset: int = 0
+    identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read so far
+    partial: bytes = b""
+    lines_read: int = 0  # complete lines handed out so far
+    dropping: bool = False  # inside an over-long line: skip to its newline
+
+    def look(self) -> TailRead:
+        """Read what was appended since the last look (nothing, when the file is gone for now)."""
+        try:
+            with open(self.path, "rb") as handle:
+                stat = os.fstat(handle.fileno())
+                identity = (stat.st_dev, stat.st_ino)
+                reset = self.identity is not None and (identity != self.identity or stat.st_size < self.offset)
+                if reset:
+                    self._restart()
+                self.identity = identity
+                if stat.st_size == self.offset:
+                    return TailRead(first_line=self.lines_read + 1, reset=reset)
+                handle.seek(self.offset)
+                data = handle.read(READ_LIMIT)
+        except OSError:
+            return TailRead(first_line=self.lines_read + 1)
+        self.offset += len(data)
+        return self._split(data, reset)
+
+    def _restart(self) -> None:
+        self.offset, self.partial, self.lines_read, self.dropping = 0, b"", 0, False
+
+    def _split(self, data: bytes, reset: bool) -> TailRead:
+        first = self.lines_read + 1
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._keep_partial(data)
+            return TailRead(first_line=first, reset=reset, grew=bool(data))
+        lines = (self.partial + data[:end]).split(b"\n")
+        self.partial = b""
+        if self.dropping:
+            lines[0] = b""  # the end of an over-long line: counted, not read
+            self.dropping = False
+        self._keep_partial(data[end + 1 :])
+        self.lines_read += len(lines)
+        return TailRead(lines, first, reset, True)
+
+    def _keep_partial(self, rest: bytes) -> None:
+        if self.dropping:
+            return
+        if len(self.partial) + len(rest) > MAX_PARTIAL:
+            self.partial, self.dropping = b"", True
+            return
+        self.partial += rest

@@ -1,0 +1,381 @@
+"""`trace-doctor watch`: follow a run as it is written, with progress, findings as they appear and stalls.
+
+A `Watch` takes one look at a time (`look()`, which tests call directly): it reads what the run's files
+gained (ingest/live_run.py), turns each new training step into a `progress` event, re-runs the rules
+on the tables so far at the policy's cadence (`finding` events for findings not seen before), and
+when nothing has been written for longer than the stall bound (policy/live.py: a multiple of the
+steady step time, with a floor) reports a `stalled` event carrying run-stopped's post-mortem (where
+it stopped, what is in flight, the session id) while the process can still be looked at. A run that
+logged its planned steps is `done`; one whose log ends in a crash or an interrupt is `stopped`.
+`follow()` loops over looks, prints each event (text or JSON lines) and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trace_doctor.errors import RequestError
+from trace_doctor.ingest.live_run import LiveRun
+from trace_doctor.policy.live import WatchPolicy
+from trace_doctor.settings import Settings
+
+WATCH_FORMATS = ("text", "jsonl")
+# How a watch ended (documented in the README and `watch --help`; 2 is a usage error, as everywhere).
+EXIT_DONE = 0
+EXIT_STALLED = 4  # with --exit-on-stall: the run stopped progressing
+EXIT_STOPPED = 5  # the run's log ends in a crash or an interrupt (run-stopped judged it stopped)
+EXIT_INTERRUPTED = 130  # Ctrl-C
+# Step times kept for the steady step time and the rate: the latest ones only (bounded memory).
+RECENT_STEPS = 200
+# run-stopped kinds after which the process is gone: nothing more will be written.
+ENDED_KINDS = ("crashed", "interrupted")
+# A hook that does not return in this time is left behind (the watch goes on).
+HOOK_TIMEOUT_S = 60.0
+PROGRESS_KEYS = ("progress/done_frac", "progress")
+
+
+@dataclass
+class WatchEvent:
+    """One thing the watch reports: `event` is progress, finding, stalled, stopped or done."""
+
+    event: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.event, **self.data}
+
+    def json(self) -> str:
+        return json.dumps(self.to_dict(), default=str)
+
+
+class Watch:
+    """One run followed (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        settings: Settings | None = None,
+        *,
+        policy: WatchPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not Path(path).exists():
+            from trace_doctor.did_you_mean import missing_path
+
+            raise RequestError(f"path does not exist: {missing_path(Path(path))}")
+        self.live = LiveRun(path)
+        self.settings = settings or Settings()
+        self.policy = policy or WatchPolicy()
+        self.clock = clock
+        self.started = clock()
+        self.last_step: int | None = None
+        self.planned: int | None = None
+        self._arrival: tuple[float, int] | None = None  # (clock, step) of the latest row
+        self._step_s: deque[float] = deque(maxlen=RECENT_STEPS)  # the analysis' step times
+        self._row_step_s: deque[float] = deque(maxlen=RECENT_STEPS)  # step times read off the rows
+        self._seen: set[tuple[str, str]] = set()
+        self._analysed_at: float | None = None
+        self._dirty = False  # steps arrived since the last analysis
+        self.stalled = False  # a stall was reported and nothing was written since
+        self.stalls = 0
+        self.ended: int | None = None  # the exit code once the run is done or stopped
+
+    @property
+    def steady_s(self) -> float | None:
+        """The median of the recent step times: the analysis' (derive/step_times), else the rows' own timers,
+        else the time between rows as they arrived (rows read in one look, a run caught up, are not timed)."""
+        readings = self._step_s or self._row_step_s
+        return statistics.median(readings) if readings else None
+
+    @property
+    def stall_bound_s(self) -> float:
+        steady = self.steady_s
+        floor = self.policy.min_stall_s
+        return max(floor, self.policy.stall_step_times * steady) if steady else floor
+
+    def look(self) -> list[WatchEvent]:
+        """Read what the run wrote since the last look; the events it makes."""
+        look = self.live.look()
+        now = self.clock()
+        events = [self._progress(row, now) for row in look.new_rows if _training_step(row) is not None]
+        events = [e for e in events if e is not None]
+        if look.progressed:
+            self.stalled = False
+        if events:
+            self._dirty = True
+        finished = self.planned is not None and self.last_step is not None and self.last_step + 1 >= self.planned
+        due = self._analysed_at is None or now - self._analysed_at >= self.policy.analysis_interval_s
+        silent = self._silent_s(now)
+        stalling = not self.stalled and silent is not None and silent > self.stall_bound_s
+        if (self._dirty and (due or finished)) or stalling or (self._analysed_at is None and look.files):
+            events += self._analyse(now, stalling=stalling, silent_s=silent)
+        return events
+
+    def _silent_s(self, now: float) -> float | None:
+        last = self.live.last_progress
+        return None if last is None else now - last
+
+    def _progress(self, row: dict[str, Any], now: float) -> WatchEvent | None:
+        step = _training_step(row)
+        if step is None or (self.last_step is not None and step <= self.last_step and step != 0):
+            return None
+        previous, self._arrival = self._arrival, (now, step)
+        self.last_step = step
+        for key in PROGRESS_KEYS:
+            fraction = row.get(key)
+            if isinstance(fraction, (int, float)) and fraction > 0:
+                # (step + 1) / planned as supervised and RL training write it.
+                self.planned = round((step + 1) / fraction)
+                break
+        step_s = row.get("time/total") or row.get("time/step")
+        if not isinstance(step_s, (int, float)) and previous is not None and step > previous[1] and now > previous[0]:
+            step_s = (now - previous[0]) / (step - previous[1])
+        if isinstance(step_s, (int, float)) and step_s > 0:
+            self._row_step_s.append(float(step_s))
+        steady = self.steady_s
+        rate = 1.0 / steady if steady else None
+        remaining = self.planned - step - 1 if self.planned is not None else None
+        eta = remaining * steady if remaining is not None and steady else None
+        return WatchEvent(
+            "progress",
+            {
+                "step": step,
+                "planned": self.planned,
+                "step_s": _round(step_s),
+                "steady_s": _round(steady),
+                "rate_steps_per_s": _round(rate),
+                "eta_s": _round(eta),
+                "phase": " › ".join(self.live.in_flight()) or None,
+                "since_write_s": _round(self._silent_s(now)),
+            },
+        )
+
+    def _analyse(self, now: float, *, stalling: bool, silent_s: float | None) -> list[WatchEvent]:
+        from trace_doctor.api import analyze
+
+        self._analysed_at, self._dirty = now, False
+        run = self.live.tables()
+        if not run.records_read:
+            return []
+        result = analyze(run, settings=self.settings)
+        steps = result.derived.get("step_times")
+        if steps is not None and steps.height and "total_s" in steps.columns:
+            self._step_s.clear()
+            self._step_s.extend(float(v) for v in steps["total_s"].drop_nulls().tail(RECENT_STEPS))
+        events: list[WatchEvent] = []
+        stopped = None
+        for finding in result.findings:
+            if finding.rule == "run-stopped":
+                stopped = finding
+                continue
+            key = (finding.rule, finding.fingerprint or finding.title)
+            if key not in self._seen:
+                self._seen.add(key)
+                events.append(WatchEvent("finding", _finding_data(finding)))
+        from trace_doctor.derive.run_end import run_end
+
+        end = run_end(run)
+        if end.reached_plan or (end.final_checkpoint and not end.left_open):
+            self.ended = EXIT_DONE
+            events.append(WatchEvent("done", {"steps": (end.last_step or 0) + 1, "planned": end.plan.steps}))
+            return events
+        kind = stopped.evidence.get("kind") if stopped is not None else None
+        if kind in ENDED_KINDS:
+            self.ended = EXIT_STOPPED
+            events.append(WatchEvent("stopped", {"kind": kind, **_finding_data(stopped)}))
+            return events
+        if stalling:
+            self.stalled, self.stalls = True, self.stalls + 1
+            events.append(WatchEvent("stalled", self._stall_data(end, stopped, silent_s)))
+        return events
+
+    def _stall_data(self, end: Any, stopped: Any, silent_s: float | None) -> dict[str, Any]:
+        evidence = stopped.evidence if stopped is not None else {}
+        flight = evidence.get("in_flight") or []
+        phase = flight[0] if flight else (" › ".join(self.live.in_flight()) or None)
+        return {
+            "step": end.stopped_step,
+            "phase": phase,
+            "in_flight": flight,
+            "silent_s": _round(silent_s),
+            "bound_s": _round(self.stall_bound_s),
+            "steady_s": _round(self.steady_s),
+            "kind": evidence.get("kind"),
+            "session_ids": evidence.get("session_ids", []),
+            "message": stopped.message if stopped is not None else "nothing was written for longer than the bound",
+            "fix": stopped.fix if stopped is not None else None,
+        }
+
+
+def _training_step(row: dict[str, Any]) -> int | None:
+    step = row.get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        return None
+    return None if any(key.startswith(("test/", "eval/")) for key in row) and "progress" not in row else step
+
+
+def _finding_data(finding: Any) -> dict[str, Any]:
+    return {
+        "rule": finding.rule,
+        "severity": finding.severity,
+        "title": finding.title,
+        "message": finding.message,
+        "steps": list(finding.steps or [])[:20],
+    }
+
+
+def _round(value: Any) -> float | None:
+    return round(float(value), 4) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def run_hook(command: str, event: WatchEvent) -> None:
+    """Run `command` in a shell with the event as JSON on its stdin; a failing hook is told, never fatal."""
+    try:
+        subprocess.run(command, shell=True, input=event.json() + "\n", text=True, timeout=HOOK_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"trace-doctor: --on-stall command failed: {exc}", file=sys.stderr)
+
+
+def event_text(event: WatchEvent) -> str:
+    """One event as a plain line."""
+    d = event.data
+    if event.event == "progress":
+        of = f"/{d['planned']}" if d.get("planned") else ""
+        parts = [f"step {d['step']}{of}"]
+        if d.get("step_s") is not None:
+            steady = f" (steady {d['steady_s']:.3g} s)" if d.get("steady_s") is not None else ""
+            parts.append(f"{d['step_s']:.3g} s/step{steady}")
+        if d.get("rate_steps_per_s"):
+            parts.append(f"{d['rate_steps_per_s']:.3g} steps/s")
+        if d.get("eta_s") is not None:
+            parts.append(f"ETA {_duration(d['eta_s'])}")
+        if d.get("phase"):
+            parts.append(f"in {d['phase']}")
+        return "  ".join(parts)
+    if event.event == "finding":
+        return f"finding [{d['severity']}] {d['rule']}: {d['title']}"
+    if event.event == "stalled":
+        where = f" in {d['phase']}" if d.get("phase") else ""
+        return (
+            f"STALLED at step {d['step']}{where}: nothing written for {_duration(d['silent_s'] or 0)} "
+            f"(bound {_duration(d['bound_s'] or 0)}). {d['message']}"
+        )
+    if event.event == "stopped":
+        return f"STOPPED ({d['kind']}): {d['message']}"
+    return f"done: {d['steps']} step(s)" + (f" of {d['planned']} planned" if d.get("planned") else "")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def follow(
+    watch: Watch,
+    *,
+    fmt: str = "text",
+    interval: float = 2.0,
+    on_stall: str | None = None,
+    exit_on_stall: bool = False,
+    out: Any = None,
+    live_display: bool | None = None,
+    max_looks: int | None = None,
+) -> int:
+    """Look every `interval` seconds until the run is done or stopped (or stalls, with `exit_on_stall`);
+    print each event (`fmt` text or jsonl) and return the exit code. On a terminal the text status
+    is redrawn in place (rich Live); anywhere else every event is a line of its own."""
+    out = out or sys.stdout
+    if live_display is None:
+        live_display = fmt == "text" and out.isatty()
+    display = _Display(out, fmt, live_display)
+    looks = 0
+    try:
+        with display:
+            while True:
+                for event in watch.look():
+                    display.show(event)
+                    if event.event == "stalled" and on_stall:
+                        run_hook(on_stall, event)
+                    if event.event == "stalled" and exit_on_stall:
+                        return EXIT_STALLED
+                if watch.ended is not None:
+                    return watch.ended
+                looks += 1
+                if max_looks is not None and looks >= max_looks:
+                    return EXIT_DONE
+                display.idle(watch)
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        print("trace-doctor: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+class _Display:
+    """Where events go: JSON lines, plain lines, or (a terminal) lines above a status redrawn in place."""
+
+    def __init__(self, out: Any, fmt: str, live: bool) -> None:
+        self.out, self.fmt, self.live = out, fmt, None
+        self._status = ""
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live("", console=Console(file=out), auto_refresh=False, transient=True)
+
+    def __enter__(self) -> _Display:
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+            if self._status:
+                print(self._status, file=self.out)
+
+    def show(self, event: WatchEvent) -> None:
+        if self.fmt == "jsonl":
+            print(event.json(), file=self.out, flush=True)
+            return
+        text = event_text(event)
+        if self.live is None:
+            print(text, file=self.out, flush=True)
+        elif event.event == "progress":
+            self._status = text
+            self.live.update(text, refresh=True)
+        else:
+            self.live.console.print(text, markup=False, highlight=False)
+
+    def idle(self, watch: Watch) -> None:
+        """A terminal's status gains the time since the last write; plain output prints nothing new."""
+        if self.live is None or not self._status:
+            return
+        silent = watch._silent_s(watch.clock())
+        if silent is not None:
+            self.live.update(f"{self._status}  (last write {_duration(silent)} ago)", refresh=True)
+
+
+def follow_run(
+    path: str | Path,
+    settings: Settings | None = None,
+    *,
+    fmt: str = "text",
+    interval: float = 2.0,
+    on_stall: str | None = None,
+    exit_on_stall: bool = False,
+) -> int:
+    """Watch the run at `path` until it ends (the CLI's `watch`): the exit code (module constants)."""
+    return follow(Watch(path, settings), fmt=fmt, interval=interval, on_stall=on_stall, exit_on_stall=exit_on_stall)
