@@ -356,6 +356,25 @@ def distillation_teacher_kl() -> RunTables:
 
 
 @cache
+def kl_step0_among_peers() -> RunTables:
+    """RL run with the recommended renderer, first KL 0.06, three peers of its model and renderer at 0.02-0.03."""
+    rows = [
+        {"step": i, "progress/batch": i, "env/all/reward/total": 0.5, "optim/kl_sample_train_v2": 0.06}
+        for i in range(10)
+    ]
+    run = run_from_rows(rows, model_name="Qwen/Qwen3-8B", renderer_name="qwen3", temperature=1.0)
+    run.peers = {"step0_kl": [0.02, 0.025, 0.03]}
+    return run
+
+
+@cache
+def sft_nll_worse_than_uniform() -> RunTables:
+    """SFT run whose first train NLL is 24.6 nats/token: worse than a uniform guess over any vocabulary."""
+    rows = [{"step": i, "train_mean_nll": 24.6 - 0.1 * i, "num_loss_tokens": 1000.0} for i in range(30)]
+    return run_from_rows(rows, trainer="sl", model_name="Qwen/Qwen3-8B", renderer_name="qwen3")
+
+
+@cache
 def sample_spans_near_zero() -> RunTables:
     """RL metrics where sample_async takes 2 ms inside a 2 s policy_sample (the tinker 0.38 + py3.11 trap)."""
     rows = [
@@ -853,6 +872,12 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("renderer-kl-step0", "min_teacher_steps_for_trend"): Probe(
         distillation_teacher_kl, 10, "5 teacher_kl steps are too few to see a trend: the finding says so (low)"
     ),
+    ("renderer-kl-step0", "min_peer_runs"): Probe(
+        kl_step0_among_peers, 4, "3 peers are too few to compare with: low -> medium confidence"
+    ),
+    ("renderer-kl-step0", "peer_outlier_ratio"): Probe(
+        kl_step0_among_peers, 2.0, "0.06 is over 2x the peers' 0.025: alike (low) -> outlier (high)"
+    ),
     # kl-drift
     ("kl-drift", "min_share_above"): Probe(kl_drifting_late, 0.5, "KL high on 32% of later steps: fired -> passed"),
     ("kl-drift", "min_judged_steps"): Probe(kl_drifting_late, 1000, "fewer later KL values: fired -> not_applicable"),
@@ -993,6 +1018,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     # renderer-model-mismatch
     ("renderer-model-mismatch", "max_sft_step0_nll"): Probe(
         "training/config_sft_wrong_renderer_nll", 4.0, "step-0 test NLL 3.16 is under 4: the NLL finding goes"
+    ),
+    ("renderer-model-mismatch", "min_worse_than_uniform_nll"): Probe(
+        sft_nll_worse_than_uniform, 30.0, "24.6 nats is under 30: the data finding becomes the renderer hint"
     ),
     # config-risk
     ("config-risk", "max_rl_learning_rate"): Probe(

@@ -295,9 +295,12 @@ def test_speed_and_training_are_both_named():
 def test_quality_cause_by_severity_then_confidence_and_tolerates_unregistered_slugs():
     medium = _finding("kl-drift", confidence="medium", code="TD202")
     high = _finding("entropy-collapse", confidence="high", code="TD205")  # registered by another branch
-    error = _finding("training-instability", "error", confidence="low", code="TD206")
+    error = _finding("training-instability", "error", confidence="medium", code="TD206")
     assert decide_verdict([medium, high], OUTCOMES).quality is high
     assert decide_verdict([medium, high, error], OUTCOMES).quality is error
+    guess = _finding("training-instability", "error", confidence="low", code="TD206")
+    verdict = decide_verdict([medium, high, guess], OUTCOMES)
+    assert verdict.quality is high and verdict.status == "error"  # a guess is never the cause to fix first
     explained = _finding("kl-drift", explained_by=["stale-sampler"])
     assert decide_verdict([explained], OUTCOMES).quality is None
 

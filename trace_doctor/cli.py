@@ -252,7 +252,9 @@ def rules_command(slug: str | None, config: str | None) -> None:
     if slug:
         text = explain_rule(slug, settings)
         if text is None:
-            _fail(f"unknown rule {slug!r} (see `trace-doctor rules`)")
+            from trace_doctor.rules.engine import suggest_rule
+
+            _fail(f"unknown rule {slug!r}{suggest_rule(slug)} (see `trace-doctor rules`)")
         click.echo(text)
         return
     for rule in list_rules():

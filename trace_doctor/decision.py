@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trace_doctor.humanize import format_seconds
+from trace_doctor.humanize import format_range, format_seconds
 from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, TRAINING_QUALITY
 from trace_doctor.model import (
     SEVERITY_RANK,
@@ -32,18 +32,21 @@ CONFIDENCE_RANK = {"high": 2, "medium": 1, "low": 0}
 class Verdict:
     """What the run amounts to: the worst severity (or clear / limited), counts, worst and costliest finding."""
 
-    # "error" | "warning" | "info" (the worst finding's severity), "clear", or "limited": no finding,
-    # but fewer than half of the rules had the input they need, so silence is not health.
+    # "error" | "warning" | "info" (the worst problem's severity), "clear" (no problem: at most hints),
+    # or "limited": no problem, but fewer than half of the rules had the input they need, so silence
+    # is not health.
     status: str
     headline: str
     counts: dict[str, int]
     checked: int  # rules that ran to a judgement (passed)
     total: int  # rules selected
-    worst: Finding | None = None
+    worst: Finding | None = None  # the worst problem (never a hint)
     costliest: Finding | None = None  # the root cause: costliest finding no other finding explains
     # The training-quality problem to fix: worst unexplained quality finding (time and quality are
     # different axes, so a run can have both a root cause and a quality cause).
     quality: Finding | None = None
+    # Hints: info findings and low-confidence guesses, shown as notes, never the verdict's lead.
+    notes: tuple[Finding, ...] = ()
 
     @property
     def limited(self) -> bool:
@@ -53,7 +56,7 @@ class Verdict:
     def main(self) -> Finding | None:
         """The run's main finding, the one a table of runs names (fleet, `ingest --out`'s `runs`):
         the root cause; with no time cause, the training-quality cause unless another finding is
-        more severe; else the worst finding."""
+        more severe; else the worst finding. None when the run has only hints (they are notes)."""
         if self.costliest is not None:
             return self.costliest
         if self.quality is None or self.worst is None:
@@ -78,42 +81,74 @@ class Gate:
         """Whether anything can trip it: a severity level, or a baseline to regress against."""
         return self.fail_on != "never" or self.baseline_verdict is not None
 
+    @property
+    def criteria(self) -> str:
+        """What can trip it, for people: `--fail-on warning`, a regression against the baseline, or both."""
+        parts = [f"--fail-on {self.fail_on}"] if self.fail_on != "never" else []
+        if self.baseline_verdict is not None:
+            inconclusive = " (or an inconclusive comparison)" if self.fail_on_inconclusive else ""
+            parts.append(f"a regression against the baseline{inconclusive}")
+        return " or ".join(parts) or "nothing (--fail-on never)"
+
     def trips_on(self, finding: Finding) -> bool:
         """Whether this finding alone reaches the gate's severity level."""
         return self.fail_on != "never" and SEVERITY_RANK[finding.severity] >= SEVERITY_RANK[self.fail_on]
 
 
+def is_hint(finding: Finding) -> bool:
+    """An info finding or a low-confidence guess: worth a note, never the cause to fix first (an error
+    is never a hint, whatever its confidence: it says something broke)."""
+    if finding.severity == "error":
+        return False
+    return finding.severity == "info" or finding.confidence == "low"
+
+
+def can_lead(finding: Finding) -> bool:
+    """Whether the finding may be the verdict's root cause or training cause: not a hint, not a
+    low-confidence error. The service's side is the exception: server-side-wait is info because
+    nothing in the loop is to fix, but its seconds are measured, and the verdict says to escalate."""
+    if finding.rule in SERVICE_TIME:
+        return finding.confidence != "low"
+    return not is_hint(finding) and finding.confidence != "low"
+
+
 def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome], account: TimeAccount | None = None) -> Verdict:
-    """Counts by severity, the worst finding, the root cause; "limited" when little could be checked.
+    """Counts by severity, the worst problem, the root cause; "clear" (with notes) when the findings
+    are only hints; "limited" when little could be checked.
 
     The root cause is ranked by the triage's non-overlapping seconds (trace_doctor.triage): a symptom
-    that another finding explains is never the headline.
+    that another finding explains is never the headline, and neither is a hint.
     """
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     checked = sum(1 for o in outcomes if o.status == "passed")
     total = len(outcomes)
-    if not findings:
-        if checked * 2 < total:
+    notes = tuple(f for f in findings if is_hint(f))
+    problems = [f for f in findings if not is_hint(f)]
+    root, root_title, root_seconds = root_cause(findings)
+    if not problems and root is None:
+        # A rule that left a note had its input and judged the run, like one that passed.
+        judged = checked + sum(1 for o in outcomes if o.status == "fired")
+        done = (
+            f"{checked} of {total} rules checked this run and passed"
+            if not notes
+            else f"{judged} of {total} rules checked this run"
+        )
+        if judged * 2 < total:
             return Verdict(
                 "limited",
                 (
-                    f"No problems found, but little could be checked: only {checked} of {total} rules had the "
-                    "input they need."
+                    f"No problems found, but little could be checked: only {judged} of {total} rules had the "
+                    f"input they need.{_notes_text(notes)}"
                 ),
                 counts,
                 checked,
                 total,
+                notes=notes,
             )
-        return Verdict(
-            "clear",
-            f"No problems found: {checked} of {total} rules checked this run and passed.",
-            counts,
-            checked,
-            total,
-        )
+        return Verdict("clear", f"No problems found: {done}.{_notes_text(notes)}", counts, checked, total, notes=notes)
     parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
-    worst = findings[0]
-    root, root_title, root_seconds = root_cause(findings)
+    # The first problem of the highest severity, in the findings' order (the analysis sorts them).
+    worst = max(problems, key=lambda f: SEVERITY_RANK[f.severity]) if problems else None
     quality = quality_cause(findings)
     text = f"{', '.join(parts)}."
     if root is not None:
@@ -124,28 +159,35 @@ def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome], account
             text += f" Speed: {speed}; Training: {_quality_text(quality)}."
         else:
             text += f" Root cause: {root_title} (≈{format_seconds(root_seconds)}{share}); {todo}."
-        if worst is not root and worst is not quality and worst.severity == "error":
+        if worst is not None and worst is not root and worst is not quality and worst.severity == "error":
             text += f" Also: {worst.title}."
     elif quality is not None:
         text += f" Training: {_quality_text(quality)}; fix it first."
-        if worst is not quality and worst.severity == "error":
+        if worst is not None and worst is not quality and worst.severity == "error":
             text += f" Also: {worst.title}."
-    else:
-        text += f" Worst: {worst.title}."
+    elif worst is not None:
+        unsure = f" ({worst.confidence} confidence)" if worst.confidence == "low" else ""
+        text += f" Worst: {worst.title}{unsure}."
     if account and root is not None:
         low, high = account.counterfactual.range_s
-        wall = account.wall_time_s
-        around = (
-            format_seconds(low) if abs(high - low) < 0.05 * wall else f"{format_seconds(low)}–{format_seconds(high)}"
-        )
-        text += f" With every fix: ≈{around} instead of {format_seconds(wall)}."
-    return Verdict(worst.severity, text, counts, checked, total, worst=worst, costliest=root, quality=quality)
+        text += f" With every fix: ≈{format_range(low, high, account.wall_time_s)} instead of "
+        text += f"{format_seconds(account.wall_time_s)}."
+    status = worst.severity if worst is not None else root.severity
+    return Verdict(status, text, counts, checked, total, worst=worst, costliest=root, quality=quality, notes=notes)
+
+
+def _notes_text(notes: tuple[Finding, ...]) -> str:
+    """` N note(s): title; title.` for a run whose findings are only hints."""
+    if not notes:
+        return ""
+    return f" Note{'s' if len(notes) != 1 else ''}: {'; '.join(f.title for f in notes)}."
 
 
 def quality_cause(findings: list[Finding]) -> Finding | None:
     """The training-quality problem to fix first: the worst finding of a training-quality rule that no
-    other finding explains, by severity, then confidence (then code, for a stable choice)."""
-    candidates = [f for f in findings if f.rule in TRAINING_QUALITY and not f.explained_by]
+    other finding explains and that is not a hint, by severity, then confidence (then code, for a
+    stable choice)."""
+    candidates = [f for f in findings if f.rule in TRAINING_QUALITY and not f.explained_by and can_lead(f)]
     if not candidates:
         return None
     return min(
@@ -176,13 +218,13 @@ def quality_summary(verdict: Verdict | None) -> dict[str, Any] | None:
 
 def root_cause(findings: list[Finding]) -> tuple[Finding | None, str, float]:
     """The cause to fix first, its name and its seconds: the rule whose findings no other finding
-    explains and together cost the most (not warm-up or scheduled work, not a comparison with a
-    baseline; the service's side counts: it is what the user must escalate). One rule's facets
-    (optim_step awaited, next step awaited) are one fix, so they are
-    ranked together; the seconds are the triage's non-overlapping ones."""
+    explains, that are not hints (info, low confidence), and together cost the most (not warm-up or
+    scheduled work, not a comparison with a baseline; the service's side counts: it is what the user
+    must escalate). One rule's facets (optim_step awaited, next step awaited) are one fix, so they
+    are ranked together; the seconds are the triage's non-overlapping ones."""
     by_rule: dict[str, list[Finding]] = {}
     for f in findings:
-        if f.seconds_lost and not f.explained_by:
+        if f.seconds_lost and not f.explained_by and can_lead(f):
             if f.rule not in BENIGN_TIME | COMPARISON_RULES:
                 by_rule.setdefault(f.rule, []).append(f)
     if not by_rule:

@@ -19,6 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trace_doctor.did_you_mean import missing_path
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.kinds.registry import ContentTest, InputKind, Sniffed, registered
 from trace_doctor.ingest.reading.textfile import utf16_as_utf8, utf16_encoding
@@ -248,7 +249,7 @@ def discover(paths: list[str | os.PathLike[str]]) -> Discovered:
     for raw in paths:
         path = input_path(raw)
         if not path.exists():
-            result.missing.append(f"{path} (a broken symbolic link)" if path.is_symlink() else str(path))
+            result.missing.append(missing_path(path))
             continue
         candidates = _walk(path, result.passed_over) if path.is_dir() else [path]
         for candidate in candidates:

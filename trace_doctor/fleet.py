@@ -21,6 +21,7 @@ from typing import Any
 from trace_doctor.crash_report import describe, write_traceback
 from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import PassedOver
+from trace_doctor.peers import fleet_peers
 from trace_doctor.runs import RunSource
 from trace_doctor.settings import Settings
 
@@ -174,12 +175,14 @@ def analyze_source(
     dataset_dir: str | None = None,
     redact: bool = False,
     plotly_src: str | None = None,
+    peers: dict[str, Any] | None = None,
 ) -> RunReport:
     """Analyse one run (in a worker process): its document, verdict, gate, row and own rendering.
 
     `redact`: the run (and the baseline) lose their credentials before the rules read them, and a
     failed run's reason (which may quote a path or a line) is redacted too. `plotly_src`: the run's
-    HTML page loads plotly.js from this file in `html_dir` instead of inlining it.
+    HTML page loads plotly.js from this file in `html_dir` instead of inlining it. `peers`: facts about
+    the folder's other runs (peers.fleet_peers) the rules read in `run.peers`.
     """
     from trace_doctor.ingest.storage import cache
 
@@ -194,6 +197,7 @@ def analyze_source(
             dataset_dir=dataset_dir,
             redact=redact,
             plotly_src=plotly_src,
+            peers=peers or {},
         )
     except Exception as exc:  # noqa: BLE001 - one broken run never breaks the fleet
         _internal_error(report, describe(exc), write_traceback(exc, context=f"analysing {source.label}"))
@@ -223,6 +227,7 @@ def _analyze_into(
     dataset_dir: str | None,
     redact: bool,
     plotly_src: str | None = None,
+    peers: dict[str, Any],
 ) -> RunReport:
     from trace_doctor import result_cache
     from trace_doctor.api import NothingToAnalyze
@@ -235,12 +240,17 @@ def _analyze_into(
         settings,
         baseline,
         redact,
-        naming=(source.path, source.whole_folder, tuple((p.path, p.reason) for p in source.passed_over)),
+        naming=(
+            source.path,
+            source.whole_folder,
+            tuple((p.path, p.reason) for p in source.passed_over),
+            *((tuple(sorted((k, tuple(v)) for k, v in peers.items())),) if peers else ()),
+        ),
     )
     try:
         result = result_cache.cached(
             request,
-            compute=lambda: _fresh_analysis(source, settings, baseline, redact),
+            compute=lambda: _fresh_analysis(source, settings, baseline, redact, peers),
             reload=lambda: source_tables(source, redact),
         )
     except NothingToAnalyze as exc:
@@ -306,11 +316,14 @@ def source_tables(source: RunSource, redact: bool):
     return run
 
 
-def _fresh_analysis(source: RunSource, settings: Settings, baseline: str | None, redact: bool):
+def _fresh_analysis(
+    source: RunSource, settings: Settings, baseline: str | None, redact: bool, peers: dict[str, Any] | None = None
+):
     """Analyse the run (and compare it with the baseline): raises NothingToAnalyze for either."""
     from trace_doctor.api import analyze
 
     run = source_tables(source, redact)
+    run.peers = dict(peers or {})
     base = _baseline_run(baseline, redact) if baseline else None
     return analyze(run, settings=settings, baseline=base)
 
@@ -368,8 +381,9 @@ def analyze_sources(
         "redact": redact,
         "plotly_src": _shared_plotly(html_dir),
     }
+    peers = fleet_peers(sources) if len(sources) > 1 else {}
     if jobs == 1:
-        reports = [analyze_source(source, settings, **options) for source in sources]
+        reports = [analyze_source(source, settings, **options, peers=peers.get(source.run_id)) for source in sources]
     else:
         # spawn, not fork: polars' thread pool does not survive a fork of a process that used it.
         context = multiprocessing.get_context("spawn")
@@ -381,11 +395,14 @@ def analyze_sources(
         try:
             # Largest runs first, so a big one never starts last while the other workers idle.
             order = sorted(sources, key=lambda s: -_input_bytes([s]))
-            reports, unfinished = _in_pool(order, settings, jobs, context, options)
+            reports, unfinished = _in_pool(order, settings, jobs, context, options, peers)
             # A worker that died (killed for memory, a crash in native code) breaks the whole pool:
             # the runs it took down with it are analysed again, each in a process of its own, so
             # only the run that kills its worker is a failed row.
-            reports += [_in_own_process(source, settings, context, options) for source in unfinished]
+            reports += [
+                _in_own_process(source, settings, context, options | {"peers": peers.get(source.run_id)})
+                for source in unfinished
+            ]
         finally:
             if saved is None:
                 os.environ.pop("POLARS_MAX_THREADS", None)
@@ -407,12 +424,22 @@ def _shared_plotly(html_dir: str | None) -> str | None:
     return SHARED_PLOTLY
 
 
-def _in_pool(sources: list[RunSource], settings: Settings, jobs: int, context, options: dict[str, Any]):
+def _in_pool(
+    sources: list[RunSource],
+    settings: Settings,
+    jobs: int,
+    context,
+    options: dict[str, Any],
+    peers: dict[str, dict[str, Any]],
+):
     """(reports, runs left unfinished because a worker died and broke the pool)."""
     reports: list[RunReport] = []
     unfinished: list[RunSource] = []
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = [(source, pool.submit(analyze_source, source, settings, **options)) for source in sources]
+        futures = [
+            (source, pool.submit(analyze_source, source, settings, **options, peers=peers.get(source.run_id)))
+            for source in sources
+        ]
         for source, future in futures:
             try:
                 reports.append(future.result())

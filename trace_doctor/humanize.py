@@ -22,6 +22,18 @@ def format_seconds(value: float | None) -> str:
     return f"{value * 1000:.1f} ms"
 
 
+# A counterfactual range narrower than this share of the wall time reads as one number.
+ONE_NUMBER_SHARE = 0.05
+
+
+def format_range(low: float, high: float, wall: float) -> str:
+    """`4.70 s–7.00 s`, or one number when the ends are close (under 5% of `wall` apart) or print alike."""
+    first, last = format_seconds(low), format_seconds(high)
+    if first == last or abs(high - low) < ONE_NUMBER_SHARE * wall:
+        return first
+    return f"{first}–{last}"
+
+
 def launches_line(launches: list) -> str | None:
     """`2 launches: relaunched at step 20 (rewrote 4 steps)`; None for a run written by one process."""
     if len(launches) < 2:

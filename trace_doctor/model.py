@@ -281,6 +281,9 @@ class RunTables:
     launches: list[Any] = field(default_factory=list)
     passed_over: list[PassedOver] = field(default_factory=list)
     warnings: list[IngestWarning] = field(default_factory=list)
+    # Facts about the other runs of a folder the fleet analyses alongside this one (peers.py), e.g.
+    # {"step0_kl": [first-step KL of each other run of the same model and renderer]}; empty alone.
+    peers: dict[str, Any] = field(default_factory=dict)
     # Whether credentials were removed from every string read from the files (trace_doctor.redact).
     redacted: bool = False
 

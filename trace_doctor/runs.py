@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from trace_doctor.did_you_mean import missing_path
 from trace_doctor.discover import discover
 from trace_doctor.file_names import input_path
 from trace_doctor.humanize import printable
@@ -165,7 +166,7 @@ def split_runs(paths: list[str | os.PathLike[str]]) -> RunSplit:
     for raw in paths:
         path = input_path(raw)
         if not path.exists():
-            out.missing.append(f"{path} (a broken symbolic link)" if path.is_symlink() else str(path))
+            out.missing.append(missing_path(path))
         elif path.is_dir():
             _split_folder(path, out, named=len(paths) > 1)
         else:

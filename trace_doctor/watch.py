@@ -70,7 +70,9 @@ class Watch:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not Path(path).exists():
-            raise RequestError(f"path does not exist: {path}")
+            from trace_doctor.did_you_mean import missing_path
+
+            raise RequestError(f"path does not exist: {missing_path(Path(path))}")
         self.live = LiveRun(path)
         self.settings = settings or Settings()
         self.policy = policy or WatchPolicy()

@@ -124,6 +124,13 @@ RL_ENV_PREFIX = "env/all/"
 KL_SAMPLE_TRAIN_V1 = "kl_sample_train_v1"
 KL_SAMPLE_TRAIN_V2 = "kl_sample_train_v2"
 KL_SAMPLE_TRAIN_SUFFIXES = (KL_SAMPLE_TRAIN_V1, KL_SAMPLE_TRAIN_V2)
+# config.json keys naming a system prompt (`system_prompt`, `system_message`, `teacher_system_prompt`,
+# `sampling.system_prompt`), and the words that put one on a side of the loop. A loop that samples
+# with one prompt and trains with another (context / prompt distillation) has a KL at step 0 by
+# design: the trainer scores the sampled tokens after a different prefix.
+SYSTEM_PROMPT_KEY = re.compile(r"system_?(?:prompt|message|msg)", re.IGNORECASE)
+SAMPLING_SIDE_WORDS = ("sampl", "rollout", "generat", "teacher", "actor")
+TRAINING_SIDE_WORDS = ("train", "student", "learner")
 # Distillation's student-vs-teacher KL, also per dataset as `teacher_kl/dataset_<i>` (FORMATS.md 1.3).
 TEACHER_KL = "teacher_kl"
 # Async/stream RL: which policy version sampled the batch (`sampling_client/step_min|max|mean`), the

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from trace_doctor.did_you_mean import did_you_mean
 from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
 from trace_doctor.policy.shared import SharedPolicy
 
@@ -95,7 +96,8 @@ class Policy:
         classes = rule_policies()
         for slug, values in (rules or {}).items():
             if slug not in classes:
-                raise PolicyError(f"{prefix}configuration names unknown rule `{slug}` (see `trace-doctor rules`)")
+                hint = did_you_mean(str(slug), classes)
+                raise PolicyError(f"{prefix}configuration names unknown rule `{slug}`{hint} (see `trace-doctor rules`)")
             if not isinstance(values, Mapping):
                 raise PolicyError(f"{prefix}{_rules_where(slug)} must be a table of thresholds")
             own = {}

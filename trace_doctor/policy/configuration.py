@@ -18,6 +18,15 @@ class RendererModelMismatchPolicy:
         "recipes/chat_sl/results/sft_sweep.md). Per-token NLL depends on the tokenizer, hence low confidence.",
         bounds=POSITIVE,
     )
+    min_worse_than_uniform_nll: float = threshold(
+        12.5,
+        unit="nats per token",
+        why="ln(268,000): above ln(vocabulary size) of every model in the cookbook's registry (Llama 3 128,256 "
+        "-> 11.76, Qwen3 151,936 -> 11.93, gpt-oss 201,088 -> 12.21, Qwen3.5 248,320 -> 12.42). A step-0 NLL "
+        "above it scores the targets worse than guessing uniformly over the vocabulary, which no chat "
+        "template does (a wrong one costs a few nats): the targets, the tokens or the loss weights are wrong.",
+        bounds=POSITIVE,
+    )
 
 
 @dataclass(frozen=True)

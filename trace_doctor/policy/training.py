@@ -23,6 +23,21 @@ class RendererKlStep0Policy:
         "cannot tell the two apart and the finding says so.",
         bounds=AT_LEAST_ONE,
     )
+    min_peer_runs: int = threshold(
+        2,
+        unit="other runs",
+        why="In a folder of runs, the first KL is compared with this many other runs of the same model and "
+        "renderer at least: one peer cannot tell the model's normal level from a shared mistake.",
+        bounds=AT_LEAST_ONE,
+    )
+    peer_outlier_ratio: float = threshold(
+        3.0,
+        unit="x the peers' median first-step KL",
+        why="A first KL this many times its peers' median is this run's own (an outlier: stronger evidence of a "
+        "mismatch); within it, peers above the healthy band start alike, which is the model's normal level "
+        "(MoE numerics, a recipe's prompts), not this run's mistake.",
+        bounds=Bounds(low=1.0),
+    )
 
 
 @dataclass(frozen=True)

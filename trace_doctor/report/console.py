@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
-from trace_doctor.humanize import format_seconds, launches_line
+from trace_doctor.humanize import format_range, format_seconds, launches_line
 from trace_doctor.model import Analysis, RunTables, TimeAccount
 from trace_doctor.report.account_text import shows_account, structure_items, to_explain_rest
 from trace_doctor.report.redaction_notice import UNREDACTED, unredacted
@@ -150,7 +150,7 @@ def account_line(account: TimeAccount) -> str:
         rest = to_explain_rest(account)
         parts.append(f"unexplained {format_seconds(account.unexplained_s)}" + (f" ({rest})" if rest else ""))
     low, high = account.counterfactual.range_s
-    fixed = format_seconds(low) if abs(high - low) < 0.05 * wall else f"{format_seconds(low)}–{format_seconds(high)}"
+    fixed = format_range(low, high, wall)
     return f"{format_seconds(wall)} of wall = " + " + ".join(parts) + f"; with every fix ≈{fixed}."
 
 
@@ -263,7 +263,8 @@ def render_text(result: Analysis, *, show_skipped: bool = False) -> str:
     if gate.set:
         out.print()
         if gate.tripped:
-            out.print(f"[bold red]Gate: tripped[/] (--fail-on {gate.fail_on}) — {escape('; '.join(gate.reasons))}")
+            # The reasons say what tripped it (a finding level, a regression), not the option's value.
+            out.print(f"[bold red]Gate: tripped[/] — {escape('; '.join(gate.reasons))}")
         else:
-            out.print(f"Gate: passed (--fail-on {gate.fail_on})")
+            out.print(f"Gate: passed (trips on {escape(gate.criteria)})")
     return buffer.getvalue()

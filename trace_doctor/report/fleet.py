@@ -10,6 +10,7 @@ import io
 import xml.etree.ElementTree as ET
 
 import orjson
+from rich.padding import Padding
 from rich.table import Table
 
 from trace_doctor import __version__
@@ -24,10 +25,9 @@ from trace_doctor.report.sarif import SCHEMA_URI
 from trace_doctor.report.summary_text import render_fleet_summary
 from trace_doctor.report.terminal_text import inert
 
-# A fleet table has eight columns: it takes the terminal's width, and at least this many columns.
-FLEET_MIN_WIDTH = 120
-# The run column's width at most (longer names fold), and on terminals at least WIDE_TERMINAL wide.
-RUN_COLUMN, RUN_COLUMN_WIDE, WIDE_TERMINAL = 32, 44, 160
+# Columns the table needs besides the run's name: trainer 7, model 20, steps 5, steady step 11,
+# verdict 12, main finding 24 at least, lost 8, and the gaps between them. Narrower: one block a run.
+TABLE_OTHER_COLUMNS = 94
 STATUS_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "failed": "bold red", "limited": "dim"}
 
 
@@ -46,40 +46,70 @@ def _lost(report: RunReport) -> str:
     return format_seconds(report.seconds_lost) if report.seconds_lost else "–"
 
 
-def render_fleet_text(fleet: Fleet) -> str:
-    buffer = io.StringIO()
-    out = _console(buffer, width=max(terminal_width(), FLEET_MIN_WIDTH))
-    tripped = sum(1 for r in fleet.reports if r.gate_tripped)
-    failed = sum(1 for r in fleet.reports if r.error)
-    out.print(f"[bold]trace-doctor[/] {len(fleet.reports)} runs, each analysed on its own")
-    if fleet_unredacted(fleet):
-        out.print(f"  [bold red]{escape(UNREDACTED)}[/]")
+def _verdict_cell(report: RunReport) -> str:
+    style = STATUS_STYLE.get(report.status, "")
+    verdict = f"[{style}]{report.status}[/]" if style else report.status
+    return verdict + (" [bold red]gate[/]" if report.gate_tripped else "")
+
+
+def _table(out, fleet: Fleet, run_width: int) -> None:
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
-    # The run's name is what tells runs apart: folded over lines when long, never cut. Its width is
-    # set, not a minimum: rich meets a column's minimum after fitting the table to the terminal, so
-    # a minimum pushed the last column ("lost") off the edge (`5.27 s` printed as `5.2`).
-    longest = max((len(inert(r.source.label)) for r in fleet.reports), default=0)
-    cap = RUN_COLUMN_WIDE if out.width >= WIDE_TERMINAL else RUN_COLUMN
-    table.add_column("run", overflow="fold", width=max(len("run"), min(longest, cap)))
+    # The run column is as wide as the longest name (set, not a minimum: rich meets a column's minimum
+    # after fitting the table, which once pushed the last column off the edge).
+    table.add_column("run", no_wrap=True, width=run_width)
     for name in ("trainer", "model", "steps", "steady step", "verdict"):
         table.add_column(name, overflow="fold", justify="right" if name in ("steps", "steady step") else "left")
     table.add_column("main finding", overflow="fold", ratio=1)
     table.add_column("lost", justify="right", no_wrap=True)
     for report in fleet.reports:
         row = report.row
-        style = STATUS_STYLE.get(report.status, "")
-        verdict = f"[{style}]{report.status}[/]" if style else report.status
         table.add_row(
             escape(report.source.label),
             escape(str(row["trainer"] or "–")),
             escape(str(row["model"] or "–")),
             str(row["steps"] if row["steps"] is not None else "–"),
             format_seconds(row["steady_step_time_s"]),
-            verdict + (" [bold red]gate[/]" if report.gate_tripped else ""),
+            _verdict_cell(report),
             escape(_main(report)),
             _lost(report),
         )
     out.print(table)
+
+
+def _blocks(out, fleet: Fleet) -> None:
+    """A narrow terminal: each run's name on its own line (a longer name than the terminal is left to
+    the terminal to wrap, never cut), then its row as indented text wrapped between words."""
+    for report in fleet.reports:
+        row = report.row
+        out.print(escape(report.source.label), soft_wrap=True, style="bold")
+        steps = f"{row['steps']} steps" if row["steps"] is not None else "– steps"
+        facts = [
+            _verdict_cell(report),
+            escape(str(row["trainer"] or "–")),
+            escape(str(row["model"] or "–")),
+            steps,
+            f"steady step {format_seconds(row['steady_step_time_s'])}",
+            f"lost {_lost(report)}",
+        ]
+        out.print(Padding(" · ".join(facts), (0, 0, 0, 2), expand=False))
+        out.print(Padding(escape(_main(report)), (0, 0, 0, 2), expand=False))
+
+
+def render_fleet_text(fleet: Fleet) -> str:
+    buffer = io.StringIO()
+    out = _console(buffer, width=terminal_width())
+    tripped = sum(1 for r in fleet.reports if r.gate_tripped)
+    failed = sum(1 for r in fleet.reports if r.error)
+    out.print(f"[bold]trace-doctor[/] {len(fleet.reports)} runs, each analysed on its own")
+    if fleet_unredacted(fleet):
+        out.print(f"  [bold red]{escape(UNREDACTED)}[/]")
+    # The run's name is what tells runs apart: never split. When the names and the other columns fit
+    # the terminal side by side, a table; otherwise one block per run, its name on a line of its own.
+    longest = max((len(inert(r.source.label)) for r in fleet.reports), default=0)
+    if max(longest, len("run")) + TABLE_OTHER_COLUMNS <= out.width:
+        _table(out, fleet, max(longest, len("run")))
+    else:
+        _blocks(out, fleet)
     if failed:
         out.print(f"{failed} run(s) could not be analysed (see the verdict column).")
     if fleet.passed_over:

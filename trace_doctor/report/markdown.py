@@ -8,7 +8,7 @@ input goes through markdown_text (`cell`, `code`, `html_text`), so it renders as
 from __future__ import annotations
 
 from trace_doctor import __version__
-from trace_doctor.humanize import format_seconds, launches_line
+from trace_doctor.humanize import format_range, format_seconds, launches_line
 from trace_doctor.model import Analysis, BaselineComparison, Finding
 from trace_doctor.report.account_text import shows_account, structure_items, to_explain_rest
 from trace_doctor.report.markdown_text import code, html_text, prose
@@ -37,7 +37,7 @@ def gate_line(result: Analysis) -> str:
         return f"**Gate: FAILED** — {cell(' and '.join(gate.reasons), table=False)}."
     if not gate.set:
         return "Gate: not set (`--fail-on never`)."
-    return f"**Gate: passed** (`--fail-on {gate.fail_on}`)."
+    return f"**Gate: passed** (trips on {cell(gate.criteria, table=False)})."
 
 
 def _summary(result: Analysis) -> list[str]:
@@ -243,7 +243,7 @@ def _account(result: Analysis) -> list[str]:
     rest = to_explain_rest(account)
     row("unexplained" + (f" ({cell(rest)})" if rest else ""), account.unexplained_s)
     low, high = account.counterfactual.range_s
-    fixed = f"{format_seconds(low)}–{format_seconds(high)}"
+    fixed = format_range(low, high, wall)
     lines += ["", f"With every fix: **≈{fixed}** instead of {format_seconds(wall)}."]
     return lines
 

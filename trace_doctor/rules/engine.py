@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import traceback
 
+from trace_doctor.did_you_mean import did_you_mean
 from trace_doctor.model import Finding, RuleOutcome, RunTables
 from trace_doctor.policy import Policy
 from trace_doctor.rules import catalogue  # noqa: F401 - importing registers every rule
@@ -15,7 +16,8 @@ def selected_rules(select: list[str] | None = None, ignore: list[str] | None = N
     """Rules in code order after --select / --ignore (slugs or codes)."""
     unknown = [s for s in [*(select or []), *(ignore or [])] if lookup(s) is None]
     if unknown:
-        raise KeyError(f"unknown rule(s): {', '.join(unknown)} (see `trace-doctor rules`)")
+        named = ", ".join(f"{s}{suggest_rule(s)}" for s in unknown)
+        raise KeyError(f"unknown rule(s): {named} (see `trace-doctor rules`)")
     rules = sorted(REGISTRY.values(), key=lambda r: r.code)
     if select:
         wanted = {lookup(s).slug for s in select}
@@ -24,6 +26,11 @@ def selected_rules(select: list[str] | None = None, ignore: list[str] | None = N
         dropped = {lookup(s).slug for s in ignore}
         rules = [r for r in rules if r.slug not in dropped]
     return rules
+
+
+def suggest_rule(name: str) -> str:
+    """` (did you mean `slug`?)` for a mistyped rule slug or code, or ""."""
+    return did_you_mean(name.strip(), [*REGISTRY, *(rule.code for rule in REGISTRY.values())])
 
 
 def lookup(name: str) -> Rule | None:

@@ -282,35 +282,83 @@ def _nll_check(
     value, limit = float(first[column]), float(ctx.thresholds.max_sft_step0_nll)
     if value <= limit:
         return [], f"step-0 `{column}` {value:.3g} nats/token is below {limit:g}"
-    corroborated = any(f.severity == "warning" for f in config_findings)
     meta = ctx.run.meta
+    evidence = {
+        "metric": column,
+        "step": 0,
+        "value": value,
+        "limit": limit,
+        "renderer_name": meta.renderer_name,
+        "model_name": meta.model_name,
+    }
+    uniform = float(ctx.thresholds.min_worse_than_uniform_nll)
+    if value > uniform:
+        return [_worse_than_uniform(ctx, column, value, uniform, evidence)], None
+    corroborated = any(f.severity == "warning" for f in config_findings)
+    judgement = judge_renderer(meta.model_name, meta.renderer_name) if meta.model_name and meta.renderer_name else None
+    recommended = judgement is not None and judgement.verdict in ("recommended", "chat-on-base")
+    evidence["renderer_verdict"] = judgement.verdict if judgement is not None else None
+    if recommended:
+        # The registry's own choice for this model: the template is what the model was tuned on, so a
+        # high first NLL says more about the data than about the renderer.
+        reading = (
+            f"Renderer `{meta.renderer_name}` is the one {REGISTRY} recommends for `{meta.model_name}`, which "
+            "argues against a template mismatch: the data is more likely hard for the model (language, domain, "
+            "format). Per-token NLL also depends on the tokenizer, so this is a note, not a diagnosis."
+        )
+        fix = (
+            "Nothing to change in the renderer. If the NLL does not fall, look at the data (a sample of rendered "
+            "examples with their loss weights) before the template."
+        )
+    else:
+        reading = (
+            f"A model scoring text in its own chat template starts far lower: check renderer `{meta.renderer_name}` "
+            f"with `{meta.model_name}`. Per-token NLL depends on the tokenizer and the data, so this is a hint."
+        )
+        fix = (
+            "Compare the renderer's tokens with the model's HF chat template (the debug skill's renderer parity "
+            "check); if they match, the data itself is hard for the model."
+        )
     return [
         ctx.finding(
             severity="warning" if corroborated else "info",
             title="NLL at step 0 far above what the model should score",
             message=(
                 f"`{column}` is {value:.3g} nats/token at step 0 (before any update: base weights), above {limit:g}, "
-                "the cookbook's chat SFT divergence line (Qwen3-8B ends near 0.55 test / 0.61 train). A model "
-                f"scoring text in its own chat template starts far lower: check renderer `{meta.renderer_name}` "
-                f"with `{meta.model_name}`. Per-token NLL depends on the tokenizer and the data, so this is a hint."
+                f"the cookbook's chat SFT divergence line (Qwen3-8B ends near 0.55 test / 0.61 train). {reading}"
             ),
-            fix=(
-                "Compare the renderer's tokens with the model's HF chat template (the debug skill's renderer "
-                "parity check); if they match, the data itself is hard for the model."
-            ),
+            fix=fix,
             steps=[0],
-            evidence={
-                "metric": column,
-                "step": 0,
-                "value": value,
-                "limit": limit,
-                "renderer_name": meta.renderer_name,
-                "model_name": meta.model_name,
-            },
+            evidence=evidence,
             fingerprint="renderer-model-mismatch:sft-nll-step0",
             confidence="medium" if corroborated else "low",
         )
     ], None
+
+
+def _worse_than_uniform(
+    ctx: RuleContext[RendererModelMismatchPolicy], column: str, value: float, uniform: float, evidence: dict
+) -> Finding:
+    """A first NLL above ln(vocabulary): worse than guessing, which no template explains."""
+    return ctx.finding(
+        severity="warning",
+        title="NLL at step 0 worse than guessing: a data or loss-weight problem, not the template",
+        message=(
+            f"`{column}` is {value:.3g} nats/token at step 0 (base weights), above {uniform:g} = ln of a vocabulary "
+            "larger than any listed model's: the model scores the trained tokens worse than a uniform guess over its "
+            "vocabulary. A wrong chat template costs a few nats, not this; the targets, their tokens or the loss "
+            "weights are wrong."
+        ),
+        fix=(
+            "Check that the targets are the inputs shifted by one (not the inputs themselves or shifted twice), "
+            "that the data was tokenized with this model's tokenizer, and that loss weights are 1 only on the "
+            "tokens to learn (not on padding, prompt or special tokens); print one datum's tokens with weights."
+        ),
+        steps=[0],
+        evidence=evidence | {"worse_than_uniform_above": uniform},
+        fingerprint="renderer-model-mismatch:sft-nll-data",
+        confidence="high",
+    )
 
 
 def check(ctx: RuleContext[RendererModelMismatchPolicy]) -> list[Finding]:
