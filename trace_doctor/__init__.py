@@ -45,6 +45,7 @@ _EXPORTS = {
     "IngestedRun": "trace_doctor.dataset",
     "list_rules": "trace_doctor.rule_docs",
     "explain_rule": "trace_doctor.rule_docs",
+    "unknown_rule": "trace_doctor.rule_docs",
     "terminal_safe": "trace_doctor.terminal",
     "report_color": "trace_doctor.terminal",
     "terminal_progress": "trace_doctor.terminal",
@@ -108,6 +109,7 @@ __all__ = [
     "IngestedRun",
     "list_rules",
     "explain_rule",
+    "unknown_rule",
     "terminal_safe",
     "report_color",
     "terminal_progress",
@@ -166,7 +168,7 @@ if TYPE_CHECKING:
     from trace_doctor.policy.live import WatchPolicy
     from trace_doctor.process_setup import prepare_process
     from trace_doctor.redact import redact_run
-    from trace_doctor.rule_docs import explain_rule, list_rules
+    from trace_doctor.rule_docs import explain_rule, list_rules, unknown_rule
     from trace_doctor.settings import FAIL_ON_LEVELS, Settings, load_settings
     from trace_doctor.terminal import (
         fleet_internal_error_line,

@@ -37,6 +37,7 @@ from trace_doctor import (  # noqa: E402
     take_machine_notes,
     terminal_progress,
     terminal_safe,
+    unknown_rule,
     write_chrome_trace,
     write_escalation_bundle,
     write_html_report,
@@ -252,9 +253,7 @@ def rules_command(slug: str | None, config: str | None) -> None:
     if slug:
         text = explain_rule(slug, settings)
         if text is None:
-            from trace_doctor.rules.engine import suggest_rule
-
-            _fail(f"unknown rule {slug!r}{suggest_rule(slug)} (see `trace-doctor rules`)")
+            _fail(unknown_rule(slug))
         click.echo(text)
         return
     for rule in list_rules():

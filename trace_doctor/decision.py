@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trace_doctor.humanize import format_range, format_seconds
-from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, TRAINING_QUALITY
+from trace_doctor.knowledge.triage import (
+    BENIGN_TIME,
+    COMPARISON_RULES,
+    PROGRESS_RULES,
+    SERVICE_TIME,
+    TRAINING_QUALITY,
+)
 from trace_doctor.model import (
     SEVERITY_RANK,
     Analysis,
@@ -151,6 +157,10 @@ def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome], account
     worst = max(problems, key=lambda f: SEVERITY_RANK[f.severity]) if problems else None
     quality = quality_cause(findings)
     text = f"{', '.join(parts)}."
+    # A run that crashed, hung or was cut short: what the user asks first is why it stopped and where.
+    stop = next((f for f in problems if f.rule in PROGRESS_RULES), None)
+    if stop is not None:
+        text += f" Stopped: {stop.title}; see why first."
     if root is not None:
         share = f", {root_seconds / account.wall_time_s:.0%} of wall time" if account else ""
         todo = "escalate it, nothing in the loop to fix" if root.rule in SERVICE_TIME else "fix it first"
@@ -159,13 +169,13 @@ def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome], account
             text += f" Speed: {speed}; Training: {_quality_text(quality)}."
         else:
             text += f" Root cause: {root_title} (≈{format_seconds(root_seconds)}{share}); {todo}."
-        if worst is not None and worst is not root and worst is not quality and worst.severity == "error":
+        if worst is not None and worst not in (root, quality, stop) and worst.severity == "error":
             text += f" Also: {worst.title}."
     elif quality is not None:
         text += f" Training: {_quality_text(quality)}; fix it first."
-        if worst is not None and worst is not quality and worst.severity == "error":
+        if worst is not None and worst not in (quality, stop) and worst.severity == "error":
             text += f" Also: {worst.title}."
-    elif worst is not None:
+    elif worst is not None and worst is not stop:
         unsure = f" ({worst.confidence} confidence)" if worst.confidence == "low" else ""
         text += f" Worst: {worst.title}{unsure}."
     if account and root is not None:

@@ -25,6 +25,13 @@ def list_rules() -> list[Rule]:
     return sorted(REGISTRY.values(), key=lambda r: r.code)
 
 
+def unknown_rule(name: str) -> str:
+    """What to say of a name no rule has, with the nearest slug or code when one is close."""
+    from trace_doctor.rules.engine import suggest_rule
+
+    return f"unknown rule {name!r}{suggest_rule(name)} (see `trace-doctor rules`)"
+
+
 def explain_rule(name: str, settings: Settings | None = None) -> str | None:
     """What the rule named (slug or code) checks, why, its evidence, its fix and the thresholds `settings`
     put in effect; None for a name no rule has."""

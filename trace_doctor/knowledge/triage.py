@@ -147,8 +147,13 @@ def stage_rules(name: str) -> frozenset[str]:
 
 def __getattr__(name: str) -> frozenset[str]:
     """Stage memberships read as constants, built from the rules' declarations on first use:
-    TRAINING_QUALITY (what the verdict's "Training:" line is chosen from) and COMPARISON_RULES."""
-    stage = {"TRAINING_QUALITY": "training quality", "COMPARISON_RULES": "comparison"}.get(name)
+    TRAINING_QUALITY (what the verdict's "Training:" line is chosen from), COMPARISON_RULES and
+    PROGRESS_RULES (a run that stopped: the verdict says so first)."""
+    stage = {
+        "TRAINING_QUALITY": "training quality",
+        "COMPARISON_RULES": "comparison",
+        "PROGRESS_RULES": "progress",
+    }.get(name)
     if stage is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return stage_rules(stage)
