@@ -132,8 +132,9 @@ def write_chrome_trace(result: Analysis, path: str | os.PathLike[str]) -> Path:
 
 
 def write_escalation_bundle(result: Analysis, path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The escalation bundle (a zip: report, findings, environment, profiles, config; secrets redacted:
-    analyse with redact=True). Returns its manifest, one entry per file."""
+    """The escalation bundle (a zip: report, findings, environment, metrics, log excerpts, profiles, config;
+    secrets redacted: analyse with redact=True), replacing `path` whole or not at all. Returns its
+    manifest, one entry per file."""
     from trace_doctor.report.bundle import write_bundle
 
     return write_output(path, lambda: write_bundle(result, Path(path)), "the bundle")

@@ -1,9 +1,14 @@
 """The escalation bundle: everything the service's support asks for, in one zip, secrets redacted.
 
-Built from the analysis alone (nothing re-reads the run's files): the HTML report, the JSON
-document, a Markdown summary for the support engineer, the pyinstrument profiles re-serialised
-from the frames table, the worst steps' trace slice as Chrome JSON, config.json, and a MANIFEST.json
+Built from the analysis: the HTML report, the JSON document, a Markdown summary for the support
+engineer, the pyinstrument profiles re-serialised from the frames table, the worst steps' trace slice
+as Chrome JSON, config.json, the metric rows, the logs' last lines and the lines around their errors
+(the one thing read from the run's files again), when the slow steps ran in UTC, and a MANIFEST.json
 with the SHA-256 of every member. The zip is deterministic: same analysis, same bytes.
+
+Nothing in it names where the run sits on the machine that analysed it: the run folder's path is made
+relative (redact/local_paths.py). It is written beside its name and renamed over it (atomic_file.py),
+so a kill while writing leaves the previous bundle, never a broken one.
 """
 
 from __future__ import annotations
@@ -23,13 +28,19 @@ import orjson
 import polars as pl
 
 from trace_doctor import __version__
+from trace_doctor.atomic_file import replaced_atomically
 from trace_doctor.derive import training_machine as machine
+from trace_doctor.derive.wall_clock import WallClock
 from trace_doctor.ingest.reading.deep_json import dumps_deep
 from trace_doctor.model import Analysis, BaselineComparison
 from trace_doctor.redact import redact_analysis
+from trace_doctor.redact.local_paths import Localizer, relative_to_run, run_folder
+from trace_doctor.report import bundle_run_files as run_files
 from trace_doctor.report.markdown_text import code, inline, prose
 
 WORST_STEPS = 3
+# The versions support asks for (the debug guide's escalation checklist): asked for when the run has none.
+ASKED_PACKAGES = ("tinker", "tinker-cookbook", "python")
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps keep the archive reproducible
 
 
@@ -122,6 +133,15 @@ def training_machine_lines(result: Analysis) -> list[str]:
             f"({code(str(repo['source']), table=False)})"
         )
     versions = recorded.get("versions", [])
+    known = {v.get("package") for v in versions} | (
+        {"python"} if any(w.get("python") for w in recorded.get("wandb", [])) else set()
+    )
+    missing = [p for p in ASKED_PACKAGES if p not in known]
+    if missing:
+        lines.append(
+            f"- no version recorded for {', '.join(missing)}: support asks for them (`pip show tinker "
+            "tinker-cookbook` and `python --version` on the training machine): paste them with the bundle"
+        )
     if versions:
         lines.append("- versions:")
         for v in versions:
@@ -134,8 +154,30 @@ def training_machine_lines(result: Analysis) -> list[str]:
     return lines
 
 
-def support_summary(result: Analysis) -> str:
-    """The Markdown a support engineer reads first: ids, timing, findings, versions, environment.
+def when_lines(clock: WallClock) -> list[str]:
+    """The `## When` section: the slow steps' UTC windows, or why the run cannot say."""
+    lines = ["## When the slowest steps ran (UTC)", ""]
+    if clock.basis is not None:
+        lines.append(f"From {inline(clock.basis)}; support matches these against the service's logs:")
+        for window in clock.windows:
+            start = window.start.isoformat(timespec="milliseconds") if window.start else "start unknown"
+            lines.append(f"- step {window.step}: {start} → {window.end.isoformat(timespec='milliseconds')}")
+    else:
+        if clock.steps:
+            lines.append(f"- slowest steps: {', '.join(map(str, clock.steps))}")
+        lines.append(f"- {prose(clock.note, table=False)}")
+    if clock.basis is not None and clock.note:
+        lines.append(f"- {prose(clock.note, table=False)}")
+    for anchor in clock.anchors:
+        span = anchor["first"] if anchor["first"] == anchor["last"] else f"{anchor['first']} to {anchor['last']}"
+        lines.append(f"- {inline(anchor['what'])}: {inline(span)} ({inline(anchor['zone'])})")
+    lines += ["", "All of it in `timing/slow_steps_utc.json`.", ""]
+    return lines
+
+
+def support_summary(result: Analysis, clock: WallClock | None = None, contents: list[str] | None = None) -> str:
+    """The Markdown a support engineer reads first: ids, timing, findings, versions, environment, and
+    (for a bundle) when the slow steps ran and what each file holds.
 
     What came from the run (ids, names, messages, paths) is inert Markdown (markdown_text).
     """
@@ -173,7 +215,13 @@ def support_summary(result: Analysis) -> str:
         if quality:
             text = prose(quality.message, table=False)
             lines.append(f"- training quality against baseline: **{quality.verdict}** — {text}")
-    lines += ["", f"## Findings ({len(result.findings)})", ""]
+    if clock is not None:
+        lines += [""] + when_lines(clock)
+    lines += (
+        ["", f"## Findings ({len(result.findings)})", ""]
+        if clock is None
+        else [f"## Findings ({len(result.findings)})", ""]
+    )
     for f in result.findings:
         lost = f"; ~{f.seconds_lost:.1f} s lost" if f.seconds_lost else ""
         title, message = prose(f.title, table=False), prose(f.message, table=False)
@@ -192,7 +240,14 @@ def support_summary(result: Analysis) -> str:
     ]
     for info in result.run.inputs:
         lines.append(f"- {info.kind}: {code(info.path, table=False)} ({info.records} records, {info.skipped} skipped)")
-    lines += ["", "Secrets (API keys, tokens, passwords, bearer headers) were redacted before writing this bundle.", ""]
+    if contents:
+        lines += ["", "## In this bundle", ""] + [f"- {prose(item, table=False)}" for item in contents]
+    lines += [
+        "",
+        "Secrets (API keys, tokens, passwords, bearer headers) were redacted before writing this bundle; "
+        "paths of the run's files are relative to its folder.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -245,6 +300,18 @@ def worst_steps(result: Analysis, count: int = WORST_STEPS) -> list[int]:
     return sorted(sorted(ranges, key=lambda s: (-(ranges[s][1] - ranges[s][0]), s))[:count])
 
 
+def slow_steps(result: Analysis) -> list[int]:
+    """The slowest steps: the longest on the trace, else the longest step totals (ties: lower step first)."""
+    traced = worst_steps(result)
+    if traced:
+        return traced
+    times = (result.derived or {}).get("step_times")
+    if not isinstance(times, pl.DataFrame) or not {"step", "total_s"} <= set(times.columns):
+        return []
+    totals = times.select("step", "total_s").drop_nulls().filter(pl.col("total_s").is_finite())
+    return sorted(totals.sort(["total_s", "step"], descending=[True, False]).head(WORST_STEPS)["step"].to_list())
+
+
 def worst_steps_slice(result: Analysis) -> bytes | None:
     """Chrome JSON of every span overlapping the worst steps' time ranges."""
     from trace_doctor.report.export import chrome_json_bytes, step_ranges_us
@@ -283,6 +350,15 @@ def _redacted(result: Analysis) -> Analysis:
     return clean
 
 
+def _unique(members: dict[str, bytes], name: str) -> str:
+    member = safe_member(name)
+    stem, dot, suffix = member.rpartition(".")
+    while member in members:
+        stem += "_"
+        member = f"{stem}{dot}{suffix}"
+    return member
+
+
 def bundle_members(result: Analysis) -> dict[str, bytes]:
     """Every member of the bundle (except the manifest), from a redacted copy of the analysis.
 
@@ -291,15 +367,33 @@ def bundle_members(result: Analysis) -> dict[str, bytes]:
     """
     from trace_doctor.report.json_doc import render_json
 
-    clean = _redacted(result)
+    redacted = _redacted(result)
+    local = Localizer(run_folder(redacted.run.meta.path))
+    slow = slow_steps(redacted)
+    # The logs are found by where they are on this machine; everything rendered is then relative.
+    logs, log_notes = run_files.log_excerpts(redacted, local)
+    metrics, metrics_note = run_files.metric_rows(redacted, local, slow)
+    clean = relative_to_run(redacted)
+    clock = run_files.slow_steps_window(clean, slow)
+    contents = [f"metrics.jsonl: {metrics_note}"]
     members: dict[str, bytes] = {
-        "SUMMARY.md": support_summary(clean).encode("utf-8"),
         "findings.json": render_json(clean).encode("utf-8"),
         "config.json": _json_bytes(clean.run.meta.config),
         "training_machine.json": _json_bytes(
             {**_recorded(clean), "all_versions": machine.recorded_versions(clean.run)}
         ),
+        "timing/slow_steps_utc.json": _json_bytes(clock.to_dict()),
     }
+    if metrics:
+        members["metrics.jsonl"] = metrics
+    for name, text in logs.items():
+        member = _unique(members, f"logs/{name}.txt")
+        members[member] = text.encode("utf-8")
+        contents.append(
+            f"{member}: the last {run_files.LOG_TAIL_LINES} lines of {name} and "
+            f"{run_files.ERROR_CONTEXT_LINES} lines either side of its errors"
+        )
+    contents += log_notes
     report = _html_report(clean)
     if report is not None:
         members["report.html"] = report
@@ -311,9 +405,10 @@ def bundle_members(result: Analysis) -> dict[str, bytes]:
     trace_slice = worst_steps_slice(clean)
     if trace_slice is not None:
         members["trace/worst_steps.json"] = trace_slice
-    # Every member is rendered from the redacted analysis and from nothing else, so no pass over
-    # the rendered bytes is needed (one would rewrite the report's scripts and miss keys that JSON
-    # escaping or truncation had already cut apart).
+    members["SUMMARY.md"] = support_summary(clean, clock, contents).encode("utf-8")
+    # Every member is rendered from the redacted analysis, and the log excerpts are redacted as they
+    # are read, so no pass over the rendered bytes is needed (one would rewrite the report's scripts
+    # and miss keys that JSON escaping or truncation had already cut apart).
     return {safe_member(name): data for name, data in members.items()}
 
 
@@ -330,9 +425,7 @@ def write_bundle(result: Analysis, path: Path) -> list[dict[str, Any]]:
         ).encode("utf-8")
         + b"\n"
     )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    with replaced_atomically(path) as part, zipfile.ZipFile(part, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name in sorted(members):
             info = zipfile.ZipInfo(safe_member(name), date_time=ZIP_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED
