@@ -71,9 +71,33 @@ def test_a_hung_run_is_reported_stalled_in_flight_while_it_hangs(tmp_path):
     assert stalled["silent_s"] <= 5 * stalled["steady_s"], stalled
     # run-stopped's post-mortem of the files so far: what each thread is inside, the SDK's pending calls.
     assert any("_APIFuture._result_async" in text for text in stalled["in_flight"]), stalled["in_flight"]
+    # The watch's silence is the hold (run-stopped's own 10-step-time bound is not reached yet): an SDK call in
+    # flight while the SDK loop kept dumping is a service hang, escalated with the session id — never "killed".
+    assert stalled["kind"] == "hung on the service", stalled
+    assert stalled["session_ids"] and stalled["session_ids"][0] in stalled["message"]
+    assert "`trace-doctor watch` saw nothing written for" in stalled["message"]
     # The hook ran once, the event as JSON on its stdin.
     [hooked] = [json.loads(line) for line in hook.read_text().splitlines()]
     assert hooked["event"] == "stalled" and hooked["step"] == 8
+
+
+def test_a_hang_in_user_code_is_named_with_its_frame_and_session_id_while_it_hangs(tmp_path):
+    writer = _writer(tmp_path, n_steps=40, cycle_s=0.2, user_hang_at_step=6, kill_after_s=30)
+    try:
+        watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=0.3, analysis_interval_s=1.0))
+        out = io.StringIO()
+        code = follow(watch, fmt="jsonl", interval=0.05, exit_on_stall=True, out=out)
+        still_running = writer.poll() is None
+    finally:
+        writer.kill()
+        writer.wait()
+    [stalled] = [e for e in _events(out) if e["event"] == "stalled"]
+    assert code == EXIT_STALLED and still_running
+    assert stalled["step"] == 6 and stalled["kind"] == "hung in user code", stalled
+    # The innermost open span is user code (the stack watchdog may not have caught the frame yet: the
+    # regex holds the GIL).
+    assert "get_batch (step 6)" in stalled["phase"]
+    assert stalled["session_ids"] and stalled["session_ids"][0] in stalled["message"]
 
 
 def test_a_completed_run_ends_with_done_and_exit_0(tmp_path):

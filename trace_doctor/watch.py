@@ -165,6 +165,9 @@ class Watch:
         run = self.live.tables()
         if not run.records_read:
             return []
+        if stalling:
+            # What the watch saw is run-stopped's hold: a followed run is still there, so never "killed".
+            run.meta.watched_stall_s = silent_s
         result = analyze(run, settings=self.settings)
         steps = result.derived.get("step_times")
         if steps is not None and steps.height and "total_s" in steps.columns:
