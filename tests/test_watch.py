@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -167,3 +168,30 @@ def test_cli_watch_of_a_finished_run_and_usage_errors(tmp_path):
     assert text.exit_code == 0 and "\x1b" not in text.output and text.output.splitlines()[-1].startswith("done: 30")
     assert runner.invoke(main, ["watch", str(tmp_path / "missing")]).exit_code == 2
     assert runner.invoke(main, ["watch", str(tmp_path), "--interval", "0"]).exit_code == 2
+
+
+def test_the_config_files_watch_table_sets_the_stall_bound(tmp_path):
+    from trace_doctor.policy import PolicyError
+    from trace_doctor.settings import load_settings
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_bytes(b"".join(ROW % (step, (step + 1) / 50) for step in range(3)))
+    config = tmp_path / "trace-doctor.toml"
+    config.write_text("[tool.trace-doctor.watch]\nmin_stall_s = 5.0\nstall_step_times = 2\n")
+    settings = load_settings(str(config))
+    assert settings.policy.watch == WatchPolicy(min_stall_s=5.0, stall_step_times=2.0)
+
+    def stalls_after(seconds: float, settings) -> list[str]:
+        offset = [0.0]
+        watch = Watch(run, settings, clock=lambda: time.monotonic() + offset[0])
+        watch.look()
+        offset[0] = seconds
+        return [e.event for e in watch.look()]
+
+    # 10 s of silence: a stall under the configured 5 s floor, not under the default 60 s one.
+    assert "stalled" in stalls_after(10.0, settings)
+    assert "stalled" not in stalls_after(10.0, None)
+    config.write_text("[tool.trace-doctor.watch]\nmin_stall_s = -1\n")
+    with pytest.raises(PolicyError, match=r"\[tool.trace-doctor.watch\] `min_stall_s`"):
+        load_settings(str(config))

@@ -73,7 +73,8 @@ class Watch:
             raise RequestError(f"path does not exist: {path}")
         self.live = LiveRun(path)
         self.settings = settings or Settings()
-        self.policy = policy or WatchPolicy()
+        # An explicit policy (tests) wins over the configuration's [tool.trace-doctor.watch].
+        self.policy = policy or self.settings.policy.watch
         self.clock = clock
         self.started = clock()
         self.last_step: int | None = None
