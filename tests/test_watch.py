@@ -44,6 +44,12 @@ def _writer(tmp_path: Path, **opts) -> subprocess.Popen:
     )
 
 
+def _wait_for_files(*folders: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(any(folder.iterdir()) for folder in folders) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _events(out: io.StringIO) -> list[dict]:
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
@@ -67,7 +73,8 @@ def test_a_hung_run_is_reported_stalled_in_flight_while_it_hangs(tmp_path):
     steps = [e["step"] for e in events if e["event"] == "progress"]
     assert steps == list(range(8)), steps  # every step, once, in order
     [stalled] = [e for e in events if e["event"] == "stalled"]
-    assert stalled["step"] == 8
+    # The latest step in flight: 8, or 9 once the pipelined loop has opened the next step's submission.
+    assert stalled["step"] in (8, 9)
     assert "finish_batch" in stalled["phase"] and "step 8" in stalled["phase"]
     assert stalled["silent_s"] <= 5 * stalled["steady_s"], stalled
     # run-stopped's post-mortem of the files so far: what each thread is inside, the SDK's pending calls.
@@ -195,3 +202,57 @@ def test_the_config_files_watch_table_sets_the_stall_bound(tmp_path):
     config.write_text("[tool.trace-doctor.watch]\nmin_stall_s = -1\n")
     with pytest.raises(PolicyError, match=r"\[tool.trace-doctor.watch\] `min_stall_s`"):
         load_settings(str(config))
+
+
+def test_a_sweep_follows_each_run_and_ends_when_all_are_done(tmp_path):
+    from trace_doctor.watch_sweep import WatchSweep
+
+    sweep = tmp_path / "sweep"
+    (sweep / "lr_a").mkdir(parents=True)
+    (sweep / "lr_b").mkdir()
+    writers = [_writer(sweep / "lr_a", n_steps=8, cycle_s=0.05), _writer(sweep / "lr_b", n_steps=12, cycle_s=0.05)]
+    try:
+        # The sweep ends when every run found so far has ended: wait until both runs exist.
+        _wait_for_files(sweep / "lr_a", sweep / "lr_b")
+        out = io.StringIO()
+        watch = WatchSweep(sweep, policy=WatchPolicy(min_stall_s=30.0))
+        code = follow(watch, fmt="jsonl", interval=0.05, out=out)
+    finally:
+        for writer in writers:
+            writer.kill()
+            writer.wait()
+    events = _events(out)
+    assert code == EXIT_DONE, events
+    assert {e["run"] for e in events} == {"lr_a", "lr_b"}, [e for e in events if e["event"] != "progress"]
+    # Each run's own steps, in order, once: the two runs' files are never merged.
+    for run, steps in (("lr_a", 8), ("lr_b", 12)):
+        assert [e["step"] for e in events if e["event"] == "progress" and e["run"] == run] == list(range(steps))
+        assert {"event": "done", "run": run, "steps": steps, "planned": steps} in events
+    assert events[-1]["event"] == "done"
+
+
+def test_a_sweep_reports_the_stalled_run_by_its_id(tmp_path):
+    from trace_doctor.watch_sweep import WatchSweep
+
+    sweep = tmp_path / "sweep"
+    (sweep / "ok").mkdir(parents=True)
+    (sweep / "hangs").mkdir()
+    writers = [
+        _writer(sweep / "ok", n_steps=6, cycle_s=0.1),
+        _writer(sweep / "hangs", n_steps=40, cycle_s=0.1, service_hangs_at_step=5, kill_after_s=30),
+    ]
+    try:
+        _wait_for_files(sweep / "ok", sweep / "hangs")
+        out = io.StringIO()
+        watch = WatchSweep(sweep, policy=WatchPolicy(min_stall_s=0.5, analysis_interval_s=1.0))
+        code = follow(watch, fmt="text", interval=0.05, exit_on_stall=True, out=out, live_display=False)
+    finally:
+        for writer in writers:
+            writer.kill()
+            writer.wait()
+    lines = out.getvalue().splitlines()
+    assert code == EXIT_STALLED
+    [stalled] = [line for line in lines if "STALLED" in line]
+    assert stalled.startswith("[hangs] STALLED at step 5"), stalled
+    assert "[ok] done: 6 step(s) of 6 planned" in lines
+    assert all(line.startswith(("[ok] ", "[hangs] ")) for line in lines), lines

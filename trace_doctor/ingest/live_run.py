@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,10 +77,12 @@ class _Followed:
 
 
 class LiveRun:
-    """One run folder (or file) followed as it is written (see the module docstring)."""
+    """One run folder (or file) followed as it is written (see the module docstring). `only`, when given,
+    says which of the files found under `path` are this run's (a sweep's run whose folder holds others)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, only: Callable[[Path], bool] | None = None) -> None:
         self.path = Path(path)
+        self.only = only
         self._followed: dict[Path, _Followed] = {}
         self._files: dict[str, list[Path]] = {}
         self._passed_over: list = []
@@ -90,9 +93,11 @@ class LiveRun:
         """Read what every file gained since the last look."""
         found = discover([self.path])
         self._files, self._passed_over = found.files, found.passed_over
+        if self.only is not None:
+            self._files = {kind: [p for p in paths if self.only(p)] for kind, paths in found.files.items()}
         look = Look()
         for kind in STREAMED:
-            for path in found.files.get(kind, []):
+            for path in self._files.get(kind, []):
                 followed = self._followed.get(path)
                 if followed is None:
                     followed = self._followed[path] = _Followed(path, set(), FileTail(path))

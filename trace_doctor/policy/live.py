@@ -26,6 +26,13 @@ class WatchPolicy:
         "until a few steps are logged.",
         bounds=POSITIVE,
     )
+    first_step_stall_s: float = threshold(
+        600.0,
+        unit="s",
+        why="The silence called a stall before the first step is logged: a launch imports, builds its dataset and "
+        "waits for the service to create the model (minutes), with no steady step time to measure it by.",
+        bounds=POSITIVE,
+    )
     analysis_interval_s: float = threshold(
         10.0,
         unit="s",
