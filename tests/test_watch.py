@@ -256,3 +256,31 @@ def test_a_sweep_reports_the_stalled_run_by_its_id(tmp_path):
     assert stalled.startswith("[hangs] STALLED at step 5"), stalled
     assert "[ok] done: 6 step(s) of 6 planned" in lines
     assert all(line.startswith(("[ok] ", "[hangs] ")) for line in lines), lines
+
+
+def test_a_console_only_run_is_followed_through_its_printed_metric_tables(tmp_path):
+    # No metrics.jsonl: the cookbook's console tables (ANSI colour, keys cut at 30 columns) are the steps.
+    # The log grows in chunks that cut tables and lines anywhere; each table is taken once it is whole.
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_ingest_console_metrics import _console_pair
+
+    from trace_doctor.api import load_run
+
+    source = FIXTURES / "runs" / "rl_async_stream_starved"
+    _, console = _console_pair(source, tmp_path, colour=True, metric_width=30)
+    cold = tmp_path / "cold"
+    cold.mkdir()
+    (cold / "logs.log").write_bytes((console / "logs.log").read_bytes())
+    live = tmp_path / "live"
+    live.mkdir()
+    data = (console / "logs.log").read_bytes()
+    watch = Watch(live, policy=WatchPolicy(min_stall_s=3600.0, analysis_interval_s=3600.0))
+    events = []
+    for start in range(0, len(data), 997):
+        with open(live / "logs.log", "ab") as f:
+            f.write(data[start : start + 997])
+        events += watch.look()
+    expected = load_run(str(cold)).steps
+    assert [e.data["step"] for e in events if e.event == "progress"] == expected["step"].to_list()
+    assert watch.live.tables().steps.drop("source").equals(expected.drop("source"))
+    assert events[-1].event == "done" and events[-1].data["steps"] == expected.height
