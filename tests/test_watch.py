@@ -284,3 +284,26 @@ def test_a_console_only_run_is_followed_through_its_printed_metric_tables(tmp_pa
     assert [e.data["step"] for e in events if e.event == "progress"] == expected["step"].to_list()
     assert watch.live.tables().steps.drop("source").equals(expected.drop("source"))
     assert events[-1].event == "done" and events[-1].data["steps"] == expected.height
+
+
+def test_the_findings_refresh_waits_in_proportion_to_its_cost(tmp_path):
+    # The rules' cost grows with the run; a look's reading does not. A refresh that cost 2 s is not run
+    # again within 40 s (5% of the watch's time), though the 10 s interval has passed and steps arrived.
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_bytes(ROW % (0, 0.01))
+    offset = [0.0]
+    watch = Watch(tmp_path, clock=lambda: time.monotonic() + offset[0])
+    watch.look()
+    first = watch._analysed_at
+    assert first is not None
+    watch.analysis_s = 2.0
+    for step, later in ((1, 15.0), (2, 30.0)):
+        with open(metrics, "ab") as f:
+            f.write(ROW % (step, (step + 1) / 100))
+        offset[0] = later
+        assert [e.event for e in watch.look()] == ["progress"] and watch._analysed_at == first
+    offset[0] = 45.0
+    with open(metrics, "ab") as f:
+        f.write(ROW % (3, 0.04))
+    watch.look()
+    assert watch._analysed_at is not None and watch._analysed_at > first

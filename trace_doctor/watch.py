@@ -85,6 +85,7 @@ class Watch:
         self._row_step_s: deque[float] = deque(maxlen=RECENT_STEPS)  # step times read off the rows
         self._seen: set[tuple[str, str]] = set()
         self._analysed_at: float | None = None
+        self.analysis_s = 0.0  # what the last findings refresh cost (wall seconds)
         self._dirty = False  # steps arrived since the last analysis
         self.stalled = False  # a stall was reported and nothing was written since
         self.stalls = 0
@@ -116,7 +117,9 @@ class Watch:
         if events:
             self._dirty = True
         finished = self.planned is not None and self.last_step is not None and self.last_step + 1 >= self.planned
-        due = self._analysed_at is None or now - self._analysed_at >= self.policy.analysis_interval_s
+        # The findings refresh costs what the run's size costs: at most a share of the time it is due in.
+        wait = max(self.policy.analysis_interval_s, self.analysis_s / self.policy.max_analysis_share)
+        due = self._analysed_at is None or now - self._analysed_at >= wait
         silent = self.silent_s(now)
         stalling = not self.stalled and silent is not None and silent > self.stall_bound_s
         if (self._dirty and (due or finished)) or stalling or (self._analysed_at is None and look.files):
@@ -171,9 +174,16 @@ class Watch:
         )
 
     def _analyse(self, now: float, *, stalling: bool, silent_s: float | None) -> list[WatchEvent]:
+        self._analysed_at, self._dirty = now, False
+        started = time.perf_counter()
+        try:
+            return self._analysis_events(stalling=stalling, silent_s=silent_s)
+        finally:
+            self.analysis_s = time.perf_counter() - started
+
+    def _analysis_events(self, *, stalling: bool, silent_s: float | None) -> list[WatchEvent]:
         from trace_doctor.api import analyze
 
-        self._analysed_at, self._dirty = now, False
         run = self.live.tables()
         if not run.records_read:
             return []

@@ -53,6 +53,7 @@ class Look:
     progressed: bool = False  # a metrics, trace or log file grew
     read_afresh: list[str] = field(default_factory=list)  # files replaced or truncated since the last look
     files: int = 0
+    caught_up: bool = True  # every file was read to its end (a large file is caught up over several looks)
 
 
 @dataclass
@@ -116,6 +117,7 @@ class LiveRun:
         for followed in self._followed.values():
             look.files += 1
             read = followed.tail.look()
+            look.caught_up = look.caught_up and not read.more
             if read.reset:
                 look.read_afresh.append(str(followed.path))
                 followed.make_readers()
