@@ -2,7 +2,8 @@
 
 A `Watch` takes one look at a time (`look()`, which tests call directly): it reads what the run's files
 gained (ingest/live_run.py), turns each new training step into a `progress` event, re-runs the rules
-on the tables so far at the policy's cadence (`finding` events for findings not seen before), and
+on the tables so far at the policy's cadence, slower as the run grows (the rules' cost is the run's
+size, a look's is what the files gained: `finding` events for findings not seen before), and
 when nothing has been written for longer than the stall bound (policy/live.py: a multiple of the
 steady step time, with a floor) reports a `stalled` event carrying run-stopped's post-mortem (where
 it stopped, what is in flight, the session id) while the process can still be looked at. A run that

@@ -353,7 +353,8 @@ RULE = register(
             what=(
                 "The run stopped before its planned steps were done, or stopped making progress: the step and phase "
                 "it stopped in, what was in flight on each thread, the SDK thread's last sign of life, and the kind "
-                "of stop — crashed, interrupted, hung on the service, hung in user code, or killed."
+                "of stop — crashed, interrupted, hung on the service, hung in user code, or killed (a run "
+                "`trace-doctor watch` is following is never killed: hung, where the files do not say where)."
             ),
             why=(
                 "A stuck run shows nothing in its metrics: the last row just stays the last. Findings about the "
@@ -364,8 +365,9 @@ RULE = register(
                 "on; config `max_steps` as an upper bound), the last step logged, trace spans with a B and no E, "
                 "`Starting X` log lines with no `X took`, errors and tracebacks after the log's last phase line "
                 "(decoded), the last asyncio task dump and stack block of each thread and how long each stayed the "
-                "same, heartbeat warnings and GIL-monitor lines. A run that logged every planned step, or saved its "
-                "final checkpoint with nothing left open, passes."
+                "same, heartbeat warnings and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
+                "silence it saw (past its own stall bound) is the hold. A run that logged every planned step, or "
+                "saved its final checkpoint with nothing left open, passes."
             ),
             fix=(
                 "By kind: fix the decoded error; escalate a service hang with the session id and a bundle; bound "
