@@ -129,6 +129,7 @@ class Watch:
 
     @property
     def several(self) -> bool:
+        """One run: the text output does not name it (a WatchSweep's may)."""
         return False
 
     def silences(self) -> dict[str | None, float | None]:
