@@ -700,7 +700,7 @@ PROBES: dict[tuple[str, str], Probe] = {
         legacy_sync_rl(12, untimed_s=60.0, train_s=35.0), 0.7, "untimed sampling 62% of the steps: fired -> passed"
     ),
     ("steady-slowness", "sampling_warning_share"): Probe(
-        legacy_sync_rl(12, untimed_s=200.0, train_s=20.0), 0.95, "untimed sampling 90% of the steps: warning -> info"
+        legacy_sync_rl(12, untimed_s=400.0, train_s=20.0), 0.99, "untimed sampling 95% of the steps: warning -> info"
     ),
     ("steady-slowness", "min_steady_steps"): Probe(
         "sl_steady_slow", 1000, "fewer steady steps with a total: fired -> not_applicable"

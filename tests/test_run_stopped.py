@@ -116,6 +116,20 @@ def test_a_stricter_hold_threshold_turns_the_service_hang_into_a_kill(runs):
     assert finding is not None and finding.evidence["kind"] == "killed"
 
 
+def test_a_run_the_watch_saw_stalled_is_hung_not_killed_whatever_the_hold_threshold(runs):
+    # The same files, as `trace-doctor watch` hands them over when its own stall bound is passed: the
+    # silence it saw is the hold, so run-stopped's stricter bound does not turn a live hang into a kill.
+    run = load_run(str(runs["service_hang"]))
+    run.meta.watched_stall_s = 1.5
+    result = analyze(run, overrides={"run-stopped": {"min_stuck_s": 3600.0}})
+    [finding] = [f for f in result.findings if f.rule == "run-stopped"]
+    assert finding.evidence["kind"] == "hung on the service"
+    assert finding.evidence["run_end"]["watched_stall_s"] == 1.5
+    assert "`trace-doctor watch` saw nothing written for 2 s" in finding.message
+    # `Session heartbeat failed ... for session <id>` names one id, not "heartbeat".
+    assert len(finding.evidence["session_ids"]) == 1 and "heartbeat" not in finding.evidence["session_ids"]
+
+
 @pytest.mark.parametrize("group", ["runs", "training"])
 def test_healthy_fixtures_do_not_fire(group):
     for folder in sorted((FIXTURES / group).iterdir()):

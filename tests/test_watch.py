@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,6 +44,12 @@ def _writer(tmp_path: Path, **opts) -> subprocess.Popen:
     )
 
 
+def _wait_for_files(*folders: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(any(folder.iterdir()) for folder in folders) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _events(out: io.StringIO) -> list[dict]:
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
@@ -66,14 +73,39 @@ def test_a_hung_run_is_reported_stalled_in_flight_while_it_hangs(tmp_path):
     steps = [e["step"] for e in events if e["event"] == "progress"]
     assert steps == list(range(8)), steps  # every step, once, in order
     [stalled] = [e for e in events if e["event"] == "stalled"]
-    assert stalled["step"] == 8
+    # The latest step in flight: 8, or 9 once the pipelined loop has opened the next step's submission.
+    assert stalled["step"] in (8, 9)
     assert "finish_batch" in stalled["phase"] and "step 8" in stalled["phase"]
     assert stalled["silent_s"] <= 5 * stalled["steady_s"], stalled
     # run-stopped's post-mortem of the files so far: what each thread is inside, the SDK's pending calls.
     assert any("_APIFuture._result_async" in text for text in stalled["in_flight"]), stalled["in_flight"]
+    # The watch's silence is the hold (run-stopped's own 10-step-time bound is not reached yet): an SDK call in
+    # flight while the SDK loop kept dumping is a service hang, escalated with the session id — never "killed".
+    assert stalled["kind"] == "hung on the service", stalled
+    assert stalled["session_ids"] and stalled["session_ids"][0] in stalled["message"]
+    assert "`trace-doctor watch` saw nothing written for" in stalled["message"]
     # The hook ran once, the event as JSON on its stdin.
     [hooked] = [json.loads(line) for line in hook.read_text().splitlines()]
     assert hooked["event"] == "stalled" and hooked["step"] == 8
+
+
+def test_a_hang_in_user_code_is_named_with_its_frame_and_session_id_while_it_hangs(tmp_path):
+    writer = _writer(tmp_path, n_steps=40, cycle_s=0.2, user_hang_at_step=6, kill_after_s=30)
+    try:
+        watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=0.3, analysis_interval_s=1.0))
+        out = io.StringIO()
+        code = follow(watch, fmt="jsonl", interval=0.05, exit_on_stall=True, out=out)
+        still_running = writer.poll() is None
+    finally:
+        writer.kill()
+        writer.wait()
+    [stalled] = [e for e in _events(out) if e["event"] == "stalled"]
+    assert code == EXIT_STALLED and still_running
+    assert stalled["step"] == 6 and stalled["kind"] == "hung in user code", stalled
+    # The innermost open span is user code (the stack watchdog may not have caught the frame yet: the
+    # regex holds the GIL).
+    assert "get_batch (step 6)" in stalled["phase"]
+    assert stalled["session_ids"] and stalled["session_ids"][0] in stalled["message"]
 
 
 def test_a_completed_run_ends_with_done_and_exit_0(tmp_path):
@@ -143,3 +175,135 @@ def test_cli_watch_of_a_finished_run_and_usage_errors(tmp_path):
     assert text.exit_code == 0 and "\x1b" not in text.output and text.output.splitlines()[-1].startswith("done: 30")
     assert runner.invoke(main, ["watch", str(tmp_path / "missing")]).exit_code == 2
     assert runner.invoke(main, ["watch", str(tmp_path), "--interval", "0"]).exit_code == 2
+
+
+def test_the_config_files_watch_table_sets_the_stall_bound(tmp_path):
+    from trace_doctor.policy import PolicyError
+    from trace_doctor.settings import load_settings
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_bytes(b"".join(ROW % (step, (step + 1) / 50) for step in range(3)))
+    config = tmp_path / "trace-doctor.toml"
+    config.write_text("[tool.trace-doctor.watch]\nmin_stall_s = 5.0\nstall_step_times = 2\n")
+    settings = load_settings(str(config))
+    assert settings.policy.watch == WatchPolicy(min_stall_s=5.0, stall_step_times=2.0)
+
+    def stalls_after(seconds: float, settings) -> list[str]:
+        offset = [0.0]
+        watch = Watch(run, settings, clock=lambda: time.monotonic() + offset[0])
+        watch.look()
+        offset[0] = seconds
+        return [e.event for e in watch.look()]
+
+    # 10 s of silence: a stall under the configured 5 s floor, not under the default 60 s one.
+    assert "stalled" in stalls_after(10.0, settings)
+    assert "stalled" not in stalls_after(10.0, None)
+    config.write_text("[tool.trace-doctor.watch]\nmin_stall_s = -1\n")
+    with pytest.raises(PolicyError, match=r"\[tool.trace-doctor.watch\] `min_stall_s`"):
+        load_settings(str(config))
+
+
+def test_a_sweep_follows_each_run_and_ends_when_all_are_done(tmp_path):
+    from trace_doctor.watch_sweep import WatchSweep
+
+    sweep = tmp_path / "sweep"
+    (sweep / "lr_a").mkdir(parents=True)
+    (sweep / "lr_b").mkdir()
+    writers = [_writer(sweep / "lr_a", n_steps=8, cycle_s=0.05), _writer(sweep / "lr_b", n_steps=12, cycle_s=0.05)]
+    try:
+        # The sweep ends when every run found so far has ended: wait until both runs exist.
+        _wait_for_files(sweep / "lr_a", sweep / "lr_b")
+        out = io.StringIO()
+        watch = WatchSweep(sweep, policy=WatchPolicy(min_stall_s=30.0))
+        code = follow(watch, fmt="jsonl", interval=0.05, out=out)
+    finally:
+        for writer in writers:
+            writer.kill()
+            writer.wait()
+    events = _events(out)
+    assert code == EXIT_DONE, events
+    assert {e["run"] for e in events} == {"lr_a", "lr_b"}, [e for e in events if e["event"] != "progress"]
+    # Each run's own steps, in order, once: the two runs' files are never merged.
+    for run, steps in (("lr_a", 8), ("lr_b", 12)):
+        assert [e["step"] for e in events if e["event"] == "progress" and e["run"] == run] == list(range(steps))
+        assert {"event": "done", "run": run, "steps": steps, "planned": steps} in events
+    assert events[-1]["event"] == "done"
+
+
+def test_a_sweep_reports_the_stalled_run_by_its_id(tmp_path):
+    from trace_doctor.watch_sweep import WatchSweep
+
+    sweep = tmp_path / "sweep"
+    (sweep / "ok").mkdir(parents=True)
+    (sweep / "hangs").mkdir()
+    writers = [
+        _writer(sweep / "ok", n_steps=6, cycle_s=0.1),
+        _writer(sweep / "hangs", n_steps=40, cycle_s=0.1, service_hangs_at_step=5, kill_after_s=30),
+    ]
+    try:
+        _wait_for_files(sweep / "ok", sweep / "hangs")
+        out = io.StringIO()
+        watch = WatchSweep(sweep, policy=WatchPolicy(min_stall_s=0.5, analysis_interval_s=1.0))
+        code = follow(watch, fmt="text", interval=0.05, exit_on_stall=True, out=out, live_display=False)
+    finally:
+        for writer in writers:
+            writer.kill()
+            writer.wait()
+    lines = out.getvalue().splitlines()
+    assert code == EXIT_STALLED
+    [stalled] = [line for line in lines if "STALLED" in line]
+    assert stalled.startswith("[hangs] STALLED at step 5"), stalled
+    assert "[ok] done: 6 step(s) of 6 planned" in lines
+    assert all(line.startswith(("[ok] ", "[hangs] ")) for line in lines), lines
+
+
+def test_a_console_only_run_is_followed_through_its_printed_metric_tables(tmp_path):
+    # No metrics.jsonl: the cookbook's console tables (ANSI colour, keys cut at 30 columns) are the steps.
+    # The log grows in chunks that cut tables and lines anywhere; each table is taken once it is whole.
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_ingest_console_metrics import _console_pair
+
+    from trace_doctor.api import load_run
+
+    source = FIXTURES / "runs" / "rl_async_stream_starved"
+    _, console = _console_pair(source, tmp_path, colour=True, metric_width=30)
+    cold = tmp_path / "cold"
+    cold.mkdir()
+    (cold / "logs.log").write_bytes((console / "logs.log").read_bytes())
+    live = tmp_path / "live"
+    live.mkdir()
+    data = (console / "logs.log").read_bytes()
+    watch = Watch(live, policy=WatchPolicy(min_stall_s=3600.0, analysis_interval_s=3600.0))
+    events = []
+    for start in range(0, len(data), 997):
+        with open(live / "logs.log", "ab") as f:
+            f.write(data[start : start + 997])
+        events += watch.look()
+    expected = load_run(str(cold)).steps
+    assert [e.data["step"] for e in events if e.event == "progress"] == expected["step"].to_list()
+    assert watch.live.tables().steps.drop("source").equals(expected.drop("source"))
+    assert events[-1].event == "done" and events[-1].data["steps"] == expected.height
+
+
+def test_the_findings_refresh_waits_in_proportion_to_its_cost(tmp_path):
+    # The rules' cost grows with the run; a look's reading does not. A refresh that cost 2 s is not run
+    # again within 40 s (5% of the watch's time), though the 10 s interval has passed and steps arrived.
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_bytes(ROW % (0, 0.01))
+    offset = [0.0]
+    watch = Watch(tmp_path, clock=lambda: time.monotonic() + offset[0])
+    watch.look()
+    first = watch._analysed_at
+    assert first is not None
+    watch.analysis_s = 2.0
+    for step, later in ((1, 15.0), (2, 30.0)):
+        with open(metrics, "ab") as f:
+            f.write(ROW % (step, (step + 1) / 100))
+        offset[0] = later
+        assert [e.event for e in watch.look()] == ["progress"] and watch._analysed_at == first
+    offset[0] = 45.0
+    with open(metrics, "ab") as f:
+        f.write(ROW % (3, 0.04))
+    watch.look()
+    assert watch._analysed_at is not None and watch._analysed_at > first

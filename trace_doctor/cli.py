@@ -330,7 +330,7 @@ def bundle_command(paths, output: str, config: str | None) -> None:
 @click.option("--exit-on-stall", is_flag=True, help="End at the first stall (exit 4).")
 @CONFIG_OPTION
 def watch_command(path: str, config: str | None, **options) -> None:
-    """Follow a live run: each step, findings as they appear, stalls with where the run is stuck (events:
+    """Follow a live run (a folder of runs: each): each step, findings, stalls with where it is stuck (events:
     progress, finding, stalled, stopped, done). Exit 0 done, 4 stalled (--exit-on-stall), 5 crashed or
     interrupted, 130 Ctrl-C."""
     sys.exit(follow_run(path, _settings(config), **options))

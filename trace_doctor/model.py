@@ -118,6 +118,9 @@ class RunMeta:
     config: dict[str, Any] = field(default_factory=dict)
     # One per W&B run folder found (a relaunched run has several), in path order.
     wandb: list[WandbMetadata] = field(default_factory=list)
+    # Set by `trace-doctor watch` only, when it judged the run stalled: the wall-clock seconds it saw
+    # nothing written, past its stall bound, while it followed the files. A cold read has no such reading.
+    watched_stall_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

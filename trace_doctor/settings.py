@@ -26,6 +26,7 @@ KNOWN_KEYS = (
     "fail_on_inconclusive",
     "rules",
     "shared",
+    "watch",
 )
 
 
@@ -132,11 +133,14 @@ def load_settings(explicit: str | None = None) -> Settings:
         raise PolicyError(f"{source}: [tool.trace-doctor.rules.<slug>] tables expected")
     if not isinstance(shared, dict):
         raise PolicyError(f"{source}: [tool.trace-doctor.shared] must be a table")
+    watch = section.get("watch", {})
+    if not isinstance(watch, dict):
+        raise PolicyError(f"{source}: [tool.trace-doctor.watch] must be a table")
     return Settings(
         select=_as_list(section.get("select"), "select", source),
         ignore=_as_list(section.get("ignore"), "ignore", source),
         fail_on=fail_on,
         fail_on_inconclusive=inconclusive,
-        policy=Policy.from_config(rules=rules, shared=shared, source=source),
+        policy=Policy.from_config(rules=rules, shared=shared, watch=watch, source=source),
         source=source,
     )

@@ -2,7 +2,8 @@
 
 A `Watch` takes one look at a time (`look()`, which tests call directly): it reads what the run's files
 gained (ingest/live_run.py), turns each new training step into a `progress` event, re-runs the rules
-on the tables so far at the policy's cadence (`finding` events for findings not seen before), and
+on the tables so far at the policy's cadence, slower as the run grows (the rules' cost is the run's
+size, a look's is what the files gained: `finding` events for findings not seen before), and
 when nothing has been written for longer than the stall bound (policy/live.py: a multiple of the
 steady step time, with a floor) reports a `stalled` event carrying run-stopped's post-mortem (where
 it stopped, what is in flight, the session id) while the process can still be looked at. A run that
@@ -22,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from trace_doctor.errors import RequestError
 from trace_doctor.ingest.live_run import LiveRun
@@ -68,14 +69,16 @@ class Watch:
         *,
         policy: WatchPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
+        only: Callable[[Path], bool] | None = None,
     ) -> None:
         if not Path(path).exists():
             from trace_doctor.did_you_mean import missing_path
 
             raise RequestError(f"path does not exist: {missing_path(Path(path))}")
-        self.live = LiveRun(path)
+        self.live = LiveRun(path, only)
         self.settings = settings or Settings()
-        self.policy = policy or WatchPolicy()
+        # An explicit policy (tests) wins over the configuration's [tool.trace-doctor.watch].
+        self.policy = policy or self.settings.policy.watch
         self.clock = clock
         self.started = clock()
         self.last_step: int | None = None
@@ -85,6 +88,7 @@ class Watch:
         self._row_step_s: deque[float] = deque(maxlen=RECENT_STEPS)  # step times read off the rows
         self._seen: set[tuple[str, str]] = set()
         self._analysed_at: float | None = None
+        self.analysis_s = 0.0  # what the last findings refresh cost (wall seconds)
         self._dirty = False  # steps arrived since the last analysis
         self.stalled = False  # a stall was reported and nothing was written since
         self.stalls = 0
@@ -99,6 +103,8 @@ class Watch:
 
     @property
     def stall_bound_s(self) -> float:
+        if self.last_step is None:
+            return self.policy.first_step_stall_s
         steady = self.steady_s
         floor = self.policy.min_stall_s
         return max(floor, self.policy.stall_step_times * steady) if steady else floor
@@ -114,14 +120,25 @@ class Watch:
         if events:
             self._dirty = True
         finished = self.planned is not None and self.last_step is not None and self.last_step + 1 >= self.planned
-        due = self._analysed_at is None or now - self._analysed_at >= self.policy.analysis_interval_s
-        silent = self._silent_s(now)
+        # The findings refresh costs what the run's size costs: at most a share of the time it is due in.
+        wait = max(self.policy.analysis_interval_s, self.analysis_s / self.policy.max_analysis_share)
+        due = self._analysed_at is None or now - self._analysed_at >= wait
+        silent = self.silent_s(now)
         stalling = not self.stalled and silent is not None and silent > self.stall_bound_s
         if (self._dirty and (due or finished)) or stalling or (self._analysed_at is None and look.files):
             events += self._analyse(now, stalling=stalling, silent_s=silent)
         return events
 
-    def _silent_s(self, now: float) -> float | None:
+    @property
+    def several(self) -> bool:
+        """One run: the text output does not name it (a WatchSweep's may)."""
+        return False
+
+    def silences(self) -> dict[str | None, float | None]:
+        """The seconds since the run last wrote (the terminal's status line), keyed like a sweep's."""
+        return {None: self.silent_s(self.clock())}
+
+    def silent_s(self, now: float) -> float | None:
         last = self.live.last_progress
         return None if last is None else now - last
 
@@ -156,17 +173,27 @@ class Watch:
                 "rate_steps_per_s": _round(rate),
                 "eta_s": _round(eta),
                 "phase": " › ".join(self.live.in_flight()) or None,
-                "since_write_s": _round(self._silent_s(now)),
+                "since_write_s": _round(self.silent_s(now)),
             },
         )
 
     def _analyse(self, now: float, *, stalling: bool, silent_s: float | None) -> list[WatchEvent]:
+        self._analysed_at, self._dirty = now, False
+        started = time.perf_counter()
+        try:
+            return self._analysis_events(stalling=stalling, silent_s=silent_s)
+        finally:
+            self.analysis_s = time.perf_counter() - started
+
+    def _analysis_events(self, *, stalling: bool, silent_s: float | None) -> list[WatchEvent]:
         from trace_doctor.api import analyze
 
-        self._analysed_at, self._dirty = now, False
         run = self.live.tables()
         if not run.records_read:
             return []
+        if stalling:
+            # What the watch saw is run-stopped's hold: a followed run is still there, so never "killed".
+            run.meta.watched_stall_s = silent_s
         result = analyze(run, settings=self.settings)
         steps = result.derived.get("step_times")
         if steps is not None and steps.height and "total_s" in steps.columns:
@@ -246,8 +273,14 @@ def run_hook(command: str, event: WatchEvent) -> None:
         print(f"trace-doctor: --on-stall command failed: {exc}", file=sys.stderr)
 
 
-def event_text(event: WatchEvent) -> str:
-    """One event as a plain line."""
+def event_text(event: WatchEvent, *, name_run: bool = False) -> str:
+    """One event as a plain line; `name_run`: led by the run's id (a sweep of several runs)."""
+    run = event.data.get("run")
+    text = _event_text(event)
+    return f"[{run}] {text}" if name_run and run is not None else text
+
+
+def _event_text(event: WatchEvent) -> str:
     d = event.data
     if event.event == "progress":
         of = f"/{d['planned']}" if d.get("planned") else ""
@@ -283,8 +316,21 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+class Watcher(Protocol):
+    """What `follow` loops over: one run's `Watch` or a folder's `WatchSweep` (watch_sweep.py)."""
+
+    ended: int | None
+
+    @property
+    def several(self) -> bool: ...
+
+    def look(self) -> list[WatchEvent]: ...
+
+    def silences(self) -> dict[str | None, float | None]: ...
+
+
 def follow(
-    watch: Watch,
+    watch: Watcher,
     *,
     fmt: str = "text",
     interval: float = 2.0,
@@ -306,7 +352,7 @@ def follow(
         with display:
             while True:
                 for event in watch.look():
-                    display.show(event)
+                    display.show(event, name_run=watch.several)
                     if event.event == "stalled" and on_stall:
                         run_hook(on_stall, event)
                     if event.event == "stalled" and exit_on_stall:
@@ -324,11 +370,12 @@ def follow(
 
 
 class _Display:
-    """Where events go: JSON lines, plain lines, or (a terminal) lines above a status redrawn in place."""
+    """Where events go: JSON lines, plain lines, or (a terminal) lines above a status redrawn in place,
+    one status line per run."""
 
     def __init__(self, out: Any, fmt: str, live: bool) -> None:
         self.out, self.fmt, self.live = out, fmt, None
-        self._status = ""
+        self._status: dict[str | None, str] = {}  # run id (None: the one run) -> its latest progress line
         if live:
             from rich.console import Console
             from rich.live import Live
@@ -343,29 +390,39 @@ class _Display:
     def __exit__(self, *exc: Any) -> None:
         if self.live is not None:
             self.live.__exit__(*exc)
-            if self._status:
-                print(self._status, file=self.out)
+            for status in self._status.values():
+                print(status, file=self.out)
 
-    def show(self, event: WatchEvent) -> None:
+    def show(self, event: WatchEvent, *, name_run: bool = False) -> None:
         if self.fmt == "jsonl":
             print(event.json(), file=self.out, flush=True)
             return
-        text = event_text(event)
+        text = event_text(event, name_run=name_run)
         if self.live is None:
             print(text, file=self.out, flush=True)
         elif event.event == "progress":
-            self._status = text
-            self.live.update(text, refresh=True)
+            self._status[event.data.get("run")] = text
+            self._redraw(list(self._status.values()))
         else:
             self.live.console.print(text, markup=False, highlight=False)
 
-    def idle(self, watch: Watch) -> None:
-        """A terminal's status gains the time since the last write; plain output prints nothing new."""
+    def idle(self, watch: Watcher) -> None:
+        """A terminal's status lines gain the time since each run's last write; plain output prints nothing."""
         if self.live is None or not self._status:
             return
-        silent = watch._silent_s(watch.clock())
-        if silent is not None:
-            self.live.update(f"{self._status}  (last write {_duration(silent)} ago)", refresh=True)
+        silences = watch.silences()
+        lines = []
+        for run, status in self._status.items():
+            silent = silences.get(run)
+            lines.append(status if silent is None else f"{status}  (last write {_duration(silent)} ago)")
+        self._redraw(lines)
+
+    def _redraw(self, lines: list[str]) -> None:
+        from rich.text import Text
+
+        # Plain text: a run id in brackets is not rich markup.
+        assert self.live is not None
+        self.live.update(Text("\n".join(lines)), refresh=True)
 
 
 def follow_run(
@@ -377,5 +434,9 @@ def follow_run(
     on_stall: str | None = None,
     exit_on_stall: bool = False,
 ) -> int:
-    """Watch the run at `path` until it ends (the CLI's `watch`): the exit code (module constants)."""
-    return follow(Watch(path, settings), fmt=fmt, interval=interval, on_stall=on_stall, exit_on_stall=exit_on_stall)
+    """Watch the run at `path` until it ends (the CLI's `watch`): the exit code (module constants). A folder
+    is split into its runs (a sweep: every run followed, each event naming its run); a file is one run."""
+    from trace_doctor.watch_sweep import WatchSweep
+
+    watcher: Watcher = WatchSweep(path, settings) if Path(path).is_dir() else Watch(path, settings)
+    return follow(watcher, fmt=fmt, interval=interval, on_stall=on_stall, exit_on_stall=exit_on_stall)

@@ -112,6 +112,8 @@ class RunEnd:
     heartbeat_failures: tuple[LogLineRef, ...]  # trailing `Session heartbeat failed` lines
     gil_monitor: tuple[LogLineRef, ...]
     log_silence_s: float | None  # timestamped logs: last progress line to the last line
+    # A live run judged stalled by the watch: the silence it saw, the process still followed (RunMeta).
+    watched_stall_s: float | None = None
 
     @property
     def stopped_step(self) -> int | None:
@@ -153,6 +155,7 @@ class RunEnd:
             "heartbeat_failures": [h.to_dict() for h in self.heartbeat_failures[-5:]],
             "gil_monitor_lines": len(self.gil_monitor),
             "log_silence_s": self.log_silence_s,
+            **({"watched_stall_s": round(self.watched_stall_s, 3)} if self.watched_stall_s is not None else {}),
         }
 
 
@@ -396,4 +399,5 @@ def run_end(run: Any) -> RunEnd:
         heartbeat_failures=heartbeats,
         gil_monitor=gil,
         log_silence_s=silence,
+        watched_stall_s=run.meta.watched_stall_s,
     )

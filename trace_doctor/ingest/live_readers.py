@@ -12,6 +12,8 @@ from typing import Any
 
 import polars as pl
 
+from trace_doctor.ingest.parsers.console_metrics import console_value
+from trace_doctor.ingest.parsers.console_tables import ConsoleTable, whole_tables
 from trace_doctor.ingest.parsers.dumps import OPENERS, STACK_COLUMNS, TASK_COLUMNS, dump_rows_frame, scan_dump_lines
 from trace_doctor.ingest.parsers.logs import LogLines
 from trace_doctor.ingest.parsers.metrics import StepsBuilder
@@ -60,6 +62,45 @@ class LiveLog:
     @property
     def rows(self) -> list[dict[str, Any]]:
         return self.parser.rows
+
+
+class LiveConsoleTables:
+    """A console capture's metric tables, the steps of a run with no metrics.jsonl: a table is taken once
+    it is whole (its bottom border, or a line after it, was read); the lines of one still being printed,
+    or the title above a header not written yet, wait for the next look. Memory: the whole tables (the
+    steps table's own size) and at most one table's lines."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.tables: list[ConsoleTable] = []
+        self.new_rows: list[dict[str, Any]] = []  # one per whole table since the caller last took them
+        self._pending: list[str] = []
+        self._first = 1  # the line number of _pending[0]
+
+    def feed(self, lines: list[bytes], first_line: int) -> None:
+        if not lines:
+            return
+        if not self._pending:
+            self._first = first_line
+        self._pending += text_lines(lines)
+        found, keep = whole_tables(self._pending)
+        shift = self._first - 1
+        for table in found:
+            table.line += shift
+            table.cut_line = table.cut_line + shift if table.cut_line is not None else None
+            for cell in table.cells:
+                cell.line += shift
+            self.tables.append(table)
+            row = {} if table.step is None else {"step": table.step}
+            for cell in table.cells:
+                row.setdefault(cell.key, console_value(cell.value))
+            self.new_rows.append(row)
+        self._pending = self._pending[keep:]
+        self._first += keep
+
+    def take_new_rows(self) -> list[dict[str, Any]]:
+        rows, self.new_rows = self.new_rows, []
+        return rows
 
 
 class LiveDumps:

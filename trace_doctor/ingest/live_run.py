@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ import polars as pl
 
 from trace_doctor.discover import discover
 from trace_doctor.ingest.kinds.registry import Parsed, Reading, registered
-from trace_doctor.ingest.live_readers import LiveDumps, LiveLog, LiveMetrics
+from trace_doctor.ingest.live_readers import LiveConsoleTables, LiveDumps, LiveLog, LiveMetrics
+from trace_doctor.ingest.parsers.console_metrics import NOT_CONSOLE, console_table_steps
 from trace_doctor.ingest.parsers.launches import launches_of
 from trace_doctor.ingest.parsers.logs import log_events_table
 from trace_doctor.ingest.parsers.metrics import PRE_RESUME_RE
@@ -36,6 +38,9 @@ from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile, RunTables
 
 # Kinds read a look at a time; every other kind's files are parsed whole when they change.
 STREAMED = ("metrics", "trace", "log", "dump", "code_diff")
+# Kinds a console capture can be (ingest/kinds/metrics.py): its metric tables are the steps of a run
+# with no metrics.jsonl.
+CONSOLE_KINDS = ("log", "dump")
 # Files whose growth is the run's progress. A dump file is not: a hung run's watchdog keeps dumping.
 PROGRESS_KINDS = ("metrics", "trace", "log")
 
@@ -48,6 +53,7 @@ class Look:
     progressed: bool = False  # a metrics, trace or log file grew
     read_afresh: list[str] = field(default_factory=list)  # files replaced or truncated since the last look
     files: int = 0
+    caught_up: bool = True  # every file was read to its end (a large file is caught up over several looks)
 
 
 @dataclass
@@ -61,6 +67,7 @@ class _Followed:
     spans: LiveSpans | None = None
     log: LiveLog | None = None
     dumps: LiveDumps | None = None
+    console: LiveConsoleTables | None = None  # a log or captured stdout: its printed metric tables
 
     def make_readers(self) -> None:
         source = str(self.path)
@@ -73,13 +80,17 @@ class _Followed:
         self.spans = LiveSpans(source) if "trace" in self.kinds else None
         self.log = LiveLog(source) if self.kinds & {"log", "dump", "code_diff"} else None
         self.dumps = LiveDumps(source) if "dump" in self.kinds else None
+        console = self.kinds & set(CONSOLE_KINDS) and self.path.name not in NOT_CONSOLE
+        self.console = LiveConsoleTables(source) if console else None
 
 
 class LiveRun:
-    """One run folder (or file) followed as it is written (see the module docstring)."""
+    """One run folder (or file) followed as it is written (see the module docstring). `only`, when given,
+    says which of the files found under `path` are this run's (a sweep's run whose folder holds others)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, only: Callable[[Path], bool] | None = None) -> None:
         self.path = Path(path)
+        self.only = only
         self._followed: dict[Path, _Followed] = {}
         self._files: dict[str, list[Path]] = {}
         self._passed_over: list = []
@@ -90,9 +101,12 @@ class LiveRun:
         """Read what every file gained since the last look."""
         found = discover([self.path])
         self._files, self._passed_over = found.files, found.passed_over
+        if self.only is not None:
+            self._files = {kind: [p for p in paths if self.only(p)] for kind, paths in found.files.items()}
         look = Look()
+        console_rows: list[dict[str, Any]] = []
         for kind in STREAMED:
-            for path in found.files.get(kind, []):
+            for path in self._files.get(kind, []):
                 followed = self._followed.get(path)
                 if followed is None:
                     followed = self._followed[path] = _Followed(path, set(), FileTail(path))
@@ -103,6 +117,7 @@ class LiveRun:
         for followed in self._followed.values():
             look.files += 1
             read = followed.tail.look()
+            look.caught_up = look.caught_up and not read.more
             if read.reset:
                 look.read_afresh.append(str(followed.path))
                 followed.make_readers()
@@ -117,9 +132,18 @@ class LiveRun:
                 followed.log.feed(read.lines, read.first_line)
             if followed.dumps is not None:
                 followed.dumps.feed(read.lines, read.first_line, settled=not read.grew)
+            if followed.console is not None:
+                followed.console.feed(read.lines, read.first_line)
+                console_rows += followed.console.take_new_rows()
+        if not self._has_metrics_rows():
+            # A console-only run: its printed tables are its steps (a second copy when metrics.jsonl exists).
+            look.new_rows += console_rows
         if look.progressed:
             self.last_progress = time.monotonic()
         return look
+
+    def _has_metrics_rows(self) -> bool:
+        return any(f.metrics is not None and f.metrics.steps.rows for f in self._followed.values())
 
     def in_flight(self) -> list[str]:
         """The trace spans open now (the latest trace's), outermost first; [] without a trace."""
@@ -134,7 +158,7 @@ class LiveRun:
         parsed: dict[str, Parsed] = {}
         warnings: dict[str, list[IngestWarning]] = {}
         followed = sorted(self._followed.values(), key=lambda f: str(f.path))
-        parsed["metrics"] = self._metrics(followed)
+        parsed["metrics"], warnings["metrics"] = self._metrics(followed)
         parsed["trace"] = self._trace(followed)
         parsed["log"] = self._logs(followed)
         parsed["dump"] = self._dumps(followed)
@@ -158,7 +182,8 @@ class LiveRun:
         return run
 
     @staticmethod
-    def _metrics(followed: list[_Followed]) -> Parsed:
+    def _metrics(followed: list[_Followed]) -> tuple[Parsed, list[IngestWarning]]:
+        """metrics.jsonl's rows; without any, the console captures' tables (as the metrics kind reads them)."""
         readers = [f for f in followed if f.metrics is not None]
         # Backups first, by their resume step, then the live file: the order a cold read keeps.
         readers.sort(
@@ -169,7 +194,12 @@ class LiveRun:
         frames = [f.metrics.table() for f in readers if f.metrics.steps.rows]
         steps = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema=STEPS_SCHEMA)
         inputs = [InputFile(kind="metrics", path=str(f.path), records=f.metrics.steps.rows) for f in readers]
-        return Parsed({"steps": steps, "launches": launches_of(steps)}, inputs)
+        warnings: list[IngestWarning] = []
+        if not frames:
+            tables = {f.path: f.console.tables for f in followed if f.console is not None and f.console.tables}
+            steps, console_inputs = console_table_steps(tables, warnings) if tables else (steps, [])
+            inputs += console_inputs
+        return Parsed({"steps": steps, "launches": launches_of(steps)}, inputs), warnings
 
     @staticmethod
     def _trace(followed: list[_Followed]) -> Parsed:

@@ -242,9 +242,10 @@ API_KEY_PREFIX = "tml-"
 # A tinker:// checkpoint path and the run id in it (FORMATS.md 3.4).
 TINKER_URI = re.compile(rf"tinker://(?P<run_id>{RUN_ID})")
 # A session id named in free text (`session <id>`, `session ID: <id>`, `session_id=<id>`); at least
-# six characters, so `session is` names no id (the lines of FORMATS.md 3.5 and 5.4).
+# six characters and a digit, so `session is` and the SDK's own `Session heartbeat failed ...` name no
+# id (the lines of FORMATS.md 3.5 and 5.4; the ids are UUIDs).
 SESSION_MENTION = re.compile(
-    rf"\bsession(?:[ _-]?id)?[\s:=]+['\"]?(?P<session_id>(?=[A-Za-z0-9][\w-]{{5}}){SESSION_ID})",
+    rf"\bsession(?:[ _-]?id)?[\s:=]+['\"]?(?P<session_id>(?=[A-Za-z0-9][\w-]{{5}})(?=[\w-]*\d){SESSION_ID})",
     re.IGNORECASE,
 )
 

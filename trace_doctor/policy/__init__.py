@@ -1,9 +1,10 @@
 """Every threshold, typed, in one place: the shared knobs and one frozen dataclass per rule.
 
-A user's `[tool.trace-doctor.shared]` and `[tool.trace-doctor.rules.<slug>]` tables become one
-`Policy` when settings load; values are checked (type and range) there, so a bad value is a
-configuration error naming the key. Rules read their own thresholds (`ctx.thresholds`), derive/
-receives shared knobs as parameters, renderers read what the analysis used (`Analysis.policy`).
+A user's `[tool.trace-doctor.shared]`, `[tool.trace-doctor.rules.<slug>]` and `[tool.trace-doctor.watch]`
+(the live watch's stall bound, policy/live.py) tables become one `Policy` when settings load; values
+are checked (type and range) there, so a bad value is a configuration error naming the key. Rules
+read their own thresholds (`ctx.thresholds`), derive/ receives shared knobs as parameters, renderers
+read what the analysis used (`Analysis.policy`).
 
     >>> policy = Policy.from_config(rules={"get-batch-bottleneck": {"min_share": 0.3}})
     >>> policy.rule("get-batch-bottleneck").min_share
@@ -23,10 +24,11 @@ from types import MappingProxyType
 from typing import Any
 
 from trace_doctor.did_you_mean import did_you_mean
+from trace_doctor.policy.live import WatchPolicy
 from trace_doctor.policy.schema import PolicyError, ThresholdInfo, build, describe
 from trace_doctor.policy.shared import SharedPolicy
 
-__all__ = ["Policy", "PolicyError", "SharedPolicy", "ThresholdInfo", "describe", "rule_policies"]
+__all__ = ["Policy", "PolicyError", "SharedPolicy", "ThresholdInfo", "WatchPolicy", "describe", "rule_policies"]
 
 
 def rule_policies() -> Mapping[str, type]:
@@ -56,6 +58,7 @@ def _rules_where(slug: str) -> str:
 
 
 SHARED_WHERE = "[tool.trace-doctor.shared]"
+WATCH_WHERE = "[tool.trace-doctor.watch]"
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class Policy:
     rules: Mapping[str, Any] = field(default_factory=dict)
     # Settings that were honoured at an old location, as sentences for the user.
     notes: tuple[str, ...] = ()
+    # `trace-doctor watch`'s stall bound and findings cadence: no rule reads them.
+    watch: WatchPolicy = field(default_factory=WatchPolicy)
 
     def rule(self, slug: str) -> Any:
         """The thresholds of rule `slug` (its defaults unless the configuration overrode them)."""
@@ -85,6 +90,7 @@ class Policy:
         *,
         rules: Mapping[str, Mapping[str, Any]] | None = None,
         shared: Mapping[str, Any] | None = None,
+        watch: Mapping[str, Any] | None = None,
         source: str | None = None,
     ) -> Policy:
         """A checked Policy from configuration tables; PolicyError names the file, table and key at fault."""
@@ -124,7 +130,8 @@ class Policy:
                 for knob, old in moved_from.items():
                     exc = PolicyError(str(exc).replace(f"{where} `{knob}`", f"{prefix}{old}"))
                 raise exc from None
-        return cls(shared=shared_policy, rules=per_rule, notes=tuple(notes))
+        watch_policy = build(WatchPolicy, dict(watch), prefix + WATCH_WHERE) if watch else WatchPolicy()
+        return cls(shared=shared_policy, rules=per_rule, notes=tuple(notes), watch=watch_policy)
 
     def thresholds(self, slug: str) -> list[ThresholdInfo]:
         """Rule `slug`'s thresholds as `trace-doctor rules SLUG` prints them."""

@@ -127,24 +127,52 @@ def parse_console_metrics(paths: Iterable[Path], warnings: list[IngestWarning]) 
     captures = _captures(paths)
     with_tables = [c for c in captures if c.rows]
     if with_tables:
-        chosen = max(with_tables, key=_preferred)
-        log = FileWarnings(str(chosen.path))
-        rows, lines, skipped = _table_rows(chosen, log)
-        copies = len(with_tables) - 1
-        note = f"{len(rows)} console metric table(s)" + (f"; {copies} other capture(s) repeat them" if copies else "")
-    else:
-        timelines = [(timeline_steps(c.lines), c) for c in captures]
-        steps, chosen = max(timelines, key=lambda t: (len(t[0]), str(t[1].path)), default=([], None))
-        if chosen is None or not steps:
-            return pl.DataFrame(schema=STEPS_SCHEMA), []
-        log = FileWarnings(str(chosen.path))
-        rows, lines = _timeline_rows(steps)
-        skipped = 0
-        note = f"{len(rows)} step(s) cut from `Starting`/`took` lines (coarse phase timeline)"
-    builder = StepsBuilder(str(chosen.path), log)
+        return _steps_of_tables(with_tables, warnings)
+    timelines = [(timeline_steps(c.lines), c) for c in captures]
+    steps, chosen = max(timelines, key=lambda t: (len(t[0]), str(t[1].path)), default=([], None))
+    if chosen is None or not steps:
+        return pl.DataFrame(schema=STEPS_SCHEMA), []
+    log = FileWarnings(str(chosen.path))
+    rows, lines = _timeline_rows(steps)
+    note = f"{len(rows)} step(s) cut from `Starting`/`took` lines (coarse phase timeline)"
+    return _steps_frame(chosen.path, log, rows, lines, 0, note, warnings)
+
+
+def console_table_steps(
+    tables_by_file: dict[Path, list[ConsoleTable]], warnings: list[IngestWarning]
+) -> tuple[pl.DataFrame, list[InputFile]]:
+    """The steps table from console metric tables already read (a live run's whole tables, per file), as
+    parse_console_metrics makes it from the same captures read whole."""
+    with_tables = [_Capture(path, [], tables) for path, tables in sorted(tables_by_file.items())]
+    with_tables = [c for c in with_tables if c.rows]
+    if not with_tables:
+        return pl.DataFrame(schema=STEPS_SCHEMA), []
+    return _steps_of_tables(with_tables, warnings)
+
+
+def _steps_of_tables(
+    with_tables: list[_Capture], warnings: list[IngestWarning]
+) -> tuple[pl.DataFrame, list[InputFile]]:
+    chosen = max(with_tables, key=_preferred)
+    log = FileWarnings(str(chosen.path))
+    rows, lines, skipped = _table_rows(chosen, log)
+    copies = len(with_tables) - 1
+    note = f"{len(rows)} console metric table(s)" + (f"; {copies} other capture(s) repeat them" if copies else "")
+    return _steps_frame(chosen.path, log, rows, lines, skipped, note, warnings)
+
+
+def _steps_frame(
+    path: Path,
+    log: FileWarnings,
+    rows: list[dict[str, Any]],
+    lines: list[int],
+    skipped: int,
+    note: str,
+    warnings: list[IngestWarning],
+) -> tuple[pl.DataFrame, list[InputFile]]:
+    builder = StepsBuilder(str(path), log)
     for row, line in zip(rows, lines, strict=True):
         builder.add(row, line)
     frame = builder.frame()
     warnings.extend(log.close())
-    info = InputFile("metrics", str(chosen.path), records=len(rows), skipped=skipped, note=note)
-    return frame, [info]
+    return frame, [InputFile("metrics", str(path), records=len(rows), skipped=skipped, note=note)]

@@ -115,7 +115,11 @@ def _read_rows(lines: list[str], table: ConsoleTable, start: int) -> int:
 
 def metric_tables(lines: list[str]) -> list[ConsoleTable]:
     """Every metrics table in `lines`, in file order (line numbers count from 1)."""
-    tables: list[ConsoleTable] = []
+    return [table for table, _, _ in _scan(lines)]
+
+
+def _scan(lines: list[str]):
+    """Each table with the index of its header line and of the first line after it."""
     index = 0
     while index < len(lines):
         raw = lines[index]
@@ -125,10 +129,28 @@ def metric_tables(lines: list[str]) -> list[ConsoleTable]:
         if HEADER.match(strip_ansi(raw).strip()) is None or not _top_border_above(lines, index):
             index += 1
             continue
+        header = index
         table = ConsoleTable(line=index + 1, step=_title_step(lines, index))
         index = _read_rows(lines, table, index + 1)
+        yield table, header, index
+
+
+# Lines above a header that belong to its table: the `Step N` title, a blank line, the top border.
+LINES_ABOVE_HEADER = 3
+
+
+def whole_tables(lines: list[str]) -> tuple[list[ConsoleTable], int]:
+    """The tables of `lines` (the text so far of a file still being written) that are whole, and the index
+    of the first line to keep for the next look: a table that runs to the end of `lines` may still gain
+    rows, and the last lines may be the title and top border of a table whose header is not written yet."""
+    tables: list[ConsoleTable] = []
+    keep = max(0, len(lines) - LINES_ABOVE_HEADER)
+    for table, header, end in _scan(lines):
+        if end >= len(lines) and not table.closed and table.cut_line is None:
+            return tables, max(0, header - LINES_ABOVE_HEADER)
         tables.append(table)
-    return tables
+        keep = max(keep, end)
+    return tables, keep
 
 
 def is_cut_key(key: str) -> bool:

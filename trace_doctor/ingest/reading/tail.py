@@ -30,6 +30,7 @@ class TailRead:
     first_line: int = 1  # the 1-based line number of lines[0] in the file
     reset: bool = False
     grew: bool = False  # any byte was added (a partial line included)
+    more: bool = False  # the look stopped at READ_LIMIT: the file already holds more
 
 
 @dataclass
@@ -60,7 +61,9 @@ class FileTail:
         except OSError:
             return TailRead(first_line=self.lines_read + 1)
         self.offset += len(data)
-        return self._split(data, reset)
+        read = self._split(data, reset)
+        read.more = self.offset < stat.st_size
+        return read
 
     def _restart(self) -> None:
         self.offset, self.partial, self.lines_read, self.dropping = 0, b"", 0, False

@@ -12,8 +12,11 @@ how far through the planned steps it got, and what kind of stop it was:
   (its loop kept dumping, no heartbeat warning) — escalate with the session id;
 - hung in user code: data loading, the environment or the reward in flight for many step times, the
   SDK thread starved of the GIL or not;
+- hung, where unknown: a run `trace-doctor watch` is following wrote nothing for longer than its stall
+  bound, and nothing in the files says whether the service or user code holds it;
 - killed: the files end inside a step with no sign anything kept running (SIGKILL, OOM, a lost node —
-  or the files were copied while the run was still going);
+  or the files were copied while the run was still going). A run the watch is following is never
+  killed: the watch saw it silent while it was still there, so its silence is the hold (`hung`);
 - completed: the planned steps were all logged, or a final checkpoint was saved: the rule passes.
 """
 
@@ -32,6 +35,7 @@ SEVERITY = {
     "crashed": "error",
     "hung in user code": "error",
     "hung on the service": "warning",
+    "hung": "warning",
     "interrupted": "warning",
     "killed": "warning",
     "stopped early": "warning",
@@ -46,6 +50,10 @@ FIX = {
     "hung in user code": (
         "Look at the frame named above: data loading, the environment or the reward never returned. Bound it "
         "(a timeout, a size cap on the input that stalls it), move CPU work off the event loop thread, resume."
+    ),
+    "hung": (
+        "The process is still there: take a stack dump of it now (`py-spy dump --pid PID`), then check the Tinker "
+        "status page. Run with the task dump and stack watchdog (skills/debug) so the next hang says where it is."
     ),
     "killed": (
         "Nothing in the files says why: check the machine (dmesg for the OOM killer, the scheduler's logs for a "
@@ -151,11 +159,23 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
             )
     if end.log_silence_s is not None:
         readings.append((end.log_silence_s, f"{end.log_silence_s:.0f} s of log after the last phase line", None))
+    # Where: the reading that held longest; a state seen in one dump only (held 0 s) says nothing, and the
+    # innermost open span or phase answers instead (_where_stuck).
+    held_readings = [r for r in readings if r[0] > 0]
+    where = max(held_readings, key=lambda r: (r[0], r[2] is not None))[2] if held_readings else None
+    if end.watched_stall_s is not None:
+        # The watch's own clock: a hold, not a place (the dumps and the open phases say where).
+        readings.append(
+            (
+                end.watched_stall_s,
+                f"`trace-doctor watch` saw nothing written for {end.watched_stall_s:.0f} s while it followed the run",
+                None,
+            )
+        )
     if not readings:
         return 0.0, [], None
     held = max(r[0] for r in readings)
-    best = max(readings, key=lambda r: (r[0], r[2] is not None))
-    return held, [r[1] for r in readings if r[0] > 0], best[2]
+    return held, [r[1] for r in readings if r[0] > 0], where
 
 
 def _where_stuck(end: RunEnd, dumps_say: str | None) -> str | None:
@@ -211,10 +231,14 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
         return "crashed"
     if any(decode_error(e.text) is not None or "non-retryable" in e.text for e in end.trailing_errors):
         return "crashed"
-    if stuck_s >= threshold_s and stuck_where == "service":
+    # A run the watch judged stalled held past the watch's own bound while it was still being followed.
+    held = stuck_s >= threshold_s or end.watched_stall_s is not None
+    if held and stuck_where == "service":
         return "hung on the service"
-    if stuck_s >= threshold_s and stuck_where == "user":
+    if held and stuck_where == "user":
         return "hung in user code"
+    if end.watched_stall_s is not None:
+        return "hung"
     if end.left_open:
         return "killed"
     return "stopped early"
@@ -269,6 +293,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         "interrupted": "The run was interrupted",
         "hung on the service": "The run hung waiting on the service",
         "hung in user code": "The run hung in user code",
+        "hung": "The run stopped making progress (still running; where it is stuck, the files do not say)",
         "killed": "The run ended mid-step with no error (killed)",
         "stopped early": "The run stopped before its planned end",
     }[kind]
@@ -283,17 +308,19 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         evidence["error_cause"] = cause
     if flight:
         message += " In flight: " + "; ".join(flight) + "."
-    if kind in ("hung on the service", "hung in user code", "killed"):
+    if kind in ("hung on the service", "hung in user code", "hung", "killed"):
         message += " " + silence
         message += f" SDK thread: {sdk_text}" + (" (starved of the GIL)" if starved else "") + "."
-    if kind == "hung on the service":
+    if kind in ("hung on the service", "hung in user code", "hung"):
         sessions = session_ids(ctx.run.log_events, ctx.run.meta.config)
         evidence["session_ids"] = sessions
-        message += (
-            f" Escalate with session id{'s' if len(sessions) > 1 else ''} {', '.join(sessions[:3])}."
-            if sessions
-            else " No session id is in the logs (`ServiceClient initialized for session ...`)."
-        )
+        ids = f"session id{'s' if len(sessions) > 1 else ''} {', '.join(sessions[:3])}"
+        if not sessions:
+            message += " No session id is in the logs (`ServiceClient initialized for session ...`)."
+        elif kind == "hung in user code":
+            message += f" The service side is not at fault; if you ask for help, quote {ids}."
+        else:
+            message += f" Escalate with {ids}."
     if kind == "killed":
         message += " Whether it was killed or was still running when these files were copied, the files cannot say."
     if kind == "stopped early":
@@ -326,7 +353,8 @@ RULE = register(
             what=(
                 "The run stopped before its planned steps were done, or stopped making progress: the step and phase "
                 "it stopped in, what was in flight on each thread, the SDK thread's last sign of life, and the kind "
-                "of stop — crashed, interrupted, hung on the service, hung in user code, or killed."
+                "of stop — crashed, interrupted, hung on the service, hung in user code, or killed (a run "
+                "`trace-doctor watch` is following is never killed: hung, where the files do not say where)."
             ),
             why=(
                 "A stuck run shows nothing in its metrics: the last row just stays the last. Findings about the "
@@ -337,8 +365,9 @@ RULE = register(
                 "on; config `max_steps` as an upper bound), the last step logged, trace spans with a B and no E, "
                 "`Starting X` log lines with no `X took`, errors and tracebacks after the log's last phase line "
                 "(decoded), the last asyncio task dump and stack block of each thread and how long each stayed the "
-                "same, heartbeat warnings and GIL-monitor lines. A run that logged every planned step, or saved its "
-                "final checkpoint with nothing left open, passes."
+                "same, heartbeat warnings and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
+                "silence it saw (past its own stall bound) is the hold. A run that logged every planned step, or "
+                "saved its final checkpoint with nothing left open, passes."
             ),
             fix=(
                 "By kind: fix the decoded error; escalate a service hang with the session id and a bundle; bound "

@@ -1,0 +1,230 @@
+"""What a watch refresh costs on a large run (issue 28): it must follow the growth, not the size.
+
+    python benchmarks/live_refresh.py [--steps 3000 --samples 64] [--append-mb 1] [--repeats 3] [--markdown FILE]
+
+The run is benchmarks/generate_large_run.py's (deterministic, kept in benchmarks/data/ and reused, as
+benchmarks/run.py keeps it). Each measure runs in its own subprocess, round-robin over the repeats:
+
+- cold: `trace-doctor analyze RUN --no-html --format json` with the table cache off (wall, peak RSS);
+- watch: a copy of the run without its last steps (the last `--append-mb` MB of its streamed files:
+  trace_events.jsonl, metrics.jsonl, timing_spans.jsonl) is followed by a `Watch`: its first look
+  (catching up with the files so far, the analysis included), then the last steps are appended and one
+  look is timed. That look's parts: reading what the files gained (LiveRun.look: the new lines parsed,
+  progress events), building the tables (LiveRun.tables) and re-running the rules (analyze). Memory:
+  the child's peak RSS (the kernel's, wait4) and its RSS before and after the refresh (/proc/self/statm).
+
+A look that only reads what the files gained is what runs every `--interval` seconds; the findings refresh
+(tables + rules) runs when steps arrived and the watch's analysis is due (watch.py: at most once per
+`analysis_interval_s`, and never more than 1/ANALYSIS_BUDGET of the time the watch runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import run as bench  # noqa: E402  (benchmarks/run.py: the generated runs and the child runner)
+
+STREAMED = ("trace_events.jsonl", "metrics.jsonl", "timing_spans.jsonl")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE / 2**20
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def split_run(full: Path, live: Path, append_bytes: int) -> dict[str, int]:
+    """Copy `full` to `live` without its last steps (about `append_bytes` of its streamed files); the byte
+    offset in each streamed file where the held-back tail starts."""
+    steps = sum(1 for _ in open(full / "metrics.jsonl", "rb"))
+    sizes = {name: (full / name).stat().st_size for name in STREAMED}
+    held = max(1, math.ceil(append_bytes / (sum(sizes.values()) / steps)))
+    live.mkdir(parents=True)
+    for path in full.iterdir():
+        if path.is_file() and path.name not in STREAMED:
+            shutil.copy(path, live / path.name)
+    cuts = {}
+    for name in STREAMED:
+        # One line per step in metrics.jsonl and timing_spans.jsonl; the trace is cut at the same share.
+        with open(full / name, "rb") as f:
+            if name == "trace_events.jsonl":
+                f.seek(round(sizes[name] * (steps - held) / steps))
+                f.readline()
+            else:
+                for _ in range(steps - held):
+                    f.readline()
+            cuts[name] = f.tell()
+        with open(full / name, "rb") as src, open(live / name, "wb") as dst:
+            remaining = cuts[name]
+            while remaining:
+                chunk = src.read(min(remaining, 1 << 24))
+                dst.write(chunk)
+                remaining -= len(chunk)
+    return cuts
+
+
+def child(full: Path, live: Path, cuts: dict[str, int]) -> None:
+    """The watch measure, in its own process: prints one JSON line."""
+    import trace_doctor.api as api
+    from trace_doctor.policy.live import WatchPolicy
+    from trace_doctor.watch import Watch
+
+    parts: dict[str, float] = {}
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                parts[name] = parts.get(name, 0.0) + time.perf_counter() - start
+
+        return wrapper
+
+    api.analyze = timed("analyze", api.analyze)
+    # The interval out of the way: after the first look, the findings refresh waits only on its own
+    # cost share (max_analysis_share), so the refresh look below reads and reports progress only.
+    watch = Watch(live, policy=WatchPolicy(analysis_interval_s=1e-9, min_stall_s=1e9))
+    caught_up = [False]
+    read = timed("read", watch.live.look)
+
+    def look_and_note():
+        look = read()
+        caught_up[0] = look.caught_up
+        return look
+
+    watch.live.look = look_and_note
+    watch.live.tables = timed("tables", watch.live.tables)
+    start = time.perf_counter()
+    looks = 0
+    while not caught_up[0]:  # a look reads at most 64 MB of a file (reading/tail.py READ_LIMIT)
+        watch.look()
+        looks += 1
+    catch_up = time.perf_counter() - start
+    catch_up_parts, parts = parts, {}
+    peak_before, rss_before = _peak_mb(), _rss_mb()
+    appended = 0
+    for name, cut in cuts.items():
+        with open(full / name, "rb") as src, open(live / name, "ab") as dst:
+            src.seek(cut)
+            tail = src.read()
+            dst.write(tail)
+            appended += len(tail)
+    start = time.perf_counter()
+    events = watch.look()
+    refresh = time.perf_counter() - start
+    rss_after_look, peak_after_look = _rss_mb(), _peak_mb()
+    # The findings refresh the watch runs when it is due: the tables of the run so far, the rules on them.
+    api.analyze(watch.live.tables(), settings=watch.settings)
+    print(
+        json.dumps(
+            {
+                "catch_up_s": catch_up,
+                "catch_up_looks": looks,
+                "catch_up_parts": catch_up_parts,
+                "refresh_s": refresh,
+                "refresh_parts": parts,
+                "appended_bytes": appended,
+                "new_steps": sum(e.event == "progress" for e in events),
+                "rss_before_mb": rss_before,
+                "rss_after_look_mb": rss_after_look,
+                "peak_before_refresh_mb": peak_before,
+                "peak_after_look_mb": peak_after_look,
+                "peak_after_findings_mb": _peak_mb(),
+            }
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--append-mb", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--child", nargs=3, metavar=("FULL", "LIVE", "CUTS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(Path(args.child[0]), Path(args.child[1]), json.loads(args.child[2]))
+        return
+    full = bench.ensure_run(args.steps, args.samples)
+    env = {**bench.BASE_ENV, "TRACE_DOCTOR_CACHE": "off"}
+    trace_mb = (full / "trace_events.jsonl").stat().st_size / 1e6
+    cold: list[tuple[float, float]] = []
+    watched: list[tuple[dict, float]] = []
+    for _ in range(args.repeats):
+        argv = [sys.executable, "-m", "trace_doctor.cli", "analyze", str(full), "--no-html", "--format", "json"]
+        seconds, peak, _ = bench.run_child(argv, env)
+        cold.append((seconds, peak))
+        with tempfile.TemporaryDirectory() as tmp:
+            live = Path(tmp) / "live"
+            cuts = split_run(full, live, round(args.append_mb * 2**20))
+            argv = [sys.executable, __file__, "--child", str(full), str(live), json.dumps(cuts)]
+            _, peak, out = bench.run_child(argv, env)
+            watched.append((json.loads(out.strip().splitlines()[-1]), peak))
+    print(report(args, trace_mb, cold, watched))
+    if args.markdown:
+        with open(args.markdown, "a") as f:
+            f.write(report(args, trace_mb, cold, watched) + "\n")
+
+
+def report(args, trace_mb: float, cold: list[tuple[float, float]], watched: list[tuple[dict, float]]) -> str:
+    def med(values) -> float:
+        return statistics.median(list(values))
+
+    cold_s, cold_mb = med(s for s, _ in cold), med(m for _, m in cold)
+    runs = [m for m, _ in watched]
+    refresh = med(r["refresh_s"] for r in runs)
+    read = med(r["refresh_parts"].get("read", 0.0) for r in runs)
+    findings = med(r["refresh_parts"].get("tables", 0.0) + r["refresh_parts"].get("analyze", 0.0) for r in runs)
+    # The watch's cadence after this refresh: its cost over the share it may take (watch.py).
+    from trace_doctor.policy.live import WatchPolicy
+
+    policy = WatchPolicy()
+    wait = max(policy.analysis_interval_s, findings / policy.max_analysis_share)
+    catch_up = med(r["catch_up_s"] for r in runs)
+    lines = [
+        f"### {args.steps}x{args.samples}: {trace_mb:.0f} MB trace_events.jsonl, "
+        f"{med(r['appended_bytes'] for r in runs) / 2**20:.2f} MB appended "
+        f"({med(r['new_steps'] for r in runs):.0f} steps), {len(runs)} repeat(s) (medians)",
+        "",
+        "| measure | wall s | vs cold analyze | memory |",
+        "|---|---:|---:|---|",
+        f"| cold `analyze --no-html --format json` | {cold_s:.2f} | 1.00x | peak {cold_mb:.0f} MB |",
+        f"| watch: catching up ({med(r['catch_up_looks'] for r in runs):.0f} looks of at most 64 MB a file; "
+        f"the rules once, on the first) | {catch_up:.2f} | {catch_up / cold_s:.2f}x | "
+        f"peak {med(m for _, m in watched):.0f} MB (the whole child) |",
+        f"| watch refresh look (1 MB appended: read, progress events) | {refresh:.3f} | {refresh / cold_s:.1%} | "
+        f"RSS {med(r['rss_before_mb'] for r in runs):.0f} -> {med(r['rss_after_look_mb'] for r in runs):.0f} MB, "
+        f"peak {med(r['peak_before_refresh_mb'] for r in runs):.0f} -> "
+        f"{med(r['peak_after_look_mb'] for r in runs):.0f} MB |",
+        f"| of which reading what the files gained | {read:.3f} | {read / cold_s:.1%} | |",
+        f"| findings refresh (tables + rules on the whole run), when due | {findings:.2f} | "
+        f"{findings / cold_s:.1%} | peak -> {med(r['peak_after_findings_mb'] for r in runs):.0f} MB |",
+        f"| findings refresh per second watched (next one due {wait:.0f} s later) | {findings / wait:.3f} | "
+        f"{findings / wait / cold_s:.2%} | |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
