@@ -172,18 +172,37 @@ class EnvironmentDiff:
         }
 
 
-def describe_difference(difference: dict[str, Any], sides: tuple[str, str] = ("baseline", "candidate")) -> str:
+def _name(difference: dict[str, Any]) -> str:
+    return {"python": "Python", "cookbook": "cookbook commit"}.get(difference["aspect"], difference["name"])
+
+
+def _shown(aspect: str, value: Any) -> str:
+    if value is None:
+        return "(not installed)" if aspect == "packages" else "(none)"
+    return str(value)[:10] if aspect == "cookbook" else str(value)
+
+
+def _known_bad_note(difference: dict[str, Any]) -> str:
+    return f" (known bad: {', '.join(difference['known_bad'])})" if difference["known_bad"] else ""
+
+
+def describe_difference(difference: dict[str, Any]) -> str:
     """`tinker 0.40.1 -> 0.41.0`, `Python 3.12.11 -> 3.13.1`, `gpu A100 -> (none)`, with known-bad ids."""
-    name = {"python": "Python", "cookbook": "cookbook commit"}.get(difference["aspect"], difference["name"])
+    aspect = difference["aspect"]
+    text = f"{_name(difference)} {_shown(aspect, difference['baseline'])} -> {_shown(aspect, difference['candidate'])}"
+    return text + _known_bad_note(difference)
 
-    def shown(value: Any) -> str:
-        if value is None:
-            return "(not installed)" if difference["aspect"] == "packages" else "(none)"
-        text = str(value)
-        return text[:10] if difference["aspect"] == "cookbook" else text
 
-    text = f"{name} {shown(difference[sides[0]])} -> {shown(difference[sides[1]])}"
-    return text + (f" (known bad: {', '.join(difference['known_bad'])})" if difference["known_bad"] else "")
+def describe_group_difference(entry: dict[str, Any]) -> str:
+    """`tinker 0.41.0 in failing runs (1), 0.40.1 in healthy runs (2)`: a `compare_groups` entry in words."""
+
+    def side(values: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{_shown(entry['aspect'], v['value'])} ({len(v['runs'])})" for v in values)
+
+    return (
+        f"{_name(entry)} {side(entry['failing'])} in failing runs, {side(entry['healthy'])} in healthy runs"
+        + _known_bad_note(entry)
+    )
 
 
 def _difference(aspect: str, name: str, before: Any, after: Any, package: str | None = None) -> dict[str, Any]:
@@ -243,7 +262,7 @@ def _facts(environment: dict[str, Any]) -> dict[tuple[str, str], Any]:
 
 
 def compare_groups(healthy: dict[str, dict[str, Any]], failing: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The facts whose values among the healthy runs are not those among the failing runs.
+    """The facts where a failing run has a value no healthy run has.
 
     `healthy` / `failing`: run label -> `run_environment`. A fact is compared where at least one run of
     each group records it (a run with a complete pip freeze that lacks a package records it as not
@@ -264,7 +283,9 @@ def compare_groups(healthy: dict[str, dict[str, Any]], failing: dict[str, dict[s
     found = []
     for aspect, name in keys:
         good, bad = values(healthy, (aspect, name)), values(failing, (aspect, name))
-        if not good or not bad or {v["value"] for v in good} == {v["value"] for v in bad}:
+        # A value some failing run has and no healthy run has: a value the healthy runs share with the
+        # failing ones cannot be what tells them apart.
+        if not good or not bad or not {v["value"] for v in bad} - {v["value"] for v in good}:
             continue
         seen = [v["value"] for v in (*good, *bad)]
         known = _known_bad(name, *seen) if aspect in ("packages", "python") else []
