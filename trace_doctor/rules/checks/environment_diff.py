@@ -9,8 +9,6 @@ a step-time or quality regression, or findings the baseline does not have.
 
 from __future__ import annotations
 
-from typing import Any
-
 from trace_doctor.derive.environment_diff import (
     ASPECTS,
     CAPTURE,
@@ -26,31 +24,28 @@ from trace_doctor.rules.context import RuleContext
 from trace_doctor.rules.requires import baseline_run, requires
 
 
-def _comparison(ctx: RuleContext, record: str) -> Any:
-    """A regression rule's derived comparison (computed once, shared with it), None where it cannot judge."""
-    try:
-        return getattr(ctx, record)
-    except NotApplicable:
-        return None
+def outcome_changes(ctx: RuleContext) -> tuple[list[str], list[str]]:
+    """(How the candidate ended worse than the baseline, in words; what was compared).
 
-
-def outcome_changes(ctx: RuleContext) -> list[str]:
-    """How the candidate ended worse than the baseline: regressions and new findings, in words."""
+    The regressions are read from the records step-time-regression and quality-regression derived
+    (they run before this rule, in code order), never derived here: a deselected rule stays out of
+    the baseline block. New findings are compared here, so deselecting new-finding changes nothing."""
     from trace_doctor.rules.checks.new_finding import compare_findings
 
-    changes = []
-    step_time = _comparison(ctx, "step_time_comparison")
-    if step_time is not None and step_time.verdict == "regression":
-        changes.append(f"step time regressed ({step_time.message})")
-    quality = _comparison(ctx, "quality_comparison")
-    if quality is not None and quality.verdict == "regression":
-        changes.append(f"training quality regressed ({quality.message})")
-    # Compared here rather than read from new-finding's record, so deselecting that rule changes nothing.
+    changes, compared = [], []
+    for record, axis in (("step_time_comparison", "step time"), ("quality_comparison", "training quality")):
+        comparison = ctx.derived(record)
+        if comparison is None:
+            continue
+        compared.append(axis)
+        if comparison.verdict == "regression":
+            changes.append(f"{axis} regressed ({comparison.message})")
     fresh = compare_findings(ctx.candidate_findings, ctx.baseline_findings, ctx.baseline_statuses).fingerprints
+    compared.append("findings")
     if fresh:
         shown = ", ".join(fresh[:3]) + (f" and {len(fresh) - 3} more" if len(fresh) > 3 else "")
         changes.append(f"{len(fresh)} finding(s) the baseline does not have ({shown})")
-    return changes
+    return changes, compared
 
 
 def _capture(missing: list[dict[str, str]], side: str) -> str:
@@ -88,16 +83,16 @@ def check(ctx: RuleContext[EnvironmentDiffPolicy]) -> list[Finding]:
     named = [describe_difference(d) for d in diff.differences[:limit]]
     more = len(diff.differences) - len(named)
     listed = "; ".join(named) + (f"; and {more} more (see the evidence)" if more > 0 else "")
-    changes = outcome_changes(ctx)
-    evidence = {**diff.to_dict(), "outcome_changes": changes}
+    changes, outcomes_compared = outcome_changes(ctx)
+    evidence = {**diff.to_dict(), "outcome_changes": changes, "outcomes_compared": outcomes_compared}
     known_bad = any(d["known_bad"] for d in diff.differences)
     if not changes:
         return [
             ctx.finding(
                 severity="info",
                 title="The environment differs from the baseline's, no effect seen",
-                message=f"The environment differs, no effect seen: {listed}. The outcomes match (no regression, "
-                f"no new finding).{gaps}",
+                message=f"The environment differs, no effect seen: {listed}. The outcomes match (compared: "
+                f"{', '.join(outcomes_compared)}; no regression, no new finding).{gaps}",
                 fix="Nothing to do for this comparison; pin the versions (a lock file) so the runs stay comparable.",
                 evidence=evidence,
                 confidence="high",
