@@ -1098,6 +1098,13 @@ PROBES: dict[tuple[str, str], Probe] = {
         "final train NLL 16% higher: fired -> passed",
         baseline="training/quality_sft_baseline",
     ),
+    # environment-diff (against a baseline whose pip freeze has another tinker and numpy)
+    ("environment-diff", "max_named"): Probe(
+        "training/env_rl_sdk_regressed",
+        1,
+        "two differences named (tinker, numpy) -> only tinker, numpy counted as one more",
+        baseline="training/env_rl_baseline",
+    ),
     ("step-time-regression", "min_steady_steps"): Probe(
         "sl_sequential_await", 25, "24 steady steps: fired -> passed (inconclusive)", baseline="sl_steady_slow"
     ),

@@ -45,6 +45,10 @@ MAX_SERIES_POINTS = 600
 # Formats whose fleet output is made of each run's own rendering.
 PER_RUN_FORMATS = ("markdown", "junit", "sarif")
 STATUS_ORDER = {"error": 0, "warning": 1, "failed": 2, "info": 3, "limited": 4, "clear": 5}
+# Verdicts whose runs' environments are compared (environment-diff across a folder): a run that went
+# well against one that did not. "limited" (too little to judge) and "failed" (not analysed) are neither.
+HEALTHY_VERDICTS = ("clear", "info")
+FAILING_VERDICTS = ("error", "warning")
 
 
 @dataclass
@@ -73,6 +77,8 @@ class RunReport:
     crash_log: str | None = None
     html_error: str | None = None  # the run's HTML report could not be written (the analysis stands)
     notes: list[str] = field(default_factory=list)  # about the machine, not the run (e.g. the cache)
+    # What the run recorded about the environment that trained it (derive.environment_diff.run_environment).
+    environment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sort_key(self) -> tuple:
@@ -137,7 +143,25 @@ class Fleet:
             "gate_tripped": self.gate_tripped,
             "tripped_runs": [r.source.label for r in self.reports if r.gate_tripped],
             "passed_over": [{"path": p.path, "reason": p.reason} for p in self.passed_over],
+            "environment": self.environment_differences(),
             "table": [r.row for r in self.reports],
+        }
+
+    def environment_differences(self) -> dict[str, Any]:
+        """environment-diff across the folder: the recorded facts (package versions, Python, machine,
+        cookbook commit) where a failing run has a value no healthy run has, and
+        the analysed runs that recorded no environment (what to capture: derive.environment_diff.CAPTURE)."""
+        from trace_doctor.derive.environment_diff import compare_groups, recorded_aspects
+
+        recorded = [r for r in self.analysed if recorded_aspects(r.environment)]
+        unrecorded = sorted({r.source.label for r in self.analysed} - {r.source.label for r in recorded})
+        healthy = {r.source.label: r.environment for r in recorded if r.status in HEALTHY_VERDICTS}
+        failing = {r.source.label: r.environment for r in recorded if r.status in FAILING_VERDICTS}
+        return {
+            "healthy_runs": len(healthy),
+            "failing_runs": len(failing),
+            "differences": compare_groups(healthy, failing) if healthy and failing else [],
+            "unrecorded_runs": unrecorded,
         }
 
 
@@ -231,6 +255,7 @@ def _analyze_into(
 ) -> RunReport:
     from trace_doctor import result_cache
     from trace_doctor.api import NothingToAnalyze
+    from trace_doctor.derive.environment_diff import run_environment
     from trace_doctor.report import formats
     from trace_doctor.report.json_doc import build_document
 
@@ -277,6 +302,7 @@ def _analyze_into(
         # The triage's seconds never overlap, so a run's loss is their sum (problems only, not warm-up).
         report.seconds_lost = account.lost_s
     report.config = _config_subset(run.meta.config, run.meta.to_dict())
+    report.environment = run_environment(run)
     report.step_series = _series(result.derived.get("step_times"))
     if fmt in PER_RUN_FORMATS:
         report.rendered = formats.render(result, fmt)

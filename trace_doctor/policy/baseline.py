@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trace_doctor.policy.schema import POSITIVE, SHARE, Bounds, threshold
+from trace_doctor.policy.schema import AT_LEAST_ONE, POSITIVE, SHARE, Bounds, threshold
 
 
 @dataclass(frozen=True)
@@ -106,4 +106,17 @@ class QualityRegressionPolicy:
         "sweep's final NLL for Qwen3-8B is ~0.55 test / 0.61 train, FORMATS.md 1.5); 5% higher at the "
         "end of the same recipe and model is a worse fit.",
         bounds=POSITIVE,
+    )
+
+
+@dataclass(frozen=True)
+class EnvironmentDiffPolicy:
+    """Compares recorded facts (versions, Python, machine), so the one knob is how many the message names."""
+
+    max_named: int = threshold(
+        4,
+        unit="differences named in the message",
+        why="Two pip freezes can differ in dozens of packages; the first few, ranked known-bad, SDK, Python, "
+        "hot-path packages, cookbook, machine, others, are the ones to try first; the evidence lists them all.",
+        bounds=AT_LEAST_ONE,
     )

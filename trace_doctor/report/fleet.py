@@ -14,6 +14,7 @@ from rich.padding import Padding
 from rich.table import Table
 
 from trace_doctor import __version__
+from trace_doctor.derive.environment_diff import describe_group_difference
 from trace_doctor.fleet import Fleet, RunReport
 from trace_doctor.humanize import format_seconds, json_dumps
 from trace_doctor.report.console import _console, escape, terminal_width
@@ -118,6 +119,11 @@ def render_fleet_text(fleet: Fleet) -> str:
         out.print(
             f"Passed over {len(fleet.passed_over)} file(s) of no single run: {escape(shown)}{more}", soft_wrap=True
         )
+    differences = fleet.environment_differences()["differences"]
+    if differences:
+        shown = "; ".join(describe_group_difference(d) for d in differences[:3])
+        more = f" (and {len(differences) - 3} more in --format json)" if len(differences) > 3 else ""
+        out.print(f"Environment of failing vs healthy runs: {escape(shown)}{more}", soft_wrap=True)
     if tripped:
         out.print(f"[bold red]Gate: tripped[/] by {tripped} of {len(fleet.reports)} runs.")
     elif any(r.document and r.document.get("baseline") for r in fleet.reports):

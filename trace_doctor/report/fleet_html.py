@@ -18,6 +18,7 @@ from urllib.parse import quote
 import markupsafe
 
 from trace_doctor import __version__
+from trace_doctor.derive.environment_diff import describe_group_difference
 from trace_doctor.fleet import SWEEP_KEYS, Fleet, RunReport
 from trace_doctor.humanize import format_seconds, printable
 from trace_doctor.report import figures
@@ -324,6 +325,15 @@ def _config(fleet: Fleet) -> dict[str, Any]:
     return {"differing": differing, "same": same, "rows": rows, "configured": len(configured)}
 
 
+# ---- environment differences ------------------------------------------------------------
+
+
+def _environment_differences(fleet: Fleet) -> dict[str, Any]:
+    """The fleet's environment comparison (Fleet.environment_differences), each difference in words."""
+    compared = fleet.environment_differences()
+    return {**compared, "lines": [describe_group_difference(d) for d in compared["differences"]]}
+
+
 # ---- the page ---------------------------------------------------------------------------
 
 
@@ -362,6 +372,7 @@ def render_fleet_html(fleet: Fleet, base_dir: Path | None = None) -> str:
         "chart": _step_chart(fleet, runs),
         "matrix": _matrix(fleet, runs),
         "config": _config(fleet),
+        "environment": _environment_differences(fleet),
         "fleet_json": script_json(_clean(fleet.summary())),
         "plotly_js": _plotly_js(),
         "severity_colour": figures.SEVERITY_COLOUR,
