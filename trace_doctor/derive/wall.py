@@ -53,6 +53,8 @@ def step_totals(step_times: pl.DataFrame) -> pl.Series:
 TRACE_BASIS = "trace extent per launch"
 TOTALS_BASIS = "sum of step totals"
 CONCURRENT_TRACE_BASIS = "trace extent of the longest process (processes that wrote the run at the same time)"
+# Walls read off a trace's clock (the account leaves such a run to its spans).
+TRACE_BASES = (TRACE_BASIS, CONCURRENT_TRACE_BASIS)
 CONCURRENT_TOTALS_BASIS = "sum of step totals of the longest writer (processes that wrote the run at the same time)"
 # derive/step_times.DEOVERLAPPED_SOURCE rows: the summed raw windows would count most seconds twice.
 DEOVERLAPPED_BASIS = (
