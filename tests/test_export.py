@@ -128,3 +128,55 @@ def test_export_without_arguments_is_a_usage_error(tmp_path):
     from trace_doctor.cli import main
 
     assert CliRunner().invoke(main, ["export", str(fixture_run("sl_healthy_pipelined"))]).exit_code == 2
+
+
+def _metrics_only(tmp_path, fixture: str):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_bytes((fixture_run(fixture) / "metrics.jsonl").read_bytes())
+    return run
+
+
+def test_a_metrics_only_run_exports_its_steps_and_phases_laid_end_to_end(tmp_path):
+    from trace_doctor.cli import main
+
+    run = _metrics_only(tmp_path, "rl_healthy")
+    pftrace, chrome = tmp_path / "t.pftrace", tmp_path / "t.json"
+    out = CliRunner().invoke(main, ["export", str(run), "--perfetto", str(pftrace), "--chrome-json", str(chrome)])
+    assert out.exit_code == 0, out.output
+    descriptors, events = read_trace(pftrace)
+    names = {uuid: track_name(d) for uuid, d in descriptors.items()}
+    steps_track = next(u for u, n in names.items() if n == "steps › phases")
+    on_track = [e for e in events if e.track_event.track_uuid == steps_track]
+    begins = [e for e in on_track if e.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    step_slices = [e for e in begins if e.track_event.name.startswith("step ")]
+    assert [e.track_event.name for e in step_slices] == [f"step {i}" for i in range(20)]
+    # Each step starts where the previous one ended: the durations are the metrics' time/total.
+    totals = [json.loads(line)["time/total"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    starts = [e.timestamp for e in step_slices]
+    assert [b - a for a, b in zip(starts, starts[1:], strict=False)] == [round(t * 1e9) for t in totals[:-1]]
+    notes = {a.name: a.string_value for a in step_slices[0].track_event.debug_annotations}
+    assert "no timestamps" in notes["timing"]
+    # The phases sit inside their step (a track's slices nest), sampling and the train step among them.
+    depth, phases = 0, set()
+    for event in on_track:
+        if event.track_event.type == TrackEvent.TYPE_SLICE_BEGIN:
+            if depth == 1:
+                phases.add(event.track_event.name)
+            depth += 1
+        else:
+            depth -= 1
+        assert depth in (0, 1, 2)
+    assert {"sampling", "do_train_step_and_get_sampling_client"} <= phases
+    complete = [e for e in json.loads(chrome.read_text()) if e["ph"] == "X"]
+    assert len([e for e in complete if e["name"].startswith("step ")]) == 20
+
+
+def test_a_run_with_no_times_at_all_has_nothing_to_export(tmp_path):
+    from trace_doctor.cli import main
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 0.9}\n')
+    out = CliRunner().invoke(main, ["export", str(tmp_path), "--perfetto", str(tmp_path / "t.pftrace")])
+    assert out.exit_code == 2
+    assert "nothing to export" in out.output and "time/*" in out.output
+    assert not (tmp_path / "t.pftrace").exists()

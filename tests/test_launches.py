@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 from conftest import CORPUS, CORPUS_MISSING, fixture_run
@@ -79,3 +80,32 @@ def test_relaunched_corpus_run_lists_each_step_once():
     periodic = [f for f in result.findings if f.rule == "scheduled-work"]
     assert periodic and periodic[0].evidence["outside_timer_steps"] == [9, 19, 29]
     assert not [f for f in result.findings if f.rule == "inconsistent-step-times"]
+
+
+def test_two_writers_are_judged_apart_and_the_reward_drop_is_the_one_writers():
+    # Two `python -m ... log_path=same` started at once; the second one's reward falls to 0 at step 8.
+    result = analyze(load_run(fixture_run("rl_two_writers")))
+    steps = result.run.steps
+    segment_of_drop = steps.filter(pl.col("step") >= 8).filter(pl.col("env/all/reward/total") == 0.0)["segment"]
+    assert segment_of_drop.n_unique() == 1  # ingest kept the writers apart
+    dropped = segment_of_drop[0]
+    reward = [f for f in result.findings if f.rule == "constant-reward-groups"]
+    assert len(reward) == 1
+    (finding,) = reward
+    assert finding.evidence["writer"]["segment"] == dropped
+    assert "writer" in finding.title and finding.message.startswith("Writer ")
+    assert len(finding.steps) == len(set(finding.steps))  # one writer's steps, not "6, 6, 7, 7"
+    # The healthy writer's rows alone do not fire it.
+    assert not [f for f in result.findings if f.evidence.get("writer", {}).get("segment") not in (None, dropped)]
+    assert result.verdict.headline.startswith("2 processes wrote this run's metrics at the same time")
+
+
+def test_two_writers_wall_is_the_longest_writers_not_the_sum(tmp_path):
+    (tmp_path / "metrics.jsonl").write_bytes((fixture_run("rl_two_writers") / "metrics.jsonl").read_bytes())
+    run = load_run(tmp_path)
+    result = analyze(run)
+    writers = result.run_summary.writers
+    assert [w["segment"] for w in writers] == [0, 1]
+    totals = run.steps.group_by("segment").agg(pl.col("time/total").sum()).sort("segment")["time/total"].to_list()
+    assert [w["wall_time_s"] for w in writers] == pytest.approx(totals, rel=1e-6)
+    assert result.run_summary.wall_time_s == pytest.approx(max(totals), rel=1e-6)  # not their sum

@@ -435,3 +435,34 @@ def test_long_row_names_are_never_clipped_and_keep_their_full_text(browser, tmp_
     # Hovering a shortened label shows its full name (the tooltip needs pointer events on the text).
     title_text = page.locator("#chart-gantt .ytick text", has=page.locator("title")).first
     assert title_text.evaluate("e => getComputedStyle(e).pointerEvents") != "none"
+
+
+GANTT_VIEW = """() => {
+  const chart = document.getElementById('chart-gantt');
+  const [x0, x1] = chart.layout.xaxis.range;
+  const rows = chart.layout.yaxis.tickvals;
+  const drawn = new Set(); const names = new Set();
+  for (const trace of chart.data) {
+    if (trace.yaxis === 'y2' || !trace.base) continue;
+    trace.base.forEach((start, i) => {
+      if (start < x1 && start + trace.x[i] > x0) {
+        drawn.add(trace.y[i]); names.add(trace.hovertext[i].split('</b>')[0].replace('<b>', ''));
+      }
+    });
+  }
+  return {rows: rows.length, filled: rows.filter(r => drawn.has(r)).length, names: [...names]};
+}"""
+
+
+@pytest.mark.parametrize("scenario", ["rl_healthy", "rl_stream_healthy"])
+def test_an_rl_steps_gantt_draws_its_sampling_and_no_empty_task_rows(browser, tmp_path, scenario):
+    opened = open_report(browser, analysed(FIXTURE_RUNS / scenario), tmp_path / f"{scenario}.html")
+    opened.page.goto(opened.url)
+    opened.page.wait_for_function("document.getElementById('chart-gantt')?.layout !== undefined")
+    view = opened.page.evaluate(GANTT_VIEW)
+    # The step's sampling (the loop's phase, each rollout's sample call) is in the window, not only its train step.
+    assert {"sampling", "policy_sample", "sample"} & set(view["names"]), view["names"]
+    assert "policy_sample" in view["names"]
+    # Short-lived task tracks share rows across steps: at most one row of the view is empty.
+    assert view["rows"] - view["filled"] <= 1, view
+    opened.page.screenshot(path=str(tmp_path / f"{scenario}.png"), full_page=True)

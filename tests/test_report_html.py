@@ -863,3 +863,29 @@ def test_gantt_labels_and_hovers_show_bidi_characters_as_escapes():
     assert "MainThread · sample\\u202etask\\u200b" in figure["layout"]["yaxis"]["tickvals"]
     hovers = [text for trace in figure["data"] for text in trace.get("hovertext") or []]
     assert any("<b>sample\\u202etask\\u200b</b>" in text for text in hovers)
+
+
+def test_an_rl_gantt_without_sampling_spans_says_sampling_took_most_of_the_step(tmp_path):
+    import shutil
+
+    from conftest import fixture_run
+
+    from trace_doctor.api import analyze, load_run
+
+    run = tmp_path / "run"
+    shutil.copytree(fixture_run("rl_healthy"), run)
+    # The same run traced without its sampling: the loop's phase, the rollouts and the sample calls dropped.
+    dropped = {"sampling", "do_group_rollout_and_filter_constant_reward", "policy_sample", "sample"}
+    lines = (run / "trace_events.jsonl").read_text().splitlines()
+    kept = [line for line in lines if json.loads(line).get("name") not in dropped]
+    (run / "trace_events.jsonl").write_text("\n".join(kept) + "\n")
+    # ... and a slower sampler, so that sampling is most of each step (0.3 s of 0.5 s).
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        row["time/total"] += 0.2
+        row["time/sampling"] += 0.2
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    html = render_html(analyze(load_run(run)))
+    assert "The trace has no sampling spans, but the metrics say sampling took" in html
+    # With its sampling traced, the chart draws it and says nothing.
+    assert "The trace has no sampling spans" not in render_html(analyze(load_run(fixture_run("rl_healthy"))))

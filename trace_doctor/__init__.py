@@ -22,6 +22,7 @@ _EXPORTS = {
     "compare": "trace_doctor.api",
     "sample_run_path": "trace_doctor.api",
     "NothingToAnalyze": "trace_doctor.errors",
+    "NothingToExport": "trace_doctor.errors",
     "prepare_process": "trace_doctor.process_setup",
     "RequestError": "trace_doctor.errors",
     "OutputRefused": "trace_doctor.errors",
@@ -86,6 +87,7 @@ __all__ = [
     "compare",
     "sample_run_path",
     "NothingToAnalyze",
+    "NothingToExport",
     "prepare_process",
     "RequestError",
     "OutputRefused",
@@ -149,7 +151,7 @@ if TYPE_CHECKING:
     from trace_doctor.crash_report import EXIT_INTERNAL_ERROR
     from trace_doctor.dataset import Dataset, IngestedRun, ingest_dataset
     from trace_doctor.decision import Gate, Verdict
-    from trace_doctor.errors import NothingToAnalyze, OutputNotWritten, OutputRefused, RequestError
+    from trace_doctor.errors import NothingToAnalyze, NothingToExport, OutputNotWritten, OutputRefused, RequestError
     from trace_doctor.fleet import Fleet, RunReport
     from trace_doctor.model import Analysis, Finding, IngestWarning, InputFile, RuleOutcome, RunMeta, RunTables
     from trace_doctor.named_runs import NamedRuns, PathsAnalysis, analyze_paths, find_runs, take_machine_notes

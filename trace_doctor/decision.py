@@ -6,6 +6,7 @@ never disagree about whether the gate tripped or whether little could be checked
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,13 +119,28 @@ def can_lead(finding: Finding) -> bool:
     return not is_hint(finding) and finding.confidence != "low"
 
 
-def decide_verdict(findings: list[Finding], outcomes: list[RuleOutcome], account: TimeAccount | None = None) -> Verdict:
+def decide_verdict(
+    findings: list[Finding], outcomes: list[RuleOutcome], account: TimeAccount | None = None, *, writers: int = 0
+) -> Verdict:
     """Counts by severity, the worst problem, the root cause; "clear" (with notes) when the findings
     are only hints; "limited" when little could be checked.
 
     The root cause is ranked by the triage's non-overlapping seconds (trace_doctor.triage): a symptom
-    that another finding explains is never the headline, and neither is a hint.
+    that another finding explains is never the headline, and neither is a hint. `writers`: how many
+    processes wrote the metrics at the same time (0 or 1: one at a time); the headline opens with it,
+    since every number after it is then one writer's.
     """
+    verdict = _verdict(findings, outcomes, account)
+    if writers < 2:
+        return verdict
+    opening = (
+        f"{writers} processes wrote this run's metrics at the same time (one command started {writers} times "
+        "into one log_path?); each is judged on its own rows. "
+    )
+    return dataclasses.replace(verdict, headline=opening + verdict.headline)
+
+
+def _verdict(findings: list[Finding], outcomes: list[RuleOutcome], account: TimeAccount | None) -> Verdict:
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     checked = sum(1 for o in outcomes if o.status == "passed")
     total = len(outcomes)
@@ -313,7 +329,10 @@ def quality_reason(quality: QualityComparison) -> str:
 
 def decide(result: Analysis, *, fail_on: str = "never", fail_on_inconclusive: bool = False) -> Analysis:
     """Set `result.verdict` and `result.gate` from its findings, outcomes and baseline comparison."""
-    result.verdict = decide_verdict(result.findings, result.outcomes, result.run_summary.account)
+    writers = result.run_summary.writers
+    result.verdict = decide_verdict(
+        result.findings, result.outcomes, result.run_summary.account, writers=len(writers or ())
+    )
     result.summary["quality_cause"] = quality_summary(result.verdict)
     result.gate = decide_gate(
         result.findings, result.baseline, fail_on=fail_on, fail_on_inconclusive=fail_on_inconclusive

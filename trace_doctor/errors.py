@@ -15,6 +15,10 @@ class NothingToAnalyze(RequestError):
     """The paths do not exist or hold no readable input (the CLI exits 2 with this message)."""
 
 
+class NothingToExport(RequestError):
+    """The run has nothing a trace export could draw: no trace spans and no step times."""
+
+
 class OutputRefused(RequestError):
     """An output named would overwrite one of the inputs, or another output named."""
 

@@ -657,6 +657,9 @@ class StepSummary:
     warmup_steps: int | None  # None: no step times, so no warm-up could be measured
     # The run's step timers overlapped and were rebuilt into one wall (derive.overlap), or None.
     overlapping_step_timers: dict[str, Any] | None = None
+    # Processes that wrote the metrics at the same time, each with its own wall and step time
+    # (derive.writers), or None for a run written by one process at a time.
+    writers: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -667,6 +670,8 @@ class StepSummary:
         }
         if self.overlapping_step_timers is not None:
             out["overlapping_step_timers"] = self.overlapping_step_timers
+        if self.writers is not None:
+            out["writers"] = self.writers
         return out
 
     @classmethod
@@ -677,6 +682,7 @@ class StepSummary:
             d.get("steady_step_time_s"),
             d.get("warmup_steps"),
             d.get("overlapping_step_timers"),
+            d.get("writers"),
         )
 
 

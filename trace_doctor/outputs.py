@@ -117,16 +117,32 @@ def write_html_report(answer: PathsAnalysis | Analysis, path: str | os.PathLike[
     return target
 
 
+def _exportable(result: Analysis) -> None:
+    """Raise NothingToExport (a request error: exit 2) when the run has nothing a trace could draw."""
+    from trace_doctor.errors import NothingToExport
+    from trace_doctor.report.export import nothing_to_export
+
+    why = nothing_to_export(result)
+    if why is not None:
+        raise NothingToExport(f"{printable(str(result.run.meta.path or 'the run'))}: {why}")
+
+
 def write_perfetto_trace(result: Analysis, path: str | os.PathLike[str]) -> Path:
-    """The run's spans and findings as a native Perfetto trace (.pftrace)."""
+    """The run's spans and findings as a native Perfetto trace (.pftrace); with no trace, its steps and
+    phases from the metrics laid end to end. NothingToExport when it has neither."""
     from trace_doctor.report.export import write_perfetto
+
+    _exportable(result)
 
     return write_output(path, lambda: write_perfetto(result, Path(path)), "the Perfetto trace")
 
 
 def write_chrome_trace(result: Analysis, path: str | os.PathLike[str]) -> Path:
-    """The run's spans and findings as a Chrome trace JSON array (chrome://tracing, the Perfetto UI)."""
+    """The run's spans and findings as a Chrome trace JSON array (chrome://tracing, the Perfetto UI); with
+    no trace, its steps and phases from the metrics. NothingToExport when it has neither."""
     from trace_doctor.report.export import write_chrome_json
+
+    _exportable(result)
 
     return write_output(path, lambda: write_chrome_json(result, Path(path)), "the Chrome trace JSON")
 

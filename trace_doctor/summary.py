@@ -20,7 +20,9 @@ def _rounded(value: Any) -> float | None:
 
 
 def measure_steps(ctx: RuleContext) -> StepSummary:
-    """What the run's step times measure: wall, median and steady step time, warm-up length."""
+    """What the run's step times measure: wall, median and steady step time, warm-up length; for a run
+    several processes wrote at the same time, the same for each writer (its wall is its own, the run's
+    the longest of them)."""
     totals = step_totals(ctx.step_times)
     split = ctx.warmup
     steady = (
@@ -45,7 +47,18 @@ def measure_steps(ctx: RuleContext) -> StepSummary:
         # No step times means no warm-up could be measured, which is not "zero warm-up steps".
         warmup_steps=int(split.warmup_steps) if split is not None and len(totals) else None,
         overlapping_step_timers=overlapping,
+        writers=[{**writer.to_dict(), **_writer_measures(own)} for writer, own in ctx.writers] or None,
     )
+
+
+def _writer_measures(ctx: RuleContext) -> dict[str, Any]:
+    measured = measure_steps(ctx)
+    return {
+        "wall_time_s": measured.wall_time_s,
+        "wall_basis": ctx.wall[1],
+        "step_time_p50_s": measured.step_time_p50_s,
+        "steady_step_time_s": measured.steady_step_time_s,
+    }
 
 
 def summarize(ctx: RuleContext) -> dict[str, Any]:

@@ -68,6 +68,9 @@ ASYNC_TRAINING_TRACK = "training_loop"
 # One trajectory group's rollout in the async and stream RL loops (`trajectory_group_worker`, inside
 # `trajectory_group_worker_loop` / `trajectory_group_worker_task`); its end hands the group to training.
 ROLLOUT_WORKER_SPAN = "trajectory_group_worker"
+# rl/train.py's rollouts of one group (a task per group) and each rollout's sampling call inside it.
+ROLLOUT_GROUP_SPAN = "do_group_rollout_and_filter_constant_reward"
+ROLLOUT_SAMPLE_SPAN = "policy_sample"
 # The streaming-minibatch train step: it waits on the rollout queue inside its own span, between the
 # minibatches it trains (rl/train.py `do_train_step_streaming_and_get_sampling_client`).
 STREAM_TRAIN_STEP_SPAN = "do_train_step_streaming_and_get_sampling_client"

@@ -113,18 +113,33 @@ def choose_gantt_steps(step_times: pl.DataFrame, finding_steps: list[list[int]],
     return StepChoice(sorted(reasons), reasons)
 
 
-def step_windows(spans: pl.DataFrame | pl.LazyFrame, steps: list[int]) -> pl.DataFrame:
-    """Time window (first start, last end) of each chosen step's attributed spans."""
+def step_windows(
+    spans: pl.DataFrame | pl.LazyFrame, steps: list[int], step_times: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """Time window (start, last end) of each chosen step: its attributed spans' extent, reaching back to
+    cover the step's `time/total` when the spans the trace attributes to it cover less (a sync RL step's
+    sampling and rollouts carry no step: only the train step does), never before the previous step's end.
+    """
     spans = spans.lazy()
+    empty = pl.DataFrame(schema={"step": pl.Int64, "start_us": pl.Float64, "end_us": pl.Float64})
     if not steps or "step" not in spans.collect_schema().names():
-        return pl.DataFrame(schema={"step": pl.Int64, "start_us": pl.Float64, "end_us": pl.Float64})
-    return (
-        spans.filter(pl.col("step").is_in(steps))
+        return empty
+    extents = (
+        spans.filter(pl.col("step").is_not_null())
         .group_by("step")
         .agg(pl.col("start_us").min(), pl.col("end_us").max())
         .sort("step")
         .collect()
     )
+    if step_times is not None and {"step", "total_s"} <= set(step_times.columns):
+        totals = step_times.group_by("step").agg(pl.col("total_s").max())
+        extents = extents.join(totals, on="step", how="left").with_columns(
+            pl.col("end_us").shift(1).alias("previous_end")
+        )
+        reach = pl.col("end_us") - pl.col("total_s").fill_null(0.0) * 1e6
+        earliest = pl.max_horizontal(reach, pl.col("previous_end").fill_null(reach))
+        extents = extents.with_columns(pl.min_horizontal(pl.col("start_us"), earliest).alias("start_us"))
+    return extents.filter(pl.col("step").is_in(steps)).select("step", "start_us", "end_us")
 
 
 def spans_in_windows(

@@ -3,12 +3,15 @@
 Tracks: one per (segment, thread) — the trace's fake pid — with one child per coroutine track; a
 "trace-doctor findings" track whose slices cover each finding's time ranges; flows join each
 `<x>_enqueue` span to its `<x>_consume` span.
+
+A run with no trace (metrics only, as most real runs are) is exported from its `time/*` keys: each
+step a slice with its phases inside, laid end to end (report/metrics_timeline); a run with neither
+has nothing to export, and `nothing_to_export` says why.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,28 +19,11 @@ import orjson
 import polars as pl
 
 from trace_doctor.model import Analysis, Finding
+from trace_doctor.report.export_tracks import Slice, Track
+from trace_doctor.report.metrics_timeline import metrics_timeline
 
 FINDINGS_TRACK = "trace-doctor findings"
 ENQUEUE, CONSUME = "_enqueue", "_consume"
-
-
-@dataclass
-class Slice:
-    name: str
-    start_us: float
-    end_us: float
-    args: dict[str, Any] = field(default_factory=dict)
-    flows_out: list[int] = field(default_factory=list)
-    flows_in: list[int] = field(default_factory=list)
-
-
-@dataclass
-class Track:
-    """A coroutine track (or a lane of one) inside a thread group."""
-
-    group: str  # thread-level name, e.g. "MainThread (segment 0)"
-    name: str
-    slices: list[Slice] = field(default_factory=list)
 
 
 def _finite(value: Any) -> float | None:
@@ -215,12 +201,39 @@ def _finding_ranges(finding: Finding, steps: dict[int, tuple[float, float]]) -> 
     return merged
 
 
-def finding_tracks(result: Analysis) -> list[Track]:
+def nothing_to_export(result: Analysis) -> str | None:
+    """Why the run has nothing to export (no trace spans and no step times), or None when it has."""
+    if result.run.height("spans") or metrics_timeline(_step_times(result))[0]:
+        return None
+    return (
+        "nothing to export: the run has no trace spans (trace_events.jsonl) and no step times "
+        "(`time/*` keys in metrics.jsonl), so there is no slice to draw"
+    )
+
+
+def _step_times(result: Analysis) -> pl.DataFrame:
+    from trace_doctor.derive.step_times import step_times
+
+    times = result.derived.get("step_times")
+    return times if isinstance(times, pl.DataFrame) else step_times(result.run)
+
+
+def timeline(result: Analysis, spans: pl.DataFrame | None = None) -> tuple[list[Track], dict[int, tuple[float, float]]]:
+    """The slice tracks to export and each step's extent on their timeline: the trace's spans, or for
+    a run with no trace at all, its steps and phases laid end to end from the metrics' step times."""
+    if result.run.height("spans"):
+        return span_tracks(result, spans), step_ranges_us(result.run.scan("spans"))
+    return metrics_timeline(_step_times(result))
+
+
+def finding_tracks(result: Analysis, steps: dict[int, tuple[float, float]] | None = None) -> list[Track]:
     """The findings' time ranges as slices named by rule, split into lanes where they overlap.
 
-    A finding without time ranges covers its affected steps; the findings track always exists.
+    A finding without time ranges covers its affected steps (`steps`: each step's extent, by default
+    the trace's); the findings track always exists.
     """
-    steps = step_ranges_us(result.run.scan("spans"))
+    if steps is None:
+        steps = step_ranges_us(result.run.scan("spans"))
     slices = [
         Slice(finding.rule, start, end, _finding_args(finding))
         for finding in result.findings
@@ -253,7 +266,8 @@ def perfetto_trace_bytes(result: Analysis) -> bytes:
 
     builder = TraceProtoBuilder()
     sequence = 1
-    tracks = span_tracks(result) + finding_tracks(result)
+    slices, steps = timeline(result)
+    tracks = slices + finding_tracks(result, steps)
     uuids: dict[tuple[str, str], int] = {}
     groups: dict[str, int] = {}
     next_uuid = 1
@@ -344,7 +358,8 @@ def chrome_events(
     pids: dict[str, int] = {}
     tids: dict[tuple[str, str], int] = {}
     spans_out: list[dict[str, Any]] = []
-    for track in span_tracks(result, spans):
+    tracks, steps = timeline(result, spans)
+    for track in tracks:
         pid = pids.setdefault(track.group, len(pids) + 1)
         if (track.group, track.name) not in tids:
             tids[(track.group, track.name)] = len(tids) + 1
@@ -396,7 +411,7 @@ def chrome_events(
         pid = len(pids) + 1
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": FINDINGS_TRACK}})
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": 1, "args": {"name": FINDINGS_TRACK}})
-        for track in finding_tracks(result):
+        for track in finding_tracks(result, steps):
             for item in track.slices:
                 events.append(
                     {

@@ -23,10 +23,12 @@ import polars as pl
 
 from trace_doctor import __version__
 from trace_doctor.derive import dump_cadence
+from trace_doctor.derive.loop_phases import SAMPLING_PHASES
 from trace_doctor.derive.timekeys import parent_of
 from trace_doctor.humanize import format_seconds, json_dumps, printable
+from trace_doctor.knowledge.tinker import ROLLOUT_GROUP_SPAN, ROLLOUT_SAMPLE_SPAN, ROLLOUT_WORKER_SPAN, SAMPLE_CALLS
 from trace_doctor.model import Analysis, Finding
-from trace_doctor.report import downsample, figures, findings_view, health_view, timeline_figure
+from trace_doctor.report import downsample, figures, findings_view, gantt_rows, health_view, timeline_figure
 from trace_doctor.report.downsample import Budget, Summarised
 from trace_doctor.report.json_doc import build_document
 from trace_doctor.report.redaction_notice import UNREDACTED, unredacted
@@ -281,13 +283,17 @@ def kl_band(result: Analysis) -> float:
 
 # ---- the Gantt --------------------------------------------------------------------------
 
+# Spans that draw an RL step's sampling: the loop's phase, the rollouts and the SDK's sample calls.
+SAMPLING_SPAN_NAMES = frozenset({*SAMPLING_PHASES, *SAMPLE_CALLS, ROLLOUT_SAMPLE_SPAN, ROLLOUT_GROUP_SPAN})
+# Above this share of the median step, sampling missing from the chart is said in its caption.
+SAMPLING_MOST_OF_STEP = 0.5
 
-def _row_labels(spans: pl.DataFrame) -> tuple[list[str], list[str]]:
-    """Row label per span (thread · track, raw text), and the rows in display order, folding quiet tracks."""
-    threads = spans["thread"].to_list() if "thread" in spans.columns else [None] * len(spans)
+
+def _row_labels(spans: pl.DataFrame, windows: pl.DataFrame) -> tuple[list[str], list[str], list[str]]:
+    """The rows in display order, each span's row label (thread · track, raw text; short-lived task
+    tracks share rows across windows: report/gantt_rows) and its own track, folding quiet tracks."""
     pids = spans["pid"].to_list()
-    tracks = spans["track"].to_list() if "track" in spans.columns else [None] * len(spans)
-    labels = [f"{t or f'pid {p}'} · {k or '?'}" for t, p, k in zip(threads, pids, tracks, strict=True)]
+    labels, own = gantt_rows.packed_labels(spans, [(a, b) for _, a, b in windows.iter_rows()])
     busy: dict[str, float] = {}
     first: dict[str, tuple[int, float]] = {}
     for label, pid, start, dur in zip(
@@ -302,7 +308,7 @@ def _row_labels(spans: pl.DataFrame) -> tuple[list[str], list[str]]:
         first = {k: v for k, v in first.items() if k in keep}
         first[folded] = (1 << 30, 0.0)
     rows = sorted(first, key=lambda k: (first[k], k))
-    return rows, labels
+    return rows, labels, own
 
 
 def _finding_anchor_steps(finding: Finding, spans: pl.DataFrame) -> list[int]:
@@ -358,7 +364,7 @@ def _timeline(
     traced = set(stepped["step"].to_list())
     anchors = {i: _finding_anchor_steps(f, stepped) for i, f in enumerate(result.findings)}
     choice = downsample.choose_gantt_steps(_step_times(result), [a for a in anchors.values() if a], traced)
-    windows = downsample.step_windows(spans, choice.steps)
+    windows = downsample.step_windows(spans, choice.steps, _step_times(result))
     shown = downsample.spans_in_windows(spans, windows, budget.spans, notes)
     untraced = len(traced) - len(choice.steps)
     if untraced > 0:
@@ -367,7 +373,7 @@ def _timeline(
             f"({', '.join(f'step {s}: ' + ' & '.join(choice.reasons[s]) for s in choice.steps)}); "
             "the whole-run charts cover every step."
         )
-    rows, row_of = _row_labels(shown)
+    rows, row_of, track_of = _row_labels(shown, windows)
     window_rows = [
         {
             "step": s,
@@ -401,6 +407,7 @@ def _timeline(
         origin_us=origin,
         rows=rows,
         row_of=row_of,
+        track_of=track_of,
         overlays=overlays,
         windows=window_rows,
         initial_range=first_view,
@@ -425,8 +432,37 @@ def _timeline(
         for o in overlays
     ]
     targets_by_finding = {i: {"chart": "chart-gantt", "range": r} for i, r in targets.items()}
-    extras = {"buttons": step_buttons, "legend": legend, "lanes": lanes, "painted": painted}
+    extras = {
+        "buttons": step_buttons,
+        "legend": legend,
+        "lanes": lanes,
+        "painted": painted,
+        "note": _untraced_sampling_note(result, shown),
+    }
     return _figure("chart-gantt", fig), targets_by_finding, extras
+
+
+def _is_sampling_span(name: str) -> bool:
+    return name in SAMPLING_SPAN_NAMES or name.startswith(ROLLOUT_WORKER_SPAN)
+
+
+def _untraced_sampling_note(result: Analysis, shown: pl.DataFrame) -> str | None:
+    """What the chart caption says when an RL step's time went mostly to sampling (its `time/*` keys)
+    and the drawn steps hold no sampling span: the bars are not where the time went."""
+    times = _step_times(result)
+    columns = [f"phase:{name}" for name in SAMPLING_PHASES if f"phase:{name}" in times.columns]
+    if result.run.meta.trainer != "rl" or not columns or "total_s" not in times.columns:
+        return None
+    step = times["total_s"].drop_nulls().median()
+    sampling = times.select(pl.max_horizontal(columns)).to_series().drop_nulls().median()
+    if not step or sampling is None or sampling / step < SAMPLING_MOST_OF_STEP:
+        return None
+    if any(_is_sampling_span(n) for n in shown["name"].unique().to_list()):
+        return None
+    return (
+        f"The trace has no sampling spans, but the metrics say sampling took {sampling / step:.0%} of a step "
+        f"({format_seconds(sampling)} of {format_seconds(step)}, medians): that time is not drawn here."
+    )
 
 
 def _finding_overlays(
@@ -754,6 +790,7 @@ def render_html(result: Analysis, budget: Budget | None = None, *, plotly_src: s
         "step_buttons": gantt_extras["buttons"],
         "gantt_legend": gantt_extras["legend"],
         "lanes": gantt_extras["lanes"],
+        "gantt_note": gantt_extras.get("note"),
         "last_dumps": _last_dumps(result),
         "whole_run": {c.id: c for c in whole_run},
         "health": [{"view": h, "chart": c} for h, c in zip(health, health_charts, strict=True)],

@@ -153,7 +153,14 @@ def _row_axis(rows: list[str]) -> tuple[dict[str, Any], dict[str, Any], int]:
     return axis, page, ROW_PX_TWO_LINES if two_lines else ROW_PX
 
 
-def _span_traces(fig: go.Figure, spans: pl.DataFrame, origin_us: float, row_of: list[str], colours: dict[str, str]):
+def _span_traces(
+    fig: go.Figure,
+    spans: pl.DataFrame,
+    origin_us: float,
+    row_of: list[str],
+    track_of: list[str],
+    colours: dict[str, str],
+):
     start_s = ((spans["start_us"] - origin_us) / 1e6).to_list()
     dur_s = (spans["dur_us"] / 1e6).to_list()
     names = spans["name"].to_list()
@@ -161,6 +168,7 @@ def _span_traces(fig: go.Figure, spans: pl.DataFrame, origin_us: float, row_of: 
     steps = spans["step"].to_list()
     closed = spans["closed"].fill_null(True).to_list()
     rows = [plot_text(r) for r in row_of]
+    tracks = [plot_text(t) for t in track_of]
     layers: dict[int, list[int]] = {}
     for i, depth in enumerate(depths):
         layers.setdefault(min(int(depth), MAX_DEPTH_LAYERS), []).append(i)
@@ -178,7 +186,7 @@ def _span_traces(fig: go.Figure, spans: pl.DataFrame, origin_us: float, row_of: 
                     f"<b>{plot_text(names[i])}</b><br>{format_seconds(dur_s[i])} from {start_s[i]:.3f} s"
                     + (f"<br>step {steps[i]}" if steps[i] is not None else "")
                     + ("" if closed[i] else "<br>never closed (no end event)")
-                    + f"<br>{rows[i]}"
+                    + f"<br>{tracks[i]}"
                     for i in idx
                 ],
                 hoverinfo="text",
@@ -267,19 +275,22 @@ def gantt_figure(
     rows: list[str],
     row_of: list[str],
     overlays: list[dict[str, Any]],
+    track_of: list[str] | None = None,
     windows: list[dict[str, Any]],
     initial_range: list[float] | None,
     colours: dict[str, str],
 ) -> go.Figure:
     """Spans as bars per thread/track row (nested spans drawn thinner on top), with finding lanes.
 
-    `rows` and `row_of` hold the rows' full (raw) names. Each overlay (`finding` index, `number`,
-    `code`, `rule`, `title`, `colour`, `ranges_s`, `steps_s` as [start, end, step]) gets a lane of
-    its own above the spans, and its time ranges are shaded lightly behind the bars in its colour.
+    `rows` and `row_of` hold the rows' full (raw) names; `track_of` each span's own thread · track
+    for its hover (a row may hold several short-lived tracks), its row's name by default. Each overlay
+    (`finding` index, `number`, `code`, `rule`, `title`, `colour`, `ranges_s`, `steps_s` as
+    [start, end, step]) gets a lane of its own above the spans, and its time ranges are shaded lightly
+    behind the bars in its colour.
     Traces and shapes of a finding carry its index (`meta.finding`, `finding-<i>`) for the page.
     """
     fig = go.Figure()
-    _span_traces(fig, spans, origin_us, row_of, colours)
+    _span_traces(fig, spans, origin_us, row_of, track_of or row_of, colours)
     row_axis, rows_page, row_px = _row_axis(rows)
     rows_px = max(row_px * len(rows), MIN_ROWS_PX)
     lanes_px = (LANE_PX * len(overlays) + LANE_GAP_PX) if overlays else 0

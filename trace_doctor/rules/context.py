@@ -17,6 +17,7 @@ from trace_doctor.model import Finding, RunTables
 from trace_doctor.policy import Policy, SharedPolicy
 
 if TYPE_CHECKING:
+    from trace_doctor.derive.writers import Writer
     from trace_doctor.rules.base import Rule
 
 # Series derived from the tables that a rule may declare as an input, like a table.
@@ -33,9 +34,11 @@ class RuleContext(Generic[P]):
     # The baseline's context, in a comparison only (compare.BaselineContext sets it).
     baseline_ctx: RuleContext | None = None
 
-    def __init__(self, run: RunTables, *, policy: Policy | None = None):
+    def __init__(self, run: RunTables, *, policy: Policy | None = None, writer: Writer | None = None):
         self.run = run
         self.policy = policy or Policy()
+        # Set when this context is one of several processes that wrote the run at the same time.
+        self.writer = writer
         self.current_rule: Rule[Any] | None = None
         # Why a rule that ran passed (e.g. "KL at step 0 is 0.0006, below 0.01"), for reports.
         self.pass_reasons: dict[str, str] = {}
@@ -144,11 +147,26 @@ class RuleContext(Generic[P]):
         )
 
     @cached_property
+    def writers(self) -> list[tuple[Writer, RuleContext]]:
+        """When several processes wrote the metrics at the same time, each one's context over its own
+        rows (derive.writers): the engine judges each writer apart. Empty for one writer at a time."""
+        from trace_doctor.derive.writers import concurrent_writers, writer_run
+
+        return [
+            (w, RuleContext(writer_run(self.run, w), policy=self.policy, writer=w))
+            for w in concurrent_writers(self.run.steps)
+        ]
+
+    @cached_property
     def wall(self) -> tuple[float | None, str]:
         """(The run's wall time, its basis): one definition for every rule and output (derive.wall)."""
         from trace_doctor.derive.wall import wall_time
 
-        return wall_time(self.run.scan("spans"), self.step_times)
+        if self.writer is not None:
+            # A trace of processes running at once is not split by writer: a writer's wall is its own
+            # steps' totals, not the trace all of them wrote into.
+            return wall_time(self.run.spans.clear(), self.step_times, concurrent=True)
+        return wall_time(self.run.scan("spans"), self.step_times, concurrent=bool(self.writers))
 
     @property
     def wall_s(self) -> float | None:

@@ -10,6 +10,7 @@ from trace_doctor.policy import Policy
 from trace_doctor.rules import catalogue  # noqa: F401 - importing registers every rule
 from trace_doctor.rules.base import REGISTRY, NotApplicable, Rule
 from trace_doctor.rules.context import RuleContext
+from trace_doctor.rules.per_writer import run_per_writer
 
 
 def selected_rules(select: list[str] | None = None, ignore: list[str] | None = None) -> list[Rule]:
@@ -51,14 +52,17 @@ def run_rules(
     ignore: list[str] | None = None,
     policy: Policy | None = None,
 ) -> tuple[list[Finding], list[RuleOutcome], RuleContext]:
-    """Run rules, containing each rule's failure; findings come back sorted and deterministic."""
+    """Run rules, containing each rule's failure; findings come back sorted and deterministic.
+
+    When several processes wrote the metrics at the same time, every rule judges each one apart
+    (rules/per_writer); the returned context is the whole run's, for the summary and the triage."""
     ctx = RuleContext(run, policy=policy)
     findings: list[Finding] = []
     outcomes: list[RuleOutcome] = []
     for rule in selected_rules(select, ignore):
         if rule.baseline_only:
             continue  # regression rules run after the candidate's findings exist (see compare)
-        found, outcome = run_one(rule, ctx)
+        found, outcome = run_per_writer(rule, ctx.writers, run_one) if ctx.writers else run_one(rule, ctx)
         findings.extend(found)
         outcomes.append(outcome)
     findings.sort(key=Finding.sort_key)

@@ -28,7 +28,7 @@ import polars as pl
 from trace_doctor.derive.intervals import length, merge, merge_columns, overlap
 from trace_doctor.derive.loop_phases import LoopPhases
 from trace_doctor.derive.step_times import phase_seconds
-from trace_doctor.derive.wall import TRACE_BASIS, step_totals
+from trace_doctor.derive.wall import TRACE_BASES, step_totals
 from trace_doctor.knowledge.tinker import LEGACY_SFT_SUBMIT_PHASES, RESULT_WAIT_PHASES, SAMPLE_CALLS
 from trace_doctor.knowledge.triage import BENIGN_TIME, COMPARISON_RULES, SERVICE_TIME, stage_of
 from trace_doctor.model import (
@@ -199,7 +199,7 @@ def structure_parts(
     the time no finding and no service wait already holds (a finding's loss lies inside some phase,
     which of them a metrics-only run does not say). A trace's run is left to its spans: they time
     every phase on the wall clock the account uses."""
-    if structure is None or wall_basis == TRACE_BASIS or room_s <= 0:
+    if structure is None or wall_basis in TRACE_BASES or room_s <= 0:
         return []
     # The result waits are the service work already in the account.
     chosen = [p for p in structure.parts if not (service_counted and set(p.phases) & set(RESULT_WAIT_PHASES))]
