@@ -96,7 +96,8 @@ def test_sushantmehta_short_run_names_sampling_and_reports_its_hour_long_step():
     assert structure.median_step_s == pytest.approx(387.7, abs=1)
     rules = by_rule(result.findings)
     dominant = rules["steady-slowness"][0]
-    assert dominant.fingerprint == "steady-slowness:sampling" and dominant.severity == "warning"
+    # 85% of the step: a note (sync RL's rollouts are its work), a warning only past nine tenths
+    assert dominant.fingerprint == "steady-slowness:sampling" and dominant.severity == "info"
     assert "max_steps_off_policy" in dominant.fix and "group_size" in dominant.fix
     # 7 steps: too few to judge variance, yet step 1 (3,816 s, 59% of the wall) is reported with its cause.
     (gap,) = rules["inconsistent-step-times"]

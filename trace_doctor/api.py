@@ -116,7 +116,15 @@ def analyze(
     findings, outcomes, ctx = run_rules(run, select=rule_select, ignore=rule_ignore, policy=chosen.policy)
     summary = summarize(ctx)
     summary["training_machine"] = training_machine(run)
-    derived = {"step_times": ctx.step_times, "warmup_steps": summary.get("warmup_steps", 0)}
+    # What the run recorded about its environment: the fleet compares runs by it, and a cached analysis
+    # answers without reading the log tables it comes from.
+    from trace_doctor.derive.environment_diff import run_environment
+
+    derived = {
+        "step_times": ctx.step_times,
+        "warmup_steps": summary.get("warmup_steps", 0),
+        "environment": run_environment(run),
+    }
     result = Analysis(
         run=run, findings=findings, outcomes=outcomes, summary=summary, derived=derived, policy=chosen.policy
     )

@@ -302,7 +302,7 @@ def _analyze_into(
         # The triage's seconds never overlap, so a run's loss is their sum (problems only, not warm-up).
         report.seconds_lost = account.lost_s
     report.config = _config_subset(run.meta.config, run.meta.to_dict())
-    report.environment = run_environment(run)
+    report.environment = result.derived.get("environment") or run_environment(run)
     report.step_series = _series(result.derived.get("step_times"))
     if fmt in PER_RUN_FORMATS:
         report.rendered = formats.render(result, fmt)
