@@ -47,16 +47,18 @@ MIN_CACHED_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_MB = 1024
 FORMAT_VERSION = "2"
 # A table entry: one JSON line of metadata, then the table as Parquet. The result cache
-# (trace_doctor/result_cache.py) keeps its `.pickle` entries in the same folder, under the same cap.
-ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|pickle)")
+# (trace_doctor/result_cache.py) keeps its `.json` entries in the same folder, under the same cap.
+ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|json)")
 # A stored table's entry: a folder of Parquet parts and the header (stored_table.PartWriter).
 STORED_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
 MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
 HASH_BLOCK = 8 * 1024 * 1024
 # A temporary file this old is a writer's leftover (a killed process), not a write in progress.
 STALE_TEMP_SECONDS = 3600
-# The previous format: one folder per entry, named by 24 hex digits, with a meta.json.
+# Previous formats: one folder per entry, named by 24 hex digits, with a meta.json; the result
+# cache's pickles (never read: a pickle can name code to run).
 LEGACY_ENTRY = re.compile(r"[0-9a-f]{24}")
+LEGACY_PICKLE = re.compile(r"analysis-[0-9a-f]{32}\.pickle")
 
 _notes: list[str] = []
 _unwritable: str | None = None  # why this process stopped writing entries
@@ -443,6 +445,8 @@ def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
                     os.unlink(item.path)
             elif LEGACY_ENTRY.fullmatch(item.name) and os.path.isfile(os.path.join(item.path, "meta.json")):
                 shutil.rmtree(item.path, ignore_errors=True)
+            elif LEGACY_PICKLE.fullmatch(item.name) and item.is_file(follow_symlinks=False):
+                os.unlink(item.path)
         except OSError:
             continue  # removed by another process meanwhile
     total = sum(size for _, size, _ in entries)
