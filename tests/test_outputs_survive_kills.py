@@ -116,6 +116,7 @@ def outputs(folder: Path) -> dict[str, bytes]:
 def test_a_kill_while_an_output_is_written_leaves_the_previous_file(case, signame, tmp_path):
     writer, template, _ = CASES[case]
     out = tmp_path / "out"
+    out.mkdir()
     args = [a.format(run=fixture_run("demo"), out=out) for a in template]
     env = environment(tmp_path)
     first = cli(args, env)

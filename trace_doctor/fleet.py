@@ -285,7 +285,7 @@ def _analyze_into(
 
         target = Path(html_dir) / f"{source.run_id}.html"
         try:
-            with replacing(target) as temp:
+            with replacing(target, make_folder=True) as temp:
                 write_html(result, temp, plotly_src=plotly_src)
             report.html_path = str(target)
         except OSError as exc:  # the analysis stands without its page; the command says so once

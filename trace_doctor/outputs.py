@@ -52,12 +52,15 @@ def check_outputs(inputs: Iterable[str | os.PathLike[str]], outputs: Sequence[Ou
         named[where] = name
 
 
-def write_output(path: str | os.PathLike[str], write: Callable[[Path], T], what: str) -> T:
+def write_output(
+    path: str | os.PathLike[str], write: Callable[[Path], T], what: str, *, make_folder: bool = False
+) -> T:
     """`write(temporary path)` the new version of the file at `path`, renamed into place once complete
     (whole_file.replacing: a kill leaves the previous file or the new one, never a part), and return what
-    `write` returns; OutputNotWritten naming `what` and the reason when it cannot be written."""
+    `write` returns; OutputNotWritten naming `what` and the reason when it cannot be written. `make_folder`:
+    the output's folder is created when missing (the HTML report and the bundle)."""
     try:
-        with replacing(path) as temp:
+        with replacing(path, make_folder=make_folder) as temp:
             return write(temp)
     except OSError as exc:
         raise OutputNotWritten(f"cannot write {what} to {path}: {why_not_written(exc)}") from exc
@@ -111,12 +114,17 @@ def write_html_report(answer: PathsAnalysis | Analysis, path: str | os.PathLike[
         from trace_doctor.report.fleet_html import write_fleet_html
 
         fleet = answer.fleet
-        write_output(target, lambda temp: write_fleet_html(fleet, temp, base_dir=target.parent), "the HTML report")
+        write_output(
+            target,
+            lambda temp: write_fleet_html(fleet, temp, base_dir=target.parent),
+            "the HTML report",
+            make_folder=True,
+        )
         return target
     from trace_doctor.report.html import write_html
 
     result = answer.analysis if isinstance(answer, PathsAnalysis) else answer
-    write_output(target, lambda temp: write_html(result, temp), "the HTML report")
+    write_output(target, lambda temp: write_html(result, temp), "the HTML report", make_folder=True)
     return target
 
 
@@ -139,4 +147,4 @@ def write_escalation_bundle(result: Analysis, path: str | os.PathLike[str]) -> l
     analyse with redact=True). Returns its manifest, one entry per file."""
     from trace_doctor.report.bundle import write_bundle
 
-    return write_output(path, lambda temp: write_bundle(result, temp), "the bundle")
+    return write_output(path, lambda temp: write_bundle(result, temp), "the bundle", make_folder=True)

@@ -25,10 +25,11 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+def replacing(path: str | os.PathLike[str], *, make_folder: bool = False) -> Iterator[Path]:
     """A path to write the new version of `path` to: renamed over `path` when the block ends normally,
     removed when it raises. A `path` that is not a regular file (/dev/null, a pipe) is written directly:
-    it cannot be replaced, and a reader is waiting on it."""
+    it cannot be replaced, and a reader is waiting on it. `make_folder`: create `path`'s folder when
+    missing (else a missing folder is the writer's FileNotFoundError, as writing in place would be)."""
     target = Path(os.path.realpath(path))  # a symlink's target is the file replaced, as a write would
     try:
         if not stat.S_ISREG(target.stat().st_mode):
@@ -36,7 +37,8 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
             return
     except OSError:
         pass  # not there yet
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if make_folder:
+        target.parent.mkdir(parents=True, exist_ok=True)
     temp = _new_temp(target)
     try:
         yield temp
