@@ -365,6 +365,8 @@ def adopt(
     if cacheable and taken is not None:
         header = json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode()
         cacheable = out.close(header)  # False: the disk refused some rows, kept in memory
+        # Writing the last rows may have filled the cache's disk: the writer went on elsewhere.
+        cacheable = cacheable and _unwritable is None and out.folder is not None and out.folder.parent == cache_root()
     if not cacheable or taken is None or out.folder is None:
         out.close()  # this process's copy only: its folder goes at exit (_new_entry_folder)
         return out.stored()
