@@ -78,7 +78,15 @@ def measure(root: Path, run: Path) -> tuple[float, float, int]:
         "'--format', 'json'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
         "print(time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script, str(run)], env=env, capture_output=True, text=True, check=True)
+    # Run from the checkout: `python -m` puts the working folder first on the path, before PYTHONPATH.
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(run.resolve())],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     wall, rss_kb, code = out.stdout.split()
     return float(wall), int(rss_kb) / 1024, int(code)
 

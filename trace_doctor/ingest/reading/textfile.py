@@ -111,38 +111,54 @@ def _decoded(handle: BinaryIO, source: str, warnings: WarningSink) -> Iterator[s
 
 def _split(pieces: Iterator[str], source: str, warnings: WarningSink, max_line: int) -> Iterator[str]:
     """Lines out of text pieces; a line's text beyond `max_line` characters is dropped as it comes."""
-    held: list[str] = []  # the line so far (pieces of it)
-    held_chars = 0
-    cut_warned = False
-    first = True
-    number = 0
-    for text in pieces:
-        if first:
-            text, first = text.lstrip("\ufeff"), False  # byte-order marks are encoding markers, not text
-        parts = text.split("\n")
-        for index, part in enumerate(parts):
-            if held_chars < max_line:
-                held.append(part[: max_line - held_chars])
-            held_chars += len(part)
-            if index == len(parts) - 1:
-                break  # the line goes on in the next piece
-            number += 1
-            line = "".join(held) if len(held) != 1 else held[0]
-            if held_chars > max_line and not cut_warned:
-                cut_warned = True
-                warnings.append(
-                    IngestWarning(
-                        source,
-                        number,
-                        f"a line of {held_chars:,} characters: lines are read up to {max_line:,} characters, "
-                        "the rest of each longer line is not read",
-                    )
+    held = ""  # the start of the line that goes on in the next piece (at most `max_line` characters)
+    held_chars = 0  # that line's length so far, the dropped part included
+    number = 0  # lines given so far
+    cut = False  # a cut line was warned about
+
+    def warn_cut(line: int, length: int) -> None:
+        nonlocal cut
+        if not cut:
+            cut = True
+            warnings.append(
+                IngestWarning(
+                    source,
+                    line,
+                    f"a line of {length:,} characters: lines are read up to {max_line:,} characters, "
+                    "the rest of each longer line is not read",
                 )
-            held, held_chars = [], 0
-            yield _clean(line)
+            )
+
+    for index, text in enumerate(pieces):
+        if index == 0:
+            text = text.lstrip("\ufeff")  # byte-order marks are encoding markers, not text
+        lines = text.split("\n")
+        tail = lines.pop()  # goes on in the next piece
+        if lines:
+            first_length = held_chars + len(lines[0])
+            if held_chars:
+                lines[0] = held + lines[0][: max(0, max_line - len(held))]
+            # One pass in C finds whether any line is too long; only then are they looked at one by one.
+            if first_length > max_line or max(map(len, lines)) > max_line:
+                for offset, line in enumerate(lines):
+                    length = first_length if offset == 0 else len(line)
+                    if length > max_line:
+                        lines[offset] = line[:max_line]
+                        warn_cut(number + offset + 1, length)
+            if "\r" in text or "\x00" in text:
+                lines = [_clean(line) for line in lines]
+            else:
+                lines[0] = _clean(lines[0])  # its carriage return may have ended the previous piece
+            number += len(lines)
+            yield from lines
+            held, held_chars = "", 0
+        if held_chars < max_line:
+            held += tail[: max_line - held_chars]
+        held_chars += len(tail)
     if held_chars:
-        number += 1
-        yield _clean("".join(held))
+        if held_chars > max_line:
+            warn_cut(number + 1, held_chars)
+        yield _clean(held)
 
 
 def _clean(line: str) -> str:
