@@ -58,7 +58,7 @@ def no_tables(monkeypatch):
 
 def entries(tmp_path: Path) -> list[Path]:
     root = tmp_path / "cache"
-    return sorted(root.glob("analysis-*.pickle")) if root.exists() else []
+    return sorted(root.glob("analysis-*.json")) if root.exists() else []
 
 
 CASES = {
@@ -262,8 +262,12 @@ CORRUPTIONS = {
     "truncated": lambda data: data[: len(data) // 2],
     "garbage": lambda data: b"\x00garbage" * 100,
     "empty": lambda data: b"",
-    "another format": lambda data: pickle.dumps({"format": "0", "key": "x"}),
+    "another format": lambda data: b'{"format": "0", "key": "x"}\n' + data.split(b"\n", 1)[1],
+    "a pickle": lambda data: pickle.dumps({"format": "2", "key": "x"}),
     "a function call": lambda data: b"cos\nsystem\n(S'echo owned'\ntR.",
+    "an unknown class": lambda data: data.replace(b'"trace_doctor.decision.Gate"', b'"os._wrap_close"'),
+    "an unknown form": lambda data: data.replace(b'"$":"tuple"', b'"$":"call"', 1),
+    "a missing field": lambda data: data.replace(b'"fix":', b'"fixed":', 1),
 }
 
 
@@ -280,10 +284,40 @@ def test_a_corrupt_entry_is_a_miss_never_a_crash(corruption, stored, tmp_path):
     assert len(stored) == 2  # the entry was written again
 
 
-def test_an_entry_naming_a_function_is_refused():
-    payload = b"cbuiltins\neval\n(S'1+1'\ntR."
-    with pytest.raises(pickle.UnpicklingError):
-        result_cache._Unpickler(__import__("io").BytesIO(payload)).load()
+class Poison:
+    """Pickled, names a function that writes `marker`: run, it would leave the file behind."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "owned"))
+
+
+@pytest.mark.parametrize("where", ["the entry", "the previous format's entry"])
+def test_a_poisoned_pickle_in_the_cache_is_a_miss_and_runs_nothing(where, stored, tmp_path):
+    run = run_copy(fixture_run("sl_gil_stall"), tmp_path)
+    cold = invoke(str(run), "--format", "json")
+    (entry,) = entries(tmp_path)
+    marker = tmp_path / "marker"
+    target = entry if where == "the entry" else entry.with_suffix(".pickle")
+    target.write_bytes(pickle.dumps({"format": "1", "key": "x", "payload": Poison(marker)}))
+    warm = invoke(str(run), "--format", "json")
+    assert (warm.exit_code, warm.stdout) == (cold.exit_code, cold.stdout)
+    assert not marker.exists()
+    assert len(stored) == (2 if where == "the entry" else 1)
+
+
+def test_an_entry_for_another_key_is_not_read_past_its_header(stored, tmp_path, monkeypatch):
+    run = run_copy(fixture_run("sl_gil_stall"), tmp_path)
+    invoke(str(run), "--format", "json")
+    (entry,) = entries(tmp_path)
+    header, body = entry.read_bytes().split(b"\n", 1)
+    entry.write_bytes(b'{"format": "2", "key": "another run"}\n' + body)
+    decoded = []
+    monkeypatch.setattr(result_cache.plain_data, "loads", lambda raw: decoded.append(raw))
+    invoke(str(run), "--format", "json")
+    assert decoded == [] and len(stored) == 2
 
 
 def test_cache_off_reads_and_writes_nothing(stored, tmp_path, monkeypatch):

@@ -24,6 +24,8 @@ _EXPORTS = {
     "NothingToAnalyze": "trace_doctor.errors",
     "NothingToExport": "trace_doctor.errors",
     "prepare_process": "trace_doctor.process_setup",
+    "stop_cleanly_on_signals": "trace_doctor.process_setup",
+    "end_process": "trace_doctor.process_setup",
     "RequestError": "trace_doctor.errors",
     "OutputRefused": "trace_doctor.errors",
     "OutputNotWritten": "trace_doctor.errors",
@@ -89,6 +91,8 @@ __all__ = [
     "NothingToAnalyze",
     "NothingToExport",
     "prepare_process",
+    "stop_cleanly_on_signals",
+    "end_process",
     "RequestError",
     "OutputRefused",
     "OutputNotWritten",
@@ -168,7 +172,7 @@ if TYPE_CHECKING:
     )
     from trace_doctor.policy import Policy, PolicyError
     from trace_doctor.policy.live import WatchPolicy
-    from trace_doctor.process_setup import prepare_process
+    from trace_doctor.process_setup import end_process, prepare_process, stop_cleanly_on_signals
     from trace_doctor.redact import redact_run
     from trace_doctor.rule_docs import explain_rule, list_rules, unknown_rule
     from trace_doctor.settings import FAIL_ON_LEVELS, Settings, load_settings

@@ -24,6 +24,7 @@ from trace_doctor.model import PassedOver
 from trace_doctor.peers import fleet_peers
 from trace_doctor.runs import RunSource
 from trace_doctor.settings import Settings
+from trace_doctor.whole_file import replacing
 
 # Config keys compared across runs in the overview (a sweep varies these), in display order.
 SWEEP_KEYS = (
@@ -320,7 +321,8 @@ def _analyze_into(
 
         target = Path(html_dir) / f"{source.run_id}.html"
         try:
-            write_html(result, target, plotly_src=plotly_src)
+            with replacing(target, make_folder=True) as temp:
+                write_html(result, temp, plotly_src=plotly_src)
             report.html_path = str(target)
         except OSError as exc:  # the analysis stands without its page; the command says so once
             report.html_error = f"cannot write {target}: {exc.strerror or exc}"

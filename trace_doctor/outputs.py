@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from trace_doctor.errors import OutputNotWritten, OutputRefused
 from trace_doctor.humanize import printable
+from trace_doctor.whole_file import replacing
 
 if TYPE_CHECKING:
     from trace_doctor.model import Analysis
@@ -51,11 +52,16 @@ def check_outputs(inputs: Iterable[str | os.PathLike[str]], outputs: Sequence[Ou
         named[where] = name
 
 
-def write_output(path: str | os.PathLike[str], write: Callable[[], T], what: str) -> T:
-    """`write()` the file at `path` and return what it returns; OutputNotWritten naming `what` and the
-    reason when it cannot be written."""
+def write_output(
+    path: str | os.PathLike[str], write: Callable[[Path], T], what: str, *, make_folder: bool = False
+) -> T:
+    """`write(temporary path)` the new version of the file at `path`, renamed into place once complete
+    (whole_file.replacing: a kill leaves the previous file or the new one, never a part), and return what
+    `write` returns; OutputNotWritten naming `what` and the reason when it cannot be written. `make_folder`:
+    the output's folder is created when missing (the HTML report and the bundle)."""
     try:
-        return write()
+        with replacing(path, make_folder=make_folder) as temp:
+            return write(temp)
     except OSError as exc:
         raise OutputNotWritten(f"cannot write {what} to {path}: {why_not_written(exc)}") from exc
 
@@ -89,7 +95,7 @@ def render_report(answer: PathsAnalysis | Analysis, fmt: str, *, show_skipped: b
 
 def write_report(text: str, path: str | os.PathLike[str], fmt: str) -> None:
     """Write a rendered report (as UTF-8, whatever the run's bytes were) to `path`."""
-    write_output(path, lambda: Path(path).write_text(printable(text), encoding="utf-8"), f"the {fmt} report")
+    write_output(path, lambda temp: temp.write_text(printable(text), encoding="utf-8"), f"the {fmt} report")
 
 
 def fleet_pages_dir(html: str | os.PathLike[str]) -> Path:
@@ -108,12 +114,17 @@ def write_html_report(answer: PathsAnalysis | Analysis, path: str | os.PathLike[
         from trace_doctor.report.fleet_html import write_fleet_html
 
         fleet = answer.fleet
-        write_output(target, lambda: write_fleet_html(fleet, target), "the HTML report")
+        write_output(
+            target,
+            lambda temp: write_fleet_html(fleet, temp, base_dir=target.parent),
+            "the HTML report",
+            make_folder=True,
+        )
         return target
     from trace_doctor.report.html import write_html
 
     result = answer.analysis if isinstance(answer, PathsAnalysis) else answer
-    write_output(target, lambda: write_html(result, target), "the HTML report")
+    write_output(target, lambda temp: write_html(result, temp), "the HTML report", make_folder=True)
     return target
 
 
@@ -133,8 +144,7 @@ def write_perfetto_trace(result: Analysis, path: str | os.PathLike[str]) -> Path
     from trace_doctor.report.export import write_perfetto
 
     _exportable(result)
-
-    return write_output(path, lambda: write_perfetto(result, Path(path)), "the Perfetto trace")
+    return write_output(path, lambda temp: write_perfetto(result, temp), "the Perfetto trace")
 
 
 def write_chrome_trace(result: Analysis, path: str | os.PathLike[str]) -> Path:
@@ -143,8 +153,7 @@ def write_chrome_trace(result: Analysis, path: str | os.PathLike[str]) -> Path:
     from trace_doctor.report.export import write_chrome_json
 
     _exportable(result)
-
-    return write_output(path, lambda: write_chrome_json(result, Path(path)), "the Chrome trace JSON")
+    return write_output(path, lambda temp: write_chrome_json(result, temp), "the Chrome trace JSON")
 
 
 def write_escalation_bundle(result: Analysis, path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -153,4 +162,4 @@ def write_escalation_bundle(result: Analysis, path: str | os.PathLike[str]) -> l
     manifest, one entry per file."""
     from trace_doctor.report.bundle import write_bundle
 
-    return write_output(path, lambda: write_bundle(result, Path(path)), "the bundle")
+    return write_output(path, lambda temp: write_bundle(result, temp), "the bundle", make_folder=True)

@@ -19,17 +19,18 @@ the Parquet dataset) gets it on first use: the run is read again, through the ta
 text and JSON paths never read a table.
 
 Entries live in the table cache's folder, under its size cap and eviction; small runs are not
-cached (analysing them is about as quick as the bookkeeping). They are pickles, read back by an
-unpickler that builds only trace-doctor's, polars' and plain Python types; anything wrong with an
-entry (truncated, another version's, garbage) is a miss, never a crash.
+cached (analysing them is about as quick as the bookkeeping). An entry is data, never code: a JSON
+line naming the key it answers, checked before anything else is read, then the analysis as plain
+data (trace_doctor/plain_data.py: result objects by a registered class name, tables as Arrow IPC).
+Anything wrong with an entry (truncated, another version's, a key that is not the one looked up, a
+class or form the codec does not know, garbage) is a miss, never a crash.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
+import json
 import os
-import pickle
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -37,13 +38,14 @@ from functools import cache as once
 from pathlib import Path
 from typing import Any
 
+from trace_doctor import plain_data
 from trace_doctor.discover import discover
 from trace_doctor.ingest.storage import cache
 from trace_doctor.ingest.storage.package_digest import PACKAGE_ROOT, tree_digest
 from trace_doctor.model import Analysis, RunTables
 from trace_doctor.settings import Settings
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
 # Runs whose inputs total less than this are analysed afresh: it takes about as long as a lookup.
 MIN_INPUT_BYTES = 4 * 1024 * 1024
 # The libraries whose results the analysis is made of (parsing, statistics, version comparison); the
@@ -157,15 +159,14 @@ def key(request: Request) -> str | None:
 
 def _entry_path(taken: str) -> Path:
     name = hashlib.sha256(taken.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return cache.cache_root() / f"analysis-{name}.pickle"
+    return cache.cache_root() / f"analysis-{name}.json"
 
 
 def store(taken: str, result: Analysis) -> bool:
-    """Save `result` as the analysis of what `taken` describes; False when nothing was written."""
+    """Save `result` as the analysis of what `taken` describes; False when nothing was written (a value
+    with no plain form is not cached)."""
     run = result.run
     payload = {
-        "format": FORMAT_VERSION,
-        "key": taken,
         "run": {
             f.name: getattr(run, f.name)
             for f in fields(RunTables)
@@ -173,7 +174,17 @@ def store(taken: str, result: Analysis) -> bool:
         },
         "analysis": {f.name: getattr(result, f.name) for f in fields(Analysis) if f.name != "run"},
     }
-    return cache.write_entry(_entry_path(taken), lambda out: pickle.dump(payload, out, protocol=5))
+    try:
+        body = plain_data.dumps(payload)
+    except (plain_data.NotPlainData, ValueError, RecursionError):
+        return False
+    header = json.dumps({"format": FORMAT_VERSION, "key": taken}, ensure_ascii=True).encode("ascii")
+
+    def write(out) -> None:
+        out.write(header + b"\n")
+        out.write(body)
+
+    return cache.write_entry(_entry_path(taken), write)
 
 
 def load(taken: str, reload: Callable[[], RunTables]) -> Analysis | None:
@@ -181,8 +192,16 @@ def load(taken: str, reload: Callable[[], RunTables]) -> Analysis | None:
     entry = _entry_path(taken)
     try:
         with open(entry, "rb") as fh:
-            payload = _Unpickler(io.BytesIO(fh.read())).load()
-        if not (isinstance(payload, dict) and payload.get("format") == FORMAT_VERSION and payload.get("key") == taken):
+            # The key first, alone: an entry for other inputs is not read any further.
+            header = json.loads(fh.readline(len(taken) * 12 + 4096))
+            if not (isinstance(header, dict) and header.get("format") == FORMAT_VERSION and header.get("key") == taken):
+                return None
+            payload = plain_data.loads(fh.read())
+        if not (
+            isinstance(payload, dict)
+            and isinstance(payload.get("run"), dict)
+            and isinstance(payload.get("analysis"), dict)
+        ):
             return None
         run = StoredRun(payload["run"], reload)
         result = Analysis(run=run, **payload["analysis"])
@@ -223,21 +242,3 @@ class StoredRun(RunTables):
             key = f"_{table}" if table in RunTables.STORED_TABLES else table
             if key not in self.__dict__ and (table not in KEPT_TABLES):
                 self.__dict__[key] = fresh.__dict__[key] if key in fresh.__dict__ else getattr(fresh, table)
-
-
-# What an entry may be built from. pickle would call any importable function an entry names; these
-# are the types an Analysis is made of.
-SAFE_BUILTINS = frozenset({"set", "frozenset", "tuple", "list", "dict", "complex", "bytearray", "bytes", "slice"})
-SAFE_MODULE_PREFIXES = ("trace_doctor.", "polars.")
-SAFE_GLOBALS = frozenset({("collections", "OrderedDict"), ("datetime", "datetime"), ("datetime", "date")})
-
-
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (
-            (module == "builtins" and name in SAFE_BUILTINS)
-            or (module, name) in SAFE_GLOBALS
-            or module.startswith(SAFE_MODULE_PREFIXES)
-        ):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"{module}.{name} is not part of an analysis")

@@ -382,8 +382,10 @@ def render_fleet_html(fleet: Fleet, base_dir: Path | None = None) -> str:
     return env.get_template("fleet.html.j2").render(**context)
 
 
-def write_fleet_html(fleet: Fleet, path: Path) -> None:
-    """Write the overview to `path`, linking each run's own report relative to `path`'s folder."""
+def write_fleet_html(fleet: Fleet, path: Path, *, base_dir: Path | None = None) -> None:
+    """Write the overview to `path`, linking each run's own report relative to `base_dir` (default: `path`'s
+    folder; the folder the overview ends up in when `path` is a temporary name)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(printable(render_fleet_html(fleet, base_dir=path.parent)), encoding="utf-8")
+    links_from = path.parent if base_dir is None else base_dir
+    path.write_text(printable(render_fleet_html(fleet, base_dir=links_from)), encoding="utf-8")

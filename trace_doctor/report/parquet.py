@@ -20,6 +20,7 @@ import polars as pl
 
 from trace_doctor.ingest.parsers.config import find_setting
 from trace_doctor.model import Analysis
+from trace_doctor.whole_file import replacing
 
 FINDINGS_SCHEMA = {
     "rule": pl.String,
@@ -138,6 +139,8 @@ def write_run_partition(result: Analysis, out: Path, run_id: str, path: str) -> 
         frame = _partition_column_free(frame)
         target = out / name / f"run={run_id}"
         target.mkdir(parents=True, exist_ok=True)
-        frame.write_parquet(target / "part-0.parquet")
+        # Renamed into place whole: a kill leaves the previous part or this one, never a 0-byte file.
+        with replacing(target / "part-0.parquet") as temp:
+            frame.write_parquet(temp)
         written[name] = frame.height
     return written

@@ -417,6 +417,17 @@ def dump_block_lines(lines: list[str]) -> list[tuple[int, int]]:
     return scan_dump_lines(lines, "", []).blocks
 
 
+def opens_block(raw: str, following: str | None) -> bool:
+    """Whether the scan would open a dump block at a line `raw` when no block is open (`following`: the
+    next line, None at the end). The first line that does is where a file's first block starts: a
+    reader that goes forward once needs to hold only the lines from there on (logs.parse_lines)."""
+    text = strip_ansi(raw) if "\x1b" in raw else raw
+    if not text.startswith(OPENERS):
+        return False
+    window = [raw] if following is None else [raw, following]
+    return _Scanner("", []).opener(text, 1, window, 0)
+
+
 def dump_rows_frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
     if not rows:
         return pl.DataFrame(schema=schema)

@@ -20,7 +20,7 @@ import orjson
 import polars as pl
 
 from trace_doctor.file_names import input_path
-from trace_doctor.ingest.parsers.dumps import dump_block_lines
+from trace_doctor.ingest.parsers.dumps import OPENERS, dump_block_lines, opens_block
 from trace_doctor.ingest.parsers.log_kinds import (
     Classified,
     classify_exception_line,
@@ -30,7 +30,7 @@ from trace_doctor.ingest.parsers.log_kinds import (
     tinker_run_ids,
     versions_in,
 )
-from trace_doctor.ingest.reading.textfile import read_text_lines, strip_ansi
+from trace_doctor.ingest.reading.textfile import strip_ansi, text_lines
 from trace_doctor.knowledge.errors import decode_error
 from trace_doctor.model import LOG_EVENTS_SCHEMA, IngestWarning, InputFile
 
@@ -250,11 +250,59 @@ class LogLines:
                 _continuation(state, number, text)
 
 
-def parse_lines(lines: list[str], source: str, *, freeze_file: bool = False) -> tuple[list[dict[str, Any]], int]:
-    """Events from one file's lines and the number of lines read (every line outside dump blocks)."""
-    parser = LogLines(source, freeze_file=freeze_file)
-    parser.feed(lines)
-    return parser.rows, parser.read
+def parse_lines(lines: Iterable[str], source: str, *, freeze_file: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """Events from one file's lines and the number of lines read (every line outside dump blocks).
+
+    The lines are taken once, in order, and held only from the first line that opens a dump block on
+    (the blocks are found with look-ahead there): a log without dumps costs a line at a time."""
+    state = _FileState(source, freeze_file)
+    read = 0
+    number = 0
+    any_opener = False
+    ahead = iter(lines)
+    current = next(ahead, None)
+    while current is not None:
+        following = next(ahead, None)
+        any_opener = any_opener or current.startswith(OPENERS)
+        if opens_block(current, following):
+            rest = [current] if following is None else [current, following, *ahead]
+            return state.rows, read + _parse_with_dumps(state, rest, number, any_opener)
+        number += 1
+        read += _parse_line(state, number, current)
+        current = following
+    return state.rows, read
+
+
+def _parse_with_dumps(state: _FileState, rest: list[str], before: int, any_opener: bool) -> int:
+    """Parse the lines from the first dump block on (`before` lines came first), skipping the blocks'
+    lines; returns the lines read. As the whole file's scan would, the blocks count only when some
+    line starts as an opener does before its colours are stripped."""
+    if not (any_opener or any(line.startswith(OPENERS) for line in rest)):
+        return sum(_parse_line(state, before + index, raw) for index, raw in enumerate(rest, 1))
+    skip = bytearray(len(rest) + 2)
+    for start, end in dump_block_lines(rest):
+        skip[start : end + 1] = b"\x01" * (end - start + 1)
+    read = 0
+    for index, raw in enumerate(rest, 1):
+        if skip[index]:
+            state.in_record = False
+            state.traceback_line = None
+            continue
+        read += _parse_line(state, before + index, raw)
+    return read
+
+
+def _parse_line(state: _FileState, number: int, raw: str) -> int:
+    """Take one line outside dump blocks into `state` (it counts as read: 1)."""
+    text = strip_ansi(raw) if "\x1b" in raw else raw
+    if not text.strip() and state.traceback_line is None:
+        return 1
+    match = RECORD.match(text) if "] " in text else None
+    if match is not None:
+        _record(state, number, match["logger"], match["level"], match["msg"])
+    else:
+        _continuation(state, number, text)
+    return 1
 
 
 def log_events_table(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -276,12 +324,12 @@ def parse_log_files(paths: Iterable[Path], warnings: list[IngestWarning]) -> tup
         # A dump file is read here too (its log lines) after the dump parser warned about it.
         already = {(w.line, w.problem) for w in warnings if w.path == str(path)}
         fresh: list[IngestWarning] = []
-        lines = read_text_lines(path, fresh)
-        warnings.extend(w for w in fresh if (w.line, w.problem) not in already)
+        lines = text_lines(path, fresh)
         if lines is None:
             info.skipped = 1
-            continue
-        file_rows, read = parse_lines(lines, str(path), freeze_file=path.name == "requirements.txt")
-        rows.extend(file_rows)
-        info.records = read
+        else:
+            file_rows, info.records = parse_lines(lines, str(path), freeze_file=path.name == "requirements.txt")
+            rows.extend(file_rows)
+        # After the read: the reader warns as it goes (bytes that are not text, a line cut).
+        warnings.extend(w for w in fresh if (w.line, w.problem) not in already)
     return log_events_table(rows), inputs

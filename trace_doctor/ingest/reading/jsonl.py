@@ -42,10 +42,17 @@ class ParsedLine:
     value: Any
 
 
+def without_boms(raw: bytes) -> bytes:
+    """`raw` without the byte-order marks it starts with: a file written by two tools in turn (an editor,
+    then a converter) can start with two, and a mark is an encoding marker, never part of a record."""
+    while raw.startswith(UTF8_BOM):
+        raw = raw[len(UTF8_BOM) :]
+    return raw
+
+
 def decode_json(raw: bytes) -> Any:
     """Decode one JSON document, accepting Python's bare NaN / Infinity literals."""
-    if raw.startswith(UTF8_BOM):
-        raw = raw[len(UTF8_BOM) :]
+    raw = without_boms(raw)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -56,8 +63,7 @@ def decode_json(raw: bytes) -> Any:
 
 def decode_json_text(text: str) -> Any:
     """The lenient decoder: non-finite literals, any nesting depth, values every table can hold."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
+    text = text.lstrip("\ufeff")
     try:
         value = json.loads(text)
     except RecursionError:
@@ -204,7 +210,7 @@ def iter_json_records(stream: ByteStream, path: str, warnings: FileWarnings) -> 
 
 def certainly_not_an_object(raw: bytes) -> bool:
     """True when a non-blank line cannot decode to a JSON object (it does not start with `{`)."""
-    return not raw.removeprefix(UTF8_BOM).lstrip(JSON_WHITESPACE).startswith(b"{")
+    return not without_boms(raw).lstrip(JSON_WHITESPACE).startswith(b"{")
 
 
 def decode_line(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import codecs
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from trace_doctor.ingest.reading.file_warnings import WarningSink
-from trace_doctor.ingest.reading.jsonl import read_bytes
 from trace_doctor.model import IngestWarning
 
 INT64_MAX = 2**63 - 1
@@ -16,6 +18,13 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\
 # Byte-order marks of UTF-16: Windows PowerShell (`python train.py > out.log`, Out-File) and some
 # editors write logs in UTF-16 with one. Read as UTF-8 they are a NUL every other byte.
 UTF16_BOMS = ((b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+UTF16_SNIFF_BYTES = 4098
+# Decoders that stop before a character cut by the end of a block (final=False) and say how far they got.
+DECODERS = {"utf-8": codecs.utf_8_decode, "utf-16-le": codecs.utf_16_le_decode, "utf-16-be": codecs.utf_16_be_decode}
+READ_BLOCK_BYTES = 8 * 1024 * 1024
+# A longer line is cut here: a log message is never this long (a printed tensor or JSON blob is), and
+# the classifiers' cost then stops growing with the line (a 300 MB line took 86 s, read whole).
+MAX_TEXT_LINE_CHARS = 1024 * 1024
 
 
 def utf16_encoding(data: bytes) -> str | None:
@@ -37,56 +46,125 @@ def utf16_as_utf8(data: bytes) -> bytes:
 
 
 def read_text_lines(path: Path, warnings: WarningSink) -> list[str] | None:
-    """The file's lines (no line endings); invalid UTF-8 becomes U+FFFD with one warning per file.
-    UTF-16 with a byte-order mark is decoded as such (bytes that are not UTF-16 warned about the same way)."""
-    data = read_bytes(path, warnings)
-    if data is None:
+    """The file's lines (no line endings) as a list; see `text_lines`. For the readers that look back and
+    ahead (dump blocks, console tables); a reader that goes forward once takes `text_lines`."""
+    lines = text_lines(path, warnings)
+    return None if lines is None else list(lines)
+
+
+def text_lines(path: Path, warnings: WarningSink, *, max_line: int = MAX_TEXT_LINE_CHARS) -> Iterator[str] | None:
+    """The file's lines (no line endings), read in blocks of READ_BLOCK_BYTES: the memory held is a block
+    and a line, whatever the file's size. None (with a warning) when it cannot be opened.
+
+    Invalid UTF-8 becomes U+FFFD with one warning per file; UTF-16 with a byte-order mark is decoded as
+    such; the byte-order marks a file starts with are dropped (two when two tools wrote it in turn). A line
+    longer than `max_line` characters is cut there (one warning per file): the cost of a line is then
+    the reading of its bytes, and no log message is that long (it is printed data)."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed by the generator
+    except OSError as exc:
+        warnings.append(IngestWarning(str(path), None, f"cannot read file: {exc.strerror or exc}"))
         return None
-    codec = utf16_encoding(data)
-    if codec is not None:
-        return _utf16_lines(path, data, codec, warnings)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        text = data.decode("utf-8", errors="replace")
-        line = data.count(b"\n", 0, exc.start) + 1
-        warnings.append(
-            IngestWarning(
-                str(path),
-                line,
-                "bytes that are not UTF-8 (binary garbage?) were replaced with U+FFFD; first at this line",
+    return _lines(handle, str(path), warnings, max_line)
+
+
+def _lines(handle: BinaryIO, source: str, warnings: WarningSink, max_line: int) -> Iterator[str]:
+    with handle:
+        try:
+            yield from _split(_decoded(handle, source, warnings), source, warnings, max_line)
+        except OSError as exc:  # a read error midway: the lines so far stand
+            warnings.append(IngestWarning(source, None, f"cannot read the rest of the file: {exc.strerror or exc}"))
+
+
+def _decoded(handle: BinaryIO, source: str, warnings: WarningSink) -> Iterator[str]:
+    """The file's text in pieces of about a block (a character cut by a block's end goes to the next)."""
+    head = handle.read(UTF16_SNIFF_BYTES)
+    codec = utf16_encoding(head) or "utf-8"
+    decode = DECODERS[codec]
+    data = head[2:] if codec != "utf-8" else head
+    lines_before = 0
+    warned = False
+    final = False
+    while not final:
+        block = handle.read(READ_BLOCK_BYTES)
+        final = not block
+        data += block
+        try:
+            text, used = decode(data, "strict", final)
+        except UnicodeDecodeError as exc:
+            text, used = decode(data, "replace", final)
+            if not warned:
+                warned = True
+                line = lines_before + decode(data[: exc.start], "replace", True)[0].count("\n") + 1
+                name = "UTF-8" if codec == "utf-8" else codec.upper()
+                why = "binary garbage?" if codec == "utf-8" else "binary garbage or a cut file?"
+                warnings.append(
+                    IngestWarning(
+                        source, line, f"bytes that are not {name} ({why}) were replaced with U+FFFD; first at this line"
+                    )
+                )
+        data = data[used:]
+        if text:
+            yield text
+            lines_before += text.count("\n")
+
+
+def _split(pieces: Iterator[str], source: str, warnings: WarningSink, max_line: int) -> Iterator[str]:
+    """Lines out of text pieces; a line's text beyond `max_line` characters is dropped as it comes."""
+    held = ""  # the start of the line that goes on in the next piece (at most `max_line` characters)
+    held_chars = 0  # that line's length so far, the dropped part included
+    number = 0  # lines given so far
+    cut = False  # a cut line was warned about
+
+    def warn_cut(line: int, length: int) -> None:
+        nonlocal cut
+        if not cut:
+            cut = True
+            warnings.append(
+                IngestWarning(
+                    source,
+                    line,
+                    f"a line of {length:,} characters: lines are read up to {max_line:,} characters, "
+                    "the rest of each longer line is not read",
+                )
             )
-        )
-    return _lines(text)
+
+    for index, text in enumerate(pieces):
+        if index == 0:
+            text = text.lstrip("\ufeff")  # byte-order marks are encoding markers, not text
+        lines = text.split("\n")
+        tail = lines.pop()  # goes on in the next piece
+        if lines:
+            first_length = held_chars + len(lines[0])
+            if held_chars:
+                lines[0] = held + lines[0][: max(0, max_line - len(held))]
+            # One pass in C finds whether any line is too long; only then are they looked at one by one.
+            if first_length > max_line or max(map(len, lines)) > max_line:
+                for offset, line in enumerate(lines):
+                    length = first_length if offset == 0 else len(line)
+                    if length > max_line:
+                        lines[offset] = line[:max_line]
+                        warn_cut(number + offset + 1, length)
+            if "\r" in text or "\x00" in text:
+                lines = [_clean(line) for line in lines]
+            else:
+                lines[0] = _clean(lines[0])  # its carriage return may have ended the previous piece
+            number += len(lines)
+            yield from lines
+            held, held_chars = "", 0
+        if held_chars < max_line:
+            held += tail[: max_line - held_chars]
+        held_chars += len(tail)
+    if held_chars:
+        if held_chars > max_line:
+            warn_cut(number + 1, held_chars)
+        yield _clean(held)
 
 
-def _utf16_lines(path: Path, data: bytes, codec: str, warnings: WarningSink) -> list[str]:
-    body = data[2:]
-    try:
-        text = body.decode(codec)
-    except UnicodeDecodeError as exc:
-        text = body.decode(codec, errors="replace")
-        line = body[: exc.start].decode(codec, errors="replace").count("\n") + 1
-        warnings.append(
-            IngestWarning(
-                str(path),
-                line,
-                f"bytes that are not {codec.upper()} (binary garbage or a cut file?) were replaced with U+FFFD; "
-                "first at this line",
-            )
-        )
-    return _lines(text)
-
-
-def _lines(text: str) -> list[str]:
-    if text.startswith("\ufeff"):
-        text = text[1:]  # a byte-order mark is an encoding marker, not text
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+def _clean(line: str) -> str:
+    if line.endswith("\r"):
+        line = line[:-1]
+    return line.replace("\x00", "\ufffd") if "\x00" in line else line
 
 
 def strip_ansi(text: str) -> str:

@@ -47,16 +47,18 @@ MIN_CACHED_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_MB = 1024
 FORMAT_VERSION = "2"
 # A table entry: one JSON line of metadata, then the table as Parquet. The result cache
-# (trace_doctor/result_cache.py) keeps its `.pickle` entries in the same folder, under the same cap.
-ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|pickle)")
+# (trace_doctor/result_cache.py) keeps its `.json` entries in the same folder, under the same cap.
+ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|json)")
 # A stored table's entry: a folder of Parquet parts and the header (stored_table.PartWriter).
 STORED_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
 MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
 HASH_BLOCK = 8 * 1024 * 1024
 # A temporary file this old is a writer's leftover (a killed process), not a write in progress.
 STALE_TEMP_SECONDS = 3600
-# The previous format: one folder per entry, named by 24 hex digits, with a meta.json.
+# Previous formats: one folder per entry, named by 24 hex digits, with a meta.json; the result
+# cache's pickles (never read: a pickle can name code to run).
 LEGACY_ENTRY = re.compile(r"[0-9a-f]{24}")
+LEGACY_PICKLE = re.compile(r"analysis-[0-9a-f]{32}\.pickle")
 
 _notes: list[str] = []
 _unwritable: str | None = None  # why this process stopped writing entries
@@ -265,9 +267,9 @@ def store(
 
 def write_entry(entry: Path, write) -> bool:
     """Write one entry of the cache folder with `write(binary file)`, whole or not at all, then keep the
-    folder under its cap; False when nothing was written (a folder that cannot be written turns the
-    cache off for the process, with one note)."""
-    global _unwritable
+    folder under its cap; False when nothing was written. A write that fails, whatever the error's
+    class (a full disk reaches here as an OSError or as polars' ComputeError), turns the cache off for
+    the process with one note: the next entry would fail the same way."""
     if not enabled() or _unwritable is not None:
         return False
     root = entry.parent
@@ -279,19 +281,26 @@ def write_entry(entry: Path, write) -> bool:
             write(out)
         # Renamed into place whole: a concurrent reader sees the previous entry or this one.
         os.replace(temp, entry)
-    except OSError as exc:
-        _discard(temp)
-        _unwritable = f"{root}: {exc.strerror or exc}"
-        _note_once(
-            f"table cache disabled: cannot write to {_unwritable} "
-            "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
-        )
+        temp = None
+    except Exception as exc:  # noqa: BLE001 - any failed write turns the cache off, never the run
+        storage_failed(exc, root)
         return False
-    except Exception:  # noqa: BLE001 - a value the cache cannot hold is simply not cached
-        _discard(temp)
-        return False
+    finally:
+        _discard(temp)  # also on an interrupt: no partial entry is left behind
     evict(root, max_bytes(), keep=entry)
     return True
+
+
+def storage_failed(exc: BaseException, root: Path | None = None) -> None:
+    """The cache folder cannot take more (full, read-only, gone): no entry is written from now on,
+    and the user is told once."""
+    global _unwritable
+    if _unwritable is None:
+        _unwritable = f"{root or cache_root()}: {stored_table.why_write_failed(exc)}"
+    _note_once(
+        f"table cache disabled: cannot write to {_unwritable} "
+        "(set TRACE_DOCTOR_CACHE_DIR to a writable folder with free space, or TRACE_DOCTOR_CACHE=off)"
+    )
 
 
 def _header(path: Path, table: str, info: InputFile, warnings: list[IngestWarning], taken: Snapshot) -> dict[str, Any]:
@@ -312,21 +321,31 @@ def _header(path: Path, table: str, info: InputFile, warnings: list[IngestWarnin
     }
 
 
-def new_entry_folder(table: str) -> Path:
-    """Where a stored table is written as it is built: in the cache folder (so that it becomes the
-    entry by a rename), else in this process's scratch folder."""
-    global _unwritable
+def new_entry_writer(table: str, schema: dict[str, pl.DataType], memory_rows: int) -> PartWriter:
+    """A writer of the stored table `table` as it is built: in the cache folder (so that it becomes the
+    entry by a rename), else in this process's scratch folder. A cache folder that fills up midway
+    turns the cache off and the writer goes on in the scratch folder."""
+
+    def cache_full(exc: BaseException) -> Path | None:
+        storage_failed(exc)
+        return scratch_folder(f"{table}-")
+
+    return PartWriter(_new_entry_folder(table), schema, memory_rows, on_failure=cache_full)
+
+
+def _new_entry_folder(table: str) -> Path | None:
     if enabled() and _unwritable is None:
         root = cache_root()
         try:
             root.mkdir(parents=True, exist_ok=True)
-            return Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+            folder = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
         except OSError as exc:
-            _unwritable = f"{root}: {exc.strerror or exc}"
-            _note_once(
-                f"table cache disabled: cannot write to {_unwritable} "
-                "(set TRACE_DOCTOR_CACHE_DIR to a writable folder, or TRACE_DOCTOR_CACHE=off)"
-            )
+            storage_failed(exc, root)
+        else:
+            # Renamed into an entry when the table is done; still here at exit (an error, an
+            # interrupt, a lost race), it goes.
+            atexit.register(shutil.rmtree, os.fspath(folder), True)
+            return folder
     return scratch_folder(f"{table}-")
 
 
@@ -346,10 +365,10 @@ def adopt(
     if cacheable and taken is not None:
         header = json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode()
         cacheable = out.close(header)  # False: the disk refused some rows, kept in memory
+        # Writing the last rows may have filled the cache's disk: the writer went on elsewhere.
+        cacheable = cacheable and _unwritable is None and out.folder is not None and out.folder.parent == cache_root()
     if not cacheable or taken is None or out.folder is None:
-        out.close()
-        if out.folder is not None:  # this process's copy only (a scratch folder goes at exit anyway)
-            atexit.register(shutil.rmtree, os.fspath(out.folder), True)
+        out.close()  # this process's copy only: its folder goes at exit (_new_entry_folder)
         return out.stored()
     entry = _stored_entry_path(path, table, taken)
     try:
@@ -357,8 +376,7 @@ def adopt(
         # content parsed by someone else meanwhile stays, and this copy goes when the process ends.
         os.rename(out.folder, entry)
     except OSError:
-        atexit.register(shutil.rmtree, os.fspath(out.folder), True)
-        return out.stored()
+        return out.stored()  # its folder goes at exit (_new_entry_folder)
     out.moved(entry)
     evict(cache_root(), max_bytes(), keep=entry)
     return out.stored()
@@ -443,6 +461,8 @@ def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
                     os.unlink(item.path)
             elif LEGACY_ENTRY.fullmatch(item.name) and os.path.isfile(os.path.join(item.path, "meta.json")):
                 shutil.rmtree(item.path, ignore_errors=True)
+            elif LEGACY_PICKLE.fullmatch(item.name) and item.is_file(follow_symlinks=False):
+                os.unlink(item.path)
         except OSError:
             continue  # removed by another process meanwhile
     total = sum(size for _, size, _ in entries)

@@ -35,13 +35,22 @@ _live: weakref.WeakSet[StoredTable] = weakref.WeakSet()
 notes: list[str] = []
 
 
-def disk_failed(exc: OSError) -> None:
+def why_write_failed(exc: BaseException) -> str:
+    """A failed write in words. A full disk does not always arrive as an OSError: polars reports
+    "No space left on device" inside a ComputeError, so every error class is a failed write here."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def disk_failed(exc: BaseException) -> None:
     """Tables are kept in memory from now on: the scratch folder cannot be made or written (no
     writable temporary folder, a full disk). The analysis goes on; only its memory is not bounded."""
     global _disk_ok
     _disk_ok = False
     note = (
-        f"cannot write temporary files ({exc.strerror or exc}): large tables are kept in memory "
+        f"cannot write temporary files ({why_write_failed(exc)}): large tables are kept in memory "
         "(set TMPDIR to a writable folder with free space)"
     )
     if note not in notes:
@@ -91,6 +100,10 @@ def scratch_folder(prefix: str) -> Path | None:
     except OSError as exc:
         disk_failed(exc)
         return None
+
+
+def _give_up(exc: BaseException) -> None:
+    disk_failed(exc)
 
 
 class DeferredPart:
@@ -195,9 +208,18 @@ class PartWriter:
     ROW_GROUP_ROWS = 65_536
     HEADER = "entry.json"
 
-    def __init__(self, folder: Path | None, schema: dict[str, pl.DataType], memory_rows: int = 0) -> None:
+    def __init__(
+        self,
+        folder: Path | None,
+        schema: dict[str, pl.DataType],
+        memory_rows: int = 0,
+        on_failure: Callable[[BaseException], Path | None] | None = None,
+    ) -> None:
         # No folder (nowhere to write): every row stays in memory.
         self.folder = folder
+        # Told when a write fails (a full disk); returns a folder to go on writing in, or None (the
+        # rows stay in memory). By default the scratch folder is given up.
+        self.on_failure = on_failure or _give_up
         self.schema = schema
         self.memory_rows = memory_rows
         self.height = 0
@@ -228,13 +250,14 @@ class PartWriter:
                 self._held[0].write_parquet(
                     part, compression="lz4", row_group_size=self.ROW_GROUP_ROWS, statistics=True
                 )
-            except OSError as exc:
+            except Exception as exc:  # noqa: BLE001 - a full disk is a polars ComputeError too
                 with contextlib.suppress(OSError):
                     part.unlink()
-                disk_failed(exc)
-                self.folder = None
-                self.memory_rows = 1 << 62
-                return
+                self.folder = self.on_failure(exc)
+                if self.folder is None:
+                    self.memory_rows = 1 << 62
+                    return
+                continue
             self.parts.append(part)
             self._held.pop(0)
 
@@ -249,7 +272,7 @@ class PartWriter:
         try:
             (self.folder / self.HEADER).write_bytes(header)
         except OSError as exc:
-            disk_failed(exc)
+            self.on_failure(exc)
             return False
         return True
 

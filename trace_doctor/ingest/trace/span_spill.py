@@ -108,7 +108,7 @@ class SpanSpill:
         frame = gather_releasing(holder, order)
         try:
             frame.write_parquet(path, compression="lz4", row_group_size=SCRATCH_ROW_GROUP, statistics=True)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - a full disk is a polars ComputeError too
             with contextlib.suppress(OSError):
                 path.unlink()
             disk_failed(exc)

@@ -196,7 +196,7 @@ class SpanStream:
             return  # nowhere to write: the names stay in memory
         try:
             pl.concat(self._names, how="vertical").write_parquet(path, compression="lz4")
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - a full disk is a polars ComputeError too
             with contextlib.suppress(OSError):
                 path.unlink()
             disk_failed(exc)

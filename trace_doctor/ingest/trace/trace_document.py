@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from trace_doctor.ingest.reading import jsonl
-from trace_doctor.ingest.reading.jsonl import JSON_WHITESPACE, UTF8_BOM, ByteStream
+from trace_doctor.ingest.reading.jsonl import JSON_WHITESPACE, ByteStream, without_boms
 
 # Bytes scanned at once: numpy's per-call cost vanishes, and the temporaries stay ~10x this.
 BLOCK_BYTES = 8 * 1024 * 1024
@@ -153,7 +153,7 @@ class DocumentEvents:
             if not block:
                 break
             if first_block:
-                block, first_block = block.removeprefix(UTF8_BOM), False
+                block, first_block = without_boms(block), False
             structure, state_after = scan_block(block, state)
             start = 0
             if self._phase == "start":

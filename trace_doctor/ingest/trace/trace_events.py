@@ -72,7 +72,7 @@ def parse_trace_file(
         warnings.extend(cached_warnings)
         return table, info
     before = len(warnings)
-    out = PartWriter(cache.new_entry_folder("spans"), SPAN_COLUMNS, memory_rows=MEMORY_ROWS)
+    out = cache.new_entry_writer("spans", SPAN_COLUMNS, memory_rows=MEMORY_ROWS)
     try:
         info = _parse_trace_file(path, warnings, progress, on_read, out)
     except BaseException:

@@ -19,7 +19,14 @@ import polars as pl
 
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.reading.input_stream import InputStream
-from trace_doctor.ingest.reading.jsonl import CHUNK_BYTES, LineChunk, decode_json, iter_line_chunks, oversized_problem
+from trace_doctor.ingest.reading.jsonl import (
+    CHUNK_BYTES,
+    LineChunk,
+    decode_json,
+    iter_line_chunks,
+    oversized_problem,
+    without_boms,
+)
 from trace_doctor.ingest.storage.columnwise import concat_releasing
 from trace_doctor.ingest.trace.trace_document import DocumentEvents, has_trace_events
 from trace_doctor.ingest.trace.trace_parse import (
@@ -84,7 +91,7 @@ def read_trace_events(
 
 def _is_json_document(data: bytes) -> bool:
     """True for a JSON array or a `{"traceEvents": ...}` object rather than one event per line."""
-    head = data.lstrip()
+    head = without_boms(data).lstrip()
     if head.startswith(b"["):
         # A trace array opens with an event (or closes empty); a line-delimited file whose first
         # line merely starts with '[' (a log line, say) is read line by line, so it costs one line.
