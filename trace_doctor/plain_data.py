@@ -45,8 +45,9 @@ def known_classes() -> Mapping[str, type]:
     from trace_doctor import decision, model
     from trace_doctor.ingest.parsers import launches
     from trace_doctor.policy import Policy, SharedPolicy, rule_policies
+    from trace_doctor.policy.live import WatchPolicy
 
-    classes: list[type] = [Policy, SharedPolicy, *rule_policies().values()]
+    classes: list[type] = [Policy, SharedPolicy, WatchPolicy, *rule_policies().values()]
     for module in (model, decision, launches):
         classes += [
             value
