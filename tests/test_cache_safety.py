@@ -37,6 +37,7 @@ class Poison:
 def cached(tmp_path, monkeypatch):
     root = isolated_cache(tmp_path, monkeypatch)
     monkeypatch.setattr(cache, "MIN_CACHED_BYTES", 0)
+    monkeypatch.setattr(stored_table, "_disk_ok", True)  # whatever an earlier test's disk did
     return root
 
 
@@ -100,9 +101,9 @@ def test_a_stored_table_whose_cache_disk_fills_goes_on_in_the_scratch_folder(cac
     assert entries(cached) == []
 
 
-def test_a_full_cache_disk_is_no_internal_error(tmp_path, monkeypatch):
-    isolated_cache(tmp_path, monkeypatch)
-    monkeypatch.setattr(cache, "MIN_CACHED_BYTES", 0)
+def test_a_full_cache_disk_is_no_internal_error(cached, tmp_path, monkeypatch):
+    """Every write refused (the cache's disk and the scratch folder's): the cache is turned off, the
+    writer falls back once to the scratch folder, then keeps the rows in memory; same answer."""
     run = tmp_path / "run"
     run.mkdir()
     write(run / "trace_events.jsonl", steps(0, 200))

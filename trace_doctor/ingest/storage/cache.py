@@ -326,11 +326,15 @@ def new_entry_writer(table: str, schema: dict[str, pl.DataType], memory_rows: in
     entry by a rename), else in this process's scratch folder. A cache folder that fills up midway
     turns the cache off and the writer goes on in the scratch folder."""
 
+    writer = PartWriter(_new_entry_folder(table), schema, memory_rows)
+
     def cache_full(exc: BaseException) -> Path | None:
         storage_failed(exc)
+        writer.on_failure = stored_table.keep_in_memory  # a second failure is the scratch disk's: no retry
         return scratch_folder(f"{table}-")
 
-    return PartWriter(_new_entry_folder(table), schema, memory_rows, on_failure=cache_full)
+    writer.on_failure = cache_full
+    return writer
 
 
 def _new_entry_folder(table: str) -> Path | None:

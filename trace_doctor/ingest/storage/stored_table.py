@@ -102,7 +102,8 @@ def scratch_folder(prefix: str) -> Path | None:
         return None
 
 
-def _give_up(exc: BaseException) -> None:
+def keep_in_memory(exc: BaseException) -> None:
+    """A writer's answer to a failed write: no folder to go on in, the rows stay in memory."""
     disk_failed(exc)
 
 
@@ -218,8 +219,8 @@ class PartWriter:
         # No folder (nowhere to write): every row stays in memory.
         self.folder = folder
         # Told when a write fails (a full disk); returns a folder to go on writing in, or None (the
-        # rows stay in memory). By default the scratch folder is given up.
-        self.on_failure = on_failure or _give_up
+        # rows stay in memory). By default the scratch folder is given up (keep_in_memory).
+        self.on_failure = on_failure or keep_in_memory
         self.schema = schema
         self.memory_rows = memory_rows
         self.height = 0
