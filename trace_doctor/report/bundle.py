@@ -7,7 +7,7 @@ as Chrome JSON, config.json, the metric rows, the logs' last lines and the lines
 with the SHA-256 of every member. The zip is deterministic: same analysis, same bytes.
 
 Nothing in it names where the run sits on the machine that analysed it: the run folder's path is made
-relative (redact/local_paths.py). It is written beside its name and renamed over it (atomic_file.py),
+relative (redact/local_paths.py). It is written beside its name and renamed over it (whole_file.py),
 so a kill while writing leaves the previous bundle, never a broken one.
 """
 
@@ -28,7 +28,6 @@ import orjson
 import polars as pl
 
 from trace_doctor import __version__
-from trace_doctor.atomic_file import replaced_atomically
 from trace_doctor.derive import training_machine as machine
 from trace_doctor.derive.wall_clock import WallClock
 from trace_doctor.ingest.reading.deep_json import dumps_deep
@@ -37,6 +36,7 @@ from trace_doctor.redact import redact_analysis
 from trace_doctor.redact.local_paths import Localizer, relative_to_run, run_folder
 from trace_doctor.report import bundle_run_files as run_files
 from trace_doctor.report.markdown_text import code, inline, prose
+from trace_doctor.whole_file import replacing
 
 WORST_STEPS = 3
 # The versions support asks for (the debug guide's escalation checklist): asked for when the run has none.
@@ -425,7 +425,10 @@ def write_bundle(result: Analysis, path: Path) -> list[dict[str, Any]]:
         ).encode("utf-8")
         + b"\n"
     )
-    with replaced_atomically(path) as part, zipfile.ZipFile(part, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    with (
+        replacing(path, make_folder=True) as part,
+        zipfile.ZipFile(part, "w", compression=zipfile.ZIP_DEFLATED) as archive,
+    ):
         for name in sorted(members):
             info = zipfile.ZipInfo(safe_member(name), date_time=ZIP_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED

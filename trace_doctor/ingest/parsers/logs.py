@@ -238,16 +238,7 @@ class LogLines:
                 state.in_record = False
                 state.traceback_line = None
                 continue
-            number = index + first_line
-            self.read += 1
-            text = strip_ansi(raw) if "\x1b" in raw else raw
-            if not text.strip() and state.traceback_line is None:
-                continue
-            match = RECORD.match(text) if "] " in text else None
-            if match is not None:
-                _record(state, number, match["logger"], match["level"], match["msg"])
-            else:
-                _continuation(state, number, text)
+            self.read += _parse_line(state, index + first_line, raw)
 
 
 def parse_lines(lines: Iterable[str], source: str, *, freeze_file: bool = False) -> tuple[list[dict[str, Any]], int]:
