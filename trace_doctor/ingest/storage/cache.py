@@ -167,6 +167,16 @@ def file_digest(path: Path, expected_size: int) -> str | None:
     return digest.hexdigest() if size == expected_size else None
 
 
+def storage_refused() -> bool:
+    """True once a write to the cache folder failed in this process (no entry is written since)."""
+    return _unwritable is not None
+
+
+def parser_fingerprint() -> str:
+    """What an entry's reader code was: an entry made by other code is a miss."""
+    return _parser_fingerprint()
+
+
 @cache
 def _parser_fingerprint() -> str:
     # Every module of the package, not a list of the parsers': a code change anywhere a table could
@@ -384,6 +394,15 @@ def adopt(
     out.moved(entry)
     evict(cache_root(), max_bytes(), keep=entry)
     return out.stored()
+
+
+def adopted(out: PartWriter) -> bool:
+    """True when `adopt` made the table `out` wrote a cache entry."""
+    return (
+        out.folder is not None
+        and out.folder.parent == cache_root()
+        and STORED_ENTRY.fullmatch(out.folder.name) is not None
+    )
 
 
 def _stored_entry_path(path: Path, table: str, taken: Snapshot) -> Path:
