@@ -5,8 +5,8 @@ with a megabyte more. A reader that can go on from a byte offset stores its stat
 span_resume.py) with the offset and the xxh3-128 of the bytes before it; a later analysis that
 finds the file longer and its first `offset` bytes the same reads only the rest.
 
-An entry is data only: one folder per input path and table (`<table>_resume-<32 hex>.parts`, the
-stored tables' form, so the folder's size cap and eviction count it), holding `entry.json` (what the
+An entry is data only: one folder per input path and table (`<table>-<32 hex>.resume`, under the
+folder's size cap and eviction as the stored tables' folders are), holding `entry.json` (what the
 entry answers for and the reader's state as plain JSON values) and Arrow IPC files of the state's
 tables. It is keyed by the path alone (the content is what changed), replaced whole by a rename, and
 anything wrong with it (another version's, garbage, a table that does not read) is a miss.
@@ -36,7 +36,7 @@ MAX_HEADER_BYTES = 64 * 1024 * 1024  # the listed warnings of a damaged file can
 def entry_path(path: Path, table: str) -> Path:
     identity = f"{os.fspath(path.resolve())}\0{os.fspath(path)}\0{table}\0resume"
     name = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return cache.cache_root() / f"{table}_resume-{name}.parts"
+    return cache.cache_root() / f"{table}-{name}.resume"
 
 
 def prefix_digest(path: Path, length: int) -> str | None:

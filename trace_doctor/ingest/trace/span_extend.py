@@ -24,6 +24,9 @@ from trace_doctor.ingest.trace.span_resume import merged_ranges
 from trace_doctor.ingest.trace.span_spill import COVER_COLUMNS, SORT_KEYS, ColumnRange
 from trace_doctor.ingest.trace.span_steps import StepCovers
 
+# Runs of reopened rows among the copied ones written as parts of their own, at most.
+MAX_REPLACED_RUNS = 16
+
 
 class Extension:
     """What the new lines made (see the module docstring)."""
@@ -73,7 +76,8 @@ def extend_table(old: StoredTable, old_covers: pl.DataFrame, new: Extension, sou
             continue
         frame = pl.read_parquet(part)
         if lo < split:
-            out.write(_patched(frame.head(split - lo), kept, covers, source))
+            for piece in _patched(frame.head(split - lo), kept, covers, source):
+                out.write(piece)
             frame = frame.slice(split - lo)
         tail.append(frame)
     rest = pl.concat(tail, how="vertical") if tail else pl.DataFrame(schema=SPAN_COLUMNS)
@@ -129,18 +133,44 @@ def _holds(part, lines: pl.Series) -> bool:
     return bool(found.collect().item())
 
 
-def _patched(head: pl.DataFrame, kept: pl.DataFrame, covers: StepCovers, source: str) -> pl.DataFrame:
-    """Copied rows with the reopened ones among them replaced by their new version, at the same place."""
-    at = head.with_row_index("_at")
-    hit = at.join(kept.select("line_begin"), on="line_begin", how="semi")
-    if hit.height == 0:
-        return head
-    mine = kept.join(hit.select("_at", "line_begin"), on="line_begin", how="inner")
-    again = _attributed(_with_source(mine, source).sort(SORT_KEYS), covers).with_columns(
-        mine.sort(SORT_KEYS).get_column("_at")
+def _patched(head: pl.DataFrame, kept: pl.DataFrame, covers: StepCovers, source: str) -> list[pl.DataFrame]:
+    """Copied rows with the reopened ones among them replaced by their new version, at the same place,
+    as pieces each written as a part: the runs of rows that did not change, and the replaced rows. A
+    later extension then links the unchanged runs and rewrites only the small parts of reopened rows
+    (a run's outermost spans stay open from its first line to its end)."""
+    hit = head.get_column("line_begin").is_in(kept.get_column("line_begin").implode())
+    where = hit.arg_true().to_list()
+    if not where:
+        return [head]
+    again = _attributed(
+        _with_source(kept.filter(pl.col("line_begin").is_in(head["line_begin"].implode())), source), covers
     )
-    others = at.join(hit.select("line_begin"), on="line_begin", how="anti")
-    return pl.concat([others, again.select(others.columns)], how="vertical").sort("_at").drop("_at")
+    again = again.join(head.select("line_begin").with_row_index("_at"), on="line_begin").sort("_at")
+    pieces: list[pl.DataFrame] = []
+    done = 0
+    runs = _runs(where)
+    for first, last in runs:
+        if first > done:
+            pieces.append(head.slice(done, first - done))
+        rows = again.filter(pl.col("_at").is_between(first, last)).drop("_at")
+        pieces.append(rows)
+        done = last + 1
+    if done < head.height:
+        pieces.append(head.slice(done))
+    if len(runs) > MAX_REPLACED_RUNS:  # a deep open stack: one part, not thousands
+        return [pl.concat(pieces, how="vertical")]
+    return pieces
+
+
+def _runs(positions: list[int]) -> list[tuple[int, int]]:
+    """Consecutive positions as (first, last) runs."""
+    runs: list[tuple[int, int]] = []
+    for at in positions:
+        if runs and runs[-1][1] == at - 1:
+            runs[-1] = (runs[-1][0], at)
+        else:
+            runs.append((at, at))
+    return runs
 
 
 def _unattributed(rows: pl.DataFrame) -> pl.DataFrame:

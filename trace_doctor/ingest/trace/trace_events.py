@@ -80,7 +80,7 @@ def parse_trace_file(
     before = len(warnings)
     out = cache.new_entry_writer("spans", SPAN_COLUMNS, memory_rows=MEMORY_ROWS)
     try:
-        info, state = _parse_trace_file(path, warnings, progress, on_read, out, keep_state=snapshot is not None)
+        info, state = _parse_trace_file(path, warnings, progress, on_read, out, snapshot is not None)
     except BaseException:
         out.abandon()
         raise
@@ -95,7 +95,6 @@ def _parse_trace_file(
     progress: Progress | None,
     on_read: Callable[[], None] | None,
     out: PartWriter,
-    *,
     keep_state: bool,
 ) -> tuple[InputFile, SpanState | None]:
     """The file's spans into `out`; with `keep_state`, the state a read of the grown file can go on from."""

@@ -81,6 +81,7 @@ def read_trace_events(
     """
     source = str(path)
     with InputStream(path) as stream:
+        end = None
         if _is_json_document(stream.head(HEAD_BYTES)):
             document = DocumentEvents(stream)
             pieces = (LineChunk(piece.data, False, piece.oversized) for piece in document)
