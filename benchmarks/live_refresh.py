@@ -170,6 +170,7 @@ def main() -> None:
     trace_mb = (full / "trace_events.jsonl").stat().st_size / 1e6
     cold: list[tuple[float, float]] = []
     watched: list[tuple[dict, float]] = []
+    again: list[dict[str, float]] = []
     for _ in range(args.repeats):
         argv = [sys.executable, "-m", "trace_doctor.cli", "analyze", str(full), "--no-html", "--format", "json"]
         seconds, peak, _ = bench.run_child(argv, env)
@@ -180,13 +181,33 @@ def main() -> None:
             argv = [sys.executable, __file__, "--child", str(full), str(live), json.dumps(cuts)]
             _, peak, out = bench.run_child(argv, env)
             watched.append((json.loads(out.strip().splitlines()[-1]), peak))
-    print(report(args, trace_mb, cold, watched))
+        again.append(analyze_again(full, round(args.append_mb * 2**20)))
+    print(report(args, trace_mb, cold, watched, again))
     if args.markdown:
         with open(args.markdown, "a") as f:
-            f.write(report(args, trace_mb, cold, watched) + "\n")
+            f.write(report(args, trace_mb, cold, watched, again) + "\n")
 
 
-def report(args, trace_mb: float, cold: list[tuple[float, float]], watched: list[tuple[dict, float]]) -> str:
+def analyze_again(full: Path, append_bytes: int) -> dict[str, float]:
+    """`analyze` of a copy of the run without its last steps with the table cache on (a cold analysis that
+    fills the cache), then again after the last steps are appended: each in its own process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        live = Path(tmp) / "live"
+        cuts = split_run(full, live, append_bytes)
+        env = {**bench.BASE_ENV, "TRACE_DOCTOR_CACHE": "on", "TRACE_DOCTOR_CACHE_DIR": str(Path(tmp) / "cache")}
+        argv = [sys.executable, "-m", "trace_doctor.cli", "analyze", str(live), "--no-html", "--format", "json"]
+        first, first_peak, _ = bench.run_child(argv, env)
+        for name, cut in cuts.items():
+            with open(full / name, "rb") as src, open(live / name, "ab") as dst:
+                src.seek(cut)
+                dst.write(src.read())
+        grown, grown_peak, _ = bench.run_child(argv, env)
+    return {"first_s": first, "first_mb": first_peak, "grown_s": grown, "grown_mb": grown_peak}
+
+
+def report(
+    args, trace_mb: float, cold: list[tuple[float, float]], watched: list[tuple[dict, float]], again: list[dict]
+) -> str:
     def med(values) -> float:
         return statistics.median(list(values))
 
@@ -221,6 +242,11 @@ def report(args, trace_mb: float, cold: list[tuple[float, float]], watched: list
         f"{findings / cold_s:.1%} | peak -> {med(r['peak_after_findings_mb'] for r in runs):.0f} MB |",
         f"| findings refresh per second watched (next one due {wait:.0f} s later) | {findings / wait:.3f} | "
         f"{findings / wait / cold_s:.2%} | |",
+        f"| `analyze` with the table cache on, first (fills the cache, stores the resume state) | "
+        f"{med(a['first_s'] for a in again):.2f} | {med(a['first_s'] for a in again) / cold_s:.2f}x | "
+        f"peak {med(a['first_mb'] for a in again):.0f} MB |",
+        f"| `analyze` again after the append (cache on) | {med(a['grown_s'] for a in again):.2f} | "
+        f"{med(a['grown_s'] for a in again) / cold_s:.1%} | peak {med(a['grown_mb'] for a in again):.0f} MB |",
         "",
     ]
     return "\n".join(lines)

@@ -34,13 +34,20 @@ class InputStream:
     """
 
     def __init__(
-        self, path: Path, *, max_expansion: int | None = None, min_cap: int | None = None, limit: int | None = None
+        self,
+        path: Path,
+        *,
+        max_expansion: int | None = None,
+        min_cap: int | None = None,
+        limit: int | None = None,
+        start: int = 0,
     ) -> None:
         self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by close() / the context manager
         try:
             self.size = os.fstat(self._raw.fileno()).st_size
             self.compressed = self._raw.read(2) == GZIP_MAGIC
-            self._raw.seek(0)
+            # `start`: a plain file read from that byte on (what a grown file added since a read).
+            self._raw.seek(start if not self.compressed else 0)
         except OSError:
             self._raw.close()
             raise

@@ -51,6 +51,8 @@ FORMAT_VERSION = "2"
 ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|json)")
 # A stored table's entry: a folder of Parquet parts and the header (stored_table.PartWriter).
 STORED_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
+# Where a read of a file stopped, so a read of the grown file goes on from there (storage/resume_entry.py).
+RESUME_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.resume")
 MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
 HASH_BLOCK = 8 * 1024 * 1024
 # A temporary file this old is a writer's leftover (a killed process), not a write in progress.
@@ -165,6 +167,16 @@ def file_digest(path: Path, expected_size: int) -> str | None:
                 return None
             digest.update(view[:count])
     return digest.hexdigest() if size == expected_size else None
+
+
+def storage_refused() -> bool:
+    """True once a write to the cache folder failed in this process (no entry is written since)."""
+    return _unwritable is not None
+
+
+def parser_fingerprint() -> str:
+    """What an entry's reader code was: an entry made by other code is a miss."""
+    return _parser_fingerprint()
 
 
 @cache
@@ -386,6 +398,15 @@ def adopt(
     return out.stored()
 
 
+def adopted(out: PartWriter) -> bool:
+    """True when `adopt` made the table `out` wrote a cache entry."""
+    return (
+        out.folder is not None
+        and out.folder.parent == cache_root()
+        and STORED_ENTRY.fullmatch(out.folder.name) is not None
+    )
+
+
 def _stored_entry_path(path: Path, table: str, taken: Snapshot) -> Path:
     """A stored table's entry is named by the file's content too: a new version of the file gets a
     new entry instead of replacing one that a reader may be scanning."""
@@ -427,6 +448,10 @@ def _folder_entry(folder: str) -> tuple[float, int, str]:
     return os.stat(os.path.join(folder, PartWriter.HEADER)).st_mtime, size, folder
 
 
+def _is_state(entry: str) -> bool:
+    return RESUME_ENTRY.fullmatch(os.path.basename(entry)) is not None
+
+
 def touch(entry: Path) -> None:
     """Mark an entry recently used, so eviction takes it last (a read-only cache still answers)."""
     with contextlib.suppress(OSError):
@@ -456,7 +481,9 @@ def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
             if ENTRY.fullmatch(item.name) and item.is_file(follow_symlinks=False):
                 stat = item.stat(follow_symlinks=False)
                 entries.append((stat.st_mtime, stat.st_size, item.path))
-            elif STORED_ENTRY.fullmatch(item.name) and item.is_dir(follow_symlinks=False):
+            elif (STORED_ENTRY.fullmatch(item.name) or RESUME_ENTRY.fullmatch(item.name)) and item.is_dir(
+                follow_symlinks=False
+            ):
                 entries.append(_folder_entry(item.path))
             elif item.name.startswith(".tmp-") and now - item.stat(follow_symlinks=False).st_mtime > STALE_TEMP_SECONDS:
                 if item.is_dir(follow_symlinks=False):
@@ -472,9 +499,15 @@ def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
     total = sum(size for _, size, _ in entries)
     keep_path = os.fspath(keep) if keep is not None else None
     used = {os.path.dirname(p) for p in paths_in_use()}
-    entries = [e for e in entries if e[2] == keep_path or (e[2] not in used and now - e[0] > RECENT_USE_SECONDS)]
+    # A resume state is read whole at once (a reader that loses it misses), so any may go; they go
+    # first: each is worth something only next to its table's entry.
+    entries = [
+        e
+        for e in entries
+        if e[2] == keep_path or _is_state(e[2]) or (e[2] not in used and now - e[0] > RECENT_USE_SECONDS)
+    ]
     # Oldest first; the entry just written goes last, and only if it alone is over the limit.
-    for _, size, entry in sorted(entries, key=lambda e: (e[2] == keep_path, e[0])):
+    for _, size, entry in sorted(entries, key=lambda e: (e[2] == keep_path, not _is_state(e[2]), e[0])):
         if total <= limit:
             break
         try:

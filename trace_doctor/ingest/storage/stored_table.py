@@ -262,6 +262,23 @@ class PartWriter:
             self.parts.append(part)
             self._held.pop(0)
 
+    def link(self, path: Path, rows: int) -> None:
+        """Add the Parquet file `path` of `rows` rows (another table's part, left as it is) as the next
+        part: hard-linked into the folder, else copied; read into memory with no folder to put it in."""
+        self.persist()
+        if self.folder is not None:
+            part = self.folder / f"part-{len(self.parts):05d}.parquet"
+            try:
+                os.link(path, part)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    part.unlink()
+            else:
+                self.parts.append(part)
+                self.height += rows
+                return
+        self.write(pl.read_parquet(path))
+
     def close(self, header: bytes | None = None) -> bool:
         """Finish the folder (with `header`, the cache's record of what it holds, written last);
         False when the rows could not all be written."""

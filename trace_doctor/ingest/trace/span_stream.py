@@ -154,6 +154,12 @@ class SpanStream:
             return pl.DataFrame()
         return pl.concat(waiting, how="vertical") if len(waiting) > 1 else waiting[0]
 
+    def settle(self) -> None:
+        """Pair every event read so far but the held one, as if more lines followed: the B events
+        left open are then the stack a read of the grown file goes on from (span_resume.py). The
+        spans finish() then builds are the same (pairing in pieces with a carry is exact)."""
+        self._pair(self._take_waiting(), final=False)
+
     def finish(self) -> tuple[SpanSpill, FileWarnings] | None:
         """(the paired and nested spans, spilled, before names, order and steps; the unmatched-E
         warnings), or None when the file held no span event at all."""

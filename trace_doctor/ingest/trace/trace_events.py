@@ -16,8 +16,10 @@ from pathlib import Path
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, StoredTable
 from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS, build_spans
+from trace_doctor.ingest.trace.span_resume import SpanState
 from trace_doctor.ingest.trace.span_stream import SpanStream
 from trace_doctor.ingest.trace.trace_read import Progress, read_trace_events
+from trace_doctor.ingest.trace.trace_resume import keep_state, resumable, resume_trace_file, settled
 from trace_doctor.model import IngestWarning, InputFile
 
 
@@ -71,14 +73,20 @@ def parse_trace_file(
         table, info, cached_warnings = cached
         warnings.extend(cached_warnings)
         return table, info
+    # A file that grew since it was read: only its new bytes (trace_resume.py).
+    resumed = resume_trace_file(path, warnings, progress, snapshot, on_read)
+    if resumed is not None:
+        return resumed
     before = len(warnings)
     out = cache.new_entry_writer("spans", SPAN_COLUMNS, memory_rows=MEMORY_ROWS)
     try:
-        info = _parse_trace_file(path, warnings, progress, on_read, out)
+        info, state = _parse_trace_file(path, warnings, progress, on_read, out, snapshot is not None)
     except BaseException:
         out.abandon()
         raise
-    return cache.adopt(path, "spans", out, info, warnings[before:], snapshot), info
+    table = cache.adopt(path, "spans", out, info, warnings[before:], snapshot)
+    keep_state(path, state, out, snapshot)
+    return table, info
 
 
 def _parse_trace_file(
@@ -87,7 +95,9 @@ def _parse_trace_file(
     progress: Progress | None,
     on_read: Callable[[], None] | None,
     out: PartWriter,
-) -> InputFile:
+    keep_state: bool,
+) -> tuple[InputFile, SpanState | None]:
+    """The file's spans into `out`; with `keep_state`, the state a read of the grown file can go on from."""
     info = InputFile(kind="trace", path=str(path))
     source = str(path)
     bad = FileWarnings(source)
@@ -95,21 +105,26 @@ def _parse_trace_file(
     stream = SpanStream(source)
     try:
         try:
-            _, _, broken = read_trace_events(path, bad, progress, sink=stream.feed)
+            read = read_trace_events(path, bad, progress, sink=stream.feed)
         except OSError as exc:
             # A file that cannot be opened: one warning for the whole file.
             warnings.append(IngestWarning(source, None, f"cannot read file: {exc.strerror or exc}"))
             info.skipped = 1
-            return info
+            return info, None
         if on_read is not None:
             on_read()
         info.records = stream.events + stream.meta_rows
         # Every warning with a line so far is a record that could not be read; a corrupt compressed
         # stream is one more (the unreadable rest), as a file that cannot be read at all always was.
-        info.skipped = bad.lined + broken
+        info.skipped = bad.lined + read.broken
+        pending = settled(stream, bad, read.end) if keep_state and read.end is not None else None
+        if pending is not None and not resumable(stream):
+            pending = None
         spans = build_spans(stream, source, bad, out)
     finally:
         stream.discard()
     warnings.extend(bad.close())
     info.note = f"{spans} spans from {info.records} events"
-    return info
+    spill = stream.spill
+    state = pending.complete(spill.covers(), (spill.pids, spill.segments), spill.named, spans) if pending else None
+    return info, state

@@ -9,6 +9,7 @@ and then read exactly like a JSONL trace, `line` being the event's index in its 
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -50,13 +51,22 @@ HEAD_BYTES = 256 * 1024
 EVENT_PREFIX = "event "
 
 
+class ReadEnd(NamedTuple):
+    """A plain JSONL file read whole, ending with a newline: its size, and its line count."""
+
+    offset: int
+    lines: int
+
+
 class TraceRead(NamedTuple):
-    """One trace file's span events and metadata rows (each with its line), and whether a corrupt
-    compressed stream cut it short (its unreadable rest counts as one skipped record)."""
+    """One trace file's span events and metadata rows (each with its line), whether a corrupt
+    compressed stream cut it short (its unreadable rest counts as one skipped record), and where a
+    later read of the grown file could go on from (None: not a plain JSONL file read whole to a newline)."""
 
     events: pl.DataFrame
     meta: pl.DataFrame
     broken: bool
+    end: ReadEnd | None = None
 
 
 def read_trace_events(
@@ -71,10 +81,11 @@ def read_trace_events(
     """
     source = str(path)
     with InputStream(path) as stream:
+        end = None
         if _is_json_document(stream.head(HEAD_BYTES)):
             document = DocumentEvents(stream)
             pieces = (LineChunk(piece.data, False, piece.oversized) for piece in document)
-            events, meta = read_line_chunks(pieces, source, bad, progress, stream, prefix=EVENT_PREFIX, sink=sink)
+            events, meta, _ = read_line_chunks(pieces, source, bad, progress, stream, prefix=EVENT_PREFIX, sink=sink)
             if document.truncated is not None:
                 number = document.truncated
                 bad.add(number, f"event {number}: the document ends inside this event (truncated); skipped")
@@ -83,10 +94,37 @@ def read_trace_events(
                 bad.add(None if document.found else 1, document.problem)
         else:
             chunks = iter_line_chunks(stream, CHUNK_BYTES)
-            events, meta = read_line_chunks(chunks, source, bad, progress, stream, sink=sink)
+            events, meta, lines = read_line_chunks(chunks, source, bad, progress, stream, sink=sink)
+            end = _plain_end(path, stream, lines)
         for problem in stream.problems():
             bad.add(None, problem)
-    return TraceRead(events, meta, stream.error is not None)
+    return TraceRead(events, meta, stream.error is not None, end)
+
+
+def read_appended_events(
+    path: Path, start: ReadEnd, bad: FileWarnings, progress: Progress | None, sink: ChunkSink
+) -> ReadEnd | None:
+    """The events of a plain JSONL trace from byte `start.offset` on (the lines a read up to there did
+    not see), numbered from `start.lines + 1`, each chunk handed to `sink`. Returns where this read
+    ended (as read_trace_events' `end`). Raises OSError when the file cannot be opened."""
+    with InputStream(path, start=start.offset) as stream:
+        chunks = iter_line_chunks(stream, CHUNK_BYTES)
+        _, _, lines = read_line_chunks(chunks, str(path), bad, progress, stream, sink=sink, first_line=start.lines)
+        for problem in stream.problems():
+            bad.add(None, problem)
+        return _plain_end(path, stream, lines, start.offset)
+
+
+def _plain_end(path: Path, stream: InputStream, lines: int, start: int = 0) -> ReadEnd | None:
+    """Where the read of a plain file ended, when it read the whole file and the file ends with a newline."""
+    if stream.compressed or stream.error is not None or start + stream.produced != stream.size or not stream.size:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            last = os.pread(handle.fileno(), 1, stream.size - 1)
+    except OSError:
+        return None
+    return ReadEnd(stream.size, lines) if last == b"\n" else None
 
 
 def _is_json_document(data: bytes) -> bool:
@@ -123,8 +161,10 @@ def read_line_chunks(
     *,
     prefix: str = "",
     sink: ChunkSink | None = None,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every readable event of the chunks' lines, typed, with its 1-based line number: (span events, metadata).
+    first_line: int = 0,
+) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Every readable event of the chunks' lines, typed, with its 1-based line number: (span events,
+    metadata, the number of the last line read). The first chunk's first line is `first_line + 1`.
 
     `prefix` names the line in warnings (a document's events: "event 12: ..."). With `sink`, each
     chunk's events and metadata go to it as the chunk is taken back, and neither is returned.
@@ -137,7 +177,7 @@ def read_line_chunks(
     # numbers its lines from 1 and its offset in the file is added as it is taken back, so nothing
     # has to count a chunk's lines before it can start.
     pending: deque[Future[ChunkRead]] = deque()
-    line_offset = 0
+    line_offset = first_line
 
     def take_oldest() -> None:
         nonlocal line_offset
@@ -169,12 +209,12 @@ def read_line_chunks(
     frames = [f for f in frames if f.height]
     meta = pl.concat(metas, how="vertical", rechunk=True) if metas else pl.DataFrame(schema=META_COLUMNS)
     if not frames:
-        return pl.DataFrame(schema=SPAN_EVENT_COLUMNS), meta
+        return pl.DataFrame(schema=SPAN_EVENT_COLUMNS), meta, line_offset
     # Chunks and bisected pieces come in file order: no sort. One contiguous table, copied once
     # here: filters and struct hashes on a table of many chunks would each copy their columns into
     # one chunk again (at 1M events that cost ~100 MB of peak memory). Copied a column at a time,
     # so the chunks' columns go as they are copied: the peak is the table and one column, not two tables.
-    return concat_releasing(frames), meta
+    return concat_releasing(frames), meta, line_offset
 
 
 def _one(frames: list[pl.DataFrame], schema: dict[str, pl.DataType]) -> pl.DataFrame:
