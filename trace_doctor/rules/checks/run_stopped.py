@@ -273,8 +273,7 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
 def _confidence(end: RunEnd, kind: str, stuck_readings: list[str]) -> str:
     """How sure the kind is. A traceback, or the terminal's own kill report, says what happened; a hang is
     sure when dumps or the watch saw the state hold, less when only the log's silence says so; files that
-    merely end inside a step may have been copied from a run still going; files that end between steps with
-    nothing open say only that the rows stop."""
+    merely end inside a step may have been copied from a run still going."""
     if kind in ("crashed", "interrupted"):
         return "high" if end.exceptions else "medium"
     if kind == "killed":
@@ -284,7 +283,9 @@ def _confidence(end: RunEnd, kind: str, stuck_readings: list[str]) -> str:
         return "high" if dumped or end.watched_stall_s is not None else "medium"
     if kind == "hung":
         return "medium"
-    return "low"
+    # Stopped early: the rows falling short of a known plan is sure (why, and whether the run is still going,
+    # is not); with only an upper bound or no plan, the files merely end.
+    return "medium" if end.plan.steps is not None and not end.plan.upper_bound else "low"
 
 
 def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
