@@ -15,8 +15,9 @@ how far through the planned steps it got, and what kind of stop it was:
 - hung, where unknown: a run `trace-doctor watch` is following wrote nothing for longer than its stall
   bound, and nothing in the files says whether the service or user code holds it;
 - killed: the files end inside a step with no sign anything kept running (SIGKILL, OOM, a lost node —
-  or the files were copied while the run was still going). A run the watch is following is never
-  killed: the watch saw it silent while it was still there, so its silence is the hold (`hung`);
+  or the files were copied while the run was still going), or the terminal reports the kill (`Killed`,
+  the OOM killer, a scheduler's cancel). A run the watch is following is never killed: the watch saw it
+  silent while it was still there, so its silence is the hold (`hung`);
 - completed: the planned steps were all logged, or a final checkpoint was saved: the rule passes.
 """
 
@@ -421,10 +422,16 @@ RULE = register(
                 "The planned length (metrics `progress/done_frac` or `progress`: the denominator every row agrees "
                 "on; config `max_steps` as an upper bound), the last step logged, trace spans with a B and no E, "
                 "`Starting X` log lines with no `X took`, errors and tracebacks after the log's last phase line "
-                "(decoded), the last asyncio task dump and stack block of each thread and how long each stayed the "
+                "(decoded; a KeyboardInterrupt anywhere in a chained traceback is an interrupt, what a task raised "
+                "while the loop shut down is not the cause), a terminal's `Killed` / OOM-killer / scheduler-cancel "
+                "line, the last asyncio task dump and stack block of each thread and how long each stayed the "
                 "same, heartbeat warnings and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
-                "silence it saw (past its own stall bound) is the hold. A run that logged every planned step, or "
-                "saved its final checkpoint with nothing left open, passes."
+                "silence it saw (past its own stall bound) is the hold. The loop's own spans (open since before "
+                "step 0 ended) and spans of steps whose row was written (E events the trace writer lost at exit) "
+                "are not a step in flight. Confidence: high for a traceback, a kill report or a hold seen in "
+                "dumps; medium for files that end mid-step (they may be a copy of a live run) or short of a "
+                "known plan; low with no plan. A run that logged every planned step, or saved its final "
+                "checkpoint with nothing left open, passes."
             ),
             fix=(
                 "By kind: fix the decoded error; escalate a service hang with the session id and a bundle; bound "
