@@ -172,6 +172,8 @@ def shutdown_interrupt_chain(folder: Path) -> None:
     """RL, Ctrl-C in step 3's sampling; a task fails while asyncio shuts down (the corpus' bash_codeforces)."""
     _rl_folder(folder, 40, 3)
     (folder / "logs.log").write_text(rl_log(40, 3, _phase("sample", None) + SHUTDOWN_CHAIN))
+    # The W&B capture of an earlier launch that crashed on its own: not part of this shutdown.
+    _console(folder, _line(ML_LOG, "Logging to: /runs/x", colour=True) + TRACEBACK + CONTEXT_ERROR + "\n")
 
 
 def step0_in_evals(folder: Path) -> None:

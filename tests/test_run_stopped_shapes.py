@@ -65,8 +65,9 @@ def test_an_error_raised_while_an_interrupted_run_shuts_down_is_not_the_crash(te
     assert finding.evidence["kind"] == "interrupted", finding.message
     assert "CancelledError → KeyboardInterrupt → ValueError" in finding.message
     assert "did not stop the run" in finding.message
+    assert "BadRequestError" not in finding.message  # an earlier launch's capture is another story
     assert finding.steps == [3] and "`Starting sample` with no `took`" in finding.message
-    assert result.verdict.status != "error"
+    assert finding.severity == "warning"
 
 
 @pytest.mark.parametrize(

@@ -241,8 +241,11 @@ def _interrupted(end: RunEnd) -> bool:
 
 def _interrupt_text(end: RunEnd) -> str:
     """Where the interrupt shows, and what else was raised as the run shut down."""
-    first = end.exceptions[0]
-    types = [t for e in end.exceptions for t in exception_types(e)]
+    interrupts = [e for e in end.exceptions if "KeyboardInterrupt" in exception_types(e)]
+    first = interrupts[0] if interrupts else end.exceptions[0]
+    # The interrupt's own file: another file's traceback (a console capture of an earlier launch) is not
+    # part of this shutdown.
+    types = [t for e in end.exceptions if e.source == first.source for t in exception_types(e)]
     after = sorted({t for t in types if t not in INTERRUPT_TYPES})
     text = f"It ended with {' → '.join(types)} ({first.source}:{first.line})"
     if after:
