@@ -134,8 +134,9 @@ def sim_runs(tmp_path_factory) -> dict[str, Path]:
         "sl_kill_in_save": Opts(name="s", n_steps=20, save_every=5, kill_in_span=("save_checkpoint", 1)),
         "rl_kill_in_sampling": Opts(name="r", kind="rl", n_steps=20, kill_in_span=("sampling", 7)),
         "rl_kill_after_write": Opts(name="w", kind="rl", n_steps=20, kill_after_metrics_at_step=7),
+        # Killed in step 6's training (assembling its data) while the rollout workers sample ahead.
         "rl_async_kill": Opts(
-            name="a", kind="rl", n_steps=20, max_steps_off_policy=1, kill_in_span=("trajectory_group_worker", 30)
+            name="a", kind="rl", n_steps=20, max_steps_off_policy=1, kill_in_span=("assemble_training_data", 6)
         ),
         "sl_completed": Opts(name="c", n_steps=12),
     }
@@ -208,8 +209,11 @@ def test_a_kill_right_after_wrote_metrics_is_between_steps_not_mid_step(sim_runs
 
 def test_an_async_rl_kill_lists_only_tracks_inside_a_step(sim_runs):
     finding, _, _ = _stopped(sim_runs["rl_async_kill"])
-    assert finding.evidence["kind"] == "killed"
-    assert "do_train_step_and_get_sampling_client" in finding.message
+    # The trace writer may not have flushed step 6's B events before the SIGKILL (FORMATS.md 2: the last
+    # <= 1 s may be missing); then only rollouts of guessed steps are open and the run reads as stopped
+    # between steps. Either way it is never a hang and never a crash.
+    assert finding.evidence["kind"] in ("killed", "stopped early"), finding.message
+    assert finding.steps == [6]
     # Rollout worker loops waiting for work (only their loop span open) are not in flight.
     assert "inside trajectory_group_worker_loop (B" not in finding.message
 
