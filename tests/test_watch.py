@@ -307,3 +307,61 @@ def test_the_findings_refresh_waits_in_proportion_to_its_cost(tmp_path):
         f.write(ROW % (3, 0.04))
     watch.look()
     assert watch._analysed_at is not None and watch._analysed_at > first
+
+
+def test_a_slow_but_progressing_run_is_never_stalled(tmp_path):
+    # Steps of ~0.5 s, a stall floor far below them: the bound follows the steady step time, not the floor.
+    writer = _writer(tmp_path, n_steps=8, cycle_s=0.25)
+    try:
+        out = io.StringIO()
+        watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=0.05, analysis_interval_s=1.0))
+        code = follow(watch, fmt="jsonl", interval=0.05, exit_on_stall=True, out=out)
+    finally:
+        writer.kill()
+        writer.wait()
+    events = _events(out)
+    assert code == EXIT_DONE and not [e for e in events if e["event"] == "stalled"], events
+    assert [e["step"] for e in events if e["event"] == "progress"] == list(range(8))
+
+
+def test_a_long_first_step_is_warm_up_not_a_stall(tmp_path):
+    # Step 0 spends 3 s loading its batch (a dataset build, a cold start): with no step logged there is no steady
+    # step time, so only the first-step bound applies, however low the floor for later steps is.
+    writer = _writer(tmp_path, n_steps=6, cycle_s=0.05, get_batch_sleep={0: 3.0})
+    try:
+        out = io.StringIO()
+        watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=0.3, first_step_stall_s=60.0))
+        code = follow(watch, fmt="jsonl", interval=0.05, exit_on_stall=True, out=out)
+    finally:
+        writer.kill()
+        writer.wait()
+    events = _events(out)
+    assert code == EXIT_DONE and not [e for e in events if e["event"] == "stalled"], events
+    # Past the first-step bound it is a stall all the same (the absolute floor for a launch that never logs).
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    (quiet / "logs.log").write_text(
+        "tinker_cookbook.supervised.train:432 [INFO] Training for 20 batches x 1 epochs = 20 steps\n"
+    )
+    offset = [0.0]
+    watch = Watch(
+        quiet, policy=WatchPolicy(min_stall_s=0.3, first_step_stall_s=60.0), clock=lambda: time.monotonic() + offset[0]
+    )
+    watch.look()
+    offset[0] = 30.0
+    assert "stalled" not in [e.event for e in watch.look()]
+    offset[0] = 90.0
+    assert "stalled" in [e.event for e in watch.look()]
+
+
+def test_the_plan_is_read_from_dpo_progress_written_before_the_step(tmp_path):
+    # preference/train_dpo.py logs progress = step / total (SFT and RL: (step + 1) / total).
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_bytes(b"")
+    watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=3600.0, analysis_interval_s=3600.0))
+    planned = []
+    for step in range(1, 6):
+        with open(metrics, "ab") as f:
+            f.write(b'{"step": %d, "progress": %f, "dpo_loss": 0.6}\n' % (step, step / 20))
+        planned += [e.data["planned"] for e in watch.look() if e.event == "progress"]
+    assert planned[1:] == [20, 20, 20, 20], planned

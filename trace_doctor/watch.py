@@ -84,6 +84,7 @@ class Watch:
         self.last_step: int | None = None
         self.planned: int | None = None
         self._arrival: tuple[float, int] | None = None  # (clock, step) of the latest row
+        self._first_fraction: tuple[int, float] | None = None  # (step, progress fraction) of the first row with one
         self._step_s: deque[float] = deque(maxlen=RECENT_STEPS)  # the analysis' step times
         self._row_step_s: deque[float] = deque(maxlen=RECENT_STEPS)  # step times read off the rows
         self._seen: set[tuple[str, str]] = set()
@@ -150,9 +151,8 @@ class Watch:
         self.last_step = step
         for key in PROGRESS_KEYS:
             fraction = row.get(key)
-            if isinstance(fraction, (int, float)) and fraction > 0:
-                # (step + 1) / planned as supervised and RL training write it.
-                self.planned = round((step + 1) / fraction)
+            if isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and fraction > 0:
+                self.planned = self._planned(step, float(fraction))
                 break
         step_s = row.get("time/total") or row.get("time/step")
         if not isinstance(step_s, (int, float)) and previous is not None and step > previous[1] and now > previous[0]:
@@ -176,6 +176,17 @@ class Watch:
                 "since_write_s": _round(self.silent_s(now)),
             },
         )
+
+    def _planned(self, step: int, fraction: float) -> int:
+        """The planned steps a row's progress fraction says. Supervised and RL training write (step + 1) / planned
+        after the step, DPO step / planned before it (derive/progress.py): two rows' fractions give the plan
+        whichever it is (the step difference over the fraction difference); one row is read the first way."""
+        first = self._first_fraction
+        if first is None or first[0] == step:
+            self._first_fraction = (step, fraction)
+        elif fraction > first[1]:
+            return round((step - first[0]) / (fraction - first[1]))
+        return round((step + 1) / fraction)
 
     def _analyse(self, now: float, *, stalling: bool, silent_s: float | None) -> list[WatchEvent]:
         self._analysed_at, self._dirty = now, False

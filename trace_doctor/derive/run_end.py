@@ -10,7 +10,7 @@ lines). rules/checks/run_stopped.py decides from these what kind of stop it was.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -40,6 +40,17 @@ class OpenSpan:
     depth: int
     step: int | None
     open_s: float  # from its B to the last event of the trace's last launch
+    # The loop's own span (`main`, `do_sync_training`, `training_loop`): begun before the run's first step
+    # ended and tied to no step, it is open whenever the process is anywhere in the loop, between steps too.
+    encloses_steps: bool = False
+    # Its step's metrics row was written, so the step finished: the trace writer lost its E event (its flush
+    # loop drops the last batch at exit, FORMATS.md 2), nothing was in flight.
+    step_logged: bool = False
+
+    @property
+    def in_step(self) -> bool:
+        """Whether it says the files end inside a step (neither the loop's own span nor a lost E)."""
+        return not (self.encloses_steps or self.step_logged)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +59,8 @@ class OpenSpan:
             "depth": self.depth,
             "step": self.step,
             "open_s": round(self.open_s, 6),
+            **({"encloses_steps": True} if self.encloses_steps else {}),
+            **({"step_logged": True} if self.step_logged else {}),
         }
 
 
@@ -114,12 +127,20 @@ class RunEnd:
     log_silence_s: float | None  # timestamped logs: last progress line to the last line
     # A live run judged stalled by the watch: the silence it saw, the process still followed (RunMeta).
     watched_stall_s: float | None = None
+    # A terminal's report that the process was SIGKILLed (`Killed`, the OOM killer, a scheduler's cancel)
+    # after the log's last sign of progress.
+    kill_lines: tuple[LogLineRef, ...] = ()
+
+    @property
+    def in_step_spans(self) -> tuple[OpenSpan, ...]:
+        """The open spans that say a step was in flight (OpenSpan.in_step)."""
+        return tuple(s for s in self.open_spans if s.in_step)
 
     @property
     def stopped_step(self) -> int | None:
         """The step the run stopped in: the latest step an open span belongs to, else the one after the
         last step logged (its row was never written). A pipelined loop may be inside two steps at once."""
-        open_steps = [s.step for s in self.open_spans if s.step is not None]
+        open_steps = [s.step for s in self.in_step_spans if s.step is not None]
         logged_next = None if self.last_step is None else self.last_step + 1
         if open_steps:
             return max([*open_steps, *([logged_next] if logged_next is not None else [])])
@@ -135,8 +156,9 @@ class RunEnd:
 
     @property
     def left_open(self) -> bool:
-        """Whether the files end inside a step: open spans or open log phases."""
-        return bool(self.open_spans or self.open_phases)
+        """Whether the files end inside a step: spans open in a step, or open log phases. The loop's own
+        spans and the lost E events of logged steps do not count (OpenSpan.in_step)."""
+        return bool(self.in_step_spans or self.open_phases)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -156,6 +178,7 @@ class RunEnd:
             "gil_monitor_lines": len(self.gil_monitor),
             "log_silence_s": self.log_silence_s,
             **({"watched_stall_s": round(self.watched_stall_s, 3)} if self.watched_stall_s is not None else {}),
+            **({"kill_lines": [k.to_dict() for k in self.kill_lines[-3:]]} if self.kill_lines else {}),
         }
 
 
@@ -166,7 +189,7 @@ def _last_segment(frame: pl.DataFrame) -> pl.DataFrame:
     return frame if last is None else frame.filter(pl.col("segment") == last)
 
 
-def _open_spans(run: Any) -> tuple[tuple[OpenSpan, ...], dict[str, float]]:
+def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], dict[str, float]]:
     if run.height("spans") == 0:
         return (), {}
     spans = _last_segment(
@@ -176,29 +199,53 @@ def _open_spans(run: Any) -> tuple[tuple[OpenSpan, ...], dict[str, float]]:
         return (), {}
     spans = spans.with_columns(pl.max_horizontal("start_us", "end_us").alias("_last"))
     trace_end = float(spans["_last"].max())
+    closed = spans.filter(pl.col("closed").fill_null(True))
     open_rows = spans.filter(~pl.col("closed").fill_null(True)).sort("track", "depth", "start_us")
     # The cookbook writes `step` on a span's E event only: an open span's step is the one after the
     # last closed span of its name on its track.
     last_closed = {
         (track, name): step
-        for track, name, step in spans.filter(pl.col("closed").fill_null(True) & pl.col("step").is_not_null())
+        for track, name, step in closed.filter(pl.col("step").is_not_null())
         .group_by("track", "name")
         .agg(pl.col("step").max())
         .iter_rows()
     }
-    found = tuple(
-        OpenSpan(
-            str(r["track"]),
-            str(r["name"]),
-            int(r["depth"] or 0),
-            r["step"] if r["step"] is not None else _next(last_closed.get((r["track"], r["name"]))),
-            (trace_end - float(r["start_us"])) / 1e6,
+    # When the run's first step ended: a span with no step begun before it is the loop around the steps.
+    stepped = closed.filter(pl.col("step").is_not_null())
+    first_step_end = float(stepped["end_us"].min()) if not stepped.is_empty() else None
+    found: list[OpenSpan] = []
+    # Per track, the open spans met so far (outermost first): a span inside an open span of a known step
+    # is part of that step. An eval or a checkpoint save runs every N steps, so "the one after its last
+    # closed span" would name a step long past; its enclosing step span says which step it is in.
+    enclosing: dict[str, list[tuple[int, int | None]]] = {}
+    for r in open_rows.iter_rows(named=True):
+        track, depth = str(r["track"]), int(r["depth"] or 0)
+        outer = [(d, st) for d, st in enclosing.get(track, []) if d < depth]
+        parent_step = next((st for _, st in reversed(outer) if st is not None), None)
+        step = r["step"]
+        if step is None:
+            step = parent_step if parent_step is not None else _next(last_closed.get((r["track"], r["name"])))
+        enclosing[track] = [*outer, (depth, step)]
+        starts_before_steps = first_step_end is not None and float(r["start_us"]) < first_step_end
+        found.append(
+            OpenSpan(
+                track,
+                str(r["name"]),
+                depth,
+                step,
+                (trace_end - float(r["start_us"])) / 1e6,
+                encloses_steps=step is None and starts_before_steps,
+            )
         )
-        for r in open_rows.iter_rows(named=True)
-    )
+    # Spans of logged steps are lost E events only when nothing is open past them: a span of a later step (or
+    # of no known step) says the run was inside a step, and then a span whose step was guessed from its last
+    # closed one (an async rollout worker's) is in flight too.
+    beyond = [o for o in found if not o.encloses_steps and (o.step is None or last_step is None or o.step > last_step)]
+    if not beyond:
+        found = [replace(o, step_logged=o.step is not None and last_step is not None) for o in found]
     tails = spans.group_by("track").agg(pl.col("_last").max()).sort("track")
     tail = {str(t): round((trace_end - float(last)) / 1e6, 6) for t, last in tails.iter_rows()}
-    return found, tail
+    return tuple(found), tail
 
 
 def _next(step: int | None) -> int | None:
@@ -271,6 +318,24 @@ def exception_type(ref: LogLineRef) -> str:
     """The exception class a traceback's final line names (`tinker.BadRequestError` -> BadRequestError)."""
     head = ref.text.split(":", 1)[0].strip()
     return head.rsplit(".", 1)[-1]
+
+
+def exception_types(ref: LogLineRef) -> tuple[str, ...]:
+    """Every exception class of the traceback an error ends with, in the order raised: a chained traceback
+    (`During handling of the above exception ...`) names several, a plain one names one."""
+    chain = ref.fields.get("exception_chain")
+    if isinstance(chain, list) and chain:
+        return tuple(str(t).rsplit(".", 1)[-1] for t in chain)
+    declared = ref.fields.get("exception_type")
+    return (str(declared).rsplit(".", 1)[-1],) if declared else (exception_type(ref),)
+
+
+def _kill_lines(events: pl.DataFrame, last_phase: LogLineRef | None) -> tuple[LogLineRef, ...]:
+    """The shell's or the kernel's kill report after the log's last phase line (any, when it has none)."""
+    kills = events.filter(pl.col("kind") == "killed")
+    if last_phase is not None:
+        kills = kills.filter((pl.col("source") != last_phase.source) | (pl.col("line") > (last_phase.line or 0)))
+    return tuple(_ref(row) for row in kills.iter_rows(named=True))
 
 
 def _held(snapshots: list[tuple[Any, tuple]]) -> tuple[float, int]:
@@ -353,7 +418,7 @@ def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tu
     after = events.filter(
         (pl.col("source") == last_phase.source)
         & (pl.col("line") > (last_phase.line or 0))
-        & ~pl.col("kind").is_in(["error", "took", "heartbeat", "gil-monitor"])
+        & ~pl.col("kind").is_in(["error", "took", "heartbeat", "gil-monitor", "killed"])
     )
     return tuple(_ref(row) for row in after.iter_rows(named=True))
 
@@ -369,16 +434,17 @@ def run_end(run: Any) -> RunEnd:
         named_final = pl.col("name").fill_null("") == "final" if "name" in checkpoints.columns else pl.lit(False)
         flagged = pl.col("final").fill_null(False) if "final" in checkpoints.columns else pl.lit(False)
         final = checkpoints.filter(named_final | flagged).height > 0
-    open_spans, tails = _open_spans(run)
+    open_spans, tails = _open_spans(run, last_step)
     events = run.log_events
     if events.is_empty():
-        phases, last_phase, silence, errors, exceptions, heartbeats, tail = (), None, None, (), (), (), ()
+        phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
     else:
         events = _last_launch(events)
         phases, last_phase, silence = _log_phases(events)
         errors, exceptions = _trailing_errors(events)
         heartbeats = _heartbeat_failures(events, last_phase)
         tail = _after_last_phase(events, last_phase)
+        kills = _kill_lines(events, last_phase)
     gil = tuple(
         LogLineRef(g.source, g.line, g.message.strip(), dict(g.values)) for g in gil_monitor_lines(run.log_events)
     )
@@ -400,4 +466,5 @@ def run_end(run: Any) -> RunEnd:
         gil_monitor=gil,
         log_silence_s=silence,
         watched_stall_s=run.meta.watched_stall_s,
+        kill_lines=kills,
     )

@@ -66,8 +66,16 @@ EXTENSION_PROPERTY = re.compile(
     r"train_on_what=(?P<train_on_what>\w+) with a renderer that does not satisfy the extension property"
 )
 # The plan, once per launch (FORMATS.md 3.5): rl/train.py logs its end batch (`max_steps` already
-# applied); supervised/train.py and preference/train_dpo.py log batches x epochs, before `max_steps`.
-RL_PLAN = re.compile(r"^Will train on (?P<steps>\d+) batches\s*$")
+# applied), distillation/train_on_policy.py the same with `(dataset has N)` after it; supervised/train.py
+# and preference/train_dpo.py log batches x epochs, before `max_steps`.
+RL_PLAN = re.compile(r"^Will train on (?P<steps>\d+) batches(?: \(dataset has \d+\))?\s*$")
+# What a terminal capture ends with when the process was SIGKILLed: the shell's job report (`Killed`,
+# `line 3: 4121 Killed  python train.py`), the kernel's OOM line, a scheduler's cancel (FORMATS.md 3.5).
+KILL_LINE = re.compile(
+    r"^(?:.*\bline \d+: +\d+ +)?Killed\b(?:\s.*)?$|Out of memory: Killed process \d+|"
+    r"killed by the cgroup out-of-memory handler|oom[-_]kill|"
+    r"\*\*\* JOB \d+ ON \S+ CANCELLED AT .* DUE TO (?P<why>[A-Z ]+)"
+)
 EPOCH_PLAN = re.compile(r"^Training for (?P<batches>\d+) batches x (?P<epochs>\d+) epochs = (?P<steps>\d+) steps\s*$")
 SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
 # Async RL's staleness filter (rl/train.py training_loop): a group sampled more than
@@ -137,6 +145,11 @@ NEEDLES = (
     "skipping batch",
     "Will train on ",
     "Training for ",
+    "Killed",
+    "out-of-memory",
+    "oom-kill",
+    "oom_kill",
+    "CANCELLED AT",
     "too stale",
     "Warning: ",
     *GUIDE_NEEDLES,
@@ -159,6 +172,12 @@ class Classified:
 def interesting(text: str) -> bool:
     """Whether any needle occurs in the line (the cheap test before classify)."""
     return any(needle in text for needle in NEEDLES)
+
+
+def kill_report(text: str) -> bool:
+    """Whether a line is the shell's, kernel's or scheduler's report of a SIGKILL (KILL_LINE): printed to the
+    terminal right after the last log record, so it is looked for inside a record too."""
+    return ("Kill" in text or "kill" in text or "CANCELLED" in text) and KILL_LINE.search(text.strip()) is not None
 
 
 def guide_printout(text: str) -> bool:
@@ -235,6 +254,9 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         return Classified(
             "renderer", message, {"problem": "extension-property", "train_on_what": found["train_on_what"]}
         )
+    if level is None and (found := KILL_LINE.search(message)) is not None:
+        # Only a bare line (no logger, no level): a log record that mentions `Killed` is not the shell's report.
+        return Classified("killed", message, {"why": (found["why"] or "").strip().lower() or None})
     if (found := RL_PLAN.match(message)) is not None:
         return Classified("plan", message, {"steps": int64(found["steps"]), "capped": True})
     if (found := EPOCH_PLAN.match(message)) is not None:

@@ -27,6 +27,7 @@ from trace_doctor.ingest.parsers.log_kinds import (
     classify_message,
     guide_printout,
     interesting,
+    kill_report,
     tinker_run_ids,
     versions_in,
 )
@@ -38,6 +39,8 @@ RECORD = re.compile(
     r"^(?P<logger>[\w.<>-]+):(?P<lineno>\d+) \[(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (?P<msg>.*)$"
 )
 TRACEBACK_START = "Traceback (most recent call last):"
+# A terminal echoes Ctrl-C as `^C` just before Python prints the KeyboardInterrupt's traceback.
+TRACEBACK_STARTS = (TRACEBACK_START, "^C" + TRACEBACK_START)
 COLLAPSIBLE = frozenset({"warning", "renderer"})
 # A `Logging to:` line this close after `Command line invocation:` is the same process start.
 RESTART_WINDOW_LINES = 10
@@ -135,6 +138,10 @@ def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, ex
         else None
     )
     if event is not None:
+        # A chained traceback ("During handling of the above exception ...") ends once per exception: the
+        # record keeps the last one's fields and, in order, the type of each (an interrupt that a shutdown
+        # error followed is told from a crash by it).
+        event["_fields"]["exception_chain"] = [*event["_fields"].get("exception_chain", []), exc_type]
         if (
             "error_id" in event["_fields"]
             and "error_id" in fields
@@ -149,7 +156,7 @@ def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, ex
 
 def _continuation(state: _FileState, line: int, text: str) -> None:
     """A line that is not a record start: inside a record, a traceback, or a bare print."""
-    if text.startswith(TRACEBACK_START):
+    if text.startswith(TRACEBACK_STARTS):
         state.traceback_line = line
         return
     if state.traceback_line is not None:
@@ -169,7 +176,7 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
         # Continuation lines of a record (tables, examples) are not events of their own, but a
         # version, run id or GIL-monitor line printed into the middle of a record still is.
         # stderr lines (warnings.warn output) interleave with records in console captures.
-        if "[GIL monitor]" in text or "Warning: " in text or guide_printout(text):
+        if "[GIL monitor]" in text or "Warning: " in text or guide_printout(text) or kill_report(text):
             _bare(state, line, text)
             return
         _handle_versions(state, line, text)

@@ -15,14 +15,15 @@ how far through the planned steps it got, and what kind of stop it was:
 - hung, where unknown: a run `trace-doctor watch` is following wrote nothing for longer than its stall
   bound, and nothing in the files says whether the service or user code holds it;
 - killed: the files end inside a step with no sign anything kept running (SIGKILL, OOM, a lost node —
-  or the files were copied while the run was still going). A run the watch is following is never
-  killed: the watch saw it silent while it was still there, so its silence is the hold (`hung`);
+  or the files were copied while the run was still going), or the terminal reports the kill (`Killed`,
+  the OOM killer, a scheduler's cancel). A run the watch is following is never killed: the watch saw it
+  silent while it was still there, so its silence is the hold (`hung`);
 - completed: the planned steps were all logged, or a final checkpoint was saved: the rule passes.
 """
 
 from __future__ import annotations
 
-from trace_doctor.derive.run_end import INTERRUPT_TYPES, DumpState, RunEnd, exception_type
+from trace_doctor.derive.run_end import INTERRUPT_TYPES, DumpState, RunEnd, exception_types
 from trace_doctor.derive.sessions import session_ids
 from trace_doctor.knowledge.errors import decode_error
 from trace_doctor.knowledge.tinker import HEARTBEAT_TASK, SERVICE_WAIT_PHASES, USER_CODE_PHASES
@@ -87,8 +88,14 @@ def _in_flight(end: RunEnd) -> list[str]:
     for span in end.open_spans:
         label = span.name + (f" (step {span.step})" if span.step is not None else "")
         by_track.setdefault(span.track, []).append(label)
+    stepped_tracks = {span.track for span in end.in_step_spans}
     for track, names in by_track.items():
-        out.append(f"trace [{track}]: inside {' › '.join(names)} (B with no E)")
+        if track in stepped_tracks:
+            out.append(f"trace [{track}]: inside {' › '.join(names)} (B with no E)")
+    loops = sorted({s.name for s in end.open_spans if s.encloses_steps and s.track not in stepped_tracks})
+    if loops and not stepped_tracks:
+        # Only the loop's own spans are open: the process was between steps (or the trace lost the last E's).
+        out.append(f"trace: no step open, only the loop's own span(s) {', '.join(loops)} never ended")
     if end.open_phases:
         first = end.open_phases[0]
         names = " › ".join(str(p.fields.get("name")) for p in end.open_phases)
@@ -182,7 +189,7 @@ def _where_stuck(end: RunEnd, dumps_say: str | None) -> str | None:
     """'user' or 'service': the dumps' answer, else the innermost open span or log phase."""
     if dumps_say is not None:
         return dumps_say
-    names = [s.name for s in end.open_spans] + [str(p.fields.get("name")) for p in end.open_phases]
+    names = [s.name for s in end.in_step_spans] + [str(p.fields.get("name")) for p in end.open_phases]
     for name in reversed(names):
         if name in USER_CODE_PHASES:
             return "user"
@@ -224,11 +231,34 @@ def _decoded(end: RunEnd) -> tuple[str, str | None]:
     return f"`{first.text[:200]}` ({first.source}:{first.line})", cause
 
 
+def _interrupted(end: RunEnd) -> bool:
+    """Ctrl-C stopped it: a KeyboardInterrupt anywhere in the tracebacks the log ends with (what a task raised
+    while asyncio cancelled it during the shutdown follows the interrupt, it did not cause it), or nothing but
+    cancellations and exits."""
+    types = [t for e in end.exceptions for t in exception_types(e)]
+    return "KeyboardInterrupt" in types or all(t in INTERRUPT_TYPES for t in types)
+
+
+def _interrupt_text(end: RunEnd) -> str:
+    """Where the interrupt shows, and what else was raised as the run shut down."""
+    interrupts = [e for e in end.exceptions if "KeyboardInterrupt" in exception_types(e)]
+    first = interrupts[0] if interrupts else end.exceptions[0]
+    # The interrupt's own file: another file's traceback (a console capture of an earlier launch) is not
+    # part of this shutdown.
+    types = [t for e in end.exceptions if e.source == first.source for t in exception_types(e)]
+    after = sorted({t for t in types if t not in INTERRUPT_TYPES})
+    text = f"It ended with {' → '.join(types)} ({first.source}:{first.line})"
+    if after:
+        text += (
+            f": the {', '.join(after)} came while the interrupted run shut down (asyncio cancels every task, and "
+            "one failed on the way out); fix it if it recurs, it did not stop the run"
+        )
+    return text + "."
+
+
 def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | None) -> str:
     if end.exceptions:
-        if all(exception_type(e) in INTERRUPT_TYPES for e in end.exceptions):
-            return "interrupted"
-        return "crashed"
+        return "interrupted" if _interrupted(end) else "crashed"
     if any(decode_error(e.text) is not None or "non-retryable" in e.text for e in end.trailing_errors):
         return "crashed"
     # A run the watch judged stalled held past the watch's own bound while it was still being followed.
@@ -239,9 +269,27 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
         return "hung in user code"
     if end.watched_stall_s is not None:
         return "hung"
-    if end.left_open:
+    if end.left_open or end.kill_lines:
         return "killed"
     return "stopped early"
+
+
+def _confidence(end: RunEnd, kind: str, stuck_readings: list[str]) -> str:
+    """How sure the kind is. A traceback, or the terminal's own kill report, says what happened; a hang is
+    sure when dumps or the watch saw the state hold, less when only the log's silence says so; files that
+    merely end inside a step may have been copied from a run still going."""
+    if kind in ("crashed", "interrupted"):
+        return "high" if end.exceptions else "medium"
+    if kind == "killed":
+        return "high" if end.kill_lines else "medium"
+    if kind in ("hung on the service", "hung in user code"):
+        dumped = any(d.held_dumps > 1 for d in (*end.task_dumps, *end.stacks))
+        return "high" if dumped or end.watched_stall_s is not None else "medium"
+    if kind == "hung":
+        return "medium"
+    # Stopped early: the rows falling short of a known plan is sure (why, and whether the run is still going,
+    # is not); with only an upper bound or no plan, the files merely end.
+    return "medium" if end.plan.steps is not None and not end.plan.upper_bound else "low"
 
 
 def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
@@ -256,7 +304,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     # in a run folder (config or metrics read): a log file named alone says nothing about the metrics.
     run_folder = ctx.run.has_input("config") or ctx.run.has_input("metrics")
     never_logged = end.last_step is None and end.last_phase is not None and run_folder
-    if not (end.left_open or end.exceptions or stopped_short or never_logged):
+    if not (end.left_open or end.exceptions or end.kill_lines or stopped_short or never_logged):
         return ctx.passed(
             "nothing says the run stopped early: no planned length to fall short of, no span or log phase left "
             "open, no error at the end of the log"
@@ -272,7 +320,10 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     sdk_text, starved = _sdk_life(end)
     flight = _in_flight(end)
     usual_text = f"the usual step takes {usual:.3g} s" if usual else "no usual step time is known"
-    if kind == "killed" and stuck_s < threshold_s:
+    # Only a trace, dumps or timestamped log lines say how long the last state held; a console capture with
+    # none of them says nothing about it, not that it was short.
+    timed = bool(end.trace_tail_s or end.task_dumps or end.stacks or end.log_silence_s is not None)
+    if kind == "killed" and stuck_s < threshold_s and timed:
         silence = (
             f"Nothing kept going after it: every record ends within {stuck_s:.0f} s of the others ({usual_text}), "
             "too short a hold to call a hang."
@@ -302,10 +353,13 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     evidence = {"kind": kind, "run_end": end.to_dict(), "in_flight": flight, "usual_step_s": usual}
     evidence["stuck_s"] = round(stuck_s, 3)
     evidence["sdk_thread"] = sdk_text
-    if kind in ("crashed", "interrupted"):
+    if kind == "crashed":
         error, cause = _decoded(end)
         message += f" It ended with {error}" + (f": {cause}" if cause else "") + "."
         evidence["error_cause"] = cause
+    if kind == "interrupted":
+        message += " " + _interrupt_text(end)
+        evidence["error_cause"] = None
     if flight:
         message += " In flight: " + "; ".join(flight) + "."
     if kind in ("hung on the service", "hung in user code", "hung", "killed"):
@@ -321,7 +375,13 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             message += f" The service side is not at fault; if you ask for help, quote {ids}."
         else:
             message += f" Escalate with {ids}."
-    if kind == "killed":
+    if kind == "killed" and end.kill_lines:
+        last = end.kill_lines[-1]
+        message += (
+            f" The terminal says so: `{last.text[:160]}` ({last.source}:{last.line}) — a SIGKILL, most often the "
+            "kernel's OOM killer (dmesg) or a scheduler's limit."
+        )
+    elif kind == "killed":
         message += " Whether it was killed or was still running when these files were copied, the files cannot say."
     if kind == "stopped early":
         message += (
@@ -338,6 +398,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             steps=[stopped] if stopped is not None else [],
             evidence=evidence,
             fingerprint=f"run-stopped:{kind}",
+            confidence=_confidence(end, kind, stuck_readings),
         )
     ]
 
@@ -364,10 +425,16 @@ RULE = register(
                 "The planned length (metrics `progress/done_frac` or `progress`: the denominator every row agrees "
                 "on; config `max_steps` as an upper bound), the last step logged, trace spans with a B and no E, "
                 "`Starting X` log lines with no `X took`, errors and tracebacks after the log's last phase line "
-                "(decoded), the last asyncio task dump and stack block of each thread and how long each stayed the "
+                "(decoded; a KeyboardInterrupt anywhere in a chained traceback is an interrupt, what a task raised "
+                "while the loop shut down is not the cause), a terminal's `Killed` / OOM-killer / scheduler-cancel "
+                "line, the last asyncio task dump and stack block of each thread and how long each stayed the "
                 "same, heartbeat warnings and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
-                "silence it saw (past its own stall bound) is the hold. A run that logged every planned step, or "
-                "saved its final checkpoint with nothing left open, passes."
+                "silence it saw (past its own stall bound) is the hold. The loop's own spans (open since before "
+                "step 0 ended) and spans of steps whose row was written (E events the trace writer lost at exit) "
+                "are not a step in flight. Confidence: high for a traceback, a kill report or a hold seen in "
+                "dumps; medium for files that end mid-step (they may be a copy of a live run) or short of a "
+                "known plan; low with no plan. A run that logged every planned step, or saved its final "
+                "checkpoint with nothing left open, passes."
             ),
             fix=(
                 "By kind: fix the decoded error; escalate a service hang with the session id and a bundle; bound "

@@ -1,0 +1,249 @@
+"""Stopped and finished runs in the shapes the cookbook's recipes write them, built as text (run-stopped tests).
+
+Each builder writes one run folder: `metrics.jsonl` rows as each trainer logs its progress (SFT
+`progress` = min((step + 1) / total, 1), DPO `progress` = step / total, RL and distillation
+`progress/done_frac` = (step + 1) / batches; FORMATS.md 1.3), the `logs.log` lines of its launch (the
+plan line each recipe logs, the legacy `Starting X` / `X took` phases, `Wrote metrics`), and, for the
+console cases, the terminal capture a user keeps (`wandb/.../output.log`: coloured level names, the
+traceback, a `Killed` line from the shell). The simulated-writer cases (a real trace collector and
+metrics store killed mid-span) are in tests/test_run_stopped_shapes.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+SFT = "tinker_cookbook.supervised.train:432"
+RL = "tinker_cookbook.rl.train:2620"
+DISTILL = "tinker_cookbook.distillation.train_on_policy:489"
+DPO = "tinker_cookbook.preference.train_dpo:552"
+PHASE = "tinker_cookbook.utils.misc_utils"
+ML_LOG = "tinker_cookbook.utils.ml_log:218"
+SESSION = (
+    "tinker.lib.public_interfaces.service_client:66 [INFO] "
+    "ServiceClient initialized for session 5f0c2a55-1d2e-5b8a-9c41-7a3e2d9b0c11"
+)
+CONTEXT_ERROR = (
+    "tinker.BadRequestError: Error code: 400 - {'detail': \"Prompt length plus max_tokens exceeds the model's "
+    'context window: 30000 prompt tokens + 4096 max_tokens > 32768."}'
+)
+RL_PHASES = ("sample", "assemble_training_data", "train", "compute_kl_sample_train")
+
+
+def _line(logger: str, message: str, *, colour: bool = False) -> str:
+    level = "[\x1b[92mINFO\x1b[0m]" if colour else "[INFO]"
+    return f"{logger} {level} {message}\n"
+
+
+def _phase(name: str, seconds: float | None, *, colour: bool = False) -> str:
+    start = _line(f"{PHASE}:20", f"Starting {name}", colour=colour)
+    return (
+        start if seconds is None else start + _line(f"{PHASE}:23", f"{name} took {seconds:.2f} seconds", colour=colour)
+    )
+
+
+def _rows(path: Path, rows: list[dict]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def sft_row(step: int, total: int) -> dict:
+    return {"step": step, "progress": min((step + 1) / total, 1.0), "time/total": 2.0, "train_mean_nll": 1.0}
+
+
+def rl_row(step: int, batches: int) -> dict:
+    return {"step": step, "progress/done_frac": (step + 1) / batches, "time/total": 30.0, "env/all/reward/total": 0.5}
+
+
+def dpo_row(step: int, total: int) -> dict:
+    return {"step": step, "progress": step / total, "time/total": 3.0, "dpo_loss": 0.6}
+
+
+def distill_row(step: int) -> dict:
+    # Distillation without its done_frac: the log's plan line is the only plan.
+    return {"step": step, "time/total": 20.0, "teacher_kl": 0.1}
+
+
+def rl_log(batches: int, logged: int, tail: str = "", *, colour: bool = False, plan: str | None = None) -> str:
+    """An RL launch's log: the plan line, `logged` whole steps (legacy phases, `Wrote metrics`), then `tail`."""
+    text = _line(ML_LOG, "Logging to: /runs/x", colour=colour) + SESSION + "\n"
+    text += _line(RL, plan or f"Will train on {batches} batches", colour=colour)
+    for _ in range(logged):
+        text += "".join(_phase(name, 5.0, colour=colour) for name in RL_PHASES)
+        text += _line(ML_LOG, "Wrote metrics to /runs/x/metrics.jsonl", colour=colour)
+    return text + tail
+
+
+def sft_log(total: int, logged: int, tail: str = "", *, colour: bool = False) -> str:
+    text = _line(ML_LOG, "Logging to: /runs/x", colour=colour) + SESSION + "\n"
+    text += _line(SFT, f"Training for {total} batches x 1 epochs = {total} steps", colour=colour)
+    for _ in range(logged):
+        text += _line(ML_LOG, "Wrote metrics to /runs/x/metrics.jsonl", colour=colour)
+    return text + tail
+
+
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/train.py", line 80, in <module>\n'
+    "    asyncio.run(main())\n"
+    '  File "/home/u/.venv/lib/python3.12/site-packages/tinker/lib/api_future_impl.py", line 120, in result\n'
+    "    raise exc\n"
+)
+INTERRUPT = (
+    "^CTraceback (most recent call last):\n"
+    '  File "/home/u/train.py", line 80, in <module>\n'
+    "    asyncio.run(main())\n"
+    '  File "/usr/lib/python3.12/asyncio/runners.py", line 123, in run\n'
+    "    raise KeyboardInterrupt()\n"
+    "KeyboardInterrupt\n"
+)
+# What asyncio logs when Ctrl-C cancels the run and a task fails while the loop shuts down (the corpus'
+# bash_codeforces run): CancelledError, then the KeyboardInterrupt, then the task's own error.
+SHUTDOWN_CHAIN = (
+    "asyncio:1879 [ERROR] unhandled exception during asyncio.run() shutdown\n"
+    "task: <Task finished name='Task-51' coro=<run_eval() done> exception=ValueError('zip() argument 2 is shorter')>\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.13/asyncio/queues.py", line 186, in get\n'
+    "    await getter\n"
+    "asyncio.exceptions.CancelledError\n"
+    "\n"
+    "During handling of the above exception, another exception occurred:\n"
+    "\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.13/asyncio/runners.py", line 123, in run\n'
+    "    raise KeyboardInterrupt()\n"
+    "KeyboardInterrupt\n"
+    "\n"
+    "During handling of the above exception, another exception occurred:\n"
+    "\n"
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/envs/inspect.py", line 350, in run_eval\n'
+    "    for sample_id, reward in zip(sample_ids, rewards, strict=True):\n"
+    "ValueError: zip() argument 2 is shorter than argument 1\n"
+)
+
+
+def _console(folder: Path, text: str) -> None:
+    capture = folder / "wandb" / "run-20261127_000000-abc123" / "files"
+    capture.mkdir(parents=True)
+    (capture / "output.log").write_text(text, encoding="utf-8")
+
+
+def _rl_folder(folder: Path, batches: int, logged: int, **config: object) -> None:
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B", **config}))
+    _rows(folder / "metrics.jsonl", [rl_row(step, batches) for step in range(logged)])
+
+
+def console_traceback(folder: Path) -> None:
+    """SFT, 7 of 20 steps logged, the terminal ends with the SDK's non-retryable error raised."""
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B"}))
+    _rows(folder / "metrics.jsonl", [sft_row(step, 20) for step in range(7)])
+    _console(folder, sft_log(20, 7, TRACEBACK + CONTEXT_ERROR + "\n", colour=True))
+
+
+def console_keyboard_interrupt(folder: Path) -> None:
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B"}))
+    _rows(folder / "metrics.jsonl", [sft_row(step, 20) for step in range(7)])
+    _console(folder, sft_log(20, 7, INTERRUPT, colour=True))
+
+
+def console_killed(folder: Path) -> None:
+    """RL, 5 of 40 steps logged, killed inside step 5's `train` (the shell prints `Killed`)."""
+    _rl_folder(folder, 40, 5)
+    tail = _phase("sample", 5.0, colour=True) + _phase("assemble_training_data", 1.0, colour=True)
+    _console(folder, rl_log(40, 5, tail + _phase("train", None, colour=True) + "Killed\n", colour=True))
+
+
+def console_oom(folder: Path) -> None:
+    _rl_folder(folder, 40, 5)
+    tail = _phase("sample", None, colour=True) + "Out of memory: Killed process 48121 (python)\n"
+    _console(folder, rl_log(40, 5, tail, colour=True))
+
+
+def console_ends_with_nothing(folder: Path) -> None:
+    """RL, 5 of 40 steps, the capture ends inside step 5's sampling with no error and no `Killed`."""
+    _rl_folder(folder, 40, 5)
+    _console(folder, rl_log(40, 5, _phase("sample", None, colour=True), colour=True))
+
+
+def shutdown_interrupt_chain(folder: Path) -> None:
+    """RL, Ctrl-C in step 3's sampling; a task fails while asyncio shuts down (the corpus' bash_codeforces)."""
+    _rl_folder(folder, 40, 3)
+    (folder / "logs.log").write_text(rl_log(40, 3, _phase("sample", None) + SHUTDOWN_CHAIN))
+    # The W&B capture of an earlier launch that crashed on its own: not part of this shutdown.
+    _console(folder, _line(ML_LOG, "Logging to: /runs/x", colour=True) + TRACEBACK + CONTEXT_ERROR + "\n")
+
+
+def step0_in_evals(folder: Path) -> None:
+    """RL, the launch never logged a step: it stopped in step 0's `run_evals`."""
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B"}))
+    tail = _phase("save_checkpoint", 2.0) + _phase("run_evals", None)
+    (folder / "logs.log").write_text(rl_log(57, 0, tail))
+
+
+def distill_completed(folder: Path) -> None:
+    """On-policy distillation logs `Will train on N batches (dataset has N)`; all 12 logged."""
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B"}))
+    _rows(folder / "metrics.jsonl", [distill_row(step) for step in range(12)])
+    (folder / "logs.log").write_text(rl_log(12, 12, plan="Will train on 12 batches (dataset has 12)"))
+
+
+def distill_stopped(folder: Path) -> None:
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B"}))
+    _rows(folder / "metrics.jsonl", [distill_row(step) for step in range(5)])
+    (folder / "logs.log").write_text(rl_log(30, 5, plan="Will train on 30 batches (dataset has 30)"))
+
+
+def dpo_completed(folder: Path) -> None:
+    """DPO writes `progress` before the step (step / total): its last row is (total - 1) / total."""
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B"}))
+    _rows(folder / "metrics.jsonl", [dpo_row(step, 20) for step in range(20)])
+    (folder / "logs.log").write_text(_line(DPO, "Training for 10 batches x 2 epochs = 20 steps"))
+
+
+def dpo_max_steps(folder: Path) -> None:
+    """DPO capped by config max_steps 8 below its 20 planned steps: complete at 8."""
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B", "max_steps": 8}))
+    _rows(folder / "metrics.jsonl", [dpo_row(step, 20) for step in range(8)])
+    (folder / "logs.log").write_text(_line(DPO, "Training for 10 batches x 2 epochs = 20 steps"))
+
+
+def rl_max_steps(folder: Path) -> None:
+    """RL 0.6.1: done_frac counts the dataset's 100 batches, `Will train on 10 batches` has max_steps applied."""
+    _rl_folder(folder, 100, 10, max_steps=10)
+    (folder / "logs.log").write_text(rl_log(10, 10))
+
+
+def resumed_then_killed(folder: Path) -> None:
+    """RL resumed from its step-10 checkpoint (the store moved the rows >= 10 to a `.pre_resume_` backup),
+    then killed inside step 16's train; 30 planned."""
+    _rl_folder(folder, 30, 10)
+    _rows(folder / "metrics.jsonl.pre_resume_000010", [rl_row(step, 30) for step in range(14)])
+    _rows(folder / "metrics.jsonl", [rl_row(step, 30) for step in range(10, 16)])
+    first = rl_log(30, 14, _phase("sample", None))
+    second = rl_log(30, 6, _phase("sample", 5.0) + _phase("train", None))
+    (folder / "logs.log").write_text(first + second)
+
+
+def resumed_completed(folder: Path) -> None:
+    _rl_folder(folder, 30, 10)
+    _rows(folder / "metrics.jsonl.pre_resume_000010", [rl_row(step, 30) for step in range(14)])
+    _rows(folder / "metrics.jsonl", [rl_row(step, 30) for step in range(10, 30)])
+    (folder / "logs.log").write_text(rl_log(30, 14, _phase("sample", None)) + rl_log(30, 20))
+
+
+def short_healthy_no_plan(folder: Path) -> None:
+    """Five SFT steps with no plan anywhere (no progress key, no plan line, no max_steps)."""
+    _rows(folder / "metrics.jsonl", [{"step": step, "time/total": 2.0, "train_mean_nll": 1.0} for step in range(5)])
+
+
+CASES: dict[str, Callable[[Path], None]] = {
+    name: builder
+    for name, builder in globals().items()
+    if callable(builder)
+    and getattr(builder, "__module__", None) == __name__
+    and name not in ("sft_row", "rl_row", "dpo_row", "distill_row", "rl_log", "sft_log")
+    and not name.startswith("_")
+}
