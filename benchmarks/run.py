@@ -98,6 +98,7 @@ class Measure:
     seconds: float
     peak_mb: float
     note: str = ""
+    cpu_s: float = float("nan")  # user + system of the child: what load on a shared machine moves least
 
 
 @dataclass
@@ -122,8 +123,9 @@ class SizeResult:
         return next((m for m in self.measures if m.label == label), None)
 
 
-def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MB) and stdout of one child process (its own rusage, not ours)."""
+def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, str, float]:
+    """Wall seconds, peak RSS (MB), stdout and CPU seconds (user + system) of one child process
+    (its own rusage, not ours)."""
     with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out_file, stderr=err_file, env=env)
@@ -135,7 +137,7 @@ def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in (0, 1):  # 1 = the CI gate tripped, still a complete analysis
         raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}): {err.decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024, out.decode()
+    return seconds, usage.ru_maxrss / 1024, out.decode(), usage.ru_utime + usage.ru_stime
 
 
 def run_params(steps: int, samples: int) -> dict:
@@ -263,7 +265,7 @@ def bench_size(run: Path, repeats: int, keys: list[str], outputs: Path | None = 
             run_child(analyze_argv, cache_env)  # fills the cache: the measured runs are re-analyses
         # Round-robin: every contender once per round, so a shared machine's drift (other jobs,
         # thermal, noisy neighbours) falls on all of them alike instead of on whichever ran last.
-        runs: dict[str, list[tuple[float, float, str]]] = {c.key: [] for c in contenders}
+        runs: dict[str, list[tuple[float, float, str, float]]] = {c.key: [] for c in contenders}
         for _ in range(repeats):
             for contender in contenders:
                 runs[contender.key].append(run_child(contender.argv, contender.env))
@@ -280,6 +282,7 @@ def bench_size(run: Path, repeats: int, keys: list[str], outputs: Path | None = 
                     statistics.median(r[0] for r in results),
                     statistics.median(r[1] for r in results),
                     note,
+                    statistics.median(r[3] for r in results),
                 )
             )
     return result
@@ -287,7 +290,7 @@ def bench_size(run: Path, repeats: int, keys: list[str], outputs: Path | None = 
 
 def _note(
     key: str,
-    results: list[tuple[float, float, str]],
+    results: list[tuple[float, float, str, float]],
     cold_out: str | None,
     run: Path,
     trace_json_run: Path | None,
@@ -379,13 +382,18 @@ def table(result: SizeResult) -> str:
         f"### {result.size}: {events:,} events, {trace_mb:,.0f} MB trace_events.jsonl, "
         f"{spans_mb:,.0f} MB timing_spans.jsonl",
         "",
-        "| contender | wall s (median) | peak RSS MB | time vs naive | memory vs naive | note |",
-        "|---|---:|---:|---:|---:|---|",
+        "| contender | wall s (median) | CPU s (median) | peak RSS MB | time vs naive | CPU vs naive "
+        "| memory vs naive | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for m in result.measures:
         time_ratio = f"{m.seconds / naive.seconds:.2f}x" if naive else "-"
+        cpu_ratio = f"{m.cpu_s / naive.cpu_s:.2f}x" if naive else "-"
         mem_ratio = f"{m.peak_mb / naive.peak_mb:.2f}x" if naive else "-"
-        lines.append(f"| {m.label} | {m.seconds:.2f} | {m.peak_mb:.0f} | {time_ratio} | {mem_ratio} | {m.note} |")
+        lines.append(
+            f"| {m.label} | {m.seconds:.2f} | {m.cpu_s:.2f} | {m.peak_mb:.0f} | {time_ratio} | {cpu_ratio} "
+            f"| {mem_ratio} | {m.note} |"
+        )
     lines += [f"\n{s}" for s in result.skipped]
     return "\n".join(lines)
 
@@ -493,8 +501,8 @@ def markdown_section(
         f"## {title}",
         "",
         f"`benchmarks/run.py` ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC), {repeats} rounds, round-robin, "
-        "each contender in its own subprocess, median wall time and median peak RSS (the child's rusage), "
-        "table cache off except the cached re-analysis.",
+        "each contender in its own subprocess, median wall time, CPU time (user + system) and peak RSS "
+        "(the child's rusage), table cache off except the cached re-analysis.",
         "",
         f"commit measured: {commit}",
         "",

@@ -101,7 +101,6 @@ class RunEnd:
     plan: Plan
     final_checkpoint: bool
     open_spans: tuple[OpenSpan, ...]
-    trace_tail_s: dict[str, float]  # per track: its last event to the trace's last event
     open_phases: tuple[LogLineRef, ...]  # `Starting X` with no `X took`, outermost first
     last_phase: LogLineRef | None  # the last `took`/`Starting` line of the log
     tail_events: tuple[LogLineRef, ...]  # lines of interest after it that are not errors (retries, warnings)
@@ -166,27 +165,37 @@ def _last_segment(frame: pl.DataFrame) -> pl.DataFrame:
     return frame if last is None else frame.filter(pl.col("segment") == last)
 
 
-def _open_spans(run: Any) -> tuple[tuple[OpenSpan, ...], dict[str, float]]:
+# What the open spans are read with: the only columns taken from the spans table.
+OPEN_SPAN_COLUMNS = ["name", "track", "depth", "step", "segment", "start_us", "end_us", "closed"]
+
+
+def _open_spans(run: Any) -> tuple[OpenSpan, ...]:
+    """The last segment's spans left open (a B with no E). Read with filtered scans: the spans of a
+    long run stay on disk, and what is held is the open spans and one aggregate per open track."""
     if run.height("spans") == 0:
-        return (), {}
-    spans = _last_segment(
-        run.spans_where(pl.lit(True), ["name", "track", "depth", "step", "segment", "start_us", "end_us", "closed"])
-    )
-    if spans.is_empty():
-        return (), {}
-    spans = spans.with_columns(pl.max_horizontal("start_us", "end_us").alias("_last"))
-    trace_end = float(spans["_last"].max())
-    open_rows = spans.filter(~pl.col("closed").fill_null(True)).sort("track", "depth", "start_us")
+        return ()
+    spans = run.scan("spans").select(OPEN_SPAN_COLUMNS)
+    last = spans.select(pl.col("segment").drop_nulls().max()).collect().item()
+    if last is not None:
+        spans = spans.filter(pl.col("segment") == last)
+    closed = pl.col("closed").fill_null(True)
+    open_rows = spans.filter(~closed).sort("track", "depth", "start_us").collect()
+    if open_rows.is_empty():
+        return ()
+    trace_end = float(spans.select(pl.max_horizontal("start_us", "end_us").max()).collect().item())
     # The cookbook writes `step` on a span's E event only: an open span's step is the one after the
     # last closed span of its name on its track.
+    keys = open_rows.select("track", "name").unique()
     last_closed = {
         (track, name): step
-        for track, name, step in spans.filter(pl.col("closed").fill_null(True) & pl.col("step").is_not_null())
+        for track, name, step in spans.filter(closed & pl.col("step").is_not_null())
+        .join(keys.lazy(), on=["track", "name"], how="semi", nulls_equal=True)
         .group_by("track", "name")
         .agg(pl.col("step").max())
+        .collect()
         .iter_rows()
     }
-    found = tuple(
+    return tuple(
         OpenSpan(
             str(r["track"]),
             str(r["name"]),
@@ -196,9 +205,6 @@ def _open_spans(run: Any) -> tuple[tuple[OpenSpan, ...], dict[str, float]]:
         )
         for r in open_rows.iter_rows(named=True)
     )
-    tails = spans.group_by("track").agg(pl.col("_last").max()).sort("track")
-    tail = {str(t): round((trace_end - float(last)) / 1e6, 6) for t, last in tails.iter_rows()}
-    return found, tail
 
 
 def _next(step: int | None) -> int | None:
@@ -369,7 +375,7 @@ def run_end(run: Any) -> RunEnd:
         named_final = pl.col("name").fill_null("") == "final" if "name" in checkpoints.columns else pl.lit(False)
         flagged = pl.col("final").fill_null(False) if "final" in checkpoints.columns else pl.lit(False)
         final = checkpoints.filter(named_final | flagged).height > 0
-    open_spans, tails = _open_spans(run)
+    open_spans = _open_spans(run)
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail = (), None, None, (), (), (), ()
@@ -388,7 +394,6 @@ def run_end(run: Any) -> RunEnd:
         plan=run_plan(rows, run.meta.config, run.log_events, run.meta.trainer),
         final_checkpoint=final,
         open_spans=open_spans,
-        trace_tail_s=tails,
         open_phases=phases,
         last_phase=last_phase,
         tail_events=tail,
