@@ -26,7 +26,8 @@ class RedactedTable:
 
     def __init__(self, table: Any) -> None:
         self._table = table
-        self._changes: list[pl.Expr] | None = None  # found on the first read
+        self._renames: dict[str, str] | None = None  # found on the first read, as the changes are
+        self._changes: list[pl.Expr] | None = None
         self._late: list[IngestWarning] = []
 
     @property
@@ -45,9 +46,10 @@ class RedactedTable:
 
     def scan(self) -> pl.LazyFrame:
         scan = self._table.scan()
-        renames = renamed_columns(scan.collect_schema().names())
-        if renames:
-            scan = scan.rename(renames)
+        if self._renames is None:
+            self._renames = renamed_columns(scan.collect_schema().names())
+        if self._renames:
+            scan = scan.rename(self._renames)
         if self._changes is None:
             self._changes = value_changes(scan) if self._table.height else []
         return scan.with_columns(self._changes) if self._changes else scan
