@@ -173,13 +173,13 @@ def main() -> None:
     again: list[dict[str, float]] = []
     for _ in range(args.repeats):
         argv = [sys.executable, "-m", "trace_doctor.cli", "analyze", str(full), "--no-html", "--format", "json"]
-        seconds, peak, _ = bench.run_child(argv, env)
+        seconds, peak, _, _ = bench.run_child(argv, env)
         cold.append((seconds, peak))
         with tempfile.TemporaryDirectory() as tmp:
             live = Path(tmp) / "live"
             cuts = split_run(full, live, round(args.append_mb * 2**20))
             argv = [sys.executable, __file__, "--child", str(full), str(live), json.dumps(cuts)]
-            _, peak, out = bench.run_child(argv, env)
+            _, peak, out, _ = bench.run_child(argv, env)
             watched.append((json.loads(out.strip().splitlines()[-1]), peak))
         again.append(analyze_again(full, round(args.append_mb * 2**20)))
     print(report(args, trace_mb, cold, watched, again))

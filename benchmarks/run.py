@@ -13,10 +13,11 @@ Targets. Issue 6: analysis <= 0.25x the naive time and <= 0.5x its peak memory; 
 events <= 2.2x the time; the HTML report <= 10 MB and written in at most the analysis time again.
 Issue 16: analysis <= 0.15x the naive time at 3000x64 and 12000x64 and <= 0.35x its peak at
 3000x64; peak memory of the largest size < 1.5x the smallest's (24000x64 vs 3000x64); the cached
-re-analysis of an unchanged run < 0.5 s.
+re-analysis of an unchanged run < 0.5 s. Issue 28: peak memory at 12000x64 < 1.3x 3000x64's.
 
     python benchmarks/run.py [--sizes 3000x64,12000x64,24000x64] [--repeats 3] [--only KEYS]
         [--skip KEYS] [--markdown benchmarks/RESULTS.md --title "Issue 16: any trace size (after)"]
+        [--before CHECKOUT]  # e.g. `git worktree add --detach /tmp/base <commit>`: before and after, same rounds
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ KEYS = {
     "polars-projected": "polars read_ndjson, projected (8 columns, args as text)",
     "ingest": "trace-doctor ingest only (load_run)",
     "analyze": ANALYZE,
+    "analyze-before": "trace-doctor analyze (json), the --before checkout",
     "trace-json": ANALYZE_TRACE_JSON,
     "cached": CACHED,
     "html": "HTML: analyze + write_html",
@@ -98,6 +100,7 @@ class Measure:
     seconds: float
     peak_mb: float
     note: str = ""
+    cpu_s: float = float("nan")  # user + system of the child: what load on a shared machine moves least
 
 
 @dataclass
@@ -122,8 +125,9 @@ class SizeResult:
         return next((m for m in self.measures if m.label == label), None)
 
 
-def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MB) and stdout of one child process (its own rusage, not ours)."""
+def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, str, float]:
+    """Wall seconds, peak RSS (MB), stdout and CPU seconds (user + system) of one child process
+    (its own rusage, not ours)."""
     with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out_file, stderr=err_file, env=env)
@@ -135,7 +139,7 @@ def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in (0, 1):  # 1 = the CI gate tripped, still a complete analysis
         raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}): {err.decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024, out.decode()
+    return seconds, usage.ru_maxrss / 1024, out.decode(), usage.ru_utime + usage.ru_stime
 
 
 def run_params(steps: int, samples: int) -> dict:
@@ -222,8 +226,11 @@ def same_analysis(first: str, second: str, renames: dict[str, str] | None = None
     return all(a.get(k) == b.get(k) for k in keys)
 
 
-def bench_size(run: Path, repeats: int, keys: list[str], outputs: Path | None = None) -> SizeResult:
-    """Every selected contender on this run, `repeats` rounds; the cold analysis's JSON goes to `outputs`."""
+def bench_size(
+    run: Path, repeats: int, keys: list[str], outputs: Path | None = None, before: Path | None = None
+) -> SizeResult:
+    """Every selected contender on this run, `repeats` rounds; the cold analysis's JSON goes to `outputs`.
+    `before`: another checkout, whose cold analysis (`analyze-before`) runs in the same rounds."""
     trace = str(run / "trace_events.jsonl")
     size = run.name.removeprefix("rl_")
     result = SizeResult(size, run, [])
@@ -254,16 +261,18 @@ def bench_size(run: Path, repeats: int, keys: list[str], outputs: Path | None = 
             "polars-projected": ([PYTHON, "-c", POLARS_PROJECTED, trace], cold),
             "ingest": ([PYTHON, "-c", INGEST, str(run)], cold),
             "analyze": (analyze_argv, cold),
+            # The same command importing the package of another checkout (PYTHONPATH first on the path).
+            "analyze-before": (analyze_argv, {**cold, "PYTHONPATH": str(before)}),
             "trace-json": ([CLI, "analyze", str(trace_json_run), "--no-html", "--format", "json"], cold),
             "cached": (analyze_argv, cache_env),
             "html": ([PYTHON, "-c", HTML, str(run), str(report)], cold),
         }
-        contenders = [Contender(k, *argvs[k]) for k in KEYS if k in keys]
+        contenders = [Contender(k, *argvs[k]) for k in KEYS if k in keys and (k != "analyze-before" or before)]
         if "cached" in keys:
             run_child(analyze_argv, cache_env)  # fills the cache: the measured runs are re-analyses
         # Round-robin: every contender once per round, so a shared machine's drift (other jobs,
         # thermal, noisy neighbours) falls on all of them alike instead of on whichever ran last.
-        runs: dict[str, list[tuple[float, float, str]]] = {c.key: [] for c in contenders}
+        runs: dict[str, list[tuple[float, float, str, float]]] = {c.key: [] for c in contenders}
         for _ in range(repeats):
             for contender in contenders:
                 runs[contender.key].append(run_child(contender.argv, contender.env))
@@ -280,6 +289,7 @@ def bench_size(run: Path, repeats: int, keys: list[str], outputs: Path | None = 
                     statistics.median(r[0] for r in results),
                     statistics.median(r[1] for r in results),
                     note,
+                    statistics.median(r[3] for r in results),
                 )
             )
     return result
@@ -287,7 +297,7 @@ def bench_size(run: Path, repeats: int, keys: list[str], outputs: Path | None = 
 
 def _note(
     key: str,
-    results: list[tuple[float, float, str]],
+    results: list[tuple[float, float, str, float]],
     cold_out: str | None,
     run: Path,
     trace_json_run: Path | None,
@@ -298,6 +308,9 @@ def _note(
     if key == "html" and results[-1][2].strip():
         parts.append(results[-1][2].strip().splitlines()[-1])
         parts.append(f"size={report.stat().st_size / 1e6:.2f}MB")
+    if key == "analyze-before" and cold_out is not None:
+        same = all(r[2] == cold_out for r in results)
+        parts.append("JSON byte-identical to analyze" if same else "JSON DIFFERS from analyze")
     if key == "cached" and cold_out is not None:
         same = all(same_analysis(cold_out, r[2]) for r in results)
         parts.append("same JSON as cold" if same else "JSON DIFFERS from cold")
@@ -379,13 +392,18 @@ def table(result: SizeResult) -> str:
         f"### {result.size}: {events:,} events, {trace_mb:,.0f} MB trace_events.jsonl, "
         f"{spans_mb:,.0f} MB timing_spans.jsonl",
         "",
-        "| contender | wall s (median) | peak RSS MB | time vs naive | memory vs naive | note |",
-        "|---|---:|---:|---:|---:|---|",
+        "| contender | wall s (median) | CPU s (median) | peak RSS MB | time vs naive | CPU vs naive "
+        "| memory vs naive | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for m in result.measures:
         time_ratio = f"{m.seconds / naive.seconds:.2f}x" if naive else "-"
+        cpu_ratio = f"{m.cpu_s / naive.cpu_s:.2f}x" if naive else "-"
         mem_ratio = f"{m.peak_mb / naive.peak_mb:.2f}x" if naive else "-"
-        lines.append(f"| {m.label} | {m.seconds:.2f} | {m.peak_mb:.0f} | {time_ratio} | {mem_ratio} | {m.note} |")
+        lines.append(
+            f"| {m.label} | {m.seconds:.2f} | {m.cpu_s:.2f} | {m.peak_mb:.0f} | {time_ratio} | {cpu_ratio} "
+            f"| {mem_ratio} | {m.note} |"
+        )
     lines += [f"\n{s}" for s in result.skipped]
     return "\n".join(lines)
 
@@ -407,6 +425,8 @@ ISSUE16_TIME = {"3000x64": 0.15, "12000x64": 0.15}
 ISSUE16_PEAK = {"3000x64": 0.35}
 CACHED_MAX_S = 0.5
 GROWTH_MAX = 1.5
+# Issue 28: the peak of 12000x64 against 3000x64's (1.43x when the issue was written).
+ISSUE28_GROWTH = ("12000x64", "3000x64", 1.3)
 
 
 def targets(results: list[SizeResult]) -> list[Target]:
@@ -462,6 +482,19 @@ def targets(results: list[SizeResult]) -> list[Target]:
                     "doubling events <= 2.2x time", f"{after.size} / {before.size}", f"{scaling:.2f}x", scaling <= 2.2
                 )
             )
+    by_size = {r.size: r.get(ANALYZE) for r in results}
+    large_size, small_size, bar = ISSUE28_GROWTH
+    if by_size.get(large_size) and by_size.get(small_size):
+        large, small = by_size[large_size], by_size[small_size]
+        growth = large.peak_mb / small.peak_mb
+        out.append(
+            Target(
+                f"analysis peak RSS, {large_size} / {small_size} < {bar}x",
+                f"{large_size} / {small_size}",
+                f"{large.peak_mb:.0f} / {small.peak_mb:.0f} MB = {growth:.2f}x",
+                growth < bar,
+            )
+        )
     if len(results) >= 2:
         small, large = results[0].get(ANALYZE), results[-1].get(ANALYZE)
         if small and large:
@@ -493,8 +526,8 @@ def markdown_section(
         f"## {title}",
         "",
         f"`benchmarks/run.py` ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC), {repeats} rounds, round-robin, "
-        "each contender in its own subprocess, median wall time and median peak RSS (the child's rusage), "
-        "table cache off except the cached re-analysis.",
+        "each contender in its own subprocess, median wall time, CPU time (user + system) and peak RSS "
+        "(the child's rusage), table cache off except the cached re-analysis.",
         "",
         f"commit measured: {commit}",
         "",
@@ -514,10 +547,13 @@ def main() -> None:
     parser.add_argument("--only", help=f"comma-separated contenders, of: {','.join(KEYS)}")
     parser.add_argument("--skip", default="", help="comma-separated contenders to leave out")
     parser.add_argument("--data", type=Path, default=DATA, help="where generated runs are kept and reused")
+    parser.add_argument(
+        "--before", type=Path, help="another checkout (e.g. a `git worktree` of the base commit): adds analyze-before"
+    )
     parser.add_argument("--markdown", type=Path, help="append the tables to this file as a new section")
     parser.add_argument("--title", default="Issue 16: any trace size", help="the appended section's title")
     args = parser.parse_args()
-    keys = args.only.split(",") if args.only else list(KEYS)
+    keys = args.only.split(",") if args.only else [k for k in KEYS if k != "analyze-before" or args.before]
     keys = [k for k in keys if k not in args.skip.split(",")]
     unknown = [k for k in keys if k not in KEYS]
     if unknown:
@@ -530,6 +566,8 @@ def main() -> None:
     import trace_doctor
 
     subprocess.run([PYTHON, "-m", "compileall", "-q", str(Path(trace_doctor.__file__).parent)], check=True)
+    if args.before:
+        subprocess.run([PYTHON, "-m", "compileall", "-q", str(args.before / "trace_doctor")], check=True)
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     # Every input is generated (and converted) before anything is timed.
     runs = [ensure_run(steps, samples, args.data) for steps, samples in sizes]
@@ -541,7 +579,7 @@ def main() -> None:
     print(f"{header}\ncommit: {commit}\n", flush=True)
     results = []
     for run in runs:
-        result = bench_size(run, args.repeats, keys, args.data / "outputs" / commit_id)
+        result = bench_size(run, args.repeats, keys, args.data / "outputs" / commit_id, args.before)
         results.append(result)
         print(table(result) + "\n", flush=True)
     header += f", {load():.1f} at the end"

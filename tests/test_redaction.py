@@ -216,6 +216,54 @@ def test_the_polars_trigger_matches_every_line_the_scanner_would_change(parts, g
             assert pl.Series([line]).str.contains(TRIGGER).item(), line
 
 
+# ---- tables left on disk: redacted as they are read, never read whole to be redacted --------------
+
+
+def _stored_spans(folder: Path) -> pl.DataFrame:
+    """Spans with a planted key in a track and in an argument, and clean neighbours."""
+    rows = 3 * [("sample", f"Task-{SECRETS['openai']}", '{"note": "clean"}')]
+    rows += [("train_step", "main", f'{{"token": "{SECRETS["huggingface"]}"}}'), ("optim_step", "main", "{}")]
+    spans = pl.DataFrame(
+        {
+            "name": [r[0] for r in rows],
+            "track": [r[1] for r in rows],
+            "args": [r[2] for r in rows],
+            "start_us": [float(i) for i in range(len(rows))],
+        }
+    )
+    spans.write_parquet(folder / "part-00000.parquet")
+    return spans
+
+
+def test_a_stored_table_is_redacted_as_it_is_read_and_a_deferred_one_is_never_produced(tmp_path):
+    from trace_doctor.ingest.storage.stored_table import DeferredPart, StoredTable
+    from trace_doctor.model import RunTables
+
+    spans = _stored_spans(tmp_path)
+    produced = []
+
+    def produce() -> StoredTable:
+        produced.append(True)
+        frame = pl.DataFrame({"name": [f"key {SECRETS['tinker']}"], "step": [0]})
+        return StoredTable([frame], 1, dict(frame.schema))
+
+    run = RunTables()
+    run.spans = StoredTable([tmp_path / "part-00000.parquet"], spans.height, dict(spans.schema))
+    run.step_spans = StoredTable([DeferredPart(produce, 1)], 1, {"name": pl.String, "step": pl.Int64})
+    clean = redact_run(run)
+    # Nothing read yet: the tables are still on disk (the step spans' file not even parsed).
+    assert not isinstance(clean._raw("spans"), pl.DataFrame) and produced == []
+    assert clean.height("spans") == spans.height
+    scanned = clean.scan("spans").filter(pl.col("name") != "optim_step").collect()
+    assert scanned.height == 4 and leaks(scanned.write_csv()) == []
+    # The rows are those the whole table redacted in memory would have, in the same order.
+    assert clean.scan("spans").collect().equals(redact_frame(spans))
+    assert clean.scan("spans").collect().get_column("track").to_list()[-1] == "main"
+    assert produced == []
+    step_spans = clean.step_spans
+    assert produced == [True] and leaks(step_spans.write_csv()) == [] and step_spans.height == 1
+
+
 # ---- end to end: the planted run through the bundle and every --redact output -------------------
 
 

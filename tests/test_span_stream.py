@@ -224,3 +224,22 @@ def test_a_disk_that_fills_up_midway_loses_no_span(trace, monkeypatch):
     assert len(written) == 2
     assert kept[0].equals(whole[0], null_equal=True)
     assert kept[1:] == whole[1:]
+
+
+def test_a_spilled_trace_writes_each_sorted_window_to_disk_as_it_goes(trace, monkeypatch):
+    """A trace that spilled has more spans than the table keeps in memory: no sorted window is held
+    back until that count is passed (they were, on top of the window being sorted)."""
+    whole = parse(trace)
+    small_spill(monkeypatch)
+    on_disk = []
+    real = stored_table.PartWriter.write
+
+    def write(self, frame):
+        real(self, frame)
+        on_disk.append(self.on_disk)
+
+    monkeypatch.setattr(stored_table.PartWriter, "write", write)
+    spans, _ = parse_trace_files([trace], [])
+    assert len(on_disk) > 1 and all(on_disk)
+    assert all(isinstance(part, Path) for part in spans.parts)
+    assert spans.read().equals(whole[0], null_equal=True)

@@ -114,7 +114,6 @@ class RunEnd:
     plan: Plan
     final_checkpoint: bool
     open_spans: tuple[OpenSpan, ...]
-    trace_tail_s: dict[str, float]  # per track: its last event to the trace's last event
     open_phases: tuple[LogLineRef, ...]  # `Starting X` with no `X took`, outermost first
     last_phase: LogLineRef | None  # the last `took`/`Starting` line of the log
     tail_events: tuple[LogLineRef, ...]  # lines of interest after it that are not errors (retries, warnings)
@@ -189,30 +188,39 @@ def _last_segment(frame: pl.DataFrame) -> pl.DataFrame:
     return frame if last is None else frame.filter(pl.col("segment") == last)
 
 
-def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], dict[str, float]]:
+# What the open spans are read with: the only columns taken from the spans table.
+OPEN_SPAN_COLUMNS = ["name", "track", "depth", "step", "segment", "start_us", "end_us", "closed"]
+
+
+def _open_spans(run: Any, last_step: int | None) -> tuple[OpenSpan, ...]:
+    """The last segment's spans left open (a B with no E). Read with filtered scans: the spans of a
+    long run stay on disk, and what is held is the open spans and one aggregate per open track."""
     if run.height("spans") == 0:
-        return (), {}
-    spans = _last_segment(
-        run.spans_where(pl.lit(True), ["name", "track", "depth", "step", "segment", "start_us", "end_us", "closed"])
-    )
-    if spans.is_empty():
-        return (), {}
-    spans = spans.with_columns(pl.max_horizontal("start_us", "end_us").alias("_last"))
-    trace_end = float(spans["_last"].max())
-    closed = spans.filter(pl.col("closed").fill_null(True))
-    open_rows = spans.filter(~pl.col("closed").fill_null(True)).sort("track", "depth", "start_us")
+        return ()
+    spans = run.scan("spans").select(OPEN_SPAN_COLUMNS)
+    last = spans.select(pl.col("segment").drop_nulls().max()).collect().item()
+    if last is not None:
+        spans = spans.filter(pl.col("segment") == last)
+    closed = pl.col("closed").fill_null(True)
+    open_rows = spans.filter(~closed).sort("track", "depth", "start_us").collect()
+    if open_rows.is_empty():
+        return ()
+    trace_end = float(spans.select(pl.max_horizontal("start_us", "end_us").max()).collect().item())
     # The cookbook writes `step` on a span's E event only: an open span's step is the one after the
     # last closed span of its name on its track.
+    keys = open_rows.select("track", "name").unique()
+    stepped = spans.filter(closed & pl.col("step").is_not_null())
     last_closed = {
         (track, name): step
-        for track, name, step in closed.filter(pl.col("step").is_not_null())
+        for track, name, step in stepped.join(keys.lazy(), on=["track", "name"], how="semi", nulls_equal=True)
         .group_by("track", "name")
         .agg(pl.col("step").max())
+        .collect()
         .iter_rows()
     }
     # When the run's first step ended: a span with no step begun before it is the loop around the steps.
-    stepped = closed.filter(pl.col("step").is_not_null())
-    first_step_end = float(stepped["end_us"].min()) if not stepped.is_empty() else None
+    first_end = stepped.select(pl.col("end_us").min()).collect().item()
+    first_step_end = float(first_end) if first_end is not None else None
     found: list[OpenSpan] = []
     # Per track, the open spans met so far (outermost first): a span inside an open span of a known step
     # is part of that step. An eval or a checkpoint save runs every N steps, so "the one after its last
@@ -243,9 +251,7 @@ def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], 
     beyond = [o for o in found if not o.encloses_steps and (o.step is None or last_step is None or o.step > last_step)]
     if not beyond:
         found = [replace(o, step_logged=o.step is not None and last_step is not None) for o in found]
-    tails = spans.group_by("track").agg(pl.col("_last").max()).sort("track")
-    tail = {str(t): round((trace_end - float(last)) / 1e6, 6) for t, last in tails.iter_rows()}
-    return tuple(found), tail
+    return tuple(found)
 
 
 def _next(step: int | None) -> int | None:
@@ -434,7 +440,7 @@ def run_end(run: Any) -> RunEnd:
         named_final = pl.col("name").fill_null("") == "final" if "name" in checkpoints.columns else pl.lit(False)
         flagged = pl.col("final").fill_null(False) if "final" in checkpoints.columns else pl.lit(False)
         final = checkpoints.filter(named_final | flagged).height > 0
-    open_spans, tails = _open_spans(run, last_step)
+    open_spans = _open_spans(run, last_step)
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
@@ -454,7 +460,6 @@ def run_end(run: Any) -> RunEnd:
         plan=run_plan(rows, run.meta.config, run.log_events, run.meta.trainer),
         final_checkpoint=final,
         open_spans=open_spans,
-        trace_tail_s=tails,
         open_phases=phases,
         last_phase=last_phase,
         tail_events=tail,

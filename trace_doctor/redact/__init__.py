@@ -16,7 +16,8 @@ it. `redact_analysis` is the after-the-fact pass for an analysis of a run that w
     'export OPENAI_API_KEY=[REDACTED] # session 1259b3ad-7e'
 """
 
-from trace_doctor.redact.model import redact_analysis, redact_frame, redact_passed_over, redact_run, redact_split
+from trace_doctor.redact.frames import redact_frame
+from trace_doctor.redact.model import redact_analysis, redact_passed_over, redact_run, redact_split
 from trace_doctor.redact.shapes import REDACTED
 from trace_doctor.redact.text import credential_like, is_secret_key, redact_argv, redact_text, redact_value
 

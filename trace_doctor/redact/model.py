@@ -14,50 +14,10 @@ from typing import Any
 import polars as pl
 
 from trace_doctor.model import Analysis, IngestWarning, PassedOver, RunTables, WandbMetadata
-from trace_doctor.redact.shapes import TRIGGER
+from trace_doctor.redact.frames import redact_frame
+from trace_doctor.redact.stored import RedactedTable
 from trace_doctor.redact.text import redact_argv, redact_text, redact_value
 from trace_doctor.runs import UNSAFE_ID
-
-
-def redact_frame(frame: pl.DataFrame) -> pl.DataFrame:
-    """A table with credentials removed from every string column and from its column names.
-
-    Only the distinct strings polars finds the scanner's vocabulary in (shapes.TRIGGER, a native
-    regex over the whole column) go through Python, so a million clean span rows cost one scan.
-    """
-    frame = _rename(frame)
-    strings = [name for name, dtype in frame.schema.items() if dtype == pl.String]
-    if not strings or frame.is_empty():
-        return frame
-    candidates = frame.select(
-        pl.col(name).filter(pl.col(name).str.contains(TRIGGER)).unique().implode() for name in strings
-    ).row(0)
-    changes = []
-    for name, values in zip(strings, candidates, strict=True):
-        mapping = {value: clean for value in values if (clean := redact_text(value)) != value}
-        if mapping:
-            changes.append(pl.col(name).replace(list(mapping), list(mapping.values())))
-    return frame.with_columns(changes) if changes else frame
-
-
-def _rename(frame: pl.DataFrame) -> pl.DataFrame:
-    """Column names are metric keys from the input: a key inside one is redacted too; two names
-    that become the same are told apart (`[REDACTED] #2`), so no column is lost."""
-    names = {name: redact_text(name) for name in frame.columns}
-    if all(name == clean for name, clean in names.items()):
-        return frame
-    taken = {name for name, clean in names.items() if name == clean}
-    mapping = {}
-    for name, clean in names.items():
-        if name == clean:
-            continue
-        unique, count = clean, 1
-        while unique in taken:
-            count += 1
-            unique = f"{clean} #{count}"
-        taken.add(unique)
-        mapping[name] = unique
-    return frame.rename(mapping)
 
 
 def redact_run(run: RunTables) -> RunTables:
@@ -79,7 +39,10 @@ def redact_run(run: RunTables) -> RunTables:
         wandb=[_wandb(w) for w in run.meta.wandb],
     )
     for name in run.TABLE_NAMES:
-        setattr(clean, name, redact_frame(getattr(run, name)))
+        held = run._raw(name) if name in run.STORED_TABLES else getattr(run, name)
+        # A table left on disk stays there: it is redacted as it is read (its first read finds what
+        # to replace), so a table no reader asks for (the step spans) is never read at all.
+        setattr(clean, name, redact_frame(held) if isinstance(held, pl.DataFrame) else RedactedTable(held))
     clean.inputs = [replace(i, path=redact_text(i.path), note=redact_text(i.note)) for i in run.inputs]
     clean.launches = [_launch(launch) for launch in run.launches]
     clean.passed_over = redact_passed_over(run.passed_over)

@@ -42,3 +42,15 @@ def gather_releasing(holder: list[pl.DataFrame], rows: pl.Series) -> pl.DataFram
         columns.append(frame.get_column(name).gather(rows))
         frame = frame.drop(name)
     return pl.DataFrame(columns)
+
+
+def filter_releasing(holder: list[pl.DataFrame], keep: pl.Series) -> pl.DataFrame:
+    """`holder`'s table with only the rows where `keep` is true, in order; `holder` is emptied.
+    (For rows wanted in their own order a filter is the cheaper copy: ~10x a gather of the same rows.)"""
+    (frame,) = holder
+    holder.clear()
+    columns: list[pl.Series] = []
+    for name in frame.columns:
+        columns.append(frame.get_column(name).filter(keep))
+        frame = frame.drop(name)
+    return pl.DataFrame(columns)

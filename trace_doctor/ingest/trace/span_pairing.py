@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
-from trace_doctor.ingest.storage.columnwise import gather_releasing
+from trace_doctor.ingest.storage.columnwise import filter_releasing
 from trace_doctor.ingest.trace.span_args import merge_args, own_args_texts
 
 # What a track is: events pair only within one, and a resumed process (a segment) reuses pids and tids.
@@ -180,13 +180,14 @@ def pair_begin_end(
         pairs = pairs.filter(pl.col("closed"))
         if pairs.height == 0:
             return pl.DataFrame(schema=PAIRED_SCHEMA)
-    # In line order: the gathers below then read the events front to back (several times faster than
-    # in track order), and the spans come out about in start order, which the sort that writes them
-    # (span_spill.py) finds nearly done. Their order here is not their order in the table.
+    # In line order: the begin side is then a filter of the events and the end side's gather reads
+    # them front to back (several times faster than in track order), and the spans come out about in
+    # start order, which the sort that writes them (span_spill.py) finds nearly done. Their order here
+    # is not their order in the table.
     pairs = pairs.sort("_row")
     closed = pairs.get_column("closed")
-    # Gather only the columns each side contributes: these are copies of ~half the events. The
-    # begin side goes last, a column at a time, each event column released once copied.
+    # Copy only the columns each side contributes: these are copies of ~half the events. The begin
+    # side goes last, a column at a time, each event column released once copied.
     end = events.select("ts", "line", "args", "_plain", "_step")[pairs.get_column("_end_row").fill_null(0)]
     begin_side = [
         events.select(
@@ -206,8 +207,11 @@ def pair_begin_end(
             "_step",
         )
     ]
+    # The begin rows in line order are a subset of the events in their own order: a filter (~10x
+    # cheaper than gathering the same rows of 14 columns).
+    begins = pl.repeat(False, events.height, dtype=pl.Boolean, eager=True).scatter(pairs.get_column("_row"), True)
     del events, phase, narrow, stacked
-    begin = gather_releasing(begin_side, pairs.get_column("_row"))
+    begin = filter_releasing(begin_side, begins)
     result = begin.select(
         "name",
         "pid",

@@ -219,6 +219,10 @@ def write_sorted(spill: SpanSpill, names: SpanNames | None, source: str, out: Pa
                 for segment in segments:
                     write_window([held.filter(pl.col("segment") == segment)])
         else:
+            # Spilled: more spans than `out` keeps in memory, so every window goes to disk as it is
+            # written, rather than the first few being held until the count is passed (the windows
+            # are the parts either way; held, they were ~60 MB on top of the window being sorted).
+            out.persist()
             scan = pl.scan_parquet(spill.files)
             remainder = spill.remainder()
             for window in spill.windows():

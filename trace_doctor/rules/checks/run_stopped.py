@@ -322,7 +322,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     usual_text = f"the usual step takes {usual:.3g} s" if usual else "no usual step time is known"
     # Only a trace, dumps or timestamped log lines say how long the last state held; a console capture with
     # none of them says nothing about it, not that it was short.
-    timed = bool(end.trace_tail_s or end.task_dumps or end.stacks or end.log_silence_s is not None)
+    timed = bool(ctx.run.height("spans") or end.task_dumps or end.stacks or end.log_silence_s is not None)
     if kind == "killed" and stuck_s < threshold_s and timed:
         silence = (
             f"Nothing kept going after it: every record ends within {stuck_s:.0f} s of the others ({usual_text}), "
