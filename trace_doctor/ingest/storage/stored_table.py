@@ -136,6 +136,8 @@ def release_scratch(paths: list[Path] | None = None) -> None:
                 with contextlib.suppress(OSError):
                     path.unlink()
             with contextlib.suppress(OSError):
+                if os.listdir(folder) == [PartWriter.HEADER]:  # a cache writer's that lost the rename
+                    (folder / PartWriter.HEADER).unlink()
                 folder.rmdir()  # only when empty: another table may read the rest
         for made in list(_made):
             try:
