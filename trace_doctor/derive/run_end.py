@@ -21,6 +21,8 @@ from trace_doctor.derive.step_times import live_training_rows
 
 # Exceptions that end a run on purpose (Ctrl-C, a cancelled task), not a crash.
 INTERRUPT_TYPES = ("KeyboardInterrupt", "CancelledError", "SystemExit")
+# Open spans listed at each end of a track's stack (the outermost and the innermost ones).
+OPEN_SPANS_LISTED = 20
 # Tasks a diagnostic tool adds to the loop it dumps: never what the run was waiting on.
 DUMPER_TASK = re.compile(r"^periodic-task-dump")
 COROUTINE_NAME = re.compile(r"<coroutine object (?P<name>[\w.<>]+)")
@@ -114,12 +116,17 @@ class RunEnd:
     log_silence_s: float | None  # timestamped logs: last progress line to the last line
     # A live run judged stalled by the watch: the silence it saw, the process still followed (RunMeta).
     watched_stall_s: float | None = None
+    # Open spans between a track's outermost and innermost listed ones (a B event repeated millions of
+    # times), and the latest step among them.
+    unlisted_open_spans: int = 0
+    unlisted_open_step: int | None = None
 
     @property
     def stopped_step(self) -> int | None:
         """The step the run stopped in: the latest step an open span belongs to, else the one after the
         last step logged (its row was never written). A pipelined loop may be inside two steps at once."""
         open_steps = [s.step for s in self.open_spans if s.step is not None]
+        open_steps += [self.unlisted_open_step] if self.unlisted_open_step is not None else []
         logged_next = None if self.last_step is None else self.last_step + 1
         if open_steps:
             return max([*open_steps, *([logged_next] if logged_next is not None else [])])
@@ -146,6 +153,7 @@ class RunEnd:
             "plan": self.plan.to_dict(),
             "final_checkpoint": self.final_checkpoint,
             "open_spans": [s.to_dict() for s in self.open_spans],
+            **({"unlisted_open_spans": self.unlisted_open_spans} if self.unlisted_open_spans else {}),
             "open_phases": [p.to_dict() for p in self.open_phases],
             "last_phase": self.last_phase.to_dict() if self.last_phase is not None else None,
             "tail_events": [t.to_dict() for t in self.tail_events[-5:]],
@@ -166,43 +174,49 @@ def _last_segment(frame: pl.DataFrame) -> pl.DataFrame:
     return frame if last is None else frame.filter(pl.col("segment") == last)
 
 
-def _open_spans(run: Any) -> tuple[tuple[OpenSpan, ...], dict[str, float]]:
+def _open_spans(run: Any) -> tuple[tuple[OpenSpan, ...], dict[str, float], int, int | None]:
+    """The open spans of the last launch (each track's outermost and innermost OPEN_SPANS_LISTED), the
+    tracks' tails, and how many open spans are not listed and the latest step among them."""
     if run.height("spans") == 0:
-        return (), {}
+        return (), {}, 0, None
     spans = _last_segment(
         run.spans_where(pl.lit(True), ["name", "track", "depth", "step", "segment", "start_us", "end_us", "closed"])
     )
     if spans.is_empty():
-        return (), {}
+        return (), {}, 0, None
     spans = spans.with_columns(pl.max_horizontal("start_us", "end_us").alias("_last"))
     trace_end = float(spans["_last"].max())
-    open_rows = spans.filter(~pl.col("closed").fill_null(True)).sort("track", "depth", "start_us")
     # The cookbook writes `step` on a span's E event only: an open span's step is the one after the
     # last closed span of its name on its track.
-    last_closed = {
-        (track, name): step
-        for track, name, step in spans.filter(pl.col("closed").fill_null(True) & pl.col("step").is_not_null())
+    last_closed = (
+        spans.filter(pl.col("closed").fill_null(True) & pl.col("step").is_not_null())
         .group_by("track", "name")
-        .agg(pl.col("step").max())
-        .iter_rows()
-    }
-    found = tuple(
-        OpenSpan(
-            str(r["track"]),
-            str(r["name"]),
-            int(r["depth"] or 0),
-            r["step"] if r["step"] is not None else _next(last_closed.get((r["track"], r["name"]))),
-            (trace_end - float(r["start_us"])) / 1e6,
+        .agg((pl.col("step").max() + 1).alias("_next"))
+    )
+    open_rows = (
+        spans.filter(~pl.col("closed").fill_null(True))
+        .sort("track", "depth", "start_us")
+        .join(last_closed, on=["track", "name"], how="left", nulls_equal=True, maintain_order="left")
+        .with_columns(
+            pl.coalesce("step", "_next").alias("step"),
+            pl.int_range(pl.len()).over("track").alias("_at"),
+            pl.len().over("track").alias("_of"),
         )
-        for r in open_rows.iter_rows(named=True)
+    )
+    # A trace that stops inside millions of open spans (one B event repeated) lists the outermost and
+    # innermost of each track: listing them all made a report of gigabytes.
+    listed = (pl.col("_at") < OPEN_SPANS_LISTED) | (pl.col("_at") >= pl.col("_of") - OPEN_SPANS_LISTED)
+    unlisted = open_rows.filter(~listed)
+    found = tuple(
+        OpenSpan(str(track), str(name), int(depth or 0), step, (trace_end - float(start)) / 1e6)
+        for track, name, depth, step, start in open_rows.filter(listed)
+        .select("track", "name", "depth", "step", "start_us")
+        .iter_rows()
     )
     tails = spans.group_by("track").agg(pl.col("_last").max()).sort("track")
     tail = {str(t): round((trace_end - float(last)) / 1e6, 6) for t, last in tails.iter_rows()}
-    return found, tail
-
-
-def _next(step: int | None) -> int | None:
-    return None if step is None else int(step) + 1
+    latest = unlisted.get_column("step").max() if unlisted.height else None
+    return found, tail, unlisted.height, None if latest is None else int(latest)
 
 
 def _ref(row: dict[str, Any]) -> LogLineRef:
@@ -369,7 +383,7 @@ def run_end(run: Any) -> RunEnd:
         named_final = pl.col("name").fill_null("") == "final" if "name" in checkpoints.columns else pl.lit(False)
         flagged = pl.col("final").fill_null(False) if "final" in checkpoints.columns else pl.lit(False)
         final = checkpoints.filter(named_final | flagged).height > 0
-    open_spans, tails = _open_spans(run)
+    open_spans, tails, unlisted, unlisted_step = _open_spans(run)
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail = (), None, None, (), (), (), ()
@@ -388,6 +402,8 @@ def run_end(run: Any) -> RunEnd:
         plan=run_plan(rows, run.meta.config, run.log_events, run.meta.trainer),
         final_checkpoint=final,
         open_spans=open_spans,
+        unlisted_open_spans=unlisted,
+        unlisted_open_step=unlisted_step,
         trace_tail_s=tails,
         open_phases=phases,
         last_phase=last_phase,
