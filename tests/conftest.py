@@ -13,6 +13,40 @@ CORPUS_MISSING = "the real-run corpus ../shared/corpus is not present on this ma
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _temporary_files_are_removed():
+    """Every test session (each xdist worker its own) gets a TMPDIR of its own, the commands it runs
+    in-process and in child processes included; at the end, once the tables still referenced are
+    collected, no `trace-doctor-*` scratch folder may be left in it. A leftover is a failure, with
+    the folders and what they hold: the tool must remove its temporary files on every exit path."""
+    import gc
+    import os
+    import shutil
+    import tempfile
+
+    from trace_doctor.ingest.storage import stored_table
+
+    session_tmp = Path(tempfile.mkdtemp(prefix="td-tests-"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(session_tmp))
+        patch.setattr(tempfile, "tempdir", str(session_tmp))
+        yield
+        gc.collect()
+        stored_table.release_scratch()
+        in_use = stored_table.paths_in_use()
+        left = {}
+        for folder in sorted(session_tmp.glob("trace-doctor-*")):
+            found = sorted(folder.rglob("*"))
+            # Files a table still alive reads (a module-level cache of a loaded run) are not left over yet.
+            empty = [p for p in found if p.is_dir() and not any(p.iterdir())]
+            if not found or empty or any(p.is_file() and str(p) not in in_use for p in found):
+                left[folder.name] = [os.path.relpath(p, folder) + ("/" if p.is_dir() else "") for p in found]
+        shutil.rmtree(session_tmp, ignore_errors=True)
+    if left:
+        listing = "; ".join(f"{name}: {files[:5]}" for name, files in list(left.items())[:10])
+        pytest.fail(f"{len(left)} trace-doctor scratch folder(s) left in TMPDIR by the tests: {listing}", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _pipe_width_terminal():
     """Every test renders at the width of a pipe, whatever runs pytest: an 80-column terminal, or
     pytest-xdist's workers (which say COLUMNS=80), would otherwise rewrap the text tests read back."""

@@ -5,6 +5,7 @@ analysis goes on; a command leaves no temporary file behind."""
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import pickle
 import subprocess
@@ -19,6 +20,7 @@ from test_cache import entries, header, parse, steps, write
 
 from trace_doctor.cli import main
 from trace_doctor.ingest.storage import cache, stored_table
+from trace_doctor.ingest.trace import trace_events as te
 
 NO_SPACE = "parquet: File out of specification: underlying IO error: No space left on device (os error 28)"
 
@@ -139,3 +141,46 @@ def test_a_command_leaves_no_temporary_file_even_when_it_loses_a_race(tmp_path):
     left = [p.name for p in (tmp_path / "cache").iterdir()]
     assert not [name for name in left if name.startswith(".tmp-")], left
     assert any(cache.STORED_ENTRY.fullmatch(name) for name in left)
+
+
+def test_a_table_that_lost_the_race_to_its_entry_goes_when_dropped(cached, tmp_path, monkeypatch):
+    """Another process renamed the same entry into place first: this one reads its own copy from its
+    `.tmp-` folder while it needs it, and the folder goes as soon as the table is dropped (it used to
+    wait for the process to exit: a whole span table per lost race, outside the cache's cap)."""
+    trace = write(tmp_path / "trace_events.jsonl", steps(0, 300))
+    monkeypatch.setattr(te, "MEMORY_ROWS", 0)  # the spans on disk however few
+
+    def taken(source, target):
+        raise FileExistsError(errno.EEXIST, "File exists", target)
+
+    monkeypatch.setattr(cache.os, "rename", taken)
+    warnings: list = []
+    spans, _ = te.parse_trace_files([trace], warnings)
+    (temporary,) = [p for p in cached.iterdir() if p.name.startswith(".tmp-")]
+    assert spans.read().height == 300  # read from the loser's own copy
+    del spans
+    gc.collect()
+    assert not temporary.exists()
+    assert [p.name for p in cached.iterdir() if p.name.startswith(".tmp-")] == []
+
+
+def test_writes_in_progress_count_against_the_cap(cached, tmp_path, monkeypatch):
+    """A `.tmp-` file or folder being written is not evicted, but older entries make room for it; a
+    stale one (its writer killed) is removed."""
+    for step in range(3):
+        (tmp_path / f"t{step}").mkdir()
+        parse(write(tmp_path / f"t{step}" / "trace_events.jsonl", steps(0, 100 + step)))
+    old = sorted(entries(cached), key=lambda e: header(e).stat().st_mtime)
+    assert len(old) == 3
+    monkeypatch.setattr(cache, "RECENT_USE_SECONDS", -1)
+    in_progress = cached / ".tmp-writing"
+    in_progress.mkdir()
+    entry_bytes = max(sum(p.stat().st_size for p in e.iterdir()) for e in old)
+    (in_progress / "part-00000.parquet").write_bytes(b"x" * (2 * entry_bytes))
+    stale = cached / ".tmp-killed.parquet"
+    stale.write_bytes(b"y" * 10)
+    os.utime(stale, (1, 1))
+    everything = sum(p.stat().st_size for p in cached.rglob("*") if p.is_file())
+    cache.evict(cached, everything - entry_bytes - 10)
+    assert in_progress.exists() and not stale.exists()
+    assert len(entries(cached)) < 3  # entries made room for the write in progress

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import shutil
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,10 @@ from rich.table import Table
 from fixtures.sim.textlog import metrics_table_record
 from trace_doctor.api import analyze, load_run
 from trace_doctor.ingest.parsers.console_keys import resolve_cut_keys
-from trace_doctor.ingest.parsers.console_metrics import SECOND_COPY_NOTE, console_value
-from trace_doctor.ingest.parsers.console_tables import metric_tables
+from trace_doctor.ingest.parsers.console_metrics import SECOND_COPY_NOTE, console_value, parse_console_metrics
+from trace_doctor.ingest.parsers.console_tables import metric_tables, whole_tables
 from trace_doctor.ingest.parsers.console_timeline import timeline_steps
+from trace_doctor.ingest.reading import textfile
 
 # The corpus beside the checkout (CI, the main checkout) or at the machine's shared place (a worktree).
 CORPUS = next((p for p in (ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus")) if p.exists()), None)
@@ -168,6 +170,46 @@ def test_console_copy_beside_metrics_jsonl_is_not_read_twice(tmp_path):
     assert {Path(i.path).name for i in run.inputs if i.kind == "metrics"} == {"metrics.jsonl"}
     (log,) = [i for i in run.inputs if i.kind == "log"]
     assert log.note == SECOND_COPY_NOTE
+
+
+def test_console_capture_is_read_in_blocks_not_whole(tmp_path, monkeypatch):
+    """A console-only run's capture costs the tables it keeps, not its size: 4 MB of log lines between
+    three tables, read in 16 KB blocks, peak a small part of the capture's size (read whole: over it)."""
+    monkeypatch.setattr(textfile, "READ_BLOCK_BYTES", 16 * 1024)
+    filler = "httpx:1025 [INFO] HTTP Request: POST https://tinker.example/api/v1/forward_backward 200\n" * 16_000
+    log = tmp_path / "run" / "logs.log"
+    log.parent.mkdir()
+    with open(log, "w", encoding="utf-8") as out:
+        for step in range(3):
+            out.write(filler + metrics_table_record({**RL_ROW, "progress/batch": step}, step) + "\n")
+    size = log.stat().st_size
+    assert size > 4_000_000
+    warm = _write(tmp_path / "warm" / "logs.log", metrics_table_record(RL_ROW, 0))
+    parse_console_metrics([warm], [])  # the modules and patterns a first call sets up are not the capture's
+    tracemalloc.start()
+    try:
+        steps, inputs = parse_console_metrics([log], [])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert steps["step"].to_list() == [0, 1, 2]
+    assert [(i.kind, i.records) for i in inputs] == [("metrics", 3)]
+    assert peak < size / 16, f"peak {peak:,} bytes for a {size:,}-byte capture"
+
+
+def test_tables_read_a_line_at_a_time_match_every_prefix_read_at_once():
+    """The live reader takes the whole tables of a file so far; the cold reader, the tables of the whole
+    file as its lines come: both are one scanner, and a table cut by the end of the lines so far waits."""
+    lines = []
+    for step in range(3):
+        lines += ["text before", *metrics_table_record({**RL_ROW, "progress/batch": step}, step).split("\n")]
+    everything = metric_tables(iter(lines))
+    assert [t.step for t in everything] == [0, 1, 2] and all(t.closed for t in everything)
+    for end in range(len(lines) + 1):
+        whole, keep = whole_tables(lines[:end])
+        assert [t.line for t in whole] == [t.line for t in everything if t.line + len(t.cells) + 2 <= end]
+        # the lines kept for the next look hold the header of any table not taken yet
+        assert all(t.line - 1 >= keep for t in everything if t not in whole and t.line <= end)
 
 
 def test_timeline_steps_from_starting_took_lines():

@@ -19,6 +19,7 @@ pytest.importorskip("tinker_cookbook")
 
 from trace_doctor.api import analyze, load_run  # noqa: E402
 from trace_doctor.derive.progress import run_plan  # noqa: E402
+from trace_doctor.derive.run_end import OPEN_SPANS_LISTED, run_end  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -188,3 +189,21 @@ def test_plan_from_the_log_line_beats_an_unknown_and_respects_max_steps():
     assert (plan.steps, plan.upper_bound) == (100, False)
     # an async loop's per-step line is not a plan
     assert classify_message("[training_loop] Step 3: Will train on batch, num groups: 4", "INFO", "x") is None
+
+
+def test_a_trace_stopped_inside_a_million_open_spans_lists_their_ends(tmp_path):
+    """One B event written over and over: the report names the outermost and innermost open spans of
+    the track and how many lie between (it used to name every one: a 600 MB trace made a 1 GB report)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    b_line = json.dumps(
+        {"name": "train_step", "ph": "B", "pid": 0, "tid": 1, "ts": 1.0, "args": {"track": "main"}, "cat": "async"}
+    )
+    (run / "trace_events.jsonl").write_text((b_line + "\n") * 5_000)
+    end = run_end(load_run(run))
+    assert len(end.open_spans) == 2 * OPEN_SPANS_LISTED and end.unlisted_open_spans == 5_000 - 2 * OPEN_SPANS_LISTED
+    assert [s.depth for s in end.open_spans][OPEN_SPANS_LISTED - 1 : OPEN_SPANS_LISTED + 1] == [19, 4_980]
+    assert end.to_dict()["unlisted_open_spans"] == 4_960
+    result = analyze(load_run(run))
+    text = json.dumps([f.to_dict() for f in result.findings], ensure_ascii=False)
+    assert "… 4,960 more …" in text and len(text) < 20_000

@@ -14,6 +14,7 @@ import pytest
 
 from trace_doctor.ingest.storage import cache, stored_table
 from trace_doctor.ingest.trace import span_spill, span_stream, trace_document, trace_read
+from trace_doctor.ingest.trace.span_pairing import pair_begin_end
 from trace_doctor.ingest.trace.trace_events import parse_trace_files
 
 
@@ -243,3 +244,45 @@ def test_a_spilled_trace_writes_each_sorted_window_to_disk_as_it_goes(trace, mon
     assert len(on_disk) > 1 and all(on_disk)
     assert all(isinstance(part, Path) for part in spans.parts)
     assert spans.read().equals(whole[0], null_equal=True)
+
+
+def repeated_event_trace() -> list[str]:
+    """One cookbook B event written over and over (a loop that never closes its span), then one X event
+    repeated: every span starts at the same instant, and the B stack is as deep as the file is long."""
+    b_line = event("train_step", "B", 1.0)
+    x_line = json.dumps({"name": "gemm", "ph": "X", "pid": 1, "tid": 7, "ts": 1.0, "dur": 3.25, "args": {"s": 7}})
+    return [b_line] * 150 + [x_line] * 50
+
+
+def test_a_repeated_event_is_paired_and_sorted_a_bounded_part_at_a_time(tmp_path, monkeypatch):
+    """The stack left open at the end becomes unclosed spans a carried frame at a time, and spans that
+    share one start are sorted back in windows of their (start, line) order: never the whole file at
+    once (a 2 GB trace of one B event held it four times over), and the same table as one pass."""
+    path = tmp_path / "trace_events.jsonl"
+    path.write_text("\n".join(repeated_event_trace()) + "\n")
+    whole = parse(path)
+    b_spans = whole[0].filter(whole[0]["name"] == "train_step")
+    assert b_spans["depth"].to_list() == list(range(150)) and not b_spans["closed"].any()
+    small_spill(monkeypatch)
+    monkeypatch.setattr(span_stream, "DEEP_STACK", 0)
+    monkeypatch.setattr(span_stream, "PAIR_BATCH_EVENTS", 10)
+    monkeypatch.setattr(trace_read, "CHUNK_BYTES", 1024)
+    attribute = span_spill.StepCovers.attribute
+    paired: list[int] = []
+    sorted_back: list[int] = []
+
+    def pairing(holder, *args, **kwargs):
+        paired.append(holder[0].height)
+        return pair_begin_end(holder, *args, **kwargs)
+
+    def attributing(covers, spans):
+        sorted_back.append(spans.height)
+        return attribute(covers, spans)
+
+    monkeypatch.setattr(span_stream, "pair_begin_end", pairing)
+    monkeypatch.setattr(span_spill.StepCovers, "attribute", attributing)
+    parts = parse(path)
+    assert parts[0].equals(whole[0], null_equal=True)
+    assert parts[1:] == whole[1:]
+    assert max(paired) < 40, paired  # a chunk's events and what the last pairing carried, not 150
+    assert sum(sorted_back) == 200 and max(sorted_back) <= 20, sorted_back  # windows of a few spans

@@ -10,7 +10,7 @@ lines). rules/checks/run_stopped.py decides from these what kind of stop it was.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -21,6 +21,8 @@ from trace_doctor.derive.step_times import live_training_rows
 
 # Exceptions that end a run on purpose (Ctrl-C, a cancelled task), not a crash.
 INTERRUPT_TYPES = ("KeyboardInterrupt", "CancelledError", "SystemExit")
+# Open spans listed at each end of a track's stack (the outermost and the innermost ones).
+OPEN_SPANS_LISTED = 20
 # Tasks a diagnostic tool adds to the loop it dumps: never what the run was waiting on.
 DUMPER_TASK = re.compile(r"^periodic-task-dump")
 COROUTINE_NAME = re.compile(r"<coroutine object (?P<name>[\w.<>]+)")
@@ -129,6 +131,10 @@ class RunEnd:
     # A terminal's report that the process was SIGKILLed (`Killed`, the OOM killer, a scheduler's cancel)
     # after the log's last sign of progress.
     kill_lines: tuple[LogLineRef, ...] = ()
+    # Open spans between a track's outermost and innermost listed ones (a B event repeated millions of
+    # times), and the latest step among those in a step.
+    unlisted_open_spans: int = 0
+    unlisted_open_step: int | None = None
 
     @property
     def in_step_spans(self) -> tuple[OpenSpan, ...]:
@@ -140,6 +146,7 @@ class RunEnd:
         """The step the run stopped in: the latest step an open span belongs to, else the one after the
         last step logged (its row was never written). A pipelined loop may be inside two steps at once."""
         open_steps = [s.step for s in self.in_step_spans if s.step is not None]
+        open_steps += [self.unlisted_open_step] if self.unlisted_open_step is not None else []
         logged_next = None if self.last_step is None else self.last_step + 1
         if open_steps:
             return max([*open_steps, *([logged_next] if logged_next is not None else [])])
@@ -167,6 +174,7 @@ class RunEnd:
             "plan": self.plan.to_dict(),
             "final_checkpoint": self.final_checkpoint,
             "open_spans": [s.to_dict() for s in self.open_spans],
+            **({"unlisted_open_spans": self.unlisted_open_spans} if self.unlisted_open_spans else {}),
             "open_phases": [p.to_dict() for p in self.open_phases],
             "last_phase": self.last_phase.to_dict() if self.last_phase is not None else None,
             "tail_events": [t.to_dict() for t in self.tail_events[-5:]],
@@ -192,11 +200,13 @@ def _last_segment(frame: pl.DataFrame) -> pl.DataFrame:
 OPEN_SPAN_COLUMNS = ["name", "track", "depth", "step", "segment", "start_us", "end_us", "closed"]
 
 
-def _open_spans(run: Any, last_step: int | None) -> tuple[OpenSpan, ...]:
-    """The last segment's spans left open (a B with no E). Read with filtered scans: the spans of a
-    long run stay on disk, and what is held is the open spans and one aggregate per open track."""
+def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], int, int | None]:
+    """The last segment's spans left open (a B with no E): each track's outermost and innermost
+    OPEN_SPANS_LISTED, how many are not listed, and the latest step among those of them in a step. Read
+    with filtered scans and column expressions: the spans of a long run stay on disk, and a trace that
+    stops inside millions of open spans (one B event repeated) holds them as columns, never as objects."""
     if run.height("spans") == 0:
-        return ()
+        return (), 0, None
     spans = run.scan("spans").select(OPEN_SPAN_COLUMNS)
     last = spans.select(pl.col("segment").drop_nulls().max()).collect().item()
     if last is not None:
@@ -204,58 +214,67 @@ def _open_spans(run: Any, last_step: int | None) -> tuple[OpenSpan, ...]:
     closed = pl.col("closed").fill_null(True)
     open_rows = spans.filter(~closed).sort("track", "depth", "start_us").collect()
     if open_rows.is_empty():
-        return ()
+        return (), 0, None
     trace_end = float(spans.select(pl.max_horizontal("start_us", "end_us").max()).collect().item())
     # The cookbook writes `step` on a span's E event only: an open span's step is the one after the
     # last closed span of its name on its track.
     keys = open_rows.select("track", "name").unique()
     stepped = spans.filter(closed & pl.col("step").is_not_null())
-    last_closed = {
-        (track, name): step
-        for track, name, step in stepped.join(keys.lazy(), on=["track", "name"], how="semi", nulls_equal=True)
+    next_of = (
+        stepped.join(keys.lazy(), on=["track", "name"], how="semi", nulls_equal=True)
         .group_by("track", "name")
-        .agg(pl.col("step").max())
+        .agg((pl.col("step").max() + 1).alias("_next"))
         .collect()
-        .iter_rows()
-    }
+    )
     # When the run's first step ended: a span with no step begun before it is the loop around the steps.
     first_end = stepped.select(pl.col("end_us").min()).collect().item()
-    first_step_end = float(first_end) if first_end is not None else None
-    found: list[OpenSpan] = []
-    # Per track, the open spans met so far (outermost first): a span inside an open span of a known step
-    # is part of that step. An eval or a checkpoint save runs every N steps, so "the one after its last
-    # closed span" would name a step long past; its enclosing step span says which step it is in.
-    enclosing: dict[str, list[tuple[int, int | None]]] = {}
-    for r in open_rows.iter_rows(named=True):
-        track, depth = str(r["track"]), int(r["depth"] or 0)
-        outer = [(d, st) for d, st in enclosing.get(track, []) if d < depth]
-        parent_step = next((st for _, st in reversed(outer) if st is not None), None)
-        step = r["step"]
-        if step is None:
-            step = parent_step if parent_step is not None else _next(last_closed.get((r["track"], r["name"])))
-        enclosing[track] = [*outer, (depth, step)]
-        starts_before_steps = first_step_end is not None and float(r["start_us"]) < first_step_end
-        found.append(
-            OpenSpan(
-                track,
-                str(r["name"]),
-                depth,
-                step,
-                (trace_end - float(r["start_us"])) / 1e6,
-                encloses_steps=step is None and starts_before_steps,
-            )
+    # A span inside an open span of a known step is part of that step: an eval or a checkpoint save runs
+    # every N steps, so "the one after its last closed span" would name a step long past. Per track
+    # (outermost first), the first span with a step of its own or a next one starts the chain; after it,
+    # a span without a step of its own takes its enclosing span's.
+    own_or_next = pl.coalesce("step", "_next")
+    before_chain = own_or_next.is_not_null().cast(pl.Int64).cum_sum().shift(1, fill_value=0).over("track") == 0
+    rows = (
+        open_rows.join(next_of, on=["track", "name"], how="left", nulls_equal=True, maintain_order="left")
+        .with_columns(pl.when(before_chain).then(own_or_next).otherwise(pl.col("step")).alias("_chain"))
+        .with_columns(
+            pl.col("_chain").forward_fill().over("track").alias("step"),
+            pl.int_range(pl.len()).over("track").alias("_at"),
+            pl.len().over("track").alias("_of"),
         )
+        .with_columns(
+            (
+                pl.col("step").is_null()
+                & (pl.lit(first_end is not None) & (pl.col("start_us") < pl.lit(first_end or 0.0)))
+            ).alias("_encloses")
+        )
+    )
     # Spans of logged steps are lost E events only when nothing is open past them: a span of a later step (or
     # of no known step) says the run was inside a step, and then a span whose step was guessed from its last
     # closed one (an async rollout worker's) is in flight too.
-    beyond = [o for o in found if not o.encloses_steps and (o.step is None or last_step is None or o.step > last_step)]
-    if not beyond:
-        found = [replace(o, step_logged=o.step is not None and last_step is not None) for o in found]
-    return tuple(found)
-
-
-def _next(step: int | None) -> int | None:
-    return None if step is None else int(step) + 1
+    past_logged = pl.col("step").is_null() | pl.lit(last_step is None) | (pl.col("step") > (last_step or 0))
+    beyond = rows.filter(~pl.col("_encloses") & past_logged).height > 0
+    step_logged = not beyond and last_step is not None
+    listed = (pl.col("_at") < OPEN_SPANS_LISTED) | (pl.col("_at") >= pl.col("_of") - OPEN_SPANS_LISTED)
+    found = tuple(
+        OpenSpan(
+            str(track),
+            str(name),
+            int(depth or 0),
+            step,
+            (trace_end - float(start)) / 1e6,
+            encloses_steps=bool(encloses),
+            step_logged=step_logged and step is not None,
+        )
+        for track, name, depth, step, start, encloses in rows.filter(listed)
+        .select("track", "name", "depth", "step", "start_us", "_encloses")
+        .iter_rows()
+    )
+    unlisted = rows.filter(~listed)
+    # Only the unlisted spans that say a step was in flight count toward the step stopped in (OpenSpan.in_step).
+    in_step = unlisted.filter(~pl.col("_encloses")) if not step_logged else unlisted.clear()
+    latest = in_step.get_column("step").max() if in_step.height else None
+    return found, unlisted.height, None if latest is None else int(latest)
 
 
 def _ref(row: dict[str, Any]) -> LogLineRef:
@@ -440,7 +459,7 @@ def run_end(run: Any) -> RunEnd:
         named_final = pl.col("name").fill_null("") == "final" if "name" in checkpoints.columns else pl.lit(False)
         flagged = pl.col("final").fill_null(False) if "final" in checkpoints.columns else pl.lit(False)
         final = checkpoints.filter(named_final | flagged).height > 0
-    open_spans = _open_spans(run, last_step)
+    open_spans, unlisted, unlisted_step = _open_spans(run, last_step)
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
@@ -460,6 +479,8 @@ def run_end(run: Any) -> RunEnd:
         plan=run_plan(rows, run.meta.config, run.log_events, run.meta.trainer),
         final_checkpoint=final,
         open_spans=open_spans,
+        unlisted_open_spans=unlisted,
+        unlisted_open_step=unlisted_step,
         open_phases=phases,
         last_phase=last_phase,
         tail_events=tail,

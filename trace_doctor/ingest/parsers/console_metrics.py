@@ -15,7 +15,7 @@ on the capture's `log` input.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,11 @@ import polars as pl
 
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.parsers.console_keys import resolve_cut_keys
-from trace_doctor.ingest.parsers.console_tables import ConsoleTable, metric_tables
-from trace_doctor.ingest.parsers.console_timeline import TimelineStep, timeline_steps
+from trace_doctor.ingest.parsers.console_tables import ConsoleTable, TableScanner
+from trace_doctor.ingest.parsers.console_timeline import TimelineReader, TimelineStep
 from trace_doctor.ingest.parsers.metrics import StepsBuilder
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
-from trace_doctor.ingest.reading.textfile import read_text_lines
+from trace_doctor.ingest.reading.textfile import text_lines
 from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile
 
 # Files discovery files as logs that are never a console: pip freeze and the code diff.
@@ -51,8 +51,8 @@ def console_value(text: str) -> Any:
 @dataclass
 class _Capture:
     path: Path
-    lines: list[str]
     tables: list[ConsoleTable]
+    timeline: list[TimelineStep] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -60,14 +60,30 @@ class _Capture:
 
 
 def _captures(paths: Iterable[Path]) -> list[_Capture]:
-    captures = []
+    """Each console capture's tables, read forward once in blocks: what is held is the tables (and a
+    capture's timeline while no capture so far has a metrics row, the only case it is used in)."""
+    captures: list[_Capture] = []
     for path in sorted({input_path(p) for p in paths}):
         if path.name in NOT_CONSOLE:
             continue
         # The log parser reads the same file and reports its decoding problems: not repeated here.
-        lines = read_text_lines(path, [])
-        if lines is not None:
-            captures.append(_Capture(path, lines, metric_tables(lines)))
+        lines = text_lines(path, [])
+        if lines is None:
+            continue
+        scanner = TableScanner()
+        timeline = None if any(c.rows for c in captures) else TimelineReader()
+        tables: list[ConsoleTable] = []
+        for raw in lines:
+            table = scanner.take(raw)
+            if table is not None:
+                tables.append(table)
+                if table.cells:
+                    timeline = None  # this capture's tables are the steps
+            if timeline is not None:
+                timeline.take(raw)
+        last = scanner.finish()
+        tables += [last] if last is not None else []
+        captures.append(_Capture(path, tables, timeline.steps() if timeline is not None else []))
     return captures
 
 
@@ -128,7 +144,7 @@ def parse_console_metrics(paths: Iterable[Path], warnings: list[IngestWarning]) 
     with_tables = [c for c in captures if c.rows]
     if with_tables:
         return _steps_of_tables(with_tables, warnings)
-    timelines = [(timeline_steps(c.lines), c) for c in captures]
+    timelines = [(c.timeline, c) for c in captures]
     steps, chosen = max(timelines, key=lambda t: (len(t[0]), str(t[1].path)), default=([], None))
     if chosen is None or not steps:
         return pl.DataFrame(schema=STEPS_SCHEMA), []
@@ -142,8 +158,8 @@ def console_table_steps(
     tables_by_file: dict[Path, list[ConsoleTable]], warnings: list[IngestWarning]
 ) -> tuple[pl.DataFrame, list[InputFile]]:
     """The steps table from console metric tables already read (a live run's whole tables, per file), as
-    parse_console_metrics makes it from the same captures read whole."""
-    with_tables = [_Capture(path, [], tables) for path, tables in sorted(tables_by_file.items())]
+    parse_console_metrics makes it from the same captures read from the start."""
+    with_tables = [_Capture(path, tables) for path, tables in sorted(tables_by_file.items())]
     with_tables = [c for c in with_tables if c.rows]
     if not with_tables:
         return pl.DataFrame(schema=STEPS_SCHEMA), []

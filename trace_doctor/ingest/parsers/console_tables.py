@@ -13,6 +13,8 @@ Only the rows are read here, as text; what the keys and values mean is console_m
 from __future__ import annotations
 
 import re
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from trace_doctor.ingest.reading.textfile import strip_ansi
@@ -24,6 +26,10 @@ TITLE = re.compile(r"^\s*Step (?P<step>-?\d{1,18})\s*$")
 BORDER = re.compile(r"^[\u2500-\u257f+\-=|]+$")
 BOTTOM_CORNERS = "└┗+"
 CUT_MARK = "…"
+# Lines above a header that belong to its table: the `Step N` title, a blank line, the top border.
+LINES_ABOVE_HEADER = 3
+# What a line inside a table is to it (TableScanner._row).
+ROW, LAST_ROW, AFTER = "row", "last row", "after"
 
 
 @dataclass
@@ -60,47 +66,63 @@ def _cells(text: str) -> tuple[str, str] | None:
     return parts[0].strip(), parts[1].strip()
 
 
-def _top_border_above(lines: list[str], header: int) -> bool:
-    """Rich draws a border above the header; a markdown `| Metric | Value |` table (model output
-    printed to the same console) has none."""
-    if header == 0:
-        return False
-    text = strip_ansi(lines[header - 1]).strip()
-    return bool(BORDER.match(text)) and text[0] in "┏┌╭+"
+class TableScanner:
+    """The tables of a capture's lines taken one at a time, in file order (line numbers count from 1).
 
+    What it holds is the table being read and the three lines above the current one (a header is known
+    by the top border above it and the `Step N` title above that), so a capture of any size costs the
+    tables it holds. `take` gives each table as it ends: at its bottom border, at a row cut short, or at
+    the first line after it that is not a row (that line is then looked at as a header of its own)."""
 
-def _title_step(lines: list[str], header: int) -> int | None:
-    """The step in the `Step N` title above the table's top border (index `header` is the header)."""
-    for back in (2, 3):  # title, top border, header; a blank line may sit under the title
-        index = header - back
-        if index < 0:
-            return None
-        text = strip_ansi(lines[index])
-        found = TITLE.match(text)
-        if found is not None:
-            return int(found["step"])
-        if text.strip():
-            return None
-    return None
+    def __init__(self) -> None:
+        self.open: ConsoleTable | None = None  # the table whose rows are being read
+        self.end = 0  # the index of the first line after the table `take` last gave
+        self._above: deque[str] = deque(maxlen=LINES_ABOVE_HEADER)
+        self._index = 0  # the index of the next line
 
+    def take(self, raw: str) -> ConsoleTable | None:
+        """Read the next line; the table it ends, if any."""
+        index = self._index
+        self._index += 1
+        ended = self.open
+        if ended is not None:
+            read = self._row(ended, strip_ansi(raw).strip(), index)
+            if read == ROW:
+                self._above.append(raw)
+                return None
+            self.open = None
+            if read == LAST_ROW:
+                self.end = index + 1
+                self._above.append(raw)
+                return ended
+            self.end = index
+        if "Metric" in raw and "Value" in raw and HEADER.match(strip_ansi(raw).strip()) and self._border_above():
+            self.open = ConsoleTable(line=index + 1, step=self._title_step())
+        self._above.append(raw)
+        return ended
 
-def _read_rows(lines: list[str], table: ConsoleTable, start: int) -> int:
-    """Fill `table` with the rows from index `start`; the index of the first line after the table."""
-    index = start
-    while index < len(lines):
-        text = strip_ansi(lines[index]).strip()
+    def finish(self) -> ConsoleTable | None:
+        """The table the lines ended in (without its bottom border), if any."""
+        table, self.open = self.open, None
+        if table is not None:
+            self.end = self._index
+        return table
+
+    @staticmethod
+    def _row(table: ConsoleTable, text: str, index: int) -> str:
+        """Take the line `text` into `table`: ROW, LAST_ROW (its bottom border or a row cut short), or
+        AFTER (a line that is not the table's: the table ended above it)."""
         if BORDER.match(text) and not text.startswith(tuple(BOTTOM_CORNERS)):
-            index += 1  # the line under the header, or a row separator
-            continue
+            return ROW  # the line under the header, or a row separator
         if BORDER.match(text):
             table.closed = True
-            return index + 1
+            return LAST_ROW
         cells = _cells(text)
         if cells is None:
             if text and text[0] in VERTICALS:
                 table.cut_line = index + 1  # a row that stops short: the write was cut
-                return index + 1
-            return index
+                return LAST_ROW
+            return AFTER
         key, value = cells
         previous = table.cells[-1] if table.cells else None
         if previous is not None and not key and value:
@@ -109,47 +131,52 @@ def _read_rows(lines: list[str], table: ConsoleTable, start: int) -> int:
             previous.key = f"{previous.key} {key}"  # a key (with spaces) wrapped onto the next line
         elif key:
             table.cells.append(Cell(key, value, index + 1))
-        index += 1
-    return index
+        return ROW
+
+    def _border_above(self) -> bool:
+        """Rich draws a border above the header; a markdown `| Metric | Value |` table (model output
+        printed to the same console) has none."""
+        if not self._above:
+            return False
+        text = strip_ansi(self._above[-1]).strip()
+        return bool(BORDER.match(text)) and text[0] in "┏┌╭+"
+
+    def _title_step(self) -> int | None:
+        """The step in the `Step N` title above the table's top border."""
+        for back in (2, 3):  # title, top border, header; a blank line may sit under the title
+            if len(self._above) < back:
+                return None
+            text = strip_ansi(self._above[-back])
+            found = TITLE.match(text)
+            if found is not None:
+                return int(found["step"])
+            if text.strip():
+                return None
+        return None
 
 
-def metric_tables(lines: list[str]) -> list[ConsoleTable]:
+def metric_tables(lines: Iterable[str]) -> list[ConsoleTable]:
     """Every metrics table in `lines`, in file order (line numbers count from 1)."""
-    return [table for table, _, _ in _scan(lines)]
-
-
-def _scan(lines: list[str]):
-    """Each table with the index of its header line and of the first line after it."""
-    index = 0
-    while index < len(lines):
-        raw = lines[index]
-        if "Metric" not in raw or "Value" not in raw:
-            index += 1
-            continue
-        if HEADER.match(strip_ansi(raw).strip()) is None or not _top_border_above(lines, index):
-            index += 1
-            continue
-        header = index
-        table = ConsoleTable(line=index + 1, step=_title_step(lines, index))
-        index = _read_rows(lines, table, index + 1)
-        yield table, header, index
-
-
-# Lines above a header that belong to its table: the `Step N` title, a blank line, the top border.
-LINES_ABOVE_HEADER = 3
+    scanner = TableScanner()
+    tables = [table for raw in lines if (table := scanner.take(raw)) is not None]
+    last = scanner.finish()
+    return tables if last is None else [*tables, last]
 
 
 def whole_tables(lines: list[str]) -> tuple[list[ConsoleTable], int]:
     """The tables of `lines` (the text so far of a file still being written) that are whole, and the index
     of the first line to keep for the next look: a table that runs to the end of `lines` may still gain
     rows, and the last lines may be the title and top border of a table whose header is not written yet."""
+    scanner = TableScanner()
     tables: list[ConsoleTable] = []
     keep = max(0, len(lines) - LINES_ABOVE_HEADER)
-    for table, header, end in _scan(lines):
-        if end >= len(lines) and not table.closed and table.cut_line is None:
-            return tables, max(0, header - LINES_ABOVE_HEADER)
-        tables.append(table)
-        keep = max(keep, end)
+    for raw in lines:
+        table = scanner.take(raw)
+        if table is not None:
+            tables.append(table)
+            keep = max(keep, scanner.end)
+    if scanner.open is not None:
+        return tables, max(0, scanner.open.line - 1 - LINES_ABOVE_HEADER)
     return tables, keep
 
 

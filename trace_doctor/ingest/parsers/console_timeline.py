@@ -14,6 +14,7 @@ off, so these rows are a coarse timeline, not the metrics rows: they carry no `t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from trace_doctor.ingest.parsers.log_kinds import COMMAND_LINE, LOGGING_TO, STARTING, TOOK
@@ -86,15 +87,21 @@ class _Cutter:
         self.last_line = line
 
 
-def timeline_steps(lines: list[str]) -> list[TimelineStep]:
-    """The steps of `time/<phase>` seconds that the `Starting`/`took` lines of a capture describe."""
-    cutter = _Cutter()
-    for index, raw in enumerate(lines):
+class TimelineReader:
+    """The timeline of a capture's lines taken one at a time: what it holds is the steps cut so far."""
+
+    def __init__(self) -> None:
+        self._cutter = _Cutter()
+        self._index = 0
+
+    def take(self, raw: str) -> None:
+        self._index += 1
         if "took " not in raw and "Starting " not in raw and WROTE_METRICS not in raw and "] " not in raw:
-            continue
+            return
+        cutter = self._cutter
         message = _message(strip_ansi(raw))
         if (found := TOOK.match(message)) is not None:
-            cutter.took(found["name"], float(found["seconds"]), index + 1)
+            cutter.took(found["name"], float(found["seconds"]), self._index)
         elif (found := STARTING.match(message)) is not None:
             cutter.start(found["name"])
         elif message.startswith(WROTE_METRICS):
@@ -102,9 +109,21 @@ def timeline_steps(lines: list[str]) -> list[TimelineStep]:
             cutter.close()
         elif _is_process_start(message):
             cutter.restart()
-    # The phases after the last step that ended are a step that never finished (the run stopped or
-    # was still going), unless the capture never marks a step's end and earlier steps were cut by a
-    # phase starting again: then the last one is as complete as they were.
-    if not cutter.marked and cutter.steps:
-        cutter.close()
-    return cutter.steps
+
+    def steps(self) -> list[TimelineStep]:
+        """The steps of the lines taken (call once, after the last line)."""
+        cutter = self._cutter
+        # The phases after the last step that ended are a step that never finished (the run stopped or
+        # was still going), unless the capture never marks a step's end and earlier steps were cut by a
+        # phase starting again: then the last one is as complete as they were.
+        if not cutter.marked and cutter.steps:
+            cutter.close()
+        return cutter.steps
+
+
+def timeline_steps(lines: Iterable[str]) -> list[TimelineStep]:
+    """The steps of `time/<phase>` seconds that the `Starting`/`took` lines of a capture describe."""
+    reader = TimelineReader()
+    for raw in lines:
+        reader.take(raw)
+    return reader.steps()

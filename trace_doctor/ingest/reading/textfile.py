@@ -47,7 +47,7 @@ def utf16_as_utf8(data: bytes) -> bytes:
 
 def read_text_lines(path: Path, warnings: WarningSink) -> list[str] | None:
     """The file's lines (no line endings) as a list; see `text_lines`. For the readers that look back and
-    ahead (dump blocks, console tables); a reader that goes forward once takes `text_lines`."""
+    ahead (dump blocks); a reader that goes forward once takes `text_lines`."""
     lines = text_lines(path, warnings)
     return None if lines is None else list(lines)
 

@@ -464,13 +464,34 @@ def _discard(temp: str | None) -> None:
             os.unlink(temp)
 
 
+def _temporary_item(item: os.DirEntry, now: float) -> int:
+    """A `.tmp-` file or folder of the cache folder: removed when stale (a killed writer's, or a
+    table of a process that died), else the bytes it holds (a write in progress, or the table of a
+    process that lost a race to write the same entry and still reads it)."""
+    if item.is_dir(follow_symlinks=False):
+        parts = [part for part in os.scandir(item.path) if part.is_file(follow_symlinks=False)]
+        stats = [part.stat(follow_symlinks=False) for part in parts]
+        newest = max([item.stat(follow_symlinks=False).st_mtime, *(st.st_mtime for st in stats)])
+        if now - newest > STALE_TEMP_SECONDS:
+            shutil.rmtree(item.path, ignore_errors=True)
+            return 0
+        return sum(st.st_size for st in stats)
+    stat = item.stat(follow_symlinks=False)
+    if now - stat.st_mtime > STALE_TEMP_SECONDS:
+        os.unlink(item.path)
+        return 0
+    return stat.st_size
+
+
 def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
     """Delete the least recently used entries until the folder's entries total at most `limit` bytes.
 
     Only trace-doctor's own files are touched (the folder may be one the user shares): entries,
-    temporary files left by a killed writer, and the previous format's entry folders.
+    temporary files left by a killed writer, and the previous format's entry folders. Temporary files
+    still being written count against the limit: older entries make room for them.
     """
     entries: list[tuple[float, int, str]] = []
+    in_progress = 0  # bytes of writes in progress: not evictable, but they count against the cap
     now = time.time()
     try:
         listing = list(os.scandir(root))
@@ -485,18 +506,15 @@ def evict(root: Path, limit: int, *, keep: Path | None = None) -> None:
                 follow_symlinks=False
             ):
                 entries.append(_folder_entry(item.path))
-            elif item.name.startswith(".tmp-") and now - item.stat(follow_symlinks=False).st_mtime > STALE_TEMP_SECONDS:
-                if item.is_dir(follow_symlinks=False):
-                    shutil.rmtree(item.path, ignore_errors=True)
-                else:
-                    os.unlink(item.path)
+            elif item.name.startswith(".tmp-"):
+                in_progress += _temporary_item(item, now)
             elif LEGACY_ENTRY.fullmatch(item.name) and os.path.isfile(os.path.join(item.path, "meta.json")):
                 shutil.rmtree(item.path, ignore_errors=True)
             elif LEGACY_PICKLE.fullmatch(item.name) and item.is_file(follow_symlinks=False):
                 os.unlink(item.path)
         except OSError:
             continue  # removed by another process meanwhile
-    total = sum(size for _, size, _ in entries)
+    total = in_progress + sum(size for _, size, _ in entries)
     keep_path = os.fspath(keep) if keep is not None else None
     used = {os.path.dirname(p) for p in paths_in_use()}
     # A resume state is read whole at once (a reader that loses it misses), so any may go; they go

@@ -6,7 +6,10 @@ table costs nothing until read, and each reader scans only the columns and rows 
 (`scan().filter(...).select(...)`), so what is held at once is that reader's slice.
 
 The files live in the table cache (they are its entries) or, with the cache off or unwritable, in
-a scratch folder of this process that is removed when it exits.
+a scratch folder of this process. A table's files that are not a cache entry (the scratch folder's,
+or a cache writer's `.tmp-` folder that lost a race) go when the last table reading them does, and
+the scratch folder when it is empty: an analysis run in a process that goes on (the API, a test)
+leaves nothing behind once its results are dropped. What is left at exit goes then.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +31,14 @@ import polars as pl
 MEMORY_ROWS = 500_000
 
 _scratch: Path | None = None
+# Held while the scratch folder is made or something is made in it, and while it is removed once
+# empty: a folder is never removed between another thread's finding it and writing in it.
+_scratch_lock = threading.RLock()
+# Every scratch folder this process made and has not removed yet (one at a time, unless one was
+# removed from under it): the exit removes them all.
+_made: list[Path] = []
+# A writer's folder in the cache folder, renamed into an entry when done (cache.py).
+CACHE_TEMP_PREFIX = ".tmp-"
 # Every stored table alive in this process: the cache never evicts a file one of them still reads.
 _live: weakref.WeakSet[StoredTable] = weakref.WeakSet()
 
@@ -61,45 +73,88 @@ _disk_ok = True
 
 
 def scratch_dir() -> Path | None:
-    """This process's folder for stored tables that are not cache entries (removed at exit), or
-    None when none can be made."""
+    """This process's folder for stored tables that are not cache entries (removed once empty, and at
+    exit), or None when none can be made."""
     global _scratch
     if not _disk_ok:
         return None
-    if _scratch is None or not _scratch.is_dir():
-        try:
-            _scratch = Path(tempfile.mkdtemp(prefix="trace-doctor-"))
-        except OSError as exc:
-            disk_failed(exc)
-            return None
-        atexit.register(shutil.rmtree, _scratch, True)
-    return _scratch
+    with _scratch_lock:
+        if _scratch is None or not _scratch.is_dir():
+            try:
+                _scratch = Path(tempfile.mkdtemp(prefix="trace-doctor-"))
+            except OSError as exc:
+                disk_failed(exc)
+                return None
+            _made.append(_scratch)
+        return _scratch
 
 
 def scratch_file(prefix: str) -> Path | None:
     """A new, unused file name in the scratch folder (None: no disk to write to)."""
-    folder = scratch_dir()
-    if folder is None:
-        return None
-    try:
-        handle, name = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".parquet")
-    except OSError as exc:
-        disk_failed(exc)
-        return None
+    with _scratch_lock:
+        folder = scratch_dir()
+        if folder is None:
+            return None
+        try:
+            handle, name = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".parquet")
+        except OSError as exc:
+            disk_failed(exc)
+            return None
     os.close(handle)
     return Path(name)
 
 
 def scratch_folder(prefix: str) -> Path | None:
     """A new, empty folder in the scratch folder (None: no disk to write to)."""
-    folder = scratch_dir()
-    if folder is None:
-        return None
-    try:
-        return Path(tempfile.mkdtemp(dir=folder, prefix=prefix))
-    except OSError as exc:
-        disk_failed(exc)
-        return None
+    with _scratch_lock:
+        folder = scratch_dir()
+        if folder is None:
+            return None
+        try:
+            return Path(tempfile.mkdtemp(dir=folder, prefix=prefix))
+        except OSError as exc:
+            disk_failed(exc)
+            return None
+
+
+def _temporary(folder: Path) -> bool:
+    """A folder of this process's own that goes once unused: in the scratch folder, or a cache writer's."""
+    return folder.name.startswith(CACHE_TEMP_PREFIX) or folder.parent in _made
+
+
+def release_scratch(paths: list[Path] | None = None) -> None:
+    """Remove `paths` (a dropped table's parts, or a finished writer's empty folder) where they are
+    temporary files no live table reads, their folder once empty, and the scratch folder once empty."""
+    global _scratch
+    with _scratch_lock:
+        in_use = paths_in_use() if paths else set()
+        for path in paths or []:
+            folder = path if path.is_dir() else path.parent
+            if not _temporary(folder):
+                continue
+            if path != folder and os.fspath(path) not in in_use:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            with contextlib.suppress(OSError):
+                if os.listdir(folder) == [PartWriter.HEADER]:  # a cache writer's that lost the rename
+                    (folder / PartWriter.HEADER).unlink()
+                folder.rmdir()  # only when empty: another table may read the rest
+        for made in list(_made):
+            try:
+                made.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue  # not empty: in use
+            _made.remove(made)
+            if made == _scratch:
+                _scratch = None
+
+
+@atexit.register
+def _remove_scratch() -> None:
+    for made in _made:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def keep_in_memory(exc: BaseException) -> None:
@@ -139,6 +194,9 @@ class StoredTable:
         self.schema = dict(schema)
         self.late_warnings: list = []  # deferred parts' warnings, once produced (DeferredPart)
         _live.add(self)
+        # Its temporary files go with the last table that reads them (the list, not the table: a
+        # produced deferred part extends it in place).
+        weakref.finalize(self, _dropped, self.parts)
 
     @classmethod
     def of(cls, tables: list[StoredTable]) -> StoredTable:
@@ -164,7 +222,7 @@ class StoredTable:
                     parts += produced.parts
                 else:
                     parts.append(part)
-            self.parts = parts
+            self.parts[:] = parts
         return [p for p in self.parts if not isinstance(p, DeferredPart)]
 
     def scan(self) -> pl.LazyFrame:
@@ -192,6 +250,10 @@ class StoredTable:
 
     def is_empty(self) -> bool:
         return self.height == 0
+
+
+def _dropped(parts: list[Part]) -> None:
+    release_scratch([p for p in parts if isinstance(p, Path)])
 
 
 def paths_in_use() -> set[str]:
@@ -254,7 +316,8 @@ class PartWriter:
             except Exception as exc:  # noqa: BLE001 - a full disk is a polars ComputeError too
                 with contextlib.suppress(OSError):
                     part.unlink()
-                self.folder = self.on_failure(exc)
+                refused, self.folder = self.folder, self.on_failure(exc)
+                release_scratch([refused])  # a temporary folder left empty goes now
                 if self.folder is None:
                     self.memory_rows = 1 << 62
                     return
@@ -284,9 +347,10 @@ class PartWriter:
         False when the rows could not all be written."""
         if header is None:
             return self.on_disk
+        folder = self.folder
         self.persist()
-        if not self.on_disk or self.folder is None:
-            return False
+        if not self.on_disk or self.folder is None or self.folder != folder:
+            return False  # (a folder the writer moved to when the disk refused rows is no entry)
         try:
             (self.folder / self.HEADER).write_bytes(header)
         except OSError as exc:
@@ -300,8 +364,12 @@ class PartWriter:
 
     def stored(self) -> StoredTable:
         held = [pl.concat(self._held, how="vertical")] if self._held else []
-        return StoredTable([*self.parts, *held], self.height, self.schema)
+        table = StoredTable([*self.parts, *held], self.height, self.schema)
+        if self.folder is not None:
+            release_scratch([self.folder])  # a temporary folder no row was written to goes now
+        return table
 
     def abandon(self) -> None:
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+        release_scratch()

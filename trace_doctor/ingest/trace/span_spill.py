@@ -117,7 +117,7 @@ class SpanSpill:
             return
         self._buffered = 0
         self.files.append(path)
-        usable = frame.select("segment", "start_us").filter(pl.col("start_us").is_finite())
+        usable = frame.select("segment", "start_us", "line_begin").filter(pl.col("start_us").is_finite())
         self._samples.append(usable.gather_every(SAMPLE_EVERY))
 
     def finish(self) -> None:
@@ -151,7 +151,7 @@ class SpanSpill:
         samples = (
             pl.concat(self._samples, how="vertical")
             if self._samples
-            else pl.DataFrame(schema={"segment": pl.Int32, "start_us": pl.Float64})
+            else pl.DataFrame(schema={"segment": pl.Int32, "start_us": pl.Float64, "line_begin": pl.Int64})
         )
         # Segments are numbered 0, 1, ... in a file; one with no finite start still gets its windows.
         low, high = self.segments.low, self.segments.high
@@ -160,18 +160,16 @@ class SpanSpill:
         step = max(1, WINDOW_ROWS // SAMPLE_EVERY)
         for segment in segments:
             in_segment = pl.col("segment") == segment
-            starts = samples.filter(pl.col("segment") == segment).get_column("start_us").sort()
-            cuts = sorted(set(starts.gather_every(step, offset=step).to_list())) if starts.len() > step else []
-            start = pl.col("start_us")
-            filters.append(in_segment & start.is_null())
-            bounds: list[float | None] = [None, *cuts, None]
+            starts = (
+                samples.filter(pl.col("segment") == segment)
+                .select("start_us", "line_begin")
+                .sort("start_us", "line_begin")
+            )
+            cuts = sorted(set(starts.gather_every(step, offset=step).iter_rows())) if starts.height > step else []
+            filters.append(in_segment & pl.col("start_us").is_null())
+            bounds: list[tuple[float, int] | None] = [None, *cuts, None]
             for lo, hi in zip(bounds, bounds[1:], strict=False):
-                window = in_segment & start.is_not_null()
-                if lo is not None:
-                    window = window & (start >= lo)
-                if hi is not None:
-                    window = window & (start < hi)
-                filters.append(window)
+                filters.append(in_segment & pl.col("start_us").is_not_null() & _between(lo, hi))
         return filters
 
     def discard(self) -> None:
@@ -179,6 +177,22 @@ class SpanSpill:
             with contextlib.suppress(OSError):
                 path.unlink()
         self.files = []
+
+
+def _between(lo: tuple[float, int] | None, hi: tuple[float, int] | None) -> pl.Expr:
+    """Spans from the cut `lo` (a span's start and line, included) to `hi` (excluded) in (start, line)
+    order. Cut by (start, line), not start alone: spans that share one start (an event repeated) are
+    windows of their own instead of one window of them all. The plain range on the start goes first,
+    so the row groups outside it are still skipped on their statistics."""
+    start, line = pl.col("start_us"), pl.col("line_begin")
+    window = pl.lit(True)
+    if lo is not None and hi is not None and lo[0] == hi[0]:
+        return (start == lo[0]) & (line >= lo[1]) & (line < hi[1])
+    if lo is not None:
+        window = window & (start >= lo[0]) & ((start > lo[0]) | (line >= lo[1]))
+    if hi is not None:
+        window = window & (start <= hi[0]) & ((start < hi[0]) | (line < hi[1]))
+    return window
 
 
 def write_sorted(spill: SpanSpill, names: SpanNames | None, source: str, out: PartWriter) -> None:

@@ -29,7 +29,7 @@ from trace_doctor.ingest.storage.stored_table import disk_failed, scratch_file
 from trace_doctor.ingest.trace.span_args import with_track_thread
 from trace_doctor.ingest.trace.span_names import SpanNames
 from trace_doctor.ingest.trace.span_pairing import KEY, complete_spans, pair_begin_end
-from trace_doctor.ingest.trace.span_spill import SpanSpill
+from trace_doctor.ingest.trace.span_spill import BUFFER_ROWS, SpanSpill
 from trace_doctor.ingest.trace.trace_parse import META_COLUMNS, SPAN_PHASES
 
 # Phases other than spans and metadata are counted, not read: their names make the warning readable.
@@ -176,7 +176,11 @@ class SpanStream:
         complete_events = [f for f in self._complete if f.height]
         self._complete = []
         if complete_events:
-            self.spill.add(complete_spans(pl.concat(complete_events, how="vertical")))
+            spans = complete_spans(pl.concat(complete_events, how="vertical"))
+            del complete_events
+            # Added a buffer's worth at a time, so the spill sorts a buffer, never a copy of them all.
+            for offset in range(0, spans.height, BUFFER_ROWS):
+                self.spill.add(spans.slice(offset, BUFFER_ROWS))
         return self.spill, self._unmatched
 
     def names(self) -> SpanNames | None:
@@ -267,8 +271,11 @@ class SpanStream:
         held = sum(frame.height for frame in carried)
         below: list[pl.DataFrame] = []  # carried entries this chunk's E events cannot reach
         bases = None
-        if not final and held > DEEP_STACK:
-            below, carried, bases = _set_apart_deep(carried, events)
+        if held > DEEP_STACK:
+            if final:
+                carried, bases = _unclosed_below(carried, events, self.source, self._unmatched, self.spill)
+            else:
+                below, carried, bases = _set_apart_deep(carried, events)
         parts = [p for p in (*carried, events) if p.height]
         if not parts:
             self._open = below
@@ -279,11 +286,57 @@ class SpanStream:
         self._open[:0] = below
         if bases is not None and closed.height:
             # The entries left below sit under every span paired in this chunk on their track.
-            closed = closed.join(bases, on=KEY, how="left", nulls_equal=True, maintain_order="left")
-            closed = closed.with_columns(
-                (pl.col("depth") + pl.col("_base").fill_null(0)).cast(pl.Int32).alias("depth")
-            ).drop("_base")
+            closed = _raised(closed, bases)
         self.spill.add(closed)
+
+
+def _raised(spans: pl.DataFrame, bases: pl.DataFrame) -> pl.DataFrame:
+    """`spans` with the `_base` of their track (KEY columns, `_base`; none: 0) added to their depth."""
+    spans = spans.join(bases, on=KEY, how="left", nulls_equal=True, maintain_order="left")
+    return spans.with_columns((pl.col("depth") + pl.col("_base").fill_null(0)).cast(pl.Int32).alias("depth")).drop(
+        "_base"
+    )
+
+
+def _unclosed_below(
+    carried: list[pl.DataFrame], events: pl.DataFrame, source: str, warnings: FileWarnings, spill: SpanSpill
+) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+    """At the file's end, with a deep stack: the carried B events no E of the last `events` can reach
+    become unclosed spans (at their place in their track's stack) into `spill`, a carried frame at a
+    time, each frame released once done (`carried` is emptied); returns (the others, to pair with `events`; how many are
+    below per track). Pairing the whole stack at once held it several times over (a trace of one B
+    event repeated: the stack is the file)."""
+    sizes = pl.concat([f.group_by(KEY).agg(pl.len().cast(pl.Int64).alias("_n")) for f in carried], how="vertical")
+    sizes = sizes.group_by(KEY).agg(pl.col("_n").sum())
+    ends = events.filter(pl.col("ph") == "E").group_by(KEY).agg(pl.len().cast(pl.Int64).alias("_ends"))
+    below = sizes.join(ends, on=KEY, how="left", nulls_equal=True).select(
+        *KEY, (pl.col("_n") - pl.col("_ends").fill_null(0)).clip(lower_bound=0).alias("_below")
+    )
+    seen = below.select(*KEY, pl.lit(0, pl.Int64).alias("_seen"))  # entries of each track in earlier frames
+    helpers = ["_pos", "_seen", "_below"]
+    tops: list[pl.DataFrame] = []
+    while carried:
+        frame = carried.pop(0)
+        ranked = frame.join(seen, on=KEY, how="left", nulls_equal=True, maintain_order="left").join(
+            below, on=KEY, how="left", nulls_equal=True, maintain_order="left"
+        )
+        del frame
+        ranked = ranked.with_columns((pl.int_range(pl.len(), dtype=pl.Int64).over(KEY) + pl.col("_seen")).alias("_pos"))
+        is_below = pl.col("_pos") < pl.col("_below")
+        tops.append(ranked.filter(~is_below).drop(helpers))
+        deep = ranked.filter(is_below)
+        seen = seen.join(
+            ranked.group_by(KEY).agg(pl.len().cast(pl.Int64).alias("_more")), on=KEY, how="left", nulls_equal=True
+        ).select(*KEY, (pl.col("_seen") + pl.col("_more").fill_null(0)).alias("_seen"))
+        del ranked
+        if deep.height:
+            # Only B events: pairing gives each its place among them; those of earlier frames lie below.
+            offsets = deep.group_by(KEY).agg(pl.col("_seen").first().alias("_base"))
+            holder = [deep.drop(helpers)]
+            del deep
+            spill.add(_raised(pair_begin_end(holder, source, warnings), offsets))
+    bases = below.filter(pl.col("_below") > 0).rename({"_below": "_base"})
+    return [t for t in tops if t.height], bases
 
 
 def _set_apart_deep(

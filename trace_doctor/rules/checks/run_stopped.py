@@ -85,8 +85,13 @@ def _in_flight(end: RunEnd) -> list[str]:
     """One phrase per source that says what was in flight."""
     out: list[str] = []
     by_track: dict[str, list[str]] = {}
+    depth_before: dict[str, int] = {}
     for span in end.open_spans:
         label = span.name + (f" (step {span.step})" if span.step is not None else "")
+        unlisted = span.depth - depth_before.get(span.track, span.depth - 1) - 1
+        if unlisted > 0 and end.unlisted_open_spans:  # the middle of a stack too deep to list
+            by_track[span.track].append(f"… {unlisted:,} more …")
+        depth_before[span.track] = span.depth
         by_track.setdefault(span.track, []).append(label)
     stepped_tracks = {span.track for span in end.in_step_spans}
     for track, names in by_track.items():
