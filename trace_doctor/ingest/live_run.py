@@ -9,7 +9,8 @@ config, checkpoints, timing spans, profiles) are parsed again by their kind's ow
 one of them changed.
 
 Memory: per streamed file, its tail (an offset and at most one partial line) and its reader's rows,
-which are the tables the analysis reads; never a file's text.
+which are the tables the analysis reads, except a trace's spans: they are kept on disk (a cold read's
+are too) and extended a refresh at a time; never a file's text.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from trace_doctor.ingest.parsers.logs import log_events_table
 from trace_doctor.ingest.parsers.metrics import PRE_RESUME_RE
 from trace_doctor.ingest.read_run import assemble_run
 from trace_doctor.ingest.reading.tail import FileTail
-from trace_doctor.ingest.trace.span_build import empty_spans
+from trace_doctor.ingest.storage.stored_table import StoredTable
 from trace_doctor.ingest.trace.span_live import LiveSpans
+from trace_doctor.ingest.trace.trace_events import empty_stored_spans
 from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile, RunTables
 
 # Kinds read a look at a time; every other kind's files are parsed whole when they change.
@@ -205,7 +207,7 @@ class LiveRun:
     def _trace(followed: list[_Followed]) -> Parsed:
         readers = [f for f in followed if f.spans is not None]
         tables = [t for t in (f.spans.table() for f in readers) if t.height]
-        spans = pl.concat(tables, how="vertical") if tables else empty_spans()
+        spans = tables[0] if len(tables) == 1 else StoredTable.of(tables) if tables else empty_stored_spans()
         inputs = [InputFile(kind="trace", path=str(f.path), records=f.spans.events) for f in readers]
         return Parsed({"spans": spans}, inputs)
 

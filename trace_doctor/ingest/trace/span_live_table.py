@@ -1,0 +1,128 @@
+"""A followed trace's spans table, kept on disk and extended a refresh at a time (the watch's).
+
+Each refresh gives the spans that closed since the last one (final: their segment and pairing never
+change again) and the rows that are not final yet: the B events still open (unclosed spans), the
+span the held last event may close, and the X spans (they nest over the whole file). The table of
+the last refresh is extended with them (span_extend.py): the rows that were not final then are
+reopened and come again, and only the rows from the first new span or step cover on are sorted and
+attributed again. So a refresh costs what the run gained, and the table lives in Parquet parts in
+the scratch folder, read lazily (storage/stored_table.py): the watch holds none of it.
+
+Each refresh writes a new folder (a generation): the parts that did not change are hard links to the
+last one's, and a generation's folder goes when its table is no longer referenced (a RunTables being
+analysed keeps the one it was given). Small parts at the end are merged as they accumulate, a part
+twice its successor's size at least, so a long watch keeps a few dozen parts, not one per refresh.
+
+A segment boundary found since the last refresh can move the held event's row to another segment:
+that refresh sorts and attributes every row again (a resumed writer: rare).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+import polars as pl
+
+from trace_doctor.ingest.storage.stored_table import PartWriter, StoredTable, scratch_folder
+from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS
+from trace_doctor.ingest.trace.span_extend import PART_ROWS, Extension, extend_table
+from trace_doctor.ingest.trace.span_pairing import PAIRED_SCHEMA
+from trace_doctor.ingest.trace.span_resume import merged_ranges
+from trace_doctor.ingest.trace.span_spill import COVER_COLUMNS, SORT_KEYS, ColumnRange
+
+
+class LiveTable:
+    """One followed trace file's spans table at its last refresh (see the module docstring)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.table = StoredTable([], 0, SPAN_COLUMNS)
+        # The stepped spans among the final rows (the covers of rows not final are given each time).
+        self._covers = pl.DataFrame(schema={c: PAIRED_SCHEMA[c] for c in COVER_COLUMNS})
+        self._ranges = (ColumnRange(), ColumnRange())  # (pids, segments) of every row given so far
+        self._reopened = pl.Series("line", [], dtype=pl.Int64)  # B lines of the rows not final
+        self._boundaries: list[int] = []
+
+    def refresh(self, closed: pl.DataFrame, pending: pl.DataFrame, boundaries: list[int]) -> StoredTable:
+        """The table extended with the spans `closed` since the last refresh (final) and `pending`, the
+        rows not final (both paired spans: span_pairing's PAIRED_SCHEMA); `boundaries`: the file's
+        segment boundaries now."""
+        closed, pending = closed.select(list(PAIRED_SCHEMA)), pending.select(list(PAIRED_SCHEMA))
+        spans = pl.concat([closed, pending], how="vertical")
+        ranges = (ColumnRange(), ColumnRange())
+        ranges[0].observe(spans.get_column("pid"))
+        ranges[1].observe(spans.get_column("segment"))
+        new = Extension(spans, _covers(spans), self._reopened, ranges, self._ranges)
+        out = PartWriter(scratch_folder("live-spans-"), SPAN_COLUMNS)
+        redo = boundaries != self._boundaries and self.table.height > 0
+        try:
+            extend_table(self.table, self._covers, new, self.source, out, redo=redo)
+            table = _compacted(out)
+        except BaseException:
+            out.abandon()
+            raise
+        if out.folder is not None:
+            weakref.finalize(table, shutil.rmtree, out.folder, True)
+        self.table = table
+        self._covers = pl.concat([self._covers, _covers(closed)]).sort(SORT_KEYS)
+        self._ranges = (merged_ranges(self._ranges[0], ranges[0]), merged_ranges(self._ranges[1], ranges[1]))
+        self._reopened = pending.get_column("line_begin").sort().alias("line")
+        self._boundaries = list(boundaries)
+        return table
+
+
+def _covers(spans: pl.DataFrame) -> pl.DataFrame:
+    return spans.filter(pl.col("step").is_not_null() & pl.col("closed")).select(COVER_COLUMNS)
+
+
+def _compacted(out: PartWriter) -> StoredTable:
+    """The written table with its last parts merged while the one before is less than twice the last
+    one's size (and the two fit in a part): a binary counter, so each row is rewritten a few times
+    over a long watch and the parts stay few."""
+    written = out.stored()
+    parts = [(part, _rows(part)) for part in written.read_parts()]
+    while len(parts) >= 2:
+        (before, rows_before), (last, rows_last) = parts[-2], parts[-1]
+        if rows_before >= 2 * rows_last or rows_before + rows_last > PART_ROWS:
+            break
+        merged = pl.concat([_frame(before), _frame(last)], how="vertical")
+        parts[-2:] = [(_stored(merged, out.folder), merged.height)]
+        for part in (before, last):
+            if isinstance(part, Path):
+                with contextlib.suppress(OSError):
+                    part.unlink()
+    return StoredTable([part for part, _ in parts], written.height, SPAN_COLUMNS)
+
+
+def _stored(frame: pl.DataFrame, folder: Path | None) -> Path | pl.DataFrame:
+    """`frame` as a new Parquet file in `folder` (kept in memory with no folder, or when the write fails)."""
+    if folder is None:
+        return frame
+    try:
+        handle, name = tempfile.mkstemp(dir=folder, prefix="merged-", suffix=".parquet")
+    except OSError:
+        return frame
+    os.close(handle)
+    path = Path(name)
+    try:
+        frame.write_parquet(path, compression="lz4", row_group_size=PartWriter.ROW_GROUP_ROWS, statistics=True)
+    except Exception:  # noqa: BLE001 - a full disk is a polars ComputeError too: the rows stay in memory
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return frame
+    return path
+
+
+def _rows(part: Path | pl.DataFrame) -> int:
+    if isinstance(part, pl.DataFrame):
+        return part.height
+    return int(pl.scan_parquet(part).select(pl.len()).collect().item())
+
+
+def _frame(part: Path | pl.DataFrame) -> pl.DataFrame:
+    return part if isinstance(part, pl.DataFrame) else pl.read_parquet(part)
