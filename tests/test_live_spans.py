@@ -178,3 +178,27 @@ def test_a_table_stays_readable_while_held_and_its_folder_goes_after(tmp_path):
     del held
     gc.collect()
     assert not any(f.exists() for f in folders)
+
+
+def test_memory_holds_only_the_spans_closed_since_the_last_fold(tmp_path):
+    # Looks with no findings refresh in between: the closed spans go to disk as they pass FOLD_ROWS, so
+    # what the reader holds does not grow with the run; the table's rows are all in Parquet parts.
+    data = (FIXTURES / "rl_async_stream_healthy" / "trace_events.jsonl").read_bytes()
+    folder = tmp_path / "live"
+    folder.mkdir()
+    path = folder / "trace_events.jsonl"
+    live = LiveRun(folder)
+    held = []
+    written = 0
+    for cut in cut_points(data, 30):
+        with open(path, "ab") as f:
+            f.write(data[written:cut])
+        written = cut
+        live.look()
+        [reader] = [f.spans for f in live._followed.values()]
+        held.append(sum(frame.height for frame in reader._closed))
+    assert max(held) < span_live.FOLD_ROWS + len(data) // 30  # at most one look's spans past the bound
+    table = reader.table()
+    assert table.height > 10 * span_live.FOLD_ROWS
+    assert table.parts and all(isinstance(part, Path) for part in table.parts)
+    assert len(table.parts) <= 2 * (table.height // span_live_table.PART_ROWS) + 8  # merged as they accumulate

@@ -10,8 +10,8 @@ the scratch folder, read lazily (storage/stored_table.py): the watch holds none 
 
 Each refresh writes a new folder (a generation): the parts that did not change are hard links to the
 last one's, and a generation's folder goes when its table is no longer referenced (a RunTables being
-analysed keeps the one it was given). Small parts at the end are merged as they accumulate, a part
-twice its successor's size at least, so a long watch keeps a few dozen parts, not one per refresh.
+analysed keeps the one it was given). Parts are merged as they accumulate (`_compacted`), so a long
+watch keeps about two parts per PART_ROWS rows, not one or more per refresh.
 
 A segment boundary found since the last refresh can move the held event's row to another segment:
 that refresh sorts and attributes every row again (a resumed writer: rare).
@@ -34,6 +34,9 @@ from trace_doctor.ingest.trace.span_extend import PART_ROWS, Extension, extend_t
 from trace_doctor.ingest.trace.span_pairing import PAIRED_SCHEMA
 from trace_doctor.ingest.trace.span_resume import merged_ranges
 from trace_doctor.ingest.trace.span_spill import COVER_COLUMNS, SORT_KEYS, ColumnRange
+
+# A part under this share of PART_ROWS is small: merged with a neighbour once none of its rows is open.
+SMALL_PART_SHARE = 16
 
 
 class LiveTable:
@@ -62,7 +65,7 @@ class LiveTable:
         redo = boundaries != self._boundaries and self.table.height > 0
         try:
             extend_table(self.table, self._covers, new, self.source, out, redo=redo)
-            table = _compacted(out)
+            table = _compacted(out, pending.get_column("line_begin"))
         except BaseException:
             out.abandon()
             raise
@@ -80,23 +83,53 @@ def _covers(spans: pl.DataFrame) -> pl.DataFrame:
     return spans.filter(pl.col("step").is_not_null() & pl.col("closed")).select(COVER_COLUMNS)
 
 
-def _compacted(out: PartWriter) -> StoredTable:
-    """The written table with its last parts merged while the one before is less than twice the last
-    one's size (and the two fit in a part): a binary counter, so each row is rewritten a few times
-    over a long watch and the parts stay few."""
+def _compacted(out: PartWriter, pending: pl.Series) -> StoredTable:
+    """The written table with its parts merged as they accumulate (see the module docstring). At the
+    end, a binary counter: the last two parts merge while the one before is less than twice the last
+    one's size, so each row is rewritten a few times over a long watch. Elsewhere, a small part (the
+    rows a span left open across refreshes was patched into, span_extend.py) merges with its smaller
+    neighbour once none of its rows is still open: while one is, the next refresh rewrites it again,
+    and rewriting it inside a large part would cost that part each time."""
     written = out.stored()
     parts = [(part, _rows(part)) for part in written.read_parts()]
-    while len(parts) >= 2:
-        (before, rows_before), (last, rows_last) = parts[-2], parts[-1]
-        if rows_before >= 2 * rows_last or rows_before + rows_last > PART_ROWS:
-            break
-        merged = pl.concat([_frame(before), _frame(last)], how="vertical")
-        parts[-2:] = [(_stored(merged, out.folder), merged.height)]
-        for part in (before, last):
+
+    def merge(at: int) -> None:
+        (first, _), (second, _) = parts[at], parts[at + 1]
+        merged = pl.concat([_frame(first), _frame(second)], how="vertical")
+        parts[at : at + 2] = [(_stored(merged, out.folder), merged.height)]
+        for part in (first, second):
             if isinstance(part, Path):
                 with contextlib.suppress(OSError):
                     part.unlink()
+
+    while len(parts) >= 2:
+        rows_before, rows_last = parts[-2][1], parts[-1][1]
+        if rows_before >= 2 * rows_last or rows_before + rows_last > PART_ROWS:
+            break
+        merge(len(parts) - 2)
+    at = 0
+    while at < len(parts) - 1:  # the last part is the counter's
+        rows = parts[at][1]
+        if rows >= PART_ROWS // SMALL_PART_SHARE or _holds(parts[at][0], pending):
+            at += 1
+            continue
+        neighbours = [i for i in (at - 1, at + 1) if 0 <= i < len(parts) - 1]
+        if not neighbours:
+            break
+        other = min(neighbours, key=lambda i: parts[i][1])
+        if rows + parts[other][1] > PART_ROWS:
+            at += 1
+            continue
+        merge(min(at, other))
+        at = max(0, min(at, other) - 1)
     return StoredTable([part for part, _ in parts], written.height, SPAN_COLUMNS)
+
+
+def _holds(part: Path | pl.DataFrame, lines: pl.Series) -> bool:
+    if lines.len() == 0:
+        return False
+    scan = part.lazy() if isinstance(part, pl.DataFrame) else pl.scan_parquet(part)
+    return bool(scan.filter(pl.col("line_begin").is_in(lines.implode())).select(pl.len()).collect().item())
 
 
 def _stored(frame: pl.DataFrame, folder: Path | None) -> Path | pl.DataFrame:
