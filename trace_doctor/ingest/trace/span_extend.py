@@ -32,7 +32,7 @@ from trace_doctor.ingest.trace.span_steps import StepCovers
 MAX_REPLACED_RUNS = 16
 # Rows of one part written, at most: the part an extension's first new key falls in is rewritten, so a
 # part's size bounds what an extension that adds a few spans at the end costs.
-PART_ROWS = 262_144
+PART_ROWS = 65_536
 
 
 class Extension:

@@ -85,44 +85,46 @@ def _covers(spans: pl.DataFrame) -> pl.DataFrame:
 
 def _compacted(out: PartWriter, pending: pl.Series) -> StoredTable:
     """The written table with its parts merged as they accumulate (see the module docstring). At the
-    end, a binary counter: the last two parts merge while the one before is less than twice the last
-    one's size, so each row is rewritten a few times over a long watch. Elsewhere, a small part (the
-    rows a span left open across refreshes was patched into, span_extend.py) merges with its smaller
-    neighbour once none of its rows is still open: while one is, the next refresh rewrites it again,
-    and rewriting it inside a large part would cost that part each time."""
+    end, a binary counter: the last parts merge while the one before is less than twice the size of
+    what follows it, so each row is rewritten a few times over a long watch. Elsewhere, a small part
+    (the rows a span left open across refreshes was patched into, span_extend.py) merges with its
+    neighbours once none of their rows is still open: while one is, the next refresh rewrites its part
+    again, which must stay small. Each merge is one write."""
     written = out.stored()
     parts = [(part, _rows(part)) for part in written.read_parts()]
+    last, size = len(parts) - 1, parts[-1][1] if parts else 0
+    while last > 0 and parts[last - 1][1] < 2 * size and parts[last - 1][1] + size <= PART_ROWS:
+        last, size = last - 1, size + parts[last - 1][1]
+    if last < len(parts) - 1:
+        parts[last:] = [_merged(parts[last:], out.folder)]
+    kept: list[tuple[Path | pl.DataFrame, int]] = []
+    run: list[tuple[Path | pl.DataFrame, int]] = []  # consecutive parts with no open row
 
-    def merge(at: int) -> None:
-        (first, _), (second, _) = parts[at], parts[at + 1]
-        merged = pl.concat([_frame(first), _frame(second)], how="vertical")
-        parts[at : at + 2] = [(_stored(merged, out.folder), merged.height)]
-        for part in (first, second):
-            if isinstance(part, Path):
-                with contextlib.suppress(OSError):
-                    part.unlink()
+    def flush() -> None:
+        small = any(rows < PART_ROWS // SMALL_PART_SHARE for _, rows in run)
+        kept.extend([_merged(run, out.folder)] if len(run) > 1 and small else run)
+        run.clear()
 
-    while len(parts) >= 2:
-        rows_before, rows_last = parts[-2][1], parts[-1][1]
-        if rows_before >= 2 * rows_last or rows_before + rows_last > PART_ROWS:
-            break
-        merge(len(parts) - 2)
-    at = 0
-    while at < len(parts) - 1:  # the last part is the counter's
-        rows = parts[at][1]
-        if rows >= PART_ROWS // SMALL_PART_SHARE or _holds(parts[at][0], pending):
-            at += 1
-            continue
-        neighbours = [i for i in (at - 1, at + 1) if 0 <= i < len(parts) - 1]
-        if not neighbours:
-            break
-        other = min(neighbours, key=lambda i: parts[i][1])
-        if rows + parts[other][1] > PART_ROWS:
-            at += 1
-            continue
-        merge(min(at, other))
-        at = max(0, min(at, other) - 1)
-    return StoredTable([part for part, _ in parts], written.height, SPAN_COLUMNS)
+    for index, (part, rows) in enumerate(parts):
+        if sum(r for _, r in run) + rows > PART_ROWS:
+            flush()
+        if index == len(parts) - 1 or _holds(part, pending):
+            flush()
+            kept.append((part, rows))
+        else:
+            run.append((part, rows))
+    flush()
+    return StoredTable([part for part, _ in kept], written.height, SPAN_COLUMNS)
+
+
+def _merged(run: list[tuple[Path | pl.DataFrame, int]], folder: Path | None) -> tuple[Path | pl.DataFrame, int]:
+    """Consecutive parts as one, written once; the merged files removed."""
+    frame = pl.concat([_frame(part) for part, _ in run], how="vertical")
+    for part, _ in run:
+        if isinstance(part, Path):
+            with contextlib.suppress(OSError):
+                part.unlink()
+    return _stored(frame, folder), frame.height
 
 
 def _holds(part: Path | pl.DataFrame, lines: pl.Series) -> bool:
