@@ -1,6 +1,7 @@
 """A followed trace's spans table, extended a refresh at a time and kept on disk, is at every refresh the
 table a cold read of the same bytes gives: spans closing across refreshes, open spans, metadata that
-starts a segment arriving after the event it moves, X spans, a file replaced or truncated mid-watch."""
+starts a segment arriving after the event it moves, X spans, a file replaced or truncated mid-watch.
+So are the step spans of a followed timing_spans.jsonl, checked a look at a time."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from trace_doctor.ingest.live_run import LiveRun
 from trace_doctor.ingest.trace import span_extend, span_live, span_live_table
+from trace_doctor.ingest.parsers.timing_spans import parse_timing_spans_files
 from trace_doctor.ingest.trace.trace_events import parse_trace_files
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
@@ -202,3 +204,35 @@ def test_memory_holds_only_the_spans_closed_since_the_last_fold(tmp_path):
     assert table.height > 10 * span_live.FOLD_ROWS
     assert table.parts and all(isinstance(part, Path) for part in table.parts)
     assert len(table.parts) <= 2 * (table.height // span_live_table.PART_ROWS) + 8  # merged as they accumulate
+
+
+@pytest.mark.parametrize("bad_line", [None, b'{"step": 3, "spans": "not a list"}\n'])
+def test_followed_step_spans_equal_a_cold_read_at_every_look(bad_line, tmp_path):
+    data = (FIXTURES / "rl_async_stream_healthy" / "timing_spans.jsonl").read_bytes()
+    if bad_line is not None:  # a line not in the cookbook's layout: read whole from then on, for its warning
+        middle = data.index(b"\n", len(data) // 2) + 1
+        data = data[:middle] + bad_line + data[middle:]
+    folder = tmp_path / "live"
+    folder.mkdir()
+    path = folder / "timing_spans.jsonl"
+    live = LiveRun(folder)
+    written = 0
+    for cut in cut_points(data, 12):
+        with open(path, "ab") as f:
+            f.write(data[written:cut])
+        written = cut
+        live.look()
+        whole = data[: data.rfind(b"\n", 0, cut) + 1]
+        if b"\n" not in whole or (bad_line is not None and len(whole) < len(data) and bad_line in whole):
+            continue  # a half-written line after the bad one: the cold read of the file now sees it too
+        reference = tmp_path / "cold" / "timing_spans.jsonl"
+        reference.parent.mkdir(exist_ok=True)
+        reference.write_bytes(whole)
+        warnings: list = []
+        want, inputs = parse_timing_spans_files([reference], warnings)
+        run = live.tables()
+        got = run.scan("step_spans").collect()
+        assert got.drop("source").equals(want.read().drop("source"), null_equal=True)
+        [info] = [i for i in run.inputs if i.kind == "spans"]
+        assert (info.records, info.skipped) == (inputs[0].records, inputs[0].skipped)
+        assert [w.problem for w in run.warnings] == [w.problem for w in warnings]
