@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 from trace_doctor.ingest.live_run import LiveRun
-from trace_doctor.ingest.trace import span_extend, span_live, span_live_table
 from trace_doctor.ingest.parsers.timing_spans import parse_timing_spans_files
+from trace_doctor.ingest.trace import span_extend, span_live, span_live_table
 from trace_doctor.ingest.trace.trace_events import parse_trace_files
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "runs"

@@ -9,8 +9,9 @@ config, checkpoints, profiles) are parsed again by their kind's own parser, and 
 changed.
 
 Memory: per streamed file, its tail (an offset and at most one partial line) and its reader's rows,
-which are the tables the analysis reads, except a trace's spans: they are kept on disk (a cold read's
-are too) and extended a refresh at a time; never a file's text.
+which are the tables the analysis reads, except the two large ones a cold read keeps on disk too: a
+trace's spans (on disk, extended a refresh at a time) and timing_spans.jsonl's step spans (checked a
+look at a time, read only when a reader asks); never a file's text.
 """
 
 from __future__ import annotations
