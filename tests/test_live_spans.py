@@ -28,6 +28,7 @@ def cold_reads(monkeypatch):
     """No table cache (a cold read is a cold read), and parts small enough that a fixture's table has
     several, folds and merges happen, and refreshes link, split and rewrite parts."""
     monkeypatch.setenv("TRACE_DOCTOR_CACHE", "off")
+    monkeypatch.setattr(span_live_table, "MEMORY_ROWS", 0)  # on disk from the first refresh
     monkeypatch.setattr(span_extend, "PART_ROWS", 64)
     monkeypatch.setattr(span_live_table, "PART_ROWS", 64)
     monkeypatch.setattr(span_live, "FOLD_ROWS", 50)
@@ -75,8 +76,11 @@ def cut_points(data: bytes, count: int) -> list[int]:
     return [*range(step // 3, len(data), step), len(data)]
 
 
+@pytest.mark.parametrize("held_rows", [0, 300])
 @pytest.mark.parametrize("name", TRACES)
-def test_every_refresh_equals_a_cold_read(name, tmp_path):
+def test_every_refresh_equals_a_cold_read(name, held_rows, tmp_path, monkeypatch):
+    # held_rows: the table stays in memory up to that many rows, then goes to disk (most fixtures cross it).
+    monkeypatch.setattr(span_live_table, "MEMORY_ROWS", held_rows)
     data = (FIXTURES / name / "trace_events.jsonl").read_bytes()
     folder = tmp_path / "live"
     folder.mkdir()

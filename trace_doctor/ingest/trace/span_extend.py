@@ -83,7 +83,8 @@ def extend_table(
         done = hi
         if hi <= split and not _holds(part, new.reopened):
             if isinstance(part, pl.DataFrame):
-                out.write(part)
+                for offset in range(0, part.height, PART_ROWS):
+                    out.write(part.slice(offset, PART_ROWS))
             else:
                 out.link(part, rows)
             continue

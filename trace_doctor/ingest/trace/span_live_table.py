@@ -6,7 +6,8 @@ span the held last event may close, and the X spans (they nest over the whole fi
 the last refresh is extended with them (span_extend.py): the rows that were not final then are
 reopened and come again, and only the rows from the first new span or step cover on are sorted and
 attributed again. So a refresh costs what the run gained, and the table lives in Parquet parts in
-the scratch folder, read lazily (storage/stored_table.py): the watch holds none of it.
+the scratch folder, read lazily (storage/stored_table.py): the watch holds none of it. Up to
+MEMORY_ROWS rows it is held in memory instead, as a cold read holds it.
 
 Each refresh writes a new folder (a generation): the parts that did not change are hard links to the
 last one's, and a generation's folder goes when its table is no longer referenced (a RunTables being
@@ -28,13 +29,15 @@ from pathlib import Path
 
 import polars as pl
 
-from trace_doctor.ingest.storage.stored_table import PartWriter, StoredTable, scratch_folder
+from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, StoredTable, scratch_folder
 from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS
 from trace_doctor.ingest.trace.span_extend import PART_ROWS, Extension, extend_table
 from trace_doctor.ingest.trace.span_pairing import PAIRED_SCHEMA
 from trace_doctor.ingest.trace.span_resume import merged_ranges
 from trace_doctor.ingest.trace.span_spill import COVER_COLUMNS, SORT_KEYS, ColumnRange
 
+# Chunks of a table held in memory before it is copied into one.
+MAX_CHUNKS = 64
 # A part under this share of PART_ROWS is small: merged with a neighbour once none of its rows is open.
 SMALL_PART_SHARE = 16
 
@@ -61,7 +64,10 @@ class LiveTable:
         ranges[0].observe(spans.get_column("pid"))
         ranges[1].observe(spans.get_column("segment"))
         new = Extension(spans, _covers(spans), self._reopened, ranges, self._ranges)
-        out = PartWriter(scratch_folder("live-spans-"), SPAN_COLUMNS)
+        # A table of at most MEMORY_ROWS rows stays in memory, as a cold read keeps it: the rules scan it
+        # at every refresh, and decoding it from disk each time would cost more than its memory is worth.
+        small = self.table.height + spans.height <= MEMORY_ROWS
+        out = PartWriter(None if small else scratch_folder("live-spans-"), SPAN_COLUMNS)
         redo = boundaries != self._boundaries and self.table.height > 0
         try:
             extend_table(self.table, self._covers, new, self.source, out, redo=redo)
@@ -91,7 +97,8 @@ def _compacted(out: PartWriter, pending: pl.Series) -> StoredTable:
     neighbours once none of their rows is still open: while one is, the next refresh rewrites its part
     again, which must stay small. Each merge is one write."""
     written = out.stored()
-    parts = [(part, _rows(part)) for part in written.read_parts()]
+    # In memory (a small table): one frame, whose chunks each refresh's slices and merges add to.
+    parts = [(_rechunked(part), _rows(part)) for part in written.read_parts()]
     last, size = len(parts) - 1, parts[-1][1] if parts else 0
     while last > 0 and parts[last - 1][1] < 2 * size and parts[last - 1][1] + size <= PART_ROWS:
         last, size = last - 1, size + parts[last - 1][1]
@@ -125,6 +132,12 @@ def _merged(run: list[tuple[Path | pl.DataFrame, int]], folder: Path | None) -> 
             with contextlib.suppress(OSError):
                 part.unlink()
     return _stored(frame, folder), frame.height
+
+
+def _rechunked(part: Path | pl.DataFrame) -> Path | pl.DataFrame:
+    if isinstance(part, pl.DataFrame) and part.n_chunks() > MAX_CHUNKS:
+        return part.rechunk()
+    return part
 
 
 def _holds(part: Path | pl.DataFrame, lines: pl.Series) -> bool:
