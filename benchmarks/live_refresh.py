@@ -1,6 +1,7 @@
 """What a watch refresh costs on a large run (issue 28): it must follow the growth, not the size.
 
     python benchmarks/live_refresh.py [--steps 3000 --samples 64] [--append-mb 1] [--repeats 3] [--markdown FILE]
+        [--increments 50] [--before CHECKOUT]
 
 The run is benchmarks/generate_large_run.py's (deterministic, kept in benchmarks/data/ and reused, as
 benchmarks/run.py keeps it). Each measure runs in its own subprocess, round-robin over the repeats:
@@ -12,6 +13,14 @@ benchmarks/run.py keeps it). Each measure runs in its own subprocess, round-robi
   look is timed. That look's parts: reading what the files gained (LiveRun.look: the new lines parsed,
   progress events), building the tables (LiveRun.tables) and re-running the rules (analyze). Memory:
   the child's peak RSS (the kernel's, wait4) and its RSS before and after the refresh (/proc/self/statm).
+
+- growth (`--increments N`): a copy of the run whose streamed files start empty and grow by 1/N of their
+  lines N times; after each growth the watch's process reads what they gained (LiveRun.look, until
+  caught up) and runs the findings refresh (LiveRun.tables + analyze): its time and the process's RSS
+  after it, at every increment. Flat memory: the RSS at the start and the end of the last 10.
+
+`--before CHECKOUT`: every watch measure is run a second time importing CHECKOUT's package (a
+worktree of an earlier commit), in the same rounds, so before and after share the machine's load.
 
 A look that only reads what the files gained is what runs every `--interval` seconds; the findings refresh
 (tables + rules) runs when steps arrived and the watch's analysis is due (watch.py: at most once per
@@ -153,6 +162,49 @@ def child(full: Path, live: Path, cuts: dict[str, int]) -> None:
     )
 
 
+def growth_child(full: Path, live: Path, increments: int) -> None:
+    """The growth measure, in its own process: prints one JSON line."""
+    import trace_doctor.api as api
+    from trace_doctor.ingest.live_run import LiveRun
+    from trace_doctor.settings import Settings
+
+    live.mkdir(parents=True)
+    for path in full.iterdir():
+        if path.is_file() and path.name not in STREAMED:
+            shutil.copy(path, live / path.name)
+    sizes = {name: (full / name).stat().st_size for name in STREAMED}
+    written = dict.fromkeys(STREAMED, 0)
+    watched = LiveRun(live)
+    settings = Settings()
+    rows = []
+    for number in range(1, increments + 1):
+        for name in STREAMED:
+            with open(full / name, "rb") as src, open(live / name, "ab") as dst:
+                src.seek(max(written[name], round(sizes[name] * number / increments) - 1))
+                src.readline()  # to the end of the line the share ends in
+                cut = src.tell()
+                src.seek(written[name])
+                dst.write(src.read(cut - written[name]))
+                written[name] = cut
+        start = time.perf_counter()
+        while not watched.look().caught_up:
+            pass
+        looked = time.perf_counter()
+        run = watched.tables()
+        tabled = time.perf_counter()
+        api.analyze(run, settings=settings)
+        del run
+        rows.append(
+            {
+                "look_s": looked - start,
+                "tables_s": tabled - looked,
+                "analyze_s": time.perf_counter() - tabled,
+                "rss_mb": _rss_mb(),
+            }
+        )
+    print(json.dumps({"increments": rows, "peak_mb": _peak_mb()}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3000)
@@ -160,32 +212,55 @@ def main() -> None:
     parser.add_argument("--append-mb", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--increments", type=int, default=0, help="also the growth measure, in N increments")
+    parser.add_argument("--before", type=Path, help="a checkout whose package the watch measures also run with")
+    parser.add_argument("--no-again", action="store_true", help="skip `analyze` again after the append")
     parser.add_argument("--child", nargs=3, metavar=("FULL", "LIVE", "CUTS"), help=argparse.SUPPRESS)
+    parser.add_argument("--growth-child", nargs=3, metavar=("FULL", "LIVE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(Path(args.child[0]), Path(args.child[1]), json.loads(args.child[2]))
         return
+    if args.growth_child:
+        growth_child(Path(args.growth_child[0]), Path(args.growth_child[1]), int(args.growth_child[2]))
+        return
     full = bench.ensure_run(args.steps, args.samples)
     env = {**bench.BASE_ENV, "TRACE_DOCTOR_CACHE": "off"}
+    # The package each watch measure imports: this checkout's, and the --before one's.
+    versions = {"after": env}
+    if args.before is not None:
+        versions = {"before": {**env, "PYTHONPATH": str(args.before.resolve())}, **versions}
     trace_mb = (full / "trace_events.jsonl").stat().st_size / 1e6
     cold: list[tuple[float, float]] = []
-    watched: list[tuple[dict, float]] = []
+    watched: dict[str, list[tuple[dict, float]]] = {version: [] for version in versions}
+    grown: dict[str, list[tuple[dict, float]]] = {version: [] for version in versions}
     again: list[dict[str, float]] = []
+    loads: list[float] = []
     for _ in range(args.repeats):
+        loads.append(os.getloadavg()[0])
         argv = [sys.executable, "-m", "trace_doctor.cli", "analyze", str(full), "--no-html", "--format", "json"]
         seconds, peak, _, _ = bench.run_child(argv, env)
         cold.append((seconds, peak))
-        with tempfile.TemporaryDirectory() as tmp:
-            live = Path(tmp) / "live"
-            cuts = split_run(full, live, round(args.append_mb * 2**20))
-            argv = [sys.executable, __file__, "--child", str(full), str(live), json.dumps(cuts)]
-            _, peak, out, _ = bench.run_child(argv, env)
-            watched.append((json.loads(out.strip().splitlines()[-1]), peak))
-        again.append(analyze_again(full, round(args.append_mb * 2**20)))
-    print(report(args, trace_mb, cold, watched, again))
+        for version, version_env in versions.items():
+            with tempfile.TemporaryDirectory(dir=bench.DATA) as tmp:
+                live = Path(tmp) / "live"
+                cuts = split_run(full, live, round(args.append_mb * 2**20))
+                argv = [sys.executable, __file__, "--child", str(full), str(live), json.dumps(cuts)]
+                _, peak, out, _ = bench.run_child(argv, version_env)
+                watched[version].append((json.loads(out.strip().splitlines()[-1]), peak))
+            if args.increments:
+                with tempfile.TemporaryDirectory(dir=bench.DATA) as tmp:
+                    argv = [sys.executable, __file__, "--growth-child", str(full), str(Path(tmp) / "live")]
+                    _, peak, out, _ = bench.run_child([*argv, str(args.increments)], version_env)
+                    grown[version].append((json.loads(out.strip().splitlines()[-1]), peak))
+        if not args.no_again:
+            again.append(analyze_again(full, round(args.append_mb * 2**20)))
+        loads.append(os.getloadavg()[0])
+    text = report(args, trace_mb, cold, watched, again, grown, loads)
+    print(text)
     if args.markdown:
         with open(args.markdown, "a") as f:
-            f.write(report(args, trace_mb, cold, watched, again) + "\n")
+            f.write(text + "\n")
 
 
 def analyze_again(full: Path, append_bytes: int) -> dict[str, float]:
@@ -196,59 +271,101 @@ def analyze_again(full: Path, append_bytes: int) -> dict[str, float]:
         cuts = split_run(full, live, append_bytes)
         env = {**bench.BASE_ENV, "TRACE_DOCTOR_CACHE": "on", "TRACE_DOCTOR_CACHE_DIR": str(Path(tmp) / "cache")}
         argv = [sys.executable, "-m", "trace_doctor.cli", "analyze", str(live), "--no-html", "--format", "json"]
-        first, first_peak, _ = bench.run_child(argv, env)
+        first, first_peak, _, _ = bench.run_child(argv, env)
         for name, cut in cuts.items():
             with open(full / name, "rb") as src, open(live / name, "ab") as dst:
                 src.seek(cut)
                 dst.write(src.read())
-        grown, grown_peak, _ = bench.run_child(argv, env)
+        grown, grown_peak, _, _ = bench.run_child(argv, env)
     return {"first_s": first, "first_mb": first_peak, "grown_s": grown, "grown_mb": grown_peak}
 
 
 def report(
-    args, trace_mb: float, cold: list[tuple[float, float]], watched: list[tuple[dict, float]], again: list[dict]
+    args,
+    trace_mb: float,
+    cold: list[tuple[float, float]],
+    watched: dict[str, list[tuple[dict, float]]],
+    again: list[dict],
+    grown: dict[str, list[tuple[dict, float]]],
+    loads: list[float],
 ) -> str:
     def med(values) -> float:
         return statistics.median(list(values))
 
     cold_s, cold_mb = med(s for s, _ in cold), med(m for _, m in cold)
-    runs = [m for m, _ in watched]
-    refresh = med(r["refresh_s"] for r in runs)
-    read = med(r["refresh_parts"].get("read", 0.0) for r in runs)
-    findings = med(r["refresh_parts"].get("tables", 0.0) + r["refresh_parts"].get("analyze", 0.0) for r in runs)
-    # The watch's cadence after this refresh: its cost over the share it may take (watch.py).
     from trace_doctor.policy.live import WatchPolicy
 
     policy = WatchPolicy()
-    wait = max(policy.analysis_interval_s, findings / policy.max_analysis_share)
-    catch_up = med(r["catch_up_s"] for r in runs)
+    some = next(iter(watched.values()))
     lines = [
         f"### {args.steps}x{args.samples}: {trace_mb:.0f} MB trace_events.jsonl, "
-        f"{med(r['appended_bytes'] for r in runs) / 2**20:.2f} MB appended "
-        f"({med(r['new_steps'] for r in runs):.0f} steps), {len(runs)} repeat(s) (medians)",
+        f"{med(r['appended_bytes'] for r, _ in some) / 2**20:.2f} MB appended "
+        f"({med(r['new_steps'] for r, _ in some):.0f} steps), {len(cold)} repeat(s) (medians), "
+        f"load average {min(loads):.1f}-{max(loads):.1f}",
         "",
         "| measure | wall s | vs cold analyze | memory |",
         "|---|---:|---:|---|",
         f"| cold `analyze --no-html --format json` | {cold_s:.2f} | 1.00x | peak {cold_mb:.0f} MB |",
-        f"| watch: catching up ({med(r['catch_up_looks'] for r in runs):.0f} looks of at most 64 MB a file; "
-        f"the rules once, on the first) | {catch_up:.2f} | {catch_up / cold_s:.2f}x | "
-        f"peak {med(m for _, m in watched):.0f} MB (the whole child) |",
-        f"| watch refresh look (1 MB appended: read, progress events) | {refresh:.3f} | {refresh / cold_s:.1%} | "
-        f"RSS {med(r['rss_before_mb'] for r in runs):.0f} -> {med(r['rss_after_look_mb'] for r in runs):.0f} MB, "
-        f"peak {med(r['peak_before_refresh_mb'] for r in runs):.0f} -> "
-        f"{med(r['peak_after_look_mb'] for r in runs):.0f} MB |",
-        f"| of which reading what the files gained | {read:.3f} | {read / cold_s:.1%} | |",
-        f"| findings refresh (tables + rules on the whole run), when due | {findings:.2f} | "
-        f"{findings / cold_s:.1%} | peak -> {med(r['peak_after_findings_mb'] for r in runs):.0f} MB |",
-        f"| findings refresh per second watched (next one due {wait:.0f} s later) | {findings / wait:.3f} | "
-        f"{findings / wait / cold_s:.2%} | |",
-        f"| `analyze` with the table cache on, first (fills the cache, stores the resume state) | "
-        f"{med(a['first_s'] for a in again):.2f} | {med(a['first_s'] for a in again) / cold_s:.2f}x | "
-        f"peak {med(a['first_mb'] for a in again):.0f} MB |",
-        f"| `analyze` again after the append (cache on) | {med(a['grown_s'] for a in again):.2f} | "
-        f"{med(a['grown_s'] for a in again) / cold_s:.1%} | peak {med(a['grown_mb'] for a in again):.0f} MB |",
-        "",
     ]
+    for version, results in watched.items():
+        runs = [m for m, _ in results]
+        refresh = med(r["refresh_s"] for r in runs)
+        read = med(r["refresh_parts"].get("read", 0.0) for r in runs)
+        tables = med(r["refresh_parts"].get("tables", 0.0) for r in runs)
+        findings = med(r["refresh_parts"].get("tables", 0.0) + r["refresh_parts"].get("analyze", 0.0) for r in runs)
+        # The watch's cadence after this refresh: its cost over the share it may take (watch.py).
+        wait = max(policy.analysis_interval_s, findings / policy.max_analysis_share)
+        catch_up = med(r["catch_up_s"] for r in runs)
+        tag = f"{version}: " if len(watched) > 1 else ""
+        lines += [
+            f"| {tag}watch: catching up ({med(r['catch_up_looks'] for r in runs):.0f} looks of at most 64 MB a file; "
+            f"the rules once, on the first) | {catch_up:.2f} | {catch_up / cold_s:.2f}x | "
+            f"peak {med(m for _, m in results):.0f} MB (the whole child) |",
+            f"| {tag}watch refresh look (read, progress events) | {refresh:.3f} | {refresh / cold_s:.1%} | "
+            f"RSS {med(r['rss_before_mb'] for r in runs):.0f} -> {med(r['rss_after_look_mb'] for r in runs):.0f} MB |",
+            f"| {tag}of which reading what the files gained | {read:.3f} | {read / cold_s:.1%} | |",
+            f"| {tag}findings refresh (tables + rules), when due | {findings:.2f} | {findings / cold_s:.1%} | "
+            f"peak -> {med(r['peak_after_findings_mb'] for r in runs):.0f} MB |",
+            f"| {tag}of which LiveRun.tables() | {tables:.2f} | {tables / cold_s:.1%} | |",
+            f"| {tag}findings refresh per second watched (next one due {wait:.0f} s later, "
+            f"max_analysis_share {policy.max_analysis_share:g}) | {findings / wait:.3f} | "
+            f"{findings / wait / cold_s:.2%} | |",
+        ]
+    for version, results in grown.items():
+        if not results:
+            continue
+        tag = f"{version}: " if len(grown) > 1 else ""
+        runs = [r["increments"] for r, _ in results]
+        last = [r[-1] for r in runs]
+        findings = med(r["tables_s"] + r["analyze_s"] for r in last)
+        tail = [r[-10:] for r in runs]
+        lines += [
+            f"| {tag}growth: findings refresh after the last of {args.increments} increments "
+            f"(tables {med(r['tables_s'] for r in last):.2f} s) | {findings:.2f} | {findings / cold_s:.1%} | "
+            f"RSS over the last 10: {med(t[0]['rss_mb'] for t in tail):.0f} -> "
+            f"{med(t[-1]['rss_mb'] for t in tail):.0f} MB "
+            f"(max {med(max(x['rss_mb'] for x in t) for t in tail):.0f}); "
+            f"peak {med(m for _, m in results):.0f} MB |",
+        ]
+    if again:
+        lines += [
+            f"| `analyze` with the table cache on, first (fills the cache, stores the resume state) | "
+            f"{med(a['first_s'] for a in again):.2f} | {med(a['first_s'] for a in again) / cold_s:.2f}x | "
+            f"peak {med(a['first_mb'] for a in again):.0f} MB |",
+            f"| `analyze` again after the append (cache on) | {med(a['grown_s'] for a in again):.2f} | "
+            f"{med(a['grown_s'] for a in again) / cold_s:.1%} | peak {med(a['grown_mb'] for a in again):.0f} MB |",
+        ]
+    lines.append("")
+    for version, results in grown.items():
+        for r, _ in results:
+            lines.append(
+                f"{version} growth RSS per increment (MB): " + " ".join(f"{x['rss_mb']:.0f}" for x in r["increments"])
+            )
+            lines.append(
+                f"{version} growth findings refresh per increment (s): "
+                + " ".join(f"{x['tables_s'] + x['analyze_s']:.2f}" for x in r["increments"])
+            )
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ gets a new reader: live_run.py drops the old one.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -17,9 +18,11 @@ from trace_doctor.ingest.parsers.console_tables import ConsoleTable, whole_table
 from trace_doctor.ingest.parsers.dumps import OPENERS, STACK_COLUMNS, TASK_COLUMNS, dump_rows_frame, scan_dump_lines
 from trace_doctor.ingest.parsers.logs import LogLines
 from trace_doctor.ingest.parsers.metrics import StepsBuilder
+from trace_doctor.ingest.parsers.timing_spans import Checked, check_lines, checked_table, parse_timing_spans_file
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.reading.jsonl import decode_line
-from trace_doctor.model import STEPS_SCHEMA
+from trace_doctor.ingest.storage.stored_table import StoredTable
+from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile
 
 
 def text_lines(lines: list[bytes]) -> list[str]:
@@ -62,6 +65,36 @@ class LiveLog:
     @property
     def rows(self) -> list[dict[str, Any]]:
         return self.parser.rows
+
+
+class LiveStepSpans:
+    """timing_spans.jsonl: each look's new lines checked as a cold read checks the file (timing_spans.py:
+    no rule reads the step spans, so a file in the cookbook's exact layout is counted and its read
+    deferred until a reader asks). While every line is clean, the table is that deferred one of the
+    complete lines looked at, as a cold read of them gives it, at no cost that grows with the file;
+    once a line is not, the file is parsed whole at each refresh, as a cold read does (for its warnings)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.clean = True
+        self.checked = Checked(0, 0, 0)
+
+    def feed(self, lines: list[bytes], end: int) -> None:
+        """Complete new lines; `end`: the file's bytes up to the newline of the last one."""
+        if not lines or not self.clean:
+            return
+        counted = check_lines(lines)
+        if counted is None:
+            self.clean = False
+            return
+        self.checked = Checked(self.checked.lines + counted[0], self.checked.spans + counted[1], end)
+
+    def parsed(self) -> tuple[StoredTable, InputFile, list[IngestWarning]]:
+        """(the step spans, the file's account, its warnings)."""
+        if self.clean and self.checked.lines:
+            return (*checked_table(self.path, self.checked), [])
+        warnings: list[IngestWarning] = []
+        return (*parse_timing_spans_file(self.path, warnings), warnings)
 
 
 class LiveConsoleTables:

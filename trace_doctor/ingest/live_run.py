@@ -5,11 +5,13 @@ only what each streamed file gained since the last look (reading/tail.py): metri
 events, log and dump lines go to readers that keep their tables current (live_readers.py,
 trace/span_live.py). `tables()` is the run as a cold read of the files so far would give it, put
 together by the same code (read_run.assemble_run). The small side files that are not streamed (the
-config, checkpoints, timing spans, profiles) are parsed again by their kind's own parser, and only when
-one of them changed.
+config, checkpoints, profiles) are parsed again by their kind's own parser, and only when one of them
+changed.
 
 Memory: per streamed file, its tail (an offset and at most one partial line) and its reader's rows,
-which are the tables the analysis reads; never a file's text.
+which are the tables the analysis reads, except the two large ones a cold read keeps on disk too: a
+trace's spans (on disk, extended a refresh at a time) and timing_spans.jsonl's step spans (checked a
+look at a time, read only when a reader asks); never a file's text.
 """
 
 from __future__ import annotations
@@ -25,19 +27,21 @@ import polars as pl
 
 from trace_doctor.discover import discover
 from trace_doctor.ingest.kinds.registry import Parsed, Reading, registered
-from trace_doctor.ingest.live_readers import LiveConsoleTables, LiveDumps, LiveLog, LiveMetrics
+from trace_doctor.ingest.live_readers import LiveConsoleTables, LiveDumps, LiveLog, LiveMetrics, LiveStepSpans
 from trace_doctor.ingest.parsers.console_metrics import NOT_CONSOLE, console_table_steps
 from trace_doctor.ingest.parsers.launches import launches_of
 from trace_doctor.ingest.parsers.logs import log_events_table
 from trace_doctor.ingest.parsers.metrics import PRE_RESUME_RE
+from trace_doctor.ingest.parsers.timing_spans import SCHEMA as TIMING_SPANS_SCHEMA
 from trace_doctor.ingest.read_run import assemble_run
 from trace_doctor.ingest.reading.tail import FileTail
-from trace_doctor.ingest.trace.span_build import empty_spans
+from trace_doctor.ingest.storage.stored_table import StoredTable
 from trace_doctor.ingest.trace.span_live import LiveSpans
+from trace_doctor.ingest.trace.trace_events import empty_stored_spans
 from trace_doctor.model import STEPS_SCHEMA, IngestWarning, InputFile, RunTables
 
 # Kinds read a look at a time; every other kind's files are parsed whole when they change.
-STREAMED = ("metrics", "trace", "log", "dump", "code_diff")
+STREAMED = ("metrics", "trace", "log", "dump", "code_diff", "spans")
 # Kinds a console capture can be (ingest/kinds/metrics.py): its metric tables are the steps of a run
 # with no metrics.jsonl.
 CONSOLE_KINDS = ("log", "dump")
@@ -68,6 +72,7 @@ class _Followed:
     log: LiveLog | None = None
     dumps: LiveDumps | None = None
     console: LiveConsoleTables | None = None  # a log or captured stdout: its printed metric tables
+    step_spans: LiveStepSpans | None = None
 
     def make_readers(self) -> None:
         source = str(self.path)
@@ -82,6 +87,7 @@ class _Followed:
         self.dumps = LiveDumps(source) if "dump" in self.kinds else None
         console = self.kinds & set(CONSOLE_KINDS) and self.path.name not in NOT_CONSOLE
         self.console = LiveConsoleTables(source) if console else None
+        self.step_spans = LiveStepSpans(self.path) if "spans" in self.kinds else None
 
 
 class LiveRun:
@@ -135,6 +141,8 @@ class LiveRun:
             if followed.console is not None:
                 followed.console.feed(read.lines, read.first_line)
                 console_rows += followed.console.take_new_rows()
+            if followed.step_spans is not None:
+                followed.step_spans.feed(read.lines, followed.tail.offset - len(followed.tail.partial))
         if not self._has_metrics_rows():
             # A console-only run: its printed tables are its steps (a second copy when metrics.jsonl exists).
             look.new_rows += console_rows
@@ -162,6 +170,7 @@ class LiveRun:
         parsed["trace"] = self._trace(followed)
         parsed["log"] = self._logs(followed)
         parsed["dump"] = self._dumps(followed)
+        parsed["spans"], warnings["spans"] = self._step_spans(followed)
         for kind in kinds:
             if kind.name in parsed:
                 continue
@@ -205,9 +214,18 @@ class LiveRun:
     def _trace(followed: list[_Followed]) -> Parsed:
         readers = [f for f in followed if f.spans is not None]
         tables = [t for t in (f.spans.table() for f in readers) if t.height]
-        spans = pl.concat(tables, how="vertical") if tables else empty_spans()
+        spans = tables[0] if len(tables) == 1 else StoredTable.of(tables) if tables else empty_stored_spans()
         inputs = [InputFile(kind="trace", path=str(f.path), records=f.spans.events) for f in readers]
         return Parsed({"spans": spans}, inputs)
+
+    @staticmethod
+    def _step_spans(followed: list[_Followed]) -> tuple[Parsed, list[IngestWarning]]:
+        readers = [f.step_spans for f in followed if f.step_spans is not None]
+        results = [reader.parsed() for reader in readers]
+        tables = [table for table, _, _ in results if table.height]
+        step_spans = StoredTable.of(tables) if tables else StoredTable([], 0, TIMING_SPANS_SCHEMA)
+        warnings = [w for _, _, found in results for w in found]
+        return Parsed({"step_spans": step_spans}, [info for _, info, _ in results]), warnings
 
     @staticmethod
     def _logs(followed: list[_Followed]) -> Parsed:

@@ -266,6 +266,12 @@ def parse_timing_spans_file(path: Path, warnings: list[IngestWarning]) -> tuple[
     checked = _check(path)
     if checked is None:
         return _parse(path, warnings)
+    return checked_table(path, checked)
+
+
+def checked_table(path: Path, checked: Checked) -> tuple[StoredTable, InputFile]:
+    """The table of a file whose first `checked.size` bytes were checked clean: counted, its read
+    deferred until a reader asks for it (parse_timing_spans_file)."""
     info = InputFile(kind="spans", path=str(path), records=checked.lines)
     late: list[IngestWarning] = []
 
@@ -306,6 +312,14 @@ def _check(path: Path) -> Checked | None:
             return Checked(lines, spans, stream.produced)
     except OSError:
         return None  # the read reports it
+
+
+def check_lines(lines: list[bytes]) -> tuple[int, int] | None:
+    """(lines, spans) of whole lines (without their newlines) appended to a file, if `_check` would find
+    them clean: the sums over a file's lines are its check's (a followed file, checked a look at a time)."""
+    if not lines or any(len(line) > MAX_LINE_BYTES or b"\r" in line for line in lines):
+        return None
+    return _clean_lines(b"\n".join(lines) + b"\n")
 
 
 def _clean_lines(data: bytes) -> tuple[int, int] | None:

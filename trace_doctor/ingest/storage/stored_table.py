@@ -193,6 +193,9 @@ class StoredTable:
         self.height = height
         self.schema = dict(schema)
         self.late_warnings: list = []  # deferred parts' warnings, once produced (DeferredPart)
+        # What must outlive the table for its files to stay: a folder removed when its owner goes
+        # (a live trace's table generations, trace/span_live_table.py).
+        self.keep: list[object] = []
         _live.add(self)
         # Its temporary files go with the last table that reads them (the list, not the table: a
         # produced deferred part extends it in place).
@@ -202,11 +205,17 @@ class StoredTable:
     def of(cls, tables: list[StoredTable]) -> StoredTable:
         """Several stored tables (same columns) as one, in order."""
         schema = tables[0].schema if tables else {}
-        return cls([p for t in tables for p in t.parts], sum(t.height for t in tables), schema)
+        joined = cls([p for t in tables for p in t.parts], sum(t.height for t in tables), schema)
+        joined.keep = [kept for t in tables for kept in (t, *t.keep)]
+        return joined
 
     @property
     def paths(self) -> list[Path]:
         return [p for p in self.parts if isinstance(p, Path)]
+
+    def read_parts(self) -> list[Path | pl.DataFrame]:
+        """The parts in order, files and frames (deferred ones produced)."""
+        return self._produced()
 
     def _produced(self) -> list[Path | pl.DataFrame]:
         """The parts, deferred ones produced (once: they replace themselves)."""

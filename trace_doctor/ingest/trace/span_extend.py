@@ -10,7 +10,11 @@ So the rows before the first key among the new spans and new covers keep their p
 step: they are copied (whole Parquet parts by a hard link, the part cut by the key rewritten), the
 reopened rows among them replaced. The rows from that key on are merged with the new spans, their
 containment steps taken again, and sorted: what span_spill's windows would write for them. When
-pids or segments start to vary, every step can change: the whole table is done again that way.
+pids or segments start to vary, every step can change: the whole table is done again that way (and
+when the caller says a reopened row's key moved: `redo`).
+
+The old table's parts are Parquet files, or frames held in memory (a writer with no disk to go to):
+a frame part is taken over as it is where a file would be linked.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from trace_doctor.ingest.trace.span_steps import StepCovers
 
 # Runs of reopened rows among the copied ones written as parts of their own, at most.
 MAX_REPLACED_RUNS = 16
+# Rows of one part written, at most: the part an extension's first new key falls in is rewritten, so a
+# part's size bounds what an extension that adds a few spans at the end costs.
+PART_ROWS = 65_536
 
 
 class Extension:
@@ -46,8 +53,11 @@ class Extension:
         self.old_ranges = old_ranges
 
 
-def extend_table(old: StoredTable, old_covers: pl.DataFrame, new: Extension, source: str, out: PartWriter) -> int:
-    """Write the grown file's spans table to `out` (see the module docstring); returns its rows."""
+def extend_table(
+    old: StoredTable, old_covers: pl.DataFrame, new: Extension, source: str, out: PartWriter, *, redo: bool = False
+) -> int:
+    """Write the grown file's spans table to `out` (see the module docstring); returns its rows.
+    `redo`: every row is sorted and attributed again (a reopened row's key may have moved)."""
     by = _varying(new.old_ranges, new.ranges)
     reopened = pl.col("line_begin").is_in(new.reopened.implode())
     fresh = new.spans.filter(~reopened)
@@ -57,9 +67,9 @@ def extend_table(old: StoredTable, old_covers: pl.DataFrame, new: Extension, sou
         total=old.height + fresh.height,
         by=by,
     )
-    parts = [(part, _rows(part)) for part in old.paths]
+    parts = [(part, _rows(part)) for part in old.read_parts()]
     first = _first_key(pl.concat([fresh.select(SORT_KEYS), new.covers.select(SORT_KEYS)]))
-    if by != _varying(new.old_ranges) or len(parts) != len(old.parts):
+    if redo or by != _varying(new.old_ranges):
         split, kept = 0, replaced.clear()  # every step may change: every row is redone
     elif first is None:
         split, kept = old.height, replaced  # nothing new: only the reopened rows change
@@ -72,9 +82,13 @@ def extend_table(old: StoredTable, old_covers: pl.DataFrame, new: Extension, sou
         lo, hi = done, done + rows
         done = hi
         if hi <= split and not _holds(part, new.reopened):
-            out.link(part, rows)
+            if isinstance(part, pl.DataFrame):
+                for offset in range(0, part.height, PART_ROWS):
+                    out.write(part.slice(offset, PART_ROWS))
+            else:
+                out.link(part, rows)
             continue
-        frame = pl.read_parquet(part)
+        frame = part if isinstance(part, pl.DataFrame) else pl.read_parquet(part)
         if lo < split:
             for piece in _patched(frame.head(split - lo), kept, covers, source):
                 out.write(piece)
@@ -86,7 +100,9 @@ def extend_table(old: StoredTable, old_covers: pl.DataFrame, new: Extension, sou
         [_unattributed(rest.filter(~reopened)), _with_source(fresh, source), _with_source(moved, source)],
         how="vertical",
     )
-    out.write(_attributed(merged.sort(SORT_KEYS), covers))
+    done_rows = _attributed(merged.sort(SORT_KEYS), covers)
+    for offset in range(0, done_rows.height, PART_ROWS):
+        out.write(done_rows.slice(offset, PART_ROWS))
     return out.height
 
 
@@ -98,7 +114,13 @@ def _varying(*ranges: tuple[ColumnRange, ColumnRange]) -> list[str]:
 
 
 def _rows(part) -> int:
+    if isinstance(part, pl.DataFrame):
+        return part.height
     return int(pl.scan_parquet(part).select(pl.len()).collect().item())
+
+
+def _scan(part) -> pl.LazyFrame:
+    return part.lazy() if isinstance(part, pl.DataFrame) else pl.scan_parquet(part)
 
 
 def _first_key(keys: pl.DataFrame) -> tuple | None:
@@ -122,14 +144,14 @@ def _before(key: tuple) -> pl.Expr:
 def _rows_before(parts: list, key: tuple) -> int:
     if not parts:
         return 0
-    scan = pl.scan_parquet([part for part, _ in parts]).select("segment", "start_us", "line_begin")
-    return int(scan.select(_before(key).sum()).collect().item())
+    scans = [_scan(part).select("segment", "start_us", "line_begin") for part, _ in parts]
+    return int(pl.concat(scans).select(_before(key).sum()).collect().item())
 
 
 def _holds(part, lines: pl.Series) -> bool:
     if lines.len() == 0:
         return False
-    found = pl.scan_parquet(part).filter(pl.col("line_begin").is_in(lines.implode())).select(pl.len())
+    found = _scan(part).filter(pl.col("line_begin").is_in(lines.implode())).select(pl.len())
     return bool(found.collect().item())
 
 
