@@ -225,3 +225,37 @@ def test_a_flush_race_at_exit_is_not_a_kill(sim_runs):
     finding, outcome, _ = _stopped(sim_runs["flush_race_no_plan"])
     assert finding is None, finding.message
     assert outcome.status == "passed"
+
+
+def _sft_with_checkpoints(folder: Path, logged: int, total: int, batches: list[int]) -> Path:
+    folder.mkdir()
+    stopped_shapes._rows(folder / "metrics.jsonl", [stopped_shapes.sft_row(step, total) for step in range(logged)])
+    with open(folder / "checkpoints.jsonl", "w", encoding="utf-8") as f:
+        for batch in batches:
+            f.write(json.dumps({"name": f"{batch:06d}", "epoch": 0, "batch": batch, "state_path": "tinker://x"}) + "\n")
+    return folder
+
+
+def test_a_checkpoint_past_the_last_row_moves_the_stop_and_says_the_metrics_end_early(tmp_path):
+    # The corpus' distillation_off: rows end at step 682, checkpoints.jsonl goes on to batch 700.
+    finding, _, _ = _stopped(_sft_with_checkpoints(tmp_path / "cut", 20, 100, [10, 20, 30]))
+    assert finding is not None and finding.evidence["kind"] == "stopped early"
+    assert finding.steps == [30] and finding.evidence["run_end"]["checkpoint_past_rows"] == 30
+    assert "checkpoint was saved at batch 30, past the last row logged (step 19)" in finding.message
+
+
+def test_a_checkpoint_named_for_the_next_batch_is_the_cookbooks_order_not_a_gap(tmp_path):
+    # The cookbook saves checkpoint N before step N: a last row at step 19 and a checkpoint 20 are in step.
+    finding, _, _ = _stopped(_sft_with_checkpoints(tmp_path / "saved", 20, 100, [10, 20]))
+    assert finding is not None and finding.steps == [20]
+    assert "checkpoint_past_rows" not in finding.evidence["run_end"] and "checkpoint was saved" not in finding.message
+
+
+def test_a_relaunched_runs_checkpoints_are_not_read_against_its_last_launchs_rows(tmp_path):
+    # bash_codeforces: each launch appends to checkpoints.jsonl; a later launch restarting at step 0 has
+    # fewer rows than an earlier launch's checkpoints, which says nothing about the metrics ending early.
+    folder = _sft_with_checkpoints(tmp_path / "relaunched", 6, 100, [0, 5])
+    stopped_shapes._rows(folder / "metrics.jsonl", [stopped_shapes.sft_row(step, 100) for step in range(2)])
+    finding, _, _ = _stopped(folder)
+    assert finding is not None and "checkpoint_past_rows" not in finding.evidence["run_end"]
+    assert finding.steps == [2] and "checkpoint was saved" not in finding.message

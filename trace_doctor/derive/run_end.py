@@ -135,6 +135,10 @@ class RunEnd:
     # times), and the latest step among those in a step.
     unlisted_open_spans: int = 0
     unlisted_open_step: int | None = None
+    # The latest checkpoint's batch when it lies past the last row logged (the metrics file ends before the
+    # run did: copied while the run went on, or its last rows lost). A checkpoint named for the batch after
+    # the last row is the cookbook's own order (it saves before the step of its number), not a gap.
+    checkpoint_past_rows: int | None = None
 
     @property
     def in_step_spans(self) -> tuple[OpenSpan, ...]:
@@ -144,10 +148,16 @@ class RunEnd:
     @property
     def stopped_step(self) -> int | None:
         """The step the run stopped in: the latest step an open span belongs to, else the one after the
-        last step logged (its row was never written). A pipelined loop may be inside two steps at once."""
+        last step logged (its row was never written), or a checkpoint's batch past it. A pipelined loop may
+        be inside two steps at once."""
         open_steps = [s.step for s in self.in_step_spans if s.step is not None]
         open_steps += [self.unlisted_open_step] if self.unlisted_open_step is not None else []
         logged_next = None if self.last_step is None else self.last_step + 1
+        if logged_next is not None and self.checkpoint_past_rows is not None and not self.left_open:
+            # Files that end with nothing in flight and a checkpoint past their rows: the run got at least as
+            # far as that checkpoint (the rows after it were not kept). A loop still inside a step is not
+            # moved: a pipelined loop saves ahead of the rows it has logged.
+            logged_next = max(logged_next, self.checkpoint_past_rows)
         if open_steps:
             return max([*open_steps, *([logged_next] if logged_next is not None else [])])
         if logged_next is None:
@@ -186,6 +196,7 @@ class RunEnd:
             "log_silence_s": self.log_silence_s,
             **({"watched_stall_s": round(self.watched_stall_s, 3)} if self.watched_stall_s is not None else {}),
             **({"kill_lines": [k.to_dict() for k in self.kill_lines[-3:]]} if self.kill_lines else {}),
+            **({"checkpoint_past_rows": self.checkpoint_past_rows} if self.checkpoint_past_rows is not None else {}),
         }
 
 
@@ -450,7 +461,11 @@ def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tu
 
 def run_end(run: Any) -> RunEnd:
     """Where the last launch of `run` (RunTables) stopped and what was in flight then."""
-    rows = _last_segment(live_training_rows(run.steps))
+    every_row = live_training_rows(run.steps)
+    rows = _last_segment(every_row)
+    # checkpoints.jsonl is appended to by every launch and says which launch wrote a line only by its order:
+    # a checkpoint is read against the rows only when the run was launched once.
+    one_launch = "segment" not in every_row.columns or every_row.get_column("segment").n_unique() <= 1
     last_step = int(rows["step"].max()) if not rows.is_empty() else None
     segment = int(rows["segment"].max()) if not rows.is_empty() and "segment" in rows.columns else None
     checkpoints = run.checkpoints
@@ -459,6 +474,12 @@ def run_end(run: Any) -> RunEnd:
         named_final = pl.col("name").fill_null("") == "final" if "name" in checkpoints.columns else pl.lit(False)
         flagged = pl.col("final").fill_null(False) if "final" in checkpoints.columns else pl.lit(False)
         final = checkpoints.filter(named_final | flagged).height > 0
+    latest_batch = checkpoints.get_column("batch").max() if "batch" in checkpoints.columns else None
+    past_rows = (
+        int(latest_batch)
+        if one_launch and latest_batch is not None and last_step is not None and latest_batch > last_step + 1
+        else None
+    )
     open_spans, unlisted, unlisted_step = _open_spans(run, last_step)
     events = run.log_events
     if events.is_empty():
@@ -481,6 +502,7 @@ def run_end(run: Any) -> RunEnd:
         open_spans=open_spans,
         unlisted_open_spans=unlisted,
         unlisted_open_step=unlisted_step,
+        checkpoint_past_rows=past_rows,
         open_phases=phases,
         last_phase=last_phase,
         tail_events=tail,

@@ -393,6 +393,12 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             " The files end there with no error and nothing left open: the run stopped, or was still running when "
             "they were copied."
         )
+    if end.checkpoint_past_rows is not None and kind == "stopped early" and not end.left_open:
+        message += (
+            f" A checkpoint was saved at batch {end.checkpoint_past_rows}, past the last row logged (step "
+            f"{end.last_step}): the run got at least that far, and the metrics file ends before the run did "
+            "(copied while it ran, or its last rows lost); where it went after that checkpoint, the files cannot say."
+        )
     stopped = end.stopped_step
     return [
         ctx.finding(
