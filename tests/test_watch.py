@@ -8,12 +8,14 @@ phase in flight, within five steady step times of its last write, and `--on-stal
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -44,6 +46,17 @@ def _writer(tmp_path: Path, **opts) -> subprocess.Popen:
     )
 
 
+@contextlib.contextmanager
+def _writing(tmp_path: Path, **opts) -> Iterator[subprocess.Popen]:
+    """A simulated cookbook writer (`_writer`), killed and reaped however the test ends."""
+    writer = _writer(tmp_path, **opts)
+    try:
+        yield writer
+    finally:
+        writer.kill()
+        writer.wait()
+
+
 def _wait_for_files(*folders: Path, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not all(any(folder.iterdir()) for folder in folders) and time.monotonic() < deadline:
@@ -58,15 +71,11 @@ def test_a_hung_run_is_reported_stalled_in_flight_while_it_hangs(tmp_path):
     hook = tmp_path / "hook.jsonl"
     run = tmp_path / "run"
     run.mkdir()
-    writer = _writer(run, n_steps=40, cycle_s=0.2, service_hangs_at_step=8, kill_after_s=30)
-    try:
+    with _writing(run, n_steps=40, cycle_s=0.2, service_hangs_at_step=8, kill_after_s=30) as writer:
         watch = Watch(run, policy=WatchPolicy(min_stall_s=0.3, analysis_interval_s=1.0))
         out = io.StringIO()
         code = follow(watch, fmt="jsonl", interval=0.05, on_stall=f"cat >> {hook}", exit_on_stall=True, out=out)
         still_running = writer.poll() is None
-    finally:
-        writer.kill()
-        writer.wait()
     events = _events(out)
     assert code == EXIT_STALLED
     assert still_running, "the stall is reported while the run still hangs"
@@ -90,15 +99,11 @@ def test_a_hung_run_is_reported_stalled_in_flight_while_it_hangs(tmp_path):
 
 
 def test_a_hang_in_user_code_is_named_with_its_frame_and_session_id_while_it_hangs(tmp_path):
-    writer = _writer(tmp_path, n_steps=40, cycle_s=0.2, user_hang_at_step=6, kill_after_s=30)
-    try:
+    with _writing(tmp_path, n_steps=40, cycle_s=0.2, user_hang_at_step=6, kill_after_s=30) as writer:
         watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=0.3, analysis_interval_s=1.0))
         out = io.StringIO()
         code = follow(watch, fmt="jsonl", interval=0.05, exit_on_stall=True, out=out)
         still_running = writer.poll() is None
-    finally:
-        writer.kill()
-        writer.wait()
     [stalled] = [e for e in _events(out) if e["event"] == "stalled"]
     assert code == EXIT_STALLED and still_running
     assert stalled["step"] == 6 and stalled["kind"] == "hung in user code", stalled
@@ -109,13 +114,9 @@ def test_a_hang_in_user_code_is_named_with_its_frame_and_session_id_while_it_han
 
 
 def test_a_completed_run_ends_with_done_and_exit_0(tmp_path):
-    writer = _writer(tmp_path, n_steps=10, cycle_s=0.05)
-    try:
+    with _writing(tmp_path, n_steps=10, cycle_s=0.05):
         out = io.StringIO()
         code = follow(Watch(tmp_path, policy=WatchPolicy(min_stall_s=30.0)), fmt="jsonl", interval=0.05, out=out)
-    finally:
-        writer.kill()
-        writer.wait()
     events = _events(out)
     assert code == EXIT_DONE and events[-1] == {"event": "done", "steps": 10, "planned": 10}
     assert [e["step"] for e in events if e["event"] == "progress"] == list(range(10))
@@ -311,14 +312,10 @@ def test_the_findings_refresh_waits_in_proportion_to_its_cost(tmp_path):
 
 def test_a_slow_but_progressing_run_is_never_stalled(tmp_path):
     # Steps of ~0.5 s, a stall floor far below them: the bound follows the steady step time, not the floor.
-    writer = _writer(tmp_path, n_steps=8, cycle_s=0.25)
-    try:
+    with _writing(tmp_path, n_steps=8, cycle_s=0.25):
         out = io.StringIO()
         watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=0.05, analysis_interval_s=1.0))
         code = follow(watch, fmt="jsonl", interval=0.05, exit_on_stall=True, out=out)
-    finally:
-        writer.kill()
-        writer.wait()
     events = _events(out)
     assert code == EXIT_DONE and not [e for e in events if e["event"] == "stalled"], events
     assert [e["step"] for e in events if e["event"] == "progress"] == list(range(8))
@@ -327,14 +324,10 @@ def test_a_slow_but_progressing_run_is_never_stalled(tmp_path):
 def test_a_long_first_step_is_warm_up_not_a_stall(tmp_path):
     # Step 0 spends 3 s loading its batch (a dataset build, a cold start): with no step logged there is no steady
     # step time, so only the first-step bound applies, however low the floor for later steps is.
-    writer = _writer(tmp_path, n_steps=6, cycle_s=0.05, get_batch_sleep={0: 3.0})
-    try:
+    with _writing(tmp_path, n_steps=6, cycle_s=0.05, get_batch_sleep={0: 3.0}):
         out = io.StringIO()
         watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=0.3, first_step_stall_s=60.0))
         code = follow(watch, fmt="jsonl", interval=0.05, exit_on_stall=True, out=out)
-    finally:
-        writer.kill()
-        writer.wait()
     events = _events(out)
     assert code == EXIT_DONE and not [e for e in events if e["event"] == "stalled"], events
     # Past the first-step bound it is a stall all the same (the absolute floor for a launch that never logs).

@@ -255,8 +255,7 @@ def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], 
         )
         .with_columns(
             (
-                pl.col("step").is_null()
-                & (pl.lit(first_end is not None) & (pl.col("start_us") < pl.lit(first_end or 0.0)))
+                pl.col("step").is_null() & (pl.col("start_us") < first_end) if first_end is not None else pl.lit(False)
             ).alias("_encloses")
         )
     )
