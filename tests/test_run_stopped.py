@@ -93,7 +93,14 @@ def test_hang_in_user_code_holding_the_gil_is_hung_in_user_code(runs):
     assert finding.severity == "error"
     assert finding.steps == [STOP_AT]
     assert "get_batch" in finding.message and "catastrophic_regex" in finding.message
-    assert "[main]'s stack stayed in catastrophic_regex" in finding.message
+    # The stack watchdog is starved of the GIL too: on a loaded box it may catch [main] in the regex only
+    # once, and one block is not a state that held. Two or more must be read as one held state.
+    blocks = (runs["user_hang"] / "stacks.txt").read_text().split("--- [")
+    in_regex = [b for b in blocks if b.startswith("main]") and "catastrophic_regex" in b]
+    if len(in_regex) >= 2:
+        assert "[main]'s stack stayed in catastrophic_regex" in finding.message
+    else:
+        assert "the main thread was blocked" in finding.message
 
 
 def test_crash_with_traceback_is_crashed_and_decoded(runs):
