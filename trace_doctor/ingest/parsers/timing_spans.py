@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import polars as pl
+import xxhash
 
+from trace_doctor.ingest.parsers import timing_spans_resume
 from trace_doctor.ingest.reading.bisected_read import Refused, read_bisected
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.reading.input_stream import InputStream
@@ -293,10 +295,13 @@ def checked_table(path: Path, checked: Checked) -> tuple[StoredTable, InputFile]
 
 
 def _check(path: Path) -> Checked | None:
-    """The file's lines and spans if every line is CLEAN_LINE (None: the read must look at it)."""
-    lines = spans = 0
+    """The file's lines and spans if every line is CLEAN_LINE (None: the read must look at it). A file
+    checked clean before and grown since is checked from where that check ended (timing_spans_resume.py)."""
+    found = timing_spans_resume.resumed(path)
+    counts, hashed = found if found is not None else (timing_spans_resume.Counts(), xxhash.xxh3_128())
+    start = counts.size
     try:
-        with InputStream(path) as stream:
+        with InputStream(path, start=start) as stream:
             for chunk in iter_line_chunks(stream, CHUNK_BYTES):
                 # An oversized or unterminated line, a CR: things the reader reports or treats
                 # apart (text_lines refuses a NUL).
@@ -305,13 +310,18 @@ def _check(path: Path) -> Checked | None:
                 counted = _clean_lines(chunk.data)
                 if counted is None:
                     return None
-                lines += counted[0]
-                spans += counted[1]
+                counts.lines += counted[0]
+                counts.spans += counted[1]
+                hashed.update(chunk.data)
             if stream.problems():
                 return None
-            return Checked(lines, spans, stream.produced)
+            counts.size = start + stream.produced
+            compressed = stream.compressed
     except OSError:
         return None  # the read reports it
+    if not compressed:
+        timing_spans_resume.keep(path, counts, hashed)
+    return Checked(counts.lines, counts.spans, counts.size)
 
 
 def check_lines(lines: list[bytes]) -> tuple[int, int] | None:
