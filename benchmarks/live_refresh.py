@@ -1,7 +1,7 @@
 """What a watch refresh costs on a large run (issue 28): it must follow the growth, not the size.
 
     python benchmarks/live_refresh.py [--steps 3000 --samples 64] [--append-mb 1] [--repeats 3] [--markdown FILE]
-        [--increments 50] [--before CHECKOUT]
+        [--increments 50] [--long 300] [--before CHECKOUT]
 
 The run is benchmarks/generate_large_run.py's (deterministic, kept in benchmarks/data/ and reused, as
 benchmarks/run.py keeps it). Each measure runs in its own subprocess, round-robin over the repeats:
@@ -18,6 +18,12 @@ benchmarks/run.py keeps it). Each measure runs in its own subprocess, round-robi
   lines N times; after each growth the watch's process reads what they gained (LiveRun.look, until
   caught up) and runs the findings refresh (LiveRun.tables + analyze): its time and the process's RSS
   after it, at every increment. Flat memory: the RSS at the start and the end of the last 10.
+
+- long (`--long N`): what a day of watching does to memory. A copy of the run with 90% of its streamed
+  files written is caught up with, then refreshed N times with nothing appended (RSS must not move: the
+  watch keeps nothing per refresh), then N times growing by 10%/N of the files each (about a step per
+  refresh at 3000 steps and N=300: RSS may only follow the data). After each refresh the RSS (after a
+  gc.collect(), so what is counted is what is held) and its least-squares slope in MB per refresh.
 
 `--before CHECKOUT`: every watch measure is run a second time importing CHECKOUT's package (a
 worktree of an earlier commit), in the same rounds, so before and after share the machine's load.
@@ -47,6 +53,7 @@ sys.path.insert(0, str(HERE))
 import run as bench  # noqa: E402  (benchmarks/run.py: the generated runs and the child runner)
 
 STREAMED = ("trace_events.jsonl", "metrics.jsonl", "timing_spans.jsonl")
+LONG_START = 0.9  # the long measure's run is caught up with at this share of its files
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -205,6 +212,59 @@ def growth_child(full: Path, live: Path, increments: int) -> None:
     print(json.dumps({"increments": rows, "peak_mb": _peak_mb()}))
 
 
+def long_child(full: Path, live: Path, refreshes: int) -> None:
+    """The long measure, in its own process: prints one JSON line."""
+    import gc
+
+    import trace_doctor.api as api
+    from trace_doctor.ingest.live_run import LiveRun
+    from trace_doctor.settings import Settings
+
+    live.mkdir(parents=True)
+    for path in full.iterdir():
+        if path.is_file() and path.name not in STREAMED:
+            shutil.copy(path, live / path.name)
+    sizes = {name: (full / name).stat().st_size for name in STREAMED}
+    written = dict.fromkeys(STREAMED, 0)
+
+    def grow_to(share: float) -> None:
+        for name in STREAMED:
+            with open(full / name, "rb") as src, open(live / name, "ab") as dst:
+                src.seek(max(written[name], round(sizes[name] * share) - 1))
+                src.readline()  # to the end of the line the share ends in
+                cut = src.tell()
+                src.seek(written[name])
+                dst.write(src.read(cut - written[name]))
+                written[name] = cut
+
+    watched = LiveRun(live)
+    settings = Settings()
+
+    def refresh() -> dict[str, float]:
+        start = time.perf_counter()
+        while not watched.look().caught_up:
+            pass
+        run = watched.tables()
+        api.analyze(run, settings=settings)
+        del run
+        gc.collect()
+        return {"s": time.perf_counter() - start, "rss_mb": _rss_mb()}
+
+    grow_to(LONG_START)
+    refresh()
+    still = [refresh() for _ in range(refreshes)]
+    growing = []
+    for number in range(1, refreshes + 1):
+        grow_to(LONG_START + (1 - LONG_START) * number / refreshes)
+        growing.append(refresh())
+    print(json.dumps({"still": still, "growing": growing, "peak_mb": _peak_mb()}))
+
+
+def rss_slope(rows: list[dict[str, float]]) -> float:
+    """Least-squares MB of RSS per refresh."""
+    return statistics.linear_regression(range(len(rows)), [r["rss_mb"] for r in rows]).slope
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3000)
@@ -213,16 +273,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--increments", type=int, default=0, help="also the growth measure, in N increments")
+    parser.add_argument("--long", type=int, default=0, help="also the long measure: N still, then N growing refreshes")
     parser.add_argument("--before", type=Path, help="a checkout whose package the watch measures also run with")
     parser.add_argument("--no-again", action="store_true", help="skip `analyze` again after the append")
     parser.add_argument("--child", nargs=3, metavar=("FULL", "LIVE", "CUTS"), help=argparse.SUPPRESS)
     parser.add_argument("--growth-child", nargs=3, metavar=("FULL", "LIVE", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--long-child", nargs=3, metavar=("FULL", "LIVE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(Path(args.child[0]), Path(args.child[1]), json.loads(args.child[2]))
         return
     if args.growth_child:
         growth_child(Path(args.growth_child[0]), Path(args.growth_child[1]), int(args.growth_child[2]))
+        return
+    if args.long_child:
+        long_child(Path(args.long_child[0]), Path(args.long_child[1]), int(args.long_child[2]))
         return
     full = bench.ensure_run(args.steps, args.samples)
     env = {**bench.BASE_ENV, "TRACE_DOCTOR_CACHE": "off"}
@@ -234,6 +299,7 @@ def main() -> None:
     cold: list[tuple[float, float]] = []
     watched: dict[str, list[tuple[dict, float]]] = {version: [] for version in versions}
     grown: dict[str, list[tuple[dict, float]]] = {version: [] for version in versions}
+    long: dict[str, list[tuple[dict, float]]] = {version: [] for version in versions}
     again: list[dict[str, float]] = []
     loads: list[float] = []
     for _ in range(args.repeats):
@@ -253,10 +319,15 @@ def main() -> None:
                     argv = [sys.executable, __file__, "--growth-child", str(full), str(Path(tmp) / "live")]
                     _, peak, out, _ = bench.run_child([*argv, str(args.increments)], version_env)
                     grown[version].append((json.loads(out.strip().splitlines()[-1]), peak))
+            if args.long:
+                with tempfile.TemporaryDirectory(dir=bench.DATA) as tmp:
+                    argv = [sys.executable, __file__, "--long-child", str(full), str(Path(tmp) / "live")]
+                    _, peak, out, _ = bench.run_child([*argv, str(args.long)], version_env)
+                    long[version].append((json.loads(out.strip().splitlines()[-1]), peak))
         if not args.no_again:
             again.append(analyze_again(full, round(args.append_mb * 2**20)))
         loads.append(os.getloadavg()[0])
-    text = report(args, trace_mb, cold, watched, again, grown, loads)
+    text = report(args, trace_mb, cold, watched, again, grown, loads, long)
     print(text)
     if args.markdown:
         with open(args.markdown, "a") as f:
@@ -288,6 +359,7 @@ def report(
     again: list[dict],
     grown: dict[str, list[tuple[dict, float]]],
     loads: list[float],
+    long: dict[str, list[tuple[dict, float]]],
 ) -> str:
     def med(values) -> float:
         return statistics.median(list(values))
@@ -347,6 +419,19 @@ def report(
             f"(max {med(max(x['rss_mb'] for x in t) for t in tail):.0f}); "
             f"peak {med(m for _, m in results):.0f} MB |",
         ]
+    for version, results in long.items():
+        tag = f"{version}: " if len(long) > 1 else ""
+        for kind, what in (("still", "nothing appended"), ("growing", f"{1 - LONG_START:.0%} of the run appended")):
+            rows = [r[kind] for r, _ in results if r[kind]]
+            if not rows:
+                continue
+            lines.append(
+                f"| {tag}long: {len(rows[0])} findings refreshes, {what} "
+                f"| {med(med(x['s'] for x in r) for r in rows):.2f} (median) "
+                f"| {med(med(x['s'] for x in r) for r in rows) / cold_s:.1%} "
+                f"| RSS {med(r[0]['rss_mb'] for r in rows):.0f} -> {med(r[-1]['rss_mb'] for r in rows):.0f} MB, "
+                f"slope {med(rss_slope(r) for r in rows):+.3f} MB per refresh |"
+            )
     if again:
         lines += [
             f"| `analyze` with the table cache on, first (fills the cache, stores the resume state) | "
