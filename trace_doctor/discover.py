@@ -12,16 +12,15 @@ and asks the registered kinds about the rest.
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trace_doctor.did_you_mean import missing_path
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.kinds.registry import ContentTest, InputKind, Sniffed, registered
+from trace_doctor.ingest.reading.gunzip import GZIP_MAGIC, Gunzip
 from trace_doctor.ingest.reading.textfile import utf16_as_utf8, utf16_encoding
 from trace_doctor.model import PassedOver
 
@@ -55,19 +54,22 @@ class Discovered:
 
 
 def _head(path: Path) -> bytes | str:
-    """The first bytes of the file (decompressed for .gz), or why they could not be read."""
+    """The first bytes of the file (decompressed for .gz), or why they could not be read.
+
+    A gzip file cut short or corrupt midway is classified by what decompresses before the break (its
+    reader keeps those records and says where it broke); only one that yields nothing is refused here.
+    """
     try:
         with open(path, "rb") as fh:
             head = fh.read(SNIFF_BYTES)
+            if path.suffix == ".gz" and head[:2] == GZIP_MAGIC:
+                fh.seek(0)
+                gunzip = Gunzip(fh, os.fstat(fh.fileno()).st_size)
+                head = gunzip.read(SNIFF_BYTES)
+                if not head and gunzip.broken is not None:
+                    return f"corrupt gzip: {gunzip.broken.problem()}"
     except OSError as exc:
         return f"cannot read file: {exc.strerror or exc}"
-    if path.suffix == ".gz" and head[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as fh:
-                head = fh.read(SNIFF_BYTES)
-        except (OSError, EOFError, zlib.error) as exc:
-            # A corrupt deflate stream raises zlib.error, which is not an OSError.
-            return f"corrupt gzip: {exc}"
     return head
 
 

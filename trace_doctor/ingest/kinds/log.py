@@ -35,6 +35,7 @@ KIND = register(
         reads=("log", "dump", "code_diff"),
         # The cookbook's log by name, even with NUL runs in it (a crash mid-write leaves them).
         file_names=frozenset({"logs.log"}),
+        reads_gzip=True,  # the text reader decompresses (reading/textfile.py)
         content=(ContentTest("text", log_text, rank=20),),
     )
 )

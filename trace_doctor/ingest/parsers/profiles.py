@@ -398,15 +398,11 @@ def _read(path: Path, warnings: FileWarnings) -> bytes | None:
         blocks = []
         while block := stream.read(CHUNK_BYTES):
             blocks.append(block)
-    if stream.error is not None:
-        warnings.add(
-            None, f"corrupt gzip: {stream.error}" if stream.compressed else f"cannot read file: {stream.error}"
-        )
-        return None
-    if stream.capped:
-        # A profile is one document: cut short, it is unreadable, which the decoder will say.
-        warnings.add(None, stream.cap_problem())
-    return b"".join(blocks)
+    # Cut short (by the decompression cap, a gzip stream's break or a failing read), one profile
+    # document is unreadable, which the decoder will say; of one profile a line, the lines before are kept.
+    for problem in stream.problems():
+        warnings.add(None, problem)
+    return b"".join(blocks) if blocks or stream.error is None else None
 
 
 def _parse_profile_file(

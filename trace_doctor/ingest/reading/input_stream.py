@@ -4,33 +4,30 @@ Readers take a file a chunk at a time, so memory follows what they keep, never t
 gzip stream is decompressed as it is read; a "gzip bomb" (a megabyte that inflates to gigabytes)
 would still cost the time to inflate it all, so decompression stops once it has produced more than
 MAX_EXPANSION times the compressed file's size (and at least MIN_CAP_BYTES), and the reader reports
-how much it read. What was read before the cap is kept like any truncated file's records.
+how much it read. What was read before the cap is kept like any truncated file's records, and so
+is what a gzip stream cut short or corrupt midway gave before its break (gunzip.py).
 """
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-GZIP_MAGIC = b"\x1f\x8b"
+from trace_doctor.ingest.reading.gunzip import GZIP_MAGIC, Gunzip
+
 # Real traces and metrics compress 5-15:1 (a cookbook trace_events.jsonl: 13:1); a bomb, ~1000:1.
 MAX_EXPANSION = 100
 # Below this, no file is cut short whatever its ratio: small, very repetitive files are not bombs.
 MIN_CAP_BYTES = 64 * 1024 * 1024
-
-# What a corrupt or truncated compressed stream raises: zlib.error is not an OSError.
-READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
 class InputStream:
     """The (decompressed) bytes of one file, read forward; `head()` peeks without consuming.
 
     Raises OSError when the file cannot be opened. A corrupt or truncated gzip stream ends the bytes
-    where it breaks (`error` says why), so what was read before it is kept.
+    where it breaks, and a failing read where it fails (`error` says why): what was read before is kept.
     """
 
     def __init__(
@@ -51,7 +48,7 @@ class InputStream:
         except OSError:
             self._raw.close()
             raise
-        self._stream: BinaryIO = gzip.GzipFile(fileobj=self._raw) if self.compressed else self._raw
+        self._gunzip = Gunzip(self._raw, self.size) if self.compressed else None
         self.max_expansion = MAX_EXPANSION if max_expansion is None else max_expansion
         floor = MIN_CAP_BYTES if min_cap is None else min_cap
         self.cap = max(floor, self.max_expansion * self.size) if self.compressed else None
@@ -69,7 +66,6 @@ class InputStream:
         self.close()
 
     def close(self) -> None:
-        self._stream.close()
         self._raw.close()
 
     def position(self) -> int:
@@ -103,13 +99,21 @@ class InputStream:
             if self.cap is not None:
                 size = min(size, self.cap - self.produced)
                 if size <= 0:
-                    self.capped = self.capped or bool(self._stream.read(1))
+                    self.capped = self.capped or bool(self._read_file(1))
                     return b""
-            block = self._stream.read(size)
-        except READ_ERRORS as exc:
-            self.error = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            block = self._read_file(size)
+        except OSError as exc:
+            self.error = exc.strerror or str(exc) or type(exc).__name__
             return b""
         self.produced += len(block)
+        return block
+
+    def _read_file(self, size: int) -> bytes:
+        if self._gunzip is None:
+            return self._raw.read(size)
+        block = self._gunzip.read(size)
+        if self._gunzip.broken is not None:
+            self.error = self._gunzip.broken.detail
         return block
 
     def problems(self) -> list[str]:
@@ -117,7 +121,10 @@ class InputStream:
         found = []
         if self.capped:
             found.append(self.cap_problem())
-        if self.error is not None:
+        broken = self._gunzip.broken if self._gunzip is not None else None
+        if broken is not None:
+            found.append(broken.problem() if broken.at else f"cannot read file: {broken.problem()}")
+        elif self.error is not None:
             found.append(
                 f"cannot read file: {self.error}"
                 if not self.produced

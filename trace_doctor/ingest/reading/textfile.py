@@ -1,4 +1,8 @@
-"""Reading diagnostic text files: decode leniently, warn once about bytes that are not UTF-8."""
+"""Reading diagnostic text files: decode leniently, warn once about bytes that are not UTF-8.
+
+A gzipped log (`logs.log.gz`, a folder shared after `gzip -r`) is read through its decompression,
+as every input is (input_stream.py): cut short, its lines before the cut are kept with a warning.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,9 @@ import codecs
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from trace_doctor.ingest.reading.file_warnings import WarningSink
+from trace_doctor.ingest.reading.input_stream import InputStream
 from trace_doctor.model import IngestWarning
 
 INT64_MAX = 2**63 - 1
@@ -61,22 +65,22 @@ def text_lines(path: Path, warnings: WarningSink, *, max_line: int = MAX_TEXT_LI
     longer than `max_line` characters is cut there (one warning per file): the cost of a line is then
     the reading of its bytes, and no log message is that long (it is printed data)."""
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed by the generator
+        stream = InputStream(path)
     except OSError as exc:
         warnings.append(IngestWarning(str(path), None, f"cannot read file: {exc.strerror or exc}"))
         return None
-    return _lines(handle, str(path), warnings, max_line)
+    return _lines(stream, str(path), warnings, max_line)
 
 
-def _lines(handle: BinaryIO, source: str, warnings: WarningSink, max_line: int) -> Iterator[str]:
-    with handle:
-        try:
-            yield from _split(_decoded(handle, source, warnings), source, warnings, max_line)
-        except OSError as exc:  # a read error midway: the lines so far stand
-            warnings.append(IngestWarning(source, None, f"cannot read the rest of the file: {exc.strerror or exc}"))
+def _lines(stream: InputStream, source: str, warnings: WarningSink, max_line: int) -> Iterator[str]:
+    with stream:
+        yield from _split(_decoded(stream, source, warnings), source, warnings, max_line)
+        # A read error or a gzip stream cut short ends the bytes early: the lines so far stand.
+        for problem in stream.problems():
+            warnings.append(IngestWarning(source, None, problem))
 
 
-def _decoded(handle: BinaryIO, source: str, warnings: WarningSink) -> Iterator[str]:
+def _decoded(handle: InputStream, source: str, warnings: WarningSink) -> Iterator[str]:
     """The file's text in pieces of about a block (a character cut by a block's end goes to the next)."""
     head = handle.read(UTF16_SNIFF_BYTES)
     codec = utf16_encoding(head) or "utf-8"
