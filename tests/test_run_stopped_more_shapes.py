@@ -181,3 +181,26 @@ def test_a_console_only_capture_whose_bars_all_closed_is_not_stopped(tmp_path):
     finding, outcome = _stopped(run)
     assert finding is None, finding.message
     assert "all 6 planned steps" in outcome.reason
+
+
+def test_the_trainers_own_last_line_says_it_completed_whatever_bar_came_before(tmp_path):
+    # An eval bar closed short of its total (a loop that broke out), then `Training completed successfully`
+    # (rl/train.py's last line): the run ended on its own, even with the last planned row one short.
+    run = tmp_path / "done.out"
+    text = stopped_shapes._rl_console(6, 5) + stopped_shapes._tqdm("Evaluating", 4, 10) + "\n"
+    run.write_text(text + "tinker_cookbook.rl.train:2687 [INFO] Training completed successfully\n", encoding="utf-8")
+    finding, outcome = _stopped(run)
+    assert finding is None, finding.message
+    assert "Training completed successfully" in outcome.reason
+
+
+def test_heartbeat_warnings_with_no_phase_line_to_follow_are_not_read_as_a_hold(tmp_path):
+    # Without a phase line, an outage the run recovered from cannot be told from one at its end.
+    folder = tmp_path / "no_phases"
+    folder.mkdir()
+    stopped_shapes.heartbeat_hang_in_sampling(folder)
+    log = (folder / "logs.log").read_text().splitlines(True)
+    (folder / "logs.log").write_text("".join(line for line in log if "misc_utils" not in line))
+    finding, _ = _stopped(folder)
+    assert not finding.evidence["kind"].startswith("hung"), finding.message
+    assert "heartbeat_alive_s" not in finding.evidence["run_end"]

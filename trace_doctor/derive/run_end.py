@@ -152,6 +152,8 @@ class RunEnd:
     # metrics.jsonl's last line cut mid-write (no newline, not JSON; FORMATS.md 1.2): the process stopped while
     # it appended the next step's row, or the file was copied mid-write.
     metrics_cut: LogLineRef | None = None
+    # The trainer's own last line (`Training completed successfully`) in the last launch: it ended normally.
+    completed_line: LogLineRef | None = None
 
     @property
     def in_step_spans(self) -> tuple[OpenSpan, ...]:
@@ -213,6 +215,7 @@ class RunEnd:
             **({"checkpoint_past_rows": self.checkpoint_past_rows} if self.checkpoint_past_rows is not None else {}),
             **({"open_bar": self.open_bar.to_dict()} if self.open_bar is not None else {}),
             **({"metrics_cut": self.metrics_cut.to_dict()} if self.metrics_cut is not None else {}),
+            **({"completed_line": self.completed_line.to_dict()} if self.completed_line is not None else {}),
             **({"heartbeat_alive_s": round(self.heartbeat_alive_s, 3)} if self.heartbeat_alive_s is not None else {}),
         }
 
@@ -494,7 +497,16 @@ def _open_bar(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef
         return None
     bar = _ref(bars.sort("source", "line").row(-1, named=True))
     n, total = bar.fields.get("n"), bar.fields.get("total")
-    return bar if isinstance(n, int) and isinstance(total, int) and n < total else None
+    if not (isinstance(n, int) and isinstance(total, int) and n < total):
+        return None
+    # A bar closed early (a loop that broke out) with the run going on after it is not the end: only the
+    # reports of how the output ended may follow it.
+    later = events.filter(
+        (pl.col("source") == bar.source)
+        & (pl.col("line") > (bar.line or 0))
+        & ~pl.col("kind").is_in(["killed", "error", "heartbeat", "gil-monitor", "version"])
+    )
+    return bar if later.is_empty() else None
 
 
 def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tuple[LogLineRef, ...]:
@@ -505,7 +517,9 @@ def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tu
     after = events.filter(
         (pl.col("source") == last_phase.source)
         & (pl.col("line") > (last_phase.line or 0))
-        & ~pl.col("kind").is_in(["error", "took", "heartbeat", "gil-monitor", "killed", "progress-bar", "version"])
+        & ~pl.col("kind").is_in(
+            ["error", "took", "heartbeat", "gil-monitor", "killed", "progress-bar", "version", "completed"]
+        )
     )
     return tuple(_ref(row) for row in after.iter_rows(named=True))
 
@@ -535,7 +549,7 @@ def run_end(run: Any) -> RunEnd:
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
-        bar = None
+        bar, completed = None, None
     else:
         events = _last_launch(events)
         phases, last_phase, silence = _log_phases(events)
@@ -544,6 +558,8 @@ def run_end(run: Any) -> RunEnd:
         tail = _after_last_phase(events, last_phase)
         kills = _kill_lines(events, last_phase)
         bar = _open_bar(events, last_phase)
+        done = events.filter(pl.col("kind") == "completed")
+        completed = _ref(done.row(-1, named=True)) if not done.is_empty() else None
     gil = tuple(
         LogLineRef(g.source, g.line, g.message.strip(), dict(g.values)) for g in gil_monitor_lines(run.log_events)
     )
@@ -564,11 +580,14 @@ def run_end(run: Any) -> RunEnd:
         task_dumps=_task_states(run.task_snapshots),
         stacks=_stack_states(run.stack_snapshots),
         heartbeat_failures=heartbeats,
-        heartbeat_alive_s=_heartbeat_alive(heartbeats),
+        # Without a phase line, the warnings cannot be placed after the run's last progress (an outage it
+        # recovered from may be among them): no hold is read from them then.
+        heartbeat_alive_s=_heartbeat_alive(heartbeats) if last_phase is not None else None,
         gil_monitor=gil,
         log_silence_s=silence,
         watched_stall_s=run.meta.watched_stall_s,
         kill_lines=kills,
         open_bar=bar,
         metrics_cut=_metrics_cut(run),
+        completed_line=completed,
     )

@@ -96,6 +96,10 @@ def kill_signal(found: re.Match[str]) -> str:
 # with no newline until it closes: `{desc}: {percent}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}]`.
 # The line's last redraw is where the bar stood when the output ended.
 PROGRESS_BAR = re.compile(r"^(?P<desc>[^\r]*?): *(?P<percent>\d{1,3})%\|[^|]*\| *(?P<n>\d+)/(?P<total>\d+)\b")
+# The line every trainer logs last, once its final checkpoint is saved (supervised/train.py, rl/train.py,
+# distillation/train_on_policy.py `Training completed successfully`; preference/train_dpo.py `DPO training ...`,
+# distillation/sdft.py `SDFT training ...`, train_off_policy.py `Off-policy distillation completed successfully`).
+COMPLETED = re.compile(r"^(?:[\w-]+ )?(?:[Tt]raining|distillation) completed successfully\s*$")
 EPOCH_PLAN = re.compile(r"^Training for (?P<batches>\d+) batches x (?P<epochs>\d+) epochs = (?P<steps>\d+) steps\s*$")
 SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
 # Async RL's staleness filter (rl/train.py training_loop): a group sampled more than
@@ -177,6 +181,7 @@ NEEDLES = (
     *GUIDE_NEEDLES,
     "HTTP Request:",
     "%|",
+    "completed successfully",
 )
 # HTTP statuses a client retries (FORMATS.md 5.4: 408 from /retrieve_future long-polls is the normal
 # "not ready yet", so it is not counted).
@@ -295,6 +300,8 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         # Only a bare line (no logger, no level): a log record that mentions `Killed` is not the shell's report.
         why = (found["why"] or "").strip().lower() or None
         return Classified("killed", message, {"why": why, "signal": kill_signal(found)})
+    if level is not None and COMPLETED.match(message) is not None:
+        return Classified("completed", message, {})
     if (found := RL_PLAN.match(message)) is not None:
         return Classified("plan", message, {"steps": int64(found["steps"]), "capped": True})
     if (found := EPOCH_PLAN.match(message)) is not None:

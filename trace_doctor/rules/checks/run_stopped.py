@@ -349,6 +349,9 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     in_wrap_up = end.reached_plan and end.left_open and not end.final_checkpoint
     if end.reached_plan and not in_wrap_up:
         return ctx.passed(f"all {end.plan.steps} planned steps were logged ({end.plan.source})")
+    if end.completed_line is not None and not end.exceptions:
+        done = end.completed_line
+        return ctx.passed(f"the trainer logged `{done.text[:120]}` ({done.source}:{done.line}): it ended on its own")
     if end.final_checkpoint and not end.left_open:
         return ctx.passed("the run saved its final checkpoint and left nothing in flight")
     stopped_short = end.plan.steps is not None and not end.plan.upper_bound and end.last_step is not None
