@@ -204,3 +204,12 @@ def test_heartbeat_warnings_with_no_phase_line_to_follow_are_not_read_as_a_hold(
     finding, _ = _stopped(folder)
     assert not finding.evidence["kind"].startswith("hung"), finding.message
     assert "heartbeat_alive_s" not in finding.evidence["run_end"]
+
+
+def test_a_log_in_a_layout_of_its_own_is_said_unread_not_empty(tmp_path):
+    # Every line has a timestamp in front: no phase, plan or error in it is read. The rows still fall short
+    # of their done_frac plan (sure), but "nothing left open" would be a claim about a log not read.
+    finding, _ = _stopped(_build(tmp_path, "timestamped_log"))
+    assert finding.evidence["kind"] == "stopped early" and finding.steps == [5] and finding.confidence == "medium"
+    assert "has no line in the cookbook's layout" in finding.message
+    assert "nothing left open" not in finding.message

@@ -22,6 +22,7 @@ from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.ingest.reading.jsonl import TRUNCATED_LAST_LINE
 
 METRICS_FILE = "metrics.jsonl"
+LOG_FILE = "logs.log"
 # Exceptions that end a run on purpose (Ctrl-C, a cancelled task), not a crash.
 INTERRUPT_TYPES = ("KeyboardInterrupt", "CancelledError", "SystemExit")
 # Open spans listed at each end of a track's stack (the outermost and the innermost ones).
@@ -154,6 +155,9 @@ class RunEnd:
     metrics_cut: LogLineRef | None = None
     # The trainer's own last line (`Training completed successfully`) in the last launch: it ended normally.
     completed_line: LogLineRef | None = None
+    # Log files with lines of which none is in the cookbook's record layout (`logger:line [LEVEL] message`; a
+    # user's own format with a timestamp in front): their phases, plan and errors were not read.
+    unread_logs: tuple[str, ...] = ()
 
     @property
     def in_step_spans(self) -> tuple[OpenSpan, ...]:
@@ -216,6 +220,7 @@ class RunEnd:
             **({"open_bar": self.open_bar.to_dict()} if self.open_bar is not None else {}),
             **({"metrics_cut": self.metrics_cut.to_dict()} if self.metrics_cut is not None else {}),
             **({"completed_line": self.completed_line.to_dict()} if self.completed_line is not None else {}),
+            **({"unread_logs": list(self.unread_logs)} if self.unread_logs else {}),
             **({"heartbeat_alive_s": round(self.heartbeat_alive_s, 3)} if self.heartbeat_alive_s is not None else {}),
         }
 
@@ -487,6 +492,21 @@ def _metrics_cut(run: Any) -> LogLineRef | None:
     return LogLineRef(cut[-1].path, cut[-1].line, cut[-1].problem) if cut else None
 
 
+def _unread_logs(run: Any) -> tuple[str, ...]:
+    """The cookbook logs (`logs.log`) with lines read and no record in its layout among their events."""
+    events = run.log_events
+    recorded = (
+        set(events.filter(pl.col("logger").is_not_null())["source"].to_list())
+        if not events.is_empty() and "logger" in events.columns
+        else set()
+    )
+    return tuple(
+        i.path
+        for i in run.inputs
+        if i.kind == "log" and Path(i.path).name == LOG_FILE and i.records > 0 and i.path not in recorded
+    )
+
+
 def _open_bar(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef | None:
     """The last progress bar of the file the log's phases are in (of any file, when it has none), when it
     comes after the last phase line and stopped short of its total."""
@@ -590,4 +610,5 @@ def run_end(run: Any) -> RunEnd:
         open_bar=bar,
         metrics_cut=_metrics_cut(run),
         completed_line=completed,
+        unread_logs=_unread_logs(run),
     )

@@ -442,10 +442,16 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         message += f" The terminal says so: `{last.text[:160]}` ({last.source}:{last.line}) — {said}."
     elif kind == "killed":
         message += " Whether it was killed or was still running when these files were copied, the files cannot say."
-    if kind == "stopped early":
+    if kind == "stopped early" and not end.unread_logs:
         message += (
             " The files end there with no error and nothing left open: the run stopped, or was still running when "
             "they were copied."
+        )
+    if end.unread_logs:
+        message += (
+            f" {end.unread_logs[0]} has no line in the cookbook's layout (`logger:line [LEVEL] message`; a format of "
+            "its own, a timestamp in front): the phase, plan and errors in it were not read, so what was in flight "
+            "there is unknown."
         )
     if end.metrics_cut is not None:
         cut = end.metrics_cut
