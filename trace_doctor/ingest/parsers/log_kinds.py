@@ -203,7 +203,7 @@ def interesting(text: str) -> bool:
 
 
 def kill_report(text: str) -> bool:
-    """Whether a line is the shell's, kernel's or scheduler's report of a SIGKILL (KILL_LINE): printed to the
+    """Whether a line is the shell's, kernel's or scheduler's report of a kill (KILL_LINE): printed to the
     terminal right after the last log record, so it is looked for inside a record too."""
     needles = ("Kill", "kill", "CANCELLED", "Terminated")
     return any(n in text for n in needles) and KILL_LINE.search(text.strip()) is not None

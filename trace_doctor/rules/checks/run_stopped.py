@@ -15,10 +15,14 @@ how far through the planned steps it got, and what kind of stop it was:
 - hung, where unknown: a run `trace-doctor watch` is following wrote nothing for longer than its stall
   bound, and nothing in the files says whether the service or user code holds it;
 - killed: the files end inside a step with no sign anything kept running (SIGKILL, OOM, a lost node —
-  or the files were copied while the run was still going), or the terminal reports the kill (`Killed`,
-  the OOM killer, a scheduler's cancel). A run the watch is following is never killed: the watch saw it
-  silent while it was still there, so its silence is the hold (`hung`);
-- completed: the planned steps were all logged, or a final checkpoint was saved: the rule passes.
+  or the files were copied while the run was still going; a console's progress bar left unfinished and a
+  metrics row cut mid-write are such ends), or the terminal reports the kill (`Killed`, `Terminated`, the
+  OOM killer, a scheduler's cancel, named by its signal or reason). A run the watch is following is never
+  killed: the watch saw it silent while it was still there, so its silence is the hold (`hung`); heartbeat
+  warnings that go on after the last phase line are a hold too;
+- completed: the planned steps were all logged (and the files do not end inside the wrap-up after them
+  with no final checkpoint), a final checkpoint was saved, or the trainer logged its own
+  `Training completed successfully`: the rule passes.
 """
 
 from __future__ import annotations
@@ -504,8 +508,11 @@ RULE = register(
                 "`Starting X` log lines with no `X took`, errors and tracebacks after the log's last phase line "
                 "(decoded; a KeyboardInterrupt anywhere in a chained traceback is an interrupt, what a task raised "
                 "while the loop shut down is not the cause), a terminal's `Killed` / OOM-killer / scheduler-cancel "
-                "line, the last asyncio task dump and stack block of each thread and how long each stayed the "
-                "same, heartbeat warnings and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
+                "line (`Terminated`, `zsh: killed`, a slurm TIME LIMIT cancel, named as such), a console's "
+                "progress bar left short of its total, metrics.jsonl's last line cut mid-write, the trainer's "
+                "`Training completed successfully`, the last asyncio task dump and stack block of each thread and "
+                "how long each stayed the same, heartbeat warnings (their growth past the last phase line is a "
+                "hold) and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
                 "silence it saw (past its own stall bound) is the hold. The loop's own spans (open since before "
                 "step 0 ended) and spans of steps whose row was written (E events the trace writer lost at exit) "
                 "are not a step in flight. Confidence: high for a traceback, a kill report or a hold seen in "
