@@ -439,6 +439,25 @@ def timestamped_log(folder: Path) -> None:
     (folder / "logs.log").write_text(text)
 
 
+def _arithmetic(folder: Path, logged: int) -> None:
+    """math_rl's arithmetic builder takes its length as `n_batches` (its dataset's __len__); rows without a
+    progress key (an RL version before done_frac), no log kept."""
+    builder = {"batch_size": 8, "group_size": 4, "n_batches": 30, "renderer_name": "qwen3"}
+    config = {"model_name": "Qwen/Qwen3-8B", "dataset_builder": builder, "num_epochs": 1}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    _rows(
+        folder / "metrics.jsonl", [{"step": s, "time/total": 30.0, "env/all/reward/total": 0.5} for s in range(logged)]
+    )
+
+
+def plan_from_config_n_batches(folder: Path) -> None:
+    _arithmetic(folder, 12)
+
+
+def completed_by_config_n_batches(folder: Path) -> None:
+    _arithmetic(folder, 30)
+
+
 CASES: dict[str, Callable[[Path], None]] = {
     name: builder
     for name, builder in globals().items()

@@ -213,3 +213,13 @@ def test_a_log_in_a_layout_of_its_own_is_said_unread_not_empty(tmp_path):
     assert finding.evidence["kind"] == "stopped early" and finding.steps == [5] and finding.confidence == "medium"
     assert "has no line in the cookbook's layout" in finding.message
     assert "nothing left open" not in finding.message
+
+
+def test_a_plan_from_the_configs_n_batches_is_read(tmp_path):
+    # No plan line, no progress key: config.json's dataset_builder.n_batches (the arithmetic builder's
+    # length) x num_epochs is the plan; 12 rows of 30 stopped short, 30 of 30 completed.
+    finding, _ = _stopped(_build(tmp_path, "plan_from_config_n_batches"))
+    assert finding is not None and finding.evidence["kind"] == "stopped early" and finding.steps == [12]
+    assert finding.confidence == "medium" and "step 12 of 30 planned" in finding.message
+    finding, outcome = _stopped(_build(tmp_path, "completed_by_config_n_batches"))
+    assert finding is None and "all 30 planned steps" in outcome.reason
