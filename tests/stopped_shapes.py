@@ -239,11 +239,230 @@ def short_healthy_no_plan(folder: Path) -> None:
     _rows(folder / "metrics.jsonl", [{"step": step, "time/total": 2.0, "train_mean_nll": 1.0} for step in range(5)])
 
 
+# --- second audit: console-only captures, terminal stop reports, plans from elsewhere, resumes, sweeps ---
+
+
+# rl/train.py gather_with_progress: tqdm(total=len(groups), desc=f"Sampling batch {i_batch}") on stderr,
+# each redraw a carriage return with no newline until the bar closes.
+def _tqdm(desc: str, done: int, total: int) -> str:
+    bars = []
+    for n in range(done + 1):
+        filled = "█" * (10 * n // total)
+        bars.append(
+            f"\r{desc}: {100 * n // total:3d}%|{filled:<10}| {n}/{total} [00:{n:02d}<00:{total - n:02d},  1.00s/it]"
+        )
+    return "".join(bars)
+
+
+def metrics_table(step: int, row: dict) -> str:
+    """PrettyPrintLogger.log_metrics: the row rendered by rich (keys sorted, floats with 6 decimals) and
+    logged as one record whose message starts with a newline."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    items = sorted((k, v) for k, v in row.items() if k != "step")
+    table = Table(show_header=True, header_style="bold magenta", title=f"Step {step}")
+    table.add_column("Metric", style="cyan", width=min(max(max(len(k) for k, _ in items), 20), 60))
+    table.add_column("Value", style="green")
+    for key, value in items:
+        table.add_row(key, f"{value:.6f}" if isinstance(value, float) else str(value))
+    out = io.StringIO()
+    Console(file=out, width=120, color_system=None).print(table)
+    return f"{ML_LOG.split(':')[0]}:195 [INFO] \n" + out.getvalue().rstrip() + "\n"
+
+
+def _rl_console(batches: int, logged: int) -> str:
+    """An RL launch's console as `python train.py 2>&1 | tee` keeps it: per step the sampling bar, the
+    legacy phases, `Wrote metrics` and the step's table."""
+    text = _line(ML_LOG, "Logging to: /runs/x") + SESSION + "\n" + _line(RL, f"Will train on {batches} batches")
+    for step in range(logged):
+        text += _tqdm(f"Sampling batch {step}", 8, 8) + "\n"
+        text += "".join(_phase(name, 5.0) for name in RL_PHASES[1:])
+        text += _line(ML_LOG, "Wrote metrics to /runs/x/metrics.jsonl") + metrics_table(step, rl_row(step, batches))
+    return text
+
+
+def console_only_tqdm_killed(folder: Path) -> None:
+    """Only a tee'd console (no metrics.jsonl, no config): 6 of 40 RL steps printed, then step 6's sampling
+    bar at 3/8 with no newline: the file just ends there."""
+    (folder / "train.out").write_text(_rl_console(40, 6) + _tqdm("Sampling batch 6", 3, 8), encoding="utf-8")
+
+
+def console_only_slurm_time_limit(folder: Path) -> None:
+    """A slurm job's output file: 6 of 40 steps, step 6's sampling bar, then slurmstepd's cancel line."""
+    cancel = "slurmstepd: error: *** JOB 4121 ON node07 CANCELLED AT 2026-11-27T03:12:44 DUE TO TIME LIMIT ***\n"
+    (folder / "slurm-4121.out").write_text(_rl_console(40, 6) + _tqdm("Sampling batch 6", 3, 8) + "\n" + cancel)
+
+
+def console_terminated(folder: Path) -> None:
+    """bash's report of a SIGTERM'd foreground job (a `kill PID`, a scheduler's preemption notice)."""
+    _rl_folder(folder, 40, 5)
+    tail = _phase("sample", None, colour=True) + "Terminated\n"
+    _console(folder, rl_log(40, 5, tail, colour=True))
+
+
+def console_killed_9(folder: Path) -> None:
+    """zsh on macOS reports a SIGKILLed job as `zsh: killed     python train.py` (bash: `Killed: 9` on
+    macOS' /bin/sh)."""
+    _rl_folder(folder, 40, 5)
+    tail = _phase("sample", None, colour=True) + "zsh: killed     python -m tinker_cookbook.recipes.math_rl.train\n"
+    _console(folder, rl_log(40, 5, tail, colour=True))
+
+
+def console_cuda_oom(folder: Path) -> None:
+    """The user's own GPU reward model runs out of memory in step 5's sampling: torch's error ends it."""
+    _rl_folder(folder, 40, 5)
+    oom = (
+        TRACEBACK.replace("tinker/lib/api_future_impl.py", "torch/nn/modules/module.py").replace(
+            "raise exc", "return forward_call(*args, **kwargs)"
+        )
+        + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "23.55 GiB of which 1.12 GiB is free.\n"
+    )
+    _console(folder, rl_log(40, 5, _phase("sample", None, colour=True) + oom, colour=True))
+
+
+def console_bare_keyboard_interrupt(folder: Path) -> None:
+    """Ctrl-C caught by a user's `except KeyboardInterrupt: print("KeyboardInterrupt")`-less script that
+    exits in asyncio's runner: the terminal shows `^C` and the bare exception name, no traceback."""
+    _rl_folder(folder, 40, 5)
+    _console(folder, rl_log(40, 5, _phase("sample", None, colour=True) + "^C\nKeyboardInterrupt\n", colour=True))
+
+
+def completed_without_progress_key(folder: Path) -> None:
+    """An older SFT run: the plan line, every planned step logged, no `progress` key in the rows."""
+    _rows(folder / "metrics.jsonl", [{"step": s, "time/total": 2.0, "train_mean_nll": 1.0} for s in range(20)])
+    (folder / "logs.log").write_text(
+        sft_log(20, 20) + _line(SFT.split(":")[0] + ":630", "Training completed successfully")
+    )
+
+
+def completed_final_checkpoint_no_plan(folder: Path) -> None:
+    """No plan line, no progress key, a final checkpoint: the run ended on its own."""
+    _rows(folder / "metrics.jsonl", [{"step": s, "time/total": 2.0, "train_mean_nll": 1.0} for s in range(12)])
+    with open(folder / "checkpoints.jsonl", "w", encoding="utf-8") as f:
+        f.write(
+            json.dumps({"name": "000010", "batch": 10, "epoch": 0, "state_path": "tinker://r/weights/000010"}) + "\n"
+        )
+        f.write(json.dumps({"name": "final", "batch": 12, "epoch": 0, "state_path": "tinker://r/weights/final"}) + "\n")
+
+
+def legacy_resume_then_killed(folder: Path) -> None:
+    """<=0.5.x resume: one metrics.jsonl with steps 0-13, then 10-17 (the relaunch re-runs from its
+    checkpoint 10); each launch starts with `Command line invocation:`; killed inside step 18's train."""
+    _rl_folder(folder, 40, 14)
+    _rows(folder / "metrics.jsonl", [rl_row(step, 40) for step in range(10, 18)])
+    launch = _line("root:1", "Command line invocation: python -m tinker_cookbook.recipes.math_rl.train")
+    first = launch + rl_log(40, 14, _phase("sample", None))
+    second = launch + rl_log(
+        40, 8, _phase("sample", 5.0) + _phase("assemble_training_data", 1.0) + _phase("train", None)
+    )
+    (folder / "logs.log").write_text(first + second)
+
+
+def heartbeat_hang_in_sampling(folder: Path) -> None:
+    """RL hung in step 5's `Starting sample` while the SDK's heartbeat thread kept warning (its count
+    growing), the process alive for at least 19 minutes past its last phase line."""
+    _rl_folder(folder, 40, 5)
+    session = SESSION.rsplit(" ", 1)[-1]
+    warnings = "".join(
+        "tinker.lib.internal_client_holder:212 [WARNING] "
+        f"Session heartbeat failed for {secs:.1f} seconds for session {session}. Last exception: "
+        "APITimeoutError('Request timed out.').\n"
+        "Your connection may be unreliable or Tinker is down. If this persists, the session will be terminated.\n"
+        for secs in (130.2, 370.9, 611.4, 851.7, 1092.0)
+    )
+    (folder / "logs.log").write_text(rl_log(40, 5, _phase("sample", None) + warnings))
+
+
+def stopped_in_final_eval(folder: Path) -> None:
+    """Sync RL logged all 20 training rows; killed in the final `run_evals` (the eval-only row at
+    step == end_batch never came, nor the final checkpoint)."""
+    _rl_folder(folder, 20, 20)
+    (folder / "logs.log").write_text(rl_log(20, 20, _phase("run_evals", None)))
+
+
+def plan_in_config_only(folder: Path) -> None:
+    """No plan line and no progress key (an older RL run), config.json says max_steps 40: the 12 rows are
+    short of an upper bound only; the console ends inside step 12's train."""
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B", "max_steps": 40}))
+    _rows(folder / "metrics.jsonl", [{"step": s, "time/total": 30.0, "env/all/reward/total": 0.5} for s in range(12)])
+    (folder / "logs.log").write_text(
+        rl_log(40, 12, _phase("sample", 5.0) + _phase("train", None)).replace(_line(RL, "Will train on 40 batches"), "")
+    )
+
+
+def half_written_last_row(folder: Path) -> None:
+    """SFT 9 of 30 rows whole, the 10th cut mid-append (SIGKILL during the write); no log."""
+    _rows(folder / "metrics.jsonl", [sft_row(step, 30) for step in range(9)])
+    with open(folder / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(sft_row(9, 30))[:37])
+
+
+def interleaved_launches(folder: Path) -> None:
+    """Two processes launched with one log_path write one logs.log at once (line by line interleaved):
+    the second's `Command line invocation` comes while the first is mid-run."""
+    _rl_folder(folder, 40, 8)
+    launch = _line("root:1", "Command line invocation: python -m tinker_cookbook.recipes.math_rl.train")
+    a = (launch + rl_log(40, 8, _phase("sample", None))).splitlines(True)
+    b = (launch + rl_log(40, 3, _phase("sample", None))).splitlines(True)
+    merged = (
+        a[:20] + [line for pair in zip(a[20:], b, strict=False) for line in pair] + a[20 + len(b) :] + b[len(a) - 20 :]
+    )
+    (folder / "logs.log").write_text("".join(merged))
+
+
+def sweep_one_stopped(folder: Path) -> None:
+    """A sweep folder: three RL runs of 20 steps, lr-2e-5 killed in step 7's train."""
+    for name, logged, tail in (
+        ("lr-1e-5", 20, ""),
+        ("lr-2e-5", 7, _phase("sample", 5.0) + _phase("train", None)),
+        ("lr-4e-5", 20, ""),
+    ):
+        run = folder / name
+        run.mkdir()
+        _rl_folder(run, 20, logged)
+        (run / "logs.log").write_text(rl_log(20, logged, tail))
+
+
+def timestamped_log(folder: Path) -> None:
+    """A user's own logging format (`%(asctime)s %(levelname)s %(name)s: %(message)s`) in place of the
+    cookbook's: 5 of 40 RL steps, killed inside step 5's sampling. No line is in the cookbook's layout."""
+    _rl_folder(folder, 40, 5)
+    text = ""
+    for i, line in enumerate(rl_log(40, 5, _phase("sample", None)).splitlines()):
+        logger, _, rest = line.partition(" [")
+        level, _, message = rest.partition("] ")
+        text += f"2026-11-27 03:{i // 60:02d}:{i % 60:02d},120 {level} {logger.split(':')[0]}: {message}\n"
+    (folder / "logs.log").write_text(text)
+
+
+def _arithmetic(folder: Path, logged: int) -> None:
+    """math_rl's arithmetic builder takes its length as `n_batches` (its dataset's __len__); rows without a
+    progress key (an RL version before done_frac), no log kept."""
+    builder = {"batch_size": 8, "group_size": 4, "n_batches": 30, "renderer_name": "qwen3"}
+    config = {"model_name": "Qwen/Qwen3-8B", "dataset_builder": builder, "num_epochs": 1}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    _rows(
+        folder / "metrics.jsonl", [{"step": s, "time/total": 30.0, "env/all/reward/total": 0.5} for s in range(logged)]
+    )
+
+
+def plan_from_config_n_batches(folder: Path) -> None:
+    _arithmetic(folder, 12)
+
+
+def completed_by_config_n_batches(folder: Path) -> None:
+    _arithmetic(folder, 30)
+
+
 CASES: dict[str, Callable[[Path], None]] = {
     name: builder
     for name, builder in globals().items()
     if callable(builder)
     and getattr(builder, "__module__", None) == __name__
-    and name not in ("sft_row", "rl_row", "dpo_row", "distill_row", "rl_log", "sft_log")
+    and name not in ("sft_row", "rl_row", "dpo_row", "distill_row", "rl_log", "sft_log", "metrics_table")
     and not name.startswith("_")
 }

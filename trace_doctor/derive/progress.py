@@ -114,28 +114,48 @@ def _logged_plan(log_events: pl.DataFrame | None) -> tuple[Plan, bool] | None:
     return Plan(int(steps), f"the log's `{str(row.get('message', '')).strip()}` ({where})"), bool(values.get("capped"))
 
 
+def _config_plan(config: dict[str, Any]) -> Plan | None:
+    """`dataset_builder.n_batches` x `num_epochs`: the builders that take their length as a setting (math_rl's
+    arithmetic, rl_numerics_check) return it from `__len__`, and rl/train.py trains num_epochs passes over it
+    (`_resolve_end_batch`)."""
+    builder = config.get("dataset_builder")
+    batches = builder.get("n_batches") if isinstance(builder, dict) else None
+    epochs = config.get("num_epochs", 1)
+    if not (_positive_int(batches) and _positive_int(epochs)):
+        return None
+    source = f"config dataset_builder.n_batches {batches}" + (f" x num_epochs {epochs}" if epochs != 1 else "")
+    return Plan(batches * epochs, source)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def run_plan(
     rows: pl.DataFrame,
     config: dict[str, Any] | None,
     log_events: pl.DataFrame | None = None,
     trainer: str | None = None,
 ) -> Plan:
-    """The planned length of the run: the log's plan line, else the metrics' progress fractions, each
-    capped by config `max_steps`; `max_steps` alone is an upper bound; else unknown."""
+    """The planned length of the run: the log's plan line, else the metrics' progress fractions, else the
+    config's `dataset_builder.n_batches` x `num_epochs`, each capped by config `max_steps`; `max_steps` alone
+    is an upper bound; else unknown."""
     max_steps = (config or {}).get("max_steps")
     cap = max_steps if isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps > 0 else None
     logged = _logged_plan(log_events)
     if logged is not None:
         plan, capped = logged
     else:
-        plan, capped = _fraction_plan(rows, trainer), False
+        plan, capped = _fraction_plan(rows, trainer) or _config_plan(config or {}), False
     if plan is not None:
         if cap is not None and not capped and cap < (plan.steps or 0):
             return Plan(cap, f"config max_steps {cap} (below the {plan.steps} of {plan.source})")
         return plan
     if cap is not None:
         return Plan(cap, f"config max_steps {cap}", upper_bound=True)
-    return Plan(None, "no plan line in the log, no progress fraction in the metrics, no max_steps in the config")
+    return Plan(
+        None, "no plan line in the log, no progress fraction in the metrics, no n_batches or max_steps in the config"
+    )
 
 
 def run_progress(

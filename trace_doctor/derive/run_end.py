@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from trace_doctor.derive.log_signals import fields_of, gil_monitor_lines, heartbeat_lines
+from trace_doctor.derive.log_signals import LogLine, fields_of, gil_monitor_lines, heartbeat_episodes, heartbeat_lines
 from trace_doctor.derive.progress import Plan, run_plan
 from trace_doctor.derive.step_times import live_training_rows
+from trace_doctor.ingest.reading.jsonl import TRUNCATED_LAST_LINE
 
+METRICS_FILE = "metrics.jsonl"
+LOG_FILE = "logs.log"
 # Exceptions that end a run on purpose (Ctrl-C, a cancelled task), not a crash.
 INTERRUPT_TYPES = ("KeyboardInterrupt", "CancelledError", "SystemExit")
 # Open spans listed at each end of a track's stack (the outermost and the innermost ones).
@@ -139,6 +143,21 @@ class RunEnd:
     # run did: copied while the run went on, or its last rows lost). A checkpoint named for the batch after
     # the last row is the cookbook's own order (it saves before the step of its number), not a gap.
     checkpoint_past_rows: int | None = None
+    # How long the SDK's heartbeat warnings after the log's last phase line went on: one outage's warnings
+    # repeat with a growing `failed for N seconds`, so the process was alive at least the growth between the
+    # first and the last of them past that line (FORMATS.md 5.4).
+    heartbeat_alive_s: float | None = None
+    # A console's progress bar that never closed, after the log's last phase line (the `Sampling batch N` bar
+    # of the step in flight): what the run was doing when its output ended.
+    open_bar: LogLineRef | None = None
+    # metrics.jsonl's last line cut mid-write (no newline, not JSON; FORMATS.md 1.2): the process stopped while
+    # it appended the next step's row, or the file was copied mid-write.
+    metrics_cut: LogLineRef | None = None
+    # The trainer's own last line (`Training completed successfully`) in the last launch: it ended normally.
+    completed_line: LogLineRef | None = None
+    # Log files with lines of which none is in the cookbook's record layout (`logger:line [LEVEL] message`; a
+    # user's own format with a timestamp in front): their phases, plan and errors were not read.
+    unread_logs: tuple[str, ...] = ()
 
     @property
     def in_step_spans(self) -> tuple[OpenSpan, ...]:
@@ -173,8 +192,9 @@ class RunEnd:
     @property
     def left_open(self) -> bool:
         """Whether the files end inside a step: spans open in a step, or open log phases. The loop's own
-        spans and the lost E events of logged steps do not count (OpenSpan.in_step)."""
-        return bool(self.in_step_spans or self.open_phases)
+        spans and the lost E events of logged steps do not count (OpenSpan.in_step). A progress bar left
+        unfinished counts (open_bar)."""
+        return bool(self.in_step_spans or self.open_phases or self.open_bar is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -197,6 +217,11 @@ class RunEnd:
             **({"watched_stall_s": round(self.watched_stall_s, 3)} if self.watched_stall_s is not None else {}),
             **({"kill_lines": [k.to_dict() for k in self.kill_lines[-3:]]} if self.kill_lines else {}),
             **({"checkpoint_past_rows": self.checkpoint_past_rows} if self.checkpoint_past_rows is not None else {}),
+            **({"open_bar": self.open_bar.to_dict()} if self.open_bar is not None else {}),
+            **({"metrics_cut": self.metrics_cut.to_dict()} if self.metrics_cut is not None else {}),
+            **({"completed_line": self.completed_line.to_dict()} if self.completed_line is not None else {}),
+            **({"unread_logs": list(self.unread_logs)} if self.unread_logs else {}),
+            **({"heartbeat_alive_s": round(self.heartbeat_alive_s, 3)} if self.heartbeat_alive_s is not None else {}),
         }
 
 
@@ -445,6 +470,65 @@ def _heartbeat_failures(events: pl.DataFrame, last_phase: LogLineRef | None) -> 
     return tuple(LogLineRef(h.source, h.line, h.message.strip().splitlines()[0], dict(h.values)) for h in lines)
 
 
+def _heartbeat_alive(failures: tuple[LogLineRef, ...]) -> float | None:
+    """The longest growth of `failed for N seconds` within one outage among the trailing heartbeat warnings:
+    how long the process went on past the last phase line, at least (None with fewer than two of them)."""
+    episodes = heartbeat_episodes(
+        [
+            LogLine(h.source, h.line, h.text, {"seconds": h.fields["seconds"], "session": h.fields.get("session")})
+            for h in failures
+            if isinstance(h.fields.get("seconds"), int | float)
+        ]
+    )
+    spans = [e[-1].values["seconds"] - e[0].values["seconds"] for e in episodes if len(e) > 1]
+    return max(spans) if spans else None
+
+
+def _metrics_cut(run: Any) -> LogLineRef | None:
+    """The live metrics.jsonl's truncated last line, as its ingest warning reports it (a `.pre_resume_` copy's
+    is an earlier launch's)."""
+    live = {i.path for i in run.inputs if i.kind == "metrics" and Path(i.path).name == METRICS_FILE}
+    cut = [w for w in run.warnings if w.path in live and w.problem.startswith(TRUNCATED_LAST_LINE)]
+    return LogLineRef(cut[-1].path, cut[-1].line, cut[-1].problem) if cut else None
+
+
+def _unread_logs(run: Any) -> tuple[str, ...]:
+    """The cookbook logs (`logs.log`) with lines read and no record in its layout among their events."""
+    events = run.log_events
+    recorded = (
+        set(events.filter(pl.col("logger").is_not_null())["source"].to_list())
+        if not events.is_empty() and "logger" in events.columns
+        else set()
+    )
+    return tuple(
+        i.path
+        for i in run.inputs
+        if i.kind == "log" and Path(i.path).name == LOG_FILE and i.records > 0 and i.path not in recorded
+    )
+
+
+def _open_bar(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef | None:
+    """The last progress bar of the file the log's phases are in (of any file, when it has none), when it
+    comes after the last phase line and stopped short of its total."""
+    bars = events.filter(pl.col("kind") == "progress-bar")
+    if last_phase is not None:
+        bars = bars.filter((pl.col("source") == last_phase.source) & (pl.col("line") > (last_phase.line or 0)))
+    if bars.is_empty():
+        return None
+    bar = _ref(bars.sort("source", "line").row(-1, named=True))
+    n, total = bar.fields.get("n"), bar.fields.get("total")
+    if not (isinstance(n, int) and isinstance(total, int) and n < total):
+        return None
+    # A bar closed early (a loop that broke out) with the run going on after it is not the end: only the
+    # reports of how the output ended may follow it.
+    later = events.filter(
+        (pl.col("source") == bar.source)
+        & (pl.col("line") > (bar.line or 0))
+        & ~pl.col("kind").is_in(["killed", "error", "heartbeat", "gil-monitor", "version"])
+    )
+    return bar if later.is_empty() else None
+
+
 def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tuple[LogLineRef, ...]:
     """Lines of interest after the log's last phase line that are neither errors nor phases (a request
     retry, a warning): the last things the run did."""
@@ -453,7 +537,9 @@ def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tu
     after = events.filter(
         (pl.col("source") == last_phase.source)
         & (pl.col("line") > (last_phase.line or 0))
-        & ~pl.col("kind").is_in(["error", "took", "heartbeat", "gil-monitor", "killed"])
+        & ~pl.col("kind").is_in(
+            ["error", "took", "heartbeat", "gil-monitor", "killed", "progress-bar", "version", "completed"]
+        )
     )
     return tuple(_ref(row) for row in after.iter_rows(named=True))
 
@@ -483,6 +569,7 @@ def run_end(run: Any) -> RunEnd:
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
+        bar, completed = None, None
     else:
         events = _last_launch(events)
         phases, last_phase, silence = _log_phases(events)
@@ -490,6 +577,9 @@ def run_end(run: Any) -> RunEnd:
         heartbeats = _heartbeat_failures(events, last_phase)
         tail = _after_last_phase(events, last_phase)
         kills = _kill_lines(events, last_phase)
+        bar = _open_bar(events, last_phase)
+        done = events.filter(pl.col("kind") == "completed")
+        completed = _ref(done.row(-1, named=True)) if not done.is_empty() else None
     gil = tuple(
         LogLineRef(g.source, g.line, g.message.strip(), dict(g.values)) for g in gil_monitor_lines(run.log_events)
     )
@@ -510,8 +600,15 @@ def run_end(run: Any) -> RunEnd:
         task_dumps=_task_states(run.task_snapshots),
         stacks=_stack_states(run.stack_snapshots),
         heartbeat_failures=heartbeats,
+        # Without a phase line, the warnings cannot be placed after the run's last progress (an outage it
+        # recovered from may be among them): no hold is read from them then.
+        heartbeat_alive_s=_heartbeat_alive(heartbeats) if last_phase is not None else None,
         gil_monitor=gil,
         log_silence_s=silence,
         watched_stall_s=run.meta.watched_stall_s,
         kill_lines=kills,
+        open_bar=bar,
+        metrics_cut=_metrics_cut(run),
+        completed_line=completed,
+        unread_logs=_unread_logs(run),
     )

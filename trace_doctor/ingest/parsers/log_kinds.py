@@ -69,13 +69,37 @@ EXTENSION_PROPERTY = re.compile(
 # applied), distillation/train_on_policy.py the same with `(dataset has N)` after it; supervised/train.py
 # and preference/train_dpo.py log batches x epochs, before `max_steps`.
 RL_PLAN = re.compile(r"^Will train on (?P<steps>\d+) batches(?: \(dataset has \d+\))?\s*$")
-# What a terminal capture ends with when the process was SIGKILLed: the shell's job report (`Killed`,
-# `line 3: 4121 Killed  python train.py`), the kernel's OOM line, a scheduler's cancel (FORMATS.md 3.5).
+# What a terminal capture ends with when a signal stopped the process (FORMATS.md 3.5): the shell's job
+# report (bash `Killed` / `Terminated`, padded before the command it names when it names one, as a batch
+# script's `line 3: 4121 Killed    python train.py`; macOS sh `Killed: 9` / `Terminated: 15`; zsh
+# `zsh: killed  python train.py`), the kernel's OOM line, a scheduler's cancel (`DUE TO TIME LIMIT`,
+# `DUE TO PREEMPTION`, or no reason for scancel).
 KILL_LINE = re.compile(
-    r"^(?:.*\bline \d+: +\d+ +)?Killed\b(?:\s.*)?$|Out of memory: Killed process \d+|"
-    r"killed by the cgroup out-of-memory handler|oom[-_]kill|"
-    r"\*\*\* JOB \d+ ON \S+ CANCELLED AT .* DUE TO (?P<why>[A-Z ]+)"
+    r"^(?:.*\bline \d+: +\d+ +)?(?P<shell>Killed|Terminated)(?:: \d+)?(?: {2,}\S.*)?$|"
+    r"^zsh: (?P<zsh>killed|terminated) +\S|"
+    r"Out of memory: Killed process \d+|killed by the cgroup out-of-memory handler|oom[-_]kill|"
+    r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*"
 )
+
+
+def kill_signal(found: re.Match[str]) -> str:
+    """The signal a KILL_LINE match reports: a shell's `Terminated` is SIGTERM, every other report SIGKILL
+    (a scheduler's cancel sends SIGTERM first and SIGKILL at its grace period's end; the line is printed
+    when the job is cancelled, whichever ended it)."""
+    shell = found["shell"] or found["zsh"]
+    if shell is not None:
+        return "SIGTERM" if shell.lower() == "terminated" else "SIGKILL"
+    return "scheduler" if "CANCELLED AT" in found[0] else "SIGKILL"
+
+
+# A tqdm progress bar (rl/train.py gather_with_progress: `Sampling batch N`), redrawn after a carriage return
+# with no newline until it closes: `{desc}: {percent}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}]`.
+# The line's last redraw is where the bar stood when the output ended.
+PROGRESS_BAR = re.compile(r"^(?P<desc>[^\r]*?): *(?P<percent>\d{1,3})%\|[^|]*\| *(?P<n>\d+)/(?P<total>\d+)\b")
+# The line every trainer logs last, once its final checkpoint is saved (supervised/train.py, rl/train.py,
+# distillation/train_on_policy.py `Training completed successfully`; preference/train_dpo.py `DPO training ...`,
+# distillation/sdft.py `SDFT training ...`, train_off_policy.py `Off-policy distillation completed successfully`).
+COMPLETED = re.compile(r"^(?:[\w-]+ )?(?:[Tt]raining|distillation) completed successfully\s*$")
 EPOCH_PLAN = re.compile(r"^Training for (?P<batches>\d+) batches x (?P<epochs>\d+) epochs = (?P<steps>\d+) steps\s*$")
 SKIPPED_BATCH = re.compile(r"Batch (?P<batch>\d+): all groups failed or filtered, skipping batch")
 # Async RL's staleness filter (rl/train.py training_loop): a group sampled more than
@@ -146,6 +170,8 @@ NEEDLES = (
     "Will train on ",
     "Training for ",
     "Killed",
+    "zsh: ",
+    "Terminated",
     "out-of-memory",
     "oom-kill",
     "oom_kill",
@@ -154,6 +180,8 @@ NEEDLES = (
     "Warning: ",
     *GUIDE_NEEDLES,
     "HTTP Request:",
+    "%|",
+    "completed successfully",
 )
 # HTTP statuses a client retries (FORMATS.md 5.4: 408 from /retrieve_future long-polls is the normal
 # "not ready yet", so it is not counted).
@@ -175,9 +203,21 @@ def interesting(text: str) -> bool:
 
 
 def kill_report(text: str) -> bool:
-    """Whether a line is the shell's, kernel's or scheduler's report of a SIGKILL (KILL_LINE): printed to the
+    """Whether a line is the shell's, kernel's or scheduler's report of a kill (KILL_LINE): printed to the
     terminal right after the last log record, so it is looked for inside a record too."""
-    return ("Kill" in text or "kill" in text or "CANCELLED" in text) and KILL_LINE.search(text.strip()) is not None
+    needles = ("Kill", "kill", "CANCELLED", "Terminated")
+    return any(n in text for n in needles) and KILL_LINE.search(text.strip()) is not None
+
+
+def progress_bar(line: str) -> Classified | None:
+    """A tqdm bar's last redraw on a line (PROGRESS_BAR), with its description and count."""
+    last = next((part.strip() for part in reversed(line.split("\r")) if part.strip()), "")
+    found = PROGRESS_BAR.match(last)
+    if found is None:
+        return None
+    return Classified(
+        "progress-bar", last, {"desc": found["desc"].strip(), "n": int64(found["n"]), "total": int64(found["total"])}
+    )
 
 
 def guide_printout(text: str) -> bool:
@@ -254,9 +294,14 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         return Classified(
             "renderer", message, {"problem": "extension-property", "train_on_what": found["train_on_what"]}
         )
+    if level is None and "%|" in message and (bar := progress_bar(message)) is not None:
+        return bar
     if level is None and (found := KILL_LINE.search(message)) is not None:
         # Only a bare line (no logger, no level): a log record that mentions `Killed` is not the shell's report.
-        return Classified("killed", message, {"why": (found["why"] or "").strip().lower() or None})
+        why = (found["why"] or "").strip().lower() or None
+        return Classified("killed", message, {"why": why, "signal": kill_signal(found)})
+    if level is not None and COMPLETED.match(message) is not None:
+        return Classified("completed", message, {})
     if (found := RL_PLAN.match(message)) is not None:
         return Classified("plan", message, {"steps": int64(found["steps"]), "capped": True})
     if (found := EPOCH_PLAN.match(message)) is not None:

@@ -41,6 +41,7 @@ RECORD = re.compile(
 TRACEBACK_START = "Traceback (most recent call last):"
 # A terminal echoes Ctrl-C as `^C` just before Python prints the KeyboardInterrupt's traceback.
 TRACEBACK_STARTS = (TRACEBACK_START, "^C" + TRACEBACK_START)
+BARE_INTERRUPT = "KeyboardInterrupt"
 COLLAPSIBLE = frozenset({"warning", "renderer"})
 # A `Logging to:` line this close after `Command line invocation:` is the same process start.
 RESTART_WINDOW_LINES = 10
@@ -172,11 +173,18 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
         state.traceback_line = None
     if not text.strip():
         return
+    if text.strip() == BARE_INTERRUPT:
+        # Ctrl-C with its traceback suppressed (a handler that prints the exception's name, `^C` echoed on
+        # the line before): the interrupt's own name on a line of its own ends the run, with no traceback.
+        state.in_record = False
+        state.emit(line, "error", BARE_INTERRUPT, {"exception_type": BARE_INTERRUPT, "exception_line": line})
+        return
     if state.in_record:
         # Continuation lines of a record (tables, examples) are not events of their own, but a
         # version, run id or GIL-monitor line printed into the middle of a record still is.
         # stderr lines (warnings.warn output) interleave with records in console captures.
-        if "[GIL monitor]" in text or "Warning: " in text or guide_printout(text) or kill_report(text):
+        # A progress bar (stderr) lands after a record the same way.
+        if "[GIL monitor]" in text or "Warning: " in text or "%|" in text or guide_printout(text) or kill_report(text):
             _bare(state, line, text)
             return
         _handle_versions(state, line, text)

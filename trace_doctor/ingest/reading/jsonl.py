@@ -21,6 +21,8 @@ from trace_doctor.ingest.reading.deep_json import dumps_deep, loads_deep
 from trace_doctor.ingest.reading.file_warnings import FileWarnings, WarningSink
 from trace_doctor.model import IngestWarning
 
+# The problem an unterminated last line that does not decode is reported with: the writer stopped mid-append.
+TRUNCATED_LAST_LINE = "truncated last line (no newline; the writer stopped mid-append)"
 # A line this long is almost certainly not a metrics or trace record; report it rather than
 # spending memory on it. Real RL timing_spans lines reach a few MB.
 MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -242,7 +244,7 @@ def decode_line(
         value = decode_json(raw)
     except Exception as exc:  # noqa: BLE001 - any undecodable line is one warning, never a crash
         if truncated:
-            problem = f"truncated last line (no newline; the writer stopped mid-append): {_describe(exc)}"
+            problem = f"{TRUNCATED_LAST_LINE}: {_describe(exc)}"
         else:
             problem = f"not valid JSON: {_describe(exc)}"
         warnings.add(index, problem)

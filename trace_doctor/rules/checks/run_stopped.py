@@ -15,15 +15,19 @@ how far through the planned steps it got, and what kind of stop it was:
 - hung, where unknown: a run `trace-doctor watch` is following wrote nothing for longer than its stall
   bound, and nothing in the files says whether the service or user code holds it;
 - killed: the files end inside a step with no sign anything kept running (SIGKILL, OOM, a lost node —
-  or the files were copied while the run was still going), or the terminal reports the kill (`Killed`,
-  the OOM killer, a scheduler's cancel). A run the watch is following is never killed: the watch saw it
-  silent while it was still there, so its silence is the hold (`hung`);
-- completed: the planned steps were all logged, or a final checkpoint was saved: the rule passes.
+  or the files were copied while the run was still going; a console's progress bar left unfinished and a
+  metrics row cut mid-write are such ends), or the terminal reports the kill (`Killed`, `Terminated`, the
+  OOM killer, a scheduler's cancel, named by its signal or reason). A run the watch is following is never
+  killed: the watch saw it silent while it was still there, so its silence is the hold (`hung`); heartbeat
+  warnings that go on after the last phase line are a hold too;
+- completed: the planned steps were all logged (and the files do not end inside the wrap-up after them
+  with no final checkpoint), a final checkpoint was saved, or the trainer logged its own
+  `Training completed successfully`: the rule passes.
 """
 
 from __future__ import annotations
 
-from trace_doctor.derive.run_end import INTERRUPT_TYPES, DumpState, RunEnd, exception_types
+from trace_doctor.derive.run_end import INTERRUPT_TYPES, DumpState, LogLineRef, RunEnd, exception_types
 from trace_doctor.derive.sessions import session_ids
 from trace_doctor.knowledge.errors import decode_error
 from trace_doctor.knowledge.tinker import HEARTBEAT_TASK, SERVICE_WAIT_PHASES, USER_CODE_PHASES
@@ -108,6 +112,12 @@ def _in_flight(end: RunEnd) -> list[str]:
     elif end.last_phase is not None:
         last = end.last_phase
         out.append(f"log: no phase open, the last phase line is `{last.text[:120]}` ({last.source}:{last.line})")
+    if end.open_bar is not None:
+        bar = end.open_bar
+        out.append(
+            f"console: the `{bar.fields.get('desc')}` progress bar stopped at {bar.fields.get('n')}/"
+            f"{bar.fields.get('total')} ({bar.source}:{bar.line})"
+        )
     for ref in end.tail_events[-2:]:
         out.append(f"log after it: `{ref.text[:120]}` ({ref.source}:{ref.line})")
     for dump in end.task_dumps:
@@ -171,6 +181,17 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
             )
     if end.log_silence_s is not None:
         readings.append((end.log_silence_s, f"{end.log_silence_s:.0f} s of log after the last phase line", None))
+    if end.heartbeat_alive_s is not None:
+        # The SDK's heartbeat thread kept logging past the last phase line: the process was there, the
+        # phase did not end. Where it was held, the open phase says (_where_stuck).
+        readings.append(
+            (
+                end.heartbeat_alive_s,
+                f"the SDK's heartbeat warnings after the last phase line went on for {end.heartbeat_alive_s:.0f} s "
+                "(the process was alive and the phase did not end)",
+                None,
+            )
+        )
     # Where: the reading that held longest; a state seen in one dump only (held 0 s) says nothing, and the
     # innermost open span or phase answers instead (_where_stuck).
     held_readings = [r for r in readings if r[0] > 0]
@@ -213,9 +234,13 @@ def _sdk_life(end: RunEnd) -> tuple[str, bool | None]:
         parts.append(f"its loop dumped its tasks until {last}")
         starved = False
     if end.heartbeat_failures:
+        # A heartbeat that fails is a GIL-starved SDK thread or the network (FORMATS.md 5.4): which, the
+        # warning does not say, so it does not call the thread starved on its own.
         h = end.heartbeat_failures[-1]
-        parts.append(f"{len(end.heartbeat_failures)} heartbeat warning(s), the last at {h.source}:{h.line}")
-        starved = True
+        parts.append(
+            f"{len(end.heartbeat_failures)} heartbeat warning(s), the last at {h.source}:{h.line} (a GIL-starved "
+            "SDK thread or the network to the service)"
+        )
     if end.gil_monitor:
         g = end.gil_monitor[-1]
         parts.append(f"{len(end.gil_monitor)} GIL-monitor line(s), the last at {g.source}:{g.line}")
@@ -261,6 +286,28 @@ def _interrupt_text(end: RunEnd) -> str:
     return text + "."
 
 
+def _kill_report(line: LogLineRef) -> tuple[str, str]:
+    """What a terminal's kill report says stopped the process, and the fix that follows from it."""
+    why, signal = line.fields.get("why"), line.fields.get("signal")
+    if signal == "scheduler":
+        if why == "time limit":
+            return "the scheduler cancelled the job at its time limit", (
+                "Ask the scheduler for a longer time limit (or a shorter run), and resume from the last checkpoint."
+            )
+        cause = f" ({why})" if why else " (scancel, or an administrator)"
+        return (
+            f"the scheduler cancelled the job{cause}",
+            "Check why the job was cancelled, then resume from the last checkpoint.",
+        )
+    if signal == "SIGTERM":
+        return (
+            "a SIGTERM: something asked the process to stop (`kill PID`, a scheduler's preemption or limit, a "
+            "container or machine shutting down)",
+            "Find what sent the SIGTERM (the scheduler's or the machine's logs), then resume from the last checkpoint.",
+        )
+    return "a SIGKILL, most often the kernel's OOM killer (dmesg) or a scheduler's limit", FIX["killed"]
+
+
 def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | None) -> str:
     if end.exceptions:
         return "interrupted" if _interrupted(end) else "crashed"
@@ -274,7 +321,7 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
         return "hung in user code"
     if end.watched_stall_s is not None:
         return "hung"
-    if end.left_open or end.kill_lines:
+    if end.left_open or end.kill_lines or end.metrics_cut is not None:
         return "killed"
     return "stopped early"
 
@@ -284,7 +331,8 @@ def _confidence(end: RunEnd, kind: str, stuck_readings: list[str]) -> str:
     sure when dumps or the watch saw the state hold, less when only the log's silence says so; files that
     merely end inside a step may have been copied from a run still going."""
     if kind in ("crashed", "interrupted"):
-        return "high" if end.exceptions else "medium"
+        # A traceback says it; an exception's name on a line of its own (a bare `KeyboardInterrupt`) less so.
+        return "high" if any(e.fields.get("traceback_line") is not None for e in end.exceptions) else "medium"
     if kind == "killed":
         return "high" if end.kill_lines else "medium"
     if kind in ("hung on the service", "hung in user code"):
@@ -300,8 +348,14 @@ def _confidence(end: RunEnd, kind: str, stuck_readings: list[str]) -> str:
 def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     t = ctx.thresholds
     end: RunEnd = ctx.run_end
-    if end.reached_plan:
+    # Every planned step logged, yet the files end inside the wrap-up after them (the final eval, the final
+    # checkpoint) with no final checkpoint saved: the training is done, the run is not.
+    in_wrap_up = end.reached_plan and end.left_open and not end.final_checkpoint
+    if end.reached_plan and not in_wrap_up:
         return ctx.passed(f"all {end.plan.steps} planned steps were logged ({end.plan.source})")
+    if end.completed_line is not None and not end.exceptions:
+        done = end.completed_line
+        return ctx.passed(f"the trainer logged `{done.text[:120]}` ({done.source}:{done.line}): it ended on its own")
     if end.final_checkpoint and not end.left_open:
         return ctx.passed("the run saved its final checkpoint and left nothing in flight")
     stopped_short = end.plan.steps is not None and not end.plan.upper_bound and end.last_step is not None
@@ -309,7 +363,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     # in a run folder (config or metrics read): a log file named alone says nothing about the metrics.
     run_folder = ctx.run.has_input("config") or ctx.run.has_input("metrics")
     never_logged = end.last_step is None and end.last_phase is not None and run_folder
-    if not (end.left_open or end.exceptions or end.kill_lines or stopped_short or never_logged):
+    if not (end.left_open or end.exceptions or end.kill_lines or end.metrics_cut or stopped_short or never_logged):
         return ctx.passed(
             "nothing says the run stopped early: no planned length to fall short of, no span or log phase left "
             "open, no error at the end of the log"
@@ -354,6 +408,12 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         "stopped early": "The run stopped before its planned end",
     }[kind]
     message = f"{lead} {_where(end)}."
+    if in_wrap_up:
+        message = (
+            f"The run stopped after its training steps, before it finished: all {end.plan.steps} planned training "
+            f"steps were logged ({end.plan.source}), then the files end inside the wrap-up that follows them (the "
+            "final eval, the final checkpoint) with no final checkpoint saved."
+        )
     fix = FIX[kind]
     evidence = {"kind": kind, "run_end": end.to_dict(), "in_flight": flight, "usual_step_s": usual}
     evidence["stuck_s"] = round(stuck_s, 3)
@@ -382,16 +442,26 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             message += f" Escalate with {ids}."
     if kind == "killed" and end.kill_lines:
         last = end.kill_lines[-1]
-        message += (
-            f" The terminal says so: `{last.text[:160]}` ({last.source}:{last.line}) — a SIGKILL, most often the "
-            "kernel's OOM killer (dmesg) or a scheduler's limit."
-        )
+        said, fix = _kill_report(last)
+        message += f" The terminal says so: `{last.text[:160]}` ({last.source}:{last.line}) — {said}."
     elif kind == "killed":
         message += " Whether it was killed or was still running when these files were copied, the files cannot say."
-    if kind == "stopped early":
+    if kind == "stopped early" and not end.unread_logs:
         message += (
             " The files end there with no error and nothing left open: the run stopped, or was still running when "
             "they were copied."
+        )
+    if end.unread_logs:
+        message += (
+            f" {end.unread_logs[0]} has no line in the cookbook's layout (`logger:line [LEVEL] message`; a format of "
+            "its own, a timestamp in front): the phase, plan and errors in it were not read, so what was in flight "
+            "there is unknown."
+        )
+    if end.metrics_cut is not None:
+        cut = end.metrics_cut
+        message += (
+            f" The metrics file's last line is cut mid-write ({cut.source}:{cut.line}, no newline): the process "
+            f"stopped while it appended step {end.stopped_step}'s row, or the file was copied mid-write."
         )
     if end.checkpoint_past_rows is not None and kind == "stopped early" and not end.left_open:
         message += (
@@ -438,8 +508,11 @@ RULE = register(
                 "`Starting X` log lines with no `X took`, errors and tracebacks after the log's last phase line "
                 "(decoded; a KeyboardInterrupt anywhere in a chained traceback is an interrupt, what a task raised "
                 "while the loop shut down is not the cause), a terminal's `Killed` / OOM-killer / scheduler-cancel "
-                "line, the last asyncio task dump and stack block of each thread and how long each stayed the "
-                "same, heartbeat warnings and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
+                "line (`Terminated`, `zsh: killed`, a slurm TIME LIMIT cancel, named as such), a console's "
+                "progress bar left short of its total, metrics.jsonl's last line cut mid-write, the trainer's "
+                "`Training completed successfully`, the last asyncio task dump and stack block of each thread and "
+                "how long each stayed the same, heartbeat warnings (their growth past the last phase line is a "
+                "hold) and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
                 "silence it saw (past its own stall bound) is the hold. The loop's own spans (open since before "
                 "step 0 ended) and spans of steps whose row was written (E events the trace writer lost at exit) "
                 "are not a step in flight. Confidence: high for a traceback, a kill report or a hold seen in "
