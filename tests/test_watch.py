@@ -358,3 +358,35 @@ def test_the_plan_is_read_from_dpo_progress_written_before_the_step(tmp_path):
             f.write(b'{"step": %d, "progress": %f, "dpo_loss": 0.6}\n' % (step, step / 20))
         planned += [e.data["planned"] for e in watch.look() if e.event == "progress"]
     assert planned[1:] == [20, 20, 20, 20], planned
+
+
+def test_a_large_run_is_caught_up_with_before_anything_is_concluded(tmp_path, monkeypatch):
+    """A run larger than one look (64 MB a file; here 20 kB) is read over several looks, one after the
+    other with no wait, and nothing is concluded from a part of it: the demo run has a final checkpoint,
+    and its first 27 rows read with the checkpoints file once said "done: 27 of 30"."""
+    import trace_doctor.ingest.reading.tail as tail
+    import trace_doctor.watch as watch_module
+
+    run = tmp_path / "demo"
+    run.mkdir()
+    for path in (FIXTURES / "runs" / "demo").iterdir():
+        if path.is_file():
+            (run / path.name).write_bytes(path.read_bytes())
+
+    def watched() -> list[dict]:
+        out = io.StringIO()
+        code = follow(Watch(run, policy=WatchPolicy(min_stall_s=1e6)), fmt="jsonl", interval=60, out=out, max_looks=50)
+        assert code == EXIT_DONE
+        return _events(out)
+
+    whole = watched()
+    monkeypatch.setattr(tail, "READ_LIMIT", 20_000)
+    assert (run / "trace_events.jsonl").stat().st_size > 2 * tail.READ_LIMIT  # several looks
+    slept: list[float] = []
+    monkeypatch.setattr(watch_module.time, "sleep", slept.append)
+    in_looks = watched()
+    assert slept == [], "catching up waits for nothing"
+    assert in_looks[-1] == whole[-1] == {"event": "done", "steps": 30, "planned": 30}
+    # The same findings as a watch that read each file in one look.
+    assert [e for e in in_looks if e["event"] == "finding"] == [e for e in whole if e["event"] == "finding"]
+    assert [e["step"] for e in in_looks if e["event"] == "progress"] == list(range(30))

@@ -94,6 +94,7 @@ class Watch:
         self.stalled = False  # a stall was reported and nothing was written since
         self.stalls = 0
         self.ended: int | None = None  # the exit code once the run is done or stopped
+        self.caught_up = True  # the last look read every file to its end
 
     @property
     def steady_s(self) -> float | None:
@@ -120,6 +121,12 @@ class Watch:
             self.stalled = False
         if events:
             self._dirty = True
+        self.caught_up = look.caught_up
+        if not look.caught_up:
+            # A large run is caught up with over several looks: what was read so far is not the run. The
+            # trace read to its first 64 MB ends inside open spans, and a final checkpoint with rows still
+            # unread reads as done: the findings, the stall and the end wait for the files' ends.
+            return events
         finished = self.planned is not None and self.last_step is not None and self.last_step + 1 >= self.planned
         # The findings refresh costs what the run's size costs: at most a share of the time it is due in.
         wait = max(self.policy.analysis_interval_s, self.analysis_s / self.policy.max_analysis_share)
@@ -331,6 +338,7 @@ class Watcher(Protocol):
     """What `follow` loops over: one run's `Watch` or a folder's `WatchSweep` (watch_sweep.py)."""
 
     ended: int | None
+    caught_up: bool  # the last look read every file to its end
 
     @property
     def several(self) -> bool: ...
@@ -374,7 +382,8 @@ def follow(
                 if max_looks is not None and looks >= max_looks:
                     return EXIT_DONE
                 display.idle(watch)
-                time.sleep(interval)
+                if watch.caught_up:  # catching up with a large run: the next look reads on at once
+                    time.sleep(interval)
     except KeyboardInterrupt:
         print("trace-doctor: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

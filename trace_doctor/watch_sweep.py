@@ -41,6 +41,7 @@ class WatchSweep:
         self.watches: dict[str, Watch] = {}  # run id -> its watch, in the order the runs were found
         self._files: dict[str, frozenset[str]] = {}  # run id -> its files at the latest split (real paths)
         self.ended: int | None = None
+        self.caught_up = True  # every run's last look read its files to their ends
 
     @property
     def several(self) -> bool:
@@ -62,6 +63,7 @@ class WatchSweep:
             for event in watch.look():
                 event.data = {"run": run_id, **event.data}
                 events.append(event)
+        self.caught_up = all(watch.caught_up for watch in self.watches.values())
         codes = [watch.ended for watch in self.watches.values()]
         if codes and all(code is not None for code in codes):
             self.ended = EXIT_STOPPED if EXIT_STOPPED in codes else EXIT_DONE
