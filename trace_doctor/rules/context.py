@@ -42,6 +42,8 @@ class RuleContext(Generic[P]):
         self.current_rule: Rule[Any] | None = None
         # Why a rule that ran passed (e.g. "KL at step 0 is 0.0006, below 0.01"), for reports.
         self.pass_reasons: dict[str, str] = {}
+        # The span subsets read so far (spans_where), by query.
+        self._spans_read: dict[tuple[bytes, tuple[str, ...] | None], pl.DataFrame] = {}
 
     @property
     def thresholds(self) -> P:
@@ -61,6 +63,17 @@ class RuleContext(Generic[P]):
         if name not in RunTables.TABLE_NAMES:
             raise KeyError(f"no table {name!r}")
         return getattr(self.run, name)
+
+    def spans_where(self, where: pl.Expr, columns: list[str] | None = None) -> pl.DataFrame:
+        """The run's spans matching `where`, with only `columns` if given (run.spans_where), read once
+        per analysis: several rules ask for the same subset (the training submits, the main task's spans,
+        the stepped spans' starts), and each read scans the whole stored table. The frame is shared:
+        a rule derives new frames from it and never changes it in place."""
+        # The serialized expression, not its repr: a repr shortens long name lists with "…".
+        key = (where.meta.serialize(), None if columns is None else tuple(columns))
+        if key not in self._spans_read:
+            self._spans_read[key] = self.run.spans_where(where, columns)
+        return self._spans_read[key]
 
     def finding(self, *, title: str, message: str, fix: str, severity: str | None = None, **fields: Any) -> Finding:
         """A finding of the rule being run: rule, code and (unless given) its default severity filled in."""

@@ -32,7 +32,7 @@ def _sample_waits(ctx: RuleContext[GetBatchBottleneckPolicy]) -> list[Finding]:
             "it between minibatches), so no time/* key isolates the wait; only trace_events.jsonl "
             "(enable_trace=True) shows it"
         )
-    spans = ctx.run.spans_where(DRIVER_AND_ROLLOUT_SPANS)
+    spans = ctx.spans_where(DRIVER_AND_ROLLOUT_SPANS)
     waits = trainer_sample_waits(spans)
     stepped = spans.filter(pl.col("step").is_not_null()).select("segment", "step").unique()
     if stepped.height < t.min_steady_steps:

@@ -298,7 +298,7 @@ def _trace_gap_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     """
     if ctx.run.height("spans") == 0:
         return None
-    gaps = main_track_gaps(ctx.run.spans_where(MAIN_TRACK_SPANS), float(ctx.thresholds.min_blocked_submit_s))
+    gaps = main_track_gaps(ctx.spans_where(MAIN_TRACK_SPANS), float(ctx.thresholds.min_blocked_submit_s))
     if not gaps:
         return None
     total = sum(b - a for a, b in gaps) / 1e6
