@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_SPANS, driver_gaps
+from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_COLUMNS, DRIVER_AND_ROLLOUT_SPANS, driver_gaps
 from trace_doctor.knowledge.tinker import SAMPLING_CALLS, TRAINING_SUBMIT_CALLS
 
 # Sample round trips stretch when the SDK thread cannot poll results.
@@ -112,8 +112,9 @@ def span_ref(row: dict) -> dict[str, Any]:
     }
 
 
-# The spans main_track_gaps reads (a stored table is scanned for these).
+# The spans main_track_gaps reads (a stored table is scanned for these), and the columns it uses.
 MAIN_TRACK_SPANS = DRIVER_AND_ROLLOUT_SPANS
+MAIN_TRACK_COLUMNS = DRIVER_AND_ROLLOUT_COLUMNS
 
 
 def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:

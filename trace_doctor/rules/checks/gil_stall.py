@@ -19,6 +19,7 @@ from trace_doctor.derive.robust import median, robust_cv
 from trace_doctor.derive.stalls import (
     CITED_COLUMNS,
     CLOSED_WITH_DURATION,
+    MAIN_TRACK_COLUMNS,
     MAIN_TRACK_SPANS,
     main_track_gaps,
     merge_ranges,
@@ -298,7 +299,9 @@ def _trace_gap_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     """
     if ctx.run.height("spans") == 0:
         return None
-    gaps = main_track_gaps(ctx.spans_where(MAIN_TRACK_SPANS), float(ctx.thresholds.min_blocked_submit_s))
+    gaps = main_track_gaps(
+        ctx.spans_where(MAIN_TRACK_SPANS, MAIN_TRACK_COLUMNS), float(ctx.thresholds.min_blocked_submit_s)
+    )
     if not gaps:
         return None
     total = sum(b - a for a, b in gaps) / 1e6

@@ -15,6 +15,7 @@ from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.robust import median as robust_median
 from trace_doctor.derive.robust import robust_cv, robust_sigma
 from trace_doctor.derive.stalls import (
+    MAIN_TRACK_COLUMNS,
     MAIN_TRACK_SPANS,
     STEP_START_COLUMNS,
     STEPPED_SPANS,
@@ -223,7 +224,7 @@ def untraced_stalls(
     if ctx.run.height("spans") == 0 or level_s <= 0:
         return None
     t = ctx.thresholds
-    gaps = main_track_gaps(ctx.spans_where(MAIN_TRACK_SPANS), t.spike_ratio * level_s)
+    gaps = main_track_gaps(ctx.spans_where(MAIN_TRACK_SPANS, MAIN_TRACK_COLUMNS), t.spike_ratio * level_s)
     if not gaps:
         return None
     starts = (

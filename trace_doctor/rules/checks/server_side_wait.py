@@ -26,6 +26,7 @@ from trace_doctor.derive.pipelining import PIPELINING_CALLS, PIPELINING_COLUMNS,
 from trace_doctor.derive.profile_stats import result_wait_s, wall_times
 from trace_doctor.derive.sessions import session_ids
 from trace_doctor.derive.stalls import (
+    MAIN_TRACK_COLUMNS,
     MAIN_TRACK_SPANS,
     STEP_START_COLUMNS,
     STEPPED_SPANS,
@@ -243,7 +244,12 @@ def _trace_check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
         raise NotApplicable(f"fewer than {t.min_step_intervals} traced step intervals")
     # Time the main task ran nothing traced for over a cycle is the client's (a sleep, untraced work:
     # inconsistent-step-times reports it), never the service's: it is taken out of the intervals.
-    stalls = merge([(float(a), float(b)) for a, b in main_track_gaps(ctx.spans_where(MAIN_TRACK_SPANS), cycle.seconds)])
+    stalls = merge(
+        [
+            (float(a), float(b))
+            for a, b in main_track_gaps(ctx.spans_where(MAIN_TRACK_SPANS, MAIN_TRACK_COLUMNS), cycle.seconds)
+        ]
+    )
     if stalls:
         client = [overlap([(a, b)], stalls) / 1e6 for a, b in intervals.select("start_us", "end_us").iter_rows()]
         intervals = intervals.with_columns(pl.col("interval_s") - pl.Series(client, dtype=pl.Float64))
