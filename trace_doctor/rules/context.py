@@ -44,6 +44,8 @@ class RuleContext(Generic[P]):
         self.pass_reasons: dict[str, str] = {}
         # The span subsets read so far (spans_where), by query.
         self._spans_read: dict[tuple[bytes, tuple[str, ...] | None], pl.DataFrame] = {}
+        # The stretched round trips read so far (stretched_round_trips), by threshold.
+        self._stretched: dict[float, pl.DataFrame] = {}
 
     @property
     def thresholds(self) -> P:
@@ -215,6 +217,22 @@ class RuleContext(Generic[P]):
         from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, round_trip_medians
 
         return round_trip_medians(self.run.scan("spans").filter(CLOSED_WITH_DURATION))
+
+    def stretched_round_trips(self, min_excess_s: float) -> pl.DataFrame:
+        """The closed round trips stretched past the shared ratio of their median and `min_excess_s`
+        beyond it (derive.stalls), read once per threshold: gil-stall and blocking-call-in-async look for
+        the same trips (both thresholds are 0.5 s by default), and each read scans the stored table."""
+        from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, stretched_round_trips
+
+        key = float(min_excess_s)
+        if key not in self._stretched:
+            self._stretched[key] = stretched_round_trips(
+                self.run.scan("spans").filter(CLOSED_WITH_DURATION),
+                float(self.shared.round_trip_stretch_ratio),
+                key,
+                self.round_trip_medians,
+            )
+        return self._stretched[key]
 
     @cached_property
     def scheduled(self):

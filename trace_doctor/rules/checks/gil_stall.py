@@ -25,7 +25,6 @@ from trace_doctor.derive.stalls import (
     merge_ranges,
     overlaps,
     span_ref,
-    stretched_round_trips,
 )
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
@@ -158,12 +157,7 @@ def _trace_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
         return []
     is_closed = CLOSED_WITH_DURATION
     min_s = float(ctx.thresholds.min_blocked_submit_s)
-    stretched = stretched_round_trips(
-        ctx.run.scan("spans").filter(is_closed),
-        float(ctx.shared.round_trip_stretch_ratio),
-        min_s,
-        ctx.round_trip_medians,
-    )
+    stretched = ctx.stretched_round_trips(min_s)
     signals = []
     if stretched.is_empty():
         return signals  # both readings are of spans that overlap a stretched round trip
