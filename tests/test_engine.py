@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
+from conftest import fixture_run
 from rule_helpers import run_from_rows
 
+from trace_doctor.api import load_run
+from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.policy import PolicyError
 from trace_doctor.policy.timing import PipeliningGapPolicy
@@ -81,3 +85,25 @@ def test_every_rule_ends_in_one_status_and_output_is_deterministic():
     assert {o.status for o in outcomes} <= {"fired", "passed", "not_applicable", "error"}
     assert first == sorted(first, key=Finding.sort_key)
     assert {o.rule for o in outcomes} == {r.slug for r in REGISTRY.values() if not r.baseline_only}
+
+
+def test_rules_share_each_span_subset_read_once_per_analysis(monkeypatch):
+    """Several rules ask for the same spans: the context reads each query's rows from the stored table once
+    (the same rows as run.spans_where), keyed by the whole expression and the columns."""
+    run = load_run(fixture_run("sl_steady_slow"))
+    ctx = RuleContext(run)
+    reads = []
+    read = run.spans_where
+    monkeypatch.setattr(run, "spans_where", lambda where, columns=None: reads.append(columns) or read(where, columns))
+    submits = pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))
+    first = ctx.spans_where(submits, ["name", "dur_us"])
+    # Built again (as another rule builds it): the same query, answered from the first read.
+    again = ctx.spans_where(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)), ["name", "dur_us"])
+    assert again is first and len(reads) == 1
+    assert first.height > 0 and first.equals(read(submits, ["name", "dur_us"]))
+    # Other columns, or a list differing in a middle name only (its repr, shortened with "…", is the same), read anew.
+    ctx.spans_where(submits, ["name"])
+    other = pl.col("name").is_in([name for name in TRAINING_SUBMIT_CALLS if name != "optim_step"])
+    assert str(other) == str(submits)
+    assert not ctx.spans_where(other, ["name", "dur_us"]).equals(first)
+    assert len(reads) == 3

@@ -86,8 +86,10 @@ def rayleigh_p(r: float, n: int) -> float:
 def _phase_stats(sample: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """R and |mean phase| of the waits for each candidate period (chunked: 400 periods x 8k waits)."""
     rs, angles = [], []
+    # 2π·w once, not once per chunk: the same product each time, so the same phases (2π·w/c).
+    turns = 2.0 * np.pi * sample
     for chunk in np.array_split(periods, max(1, len(periods) // 50)):
-        phases = 2.0 * np.pi * sample[None, :] / chunk[:, None]
+        phases = turns[None, :] / chunk[:, None]
         c, s = np.cos(phases).mean(axis=1), np.sin(phases).mean(axis=1)
         rs.append(np.hypot(c, s))
         angles.append(np.abs(np.arctan2(s, c)))
@@ -97,6 +99,15 @@ def _phase_stats(sample: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, n
 def periodic_fit(waits: np.ndarray) -> tuple[float, float] | None:
     """(period, R) of the periodogram's cycle: the longest grid period whose phases cluster around a
     multiple as strongly as the best one's, significantly (Rayleigh test); None when none does."""
+    period = periodogram_period(waits)
+    if period is None:
+        return None
+    r, _ = _phase_stats(waits[np.isfinite(waits) & (waits > 0)], np.array([period]))
+    return period, float(r[0])
+
+
+def periodogram_period(waits: np.ndarray) -> float | None:
+    """The period periodic_fit chooses, without its R over every wait (the refined fit computes its own)."""
     waits = waits[np.isfinite(waits) & (waits > 0)]
     if len(waits) < MIN_WAITS:
         return None
@@ -119,19 +130,19 @@ def periodic_fit(waits: np.ndarray) -> tuple[float, float] | None:
         return None
     best = float(rs[valid].max())
     chosen = np.flatnonzero(valid & (rs >= PEAK_TIE_SHARE * best))[-1]
-    period = float(periods[chosen])
-    r, _ = _phase_stats(waits, np.array([period]))
-    return period, float(r[0])
+    return float(periods[chosen])
 
 
 def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Theil–Sen line (Sen 1968): the median of the slopes of every pair of points with distinct x, and
     the intercept median(y) - slope·median(x), as scipy.stats.theilslopes computes them (numpy only:
     the JSON report never imports scipy, whose import costs the CI run its startup time)."""
-    i, j = np.triu_indices(len(x), k=1)
-    dx = x[j] - x[i]
-    distinct = dx != 0
-    slope = float(np.median((y[j] - y[i])[distinct] / dx[distinct]))
+    # Every pair i < j as the upper triangle of the n x n differences: the same differences, in the
+    # same (row-major) order as indexing by np.triu_indices, without its 1.1M-pair index arrays.
+    n = len(x)
+    dx = x[None, :] - x[:, None]
+    pairs = np.triu(np.ones((n, n), dtype=bool), k=1) & (dx != 0)
+    slope = float(np.median((y[None, :] - y[:, None])[pairs] / dx[pairs]))
     return slope, float(np.median(y) - slope * np.median(x))
 
 
@@ -201,10 +212,10 @@ def _arrival_spacings(waits: pl.DataFrame) -> np.ndarray:
 
 
 def _fit(waits: np.ndarray, source: str) -> ClockCycle | None:
-    fit = periodic_fit(waits)
-    if fit is None:
+    grid_period = periodogram_period(waits)
+    if grid_period is None:
         return None
-    refined = refine_cycle(waits, fit[0])
+    refined = refine_cycle(waits, grid_period)
     if refined is None:
         return None
     period, _, jitter = refined

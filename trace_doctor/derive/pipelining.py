@@ -12,6 +12,8 @@ from trace_doctor.knowledge.tinker import FORWARD_BACKWARD_CALLS, OPTIM_STEP_CAL
 
 # The spans fb_optim_waits and step_transitions read (a stored table is scanned for these alone).
 PIPELINING_CALLS = [*FORWARD_BACKWARD_CALLS, *OPTIM_STEP_CALLS, "submit_batch", "finish_batch"]
+# The columns they use: the rest (a span's `args` above all) is never read.
+PIPELINING_COLUMNS = ["name", "pid", "tid", "track", "start_us", "end_us", "dur_us", "step", "segment", "closed"]
 
 
 def _closed(spans: pl.DataFrame) -> pl.LazyFrame:

@@ -31,6 +31,9 @@ DRIVER_AND_ROLLOUT_SPANS = (
     & pl.col("closed")
     & pl.col("end_us").is_not_null()
 )
+# The columns the readings of those spans use (driver_gaps, trainer_sample_waits, training_extent_s): the
+# rest (a span's `args` above all) is never read.
+DRIVER_AND_ROLLOUT_COLUMNS = ["name", "track", "depth", "closed", "start_us", "end_us", "segment", "pid", "step"]
 
 
 def driver_gaps(spans: pl.DataFrame, min_gap_s: float) -> pl.DataFrame:

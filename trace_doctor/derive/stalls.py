@@ -10,8 +10,8 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_SPANS, driver_gaps
-from trace_doctor.knowledge.tinker import SAMPLING_CALLS
+from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_COLUMNS, DRIVER_AND_ROLLOUT_SPANS, driver_gaps
+from trace_doctor.knowledge.tinker import SAMPLING_CALLS, TRAINING_SUBMIT_CALLS
 
 # Sample round trips stretch when the SDK thread cannot poll results.
 ROUND_TRIP = frozenset(SAMPLING_CALLS)
@@ -112,8 +112,9 @@ def span_ref(row: dict) -> dict[str, Any]:
     }
 
 
-# The spans main_track_gaps reads (a stored table is scanned for these).
+# The spans main_track_gaps reads (a stored table is scanned for these), and the columns it uses.
 MAIN_TRACK_SPANS = DRIVER_AND_ROLLOUT_SPANS
+MAIN_TRACK_COLUMNS = DRIVER_AND_ROLLOUT_COLUMNS
 
 
 def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
@@ -122,6 +123,15 @@ def main_track_gaps(spans: pl.DataFrame, min_gap_s: float) -> list[list[float]]:
     which a rollout's delivery ends (derive/sample_waits)."""
     gaps = driver_gaps(spans, min_gap_s).filter(~pl.col("delivered"))
     return sorted([a, b] for a, b in gaps.select("start_us", "end_us").iter_rows())
+
+
+# The training submits and the columns read from them: their timing and their steps (a stored table is
+# scanned for these).
+TRAINING_SUBMITS = pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))
+SUBMIT_COLUMNS = ["name", "closed", "dur_us", "step"]
+# The spans step_intervals reads, and the columns it uses.
+STEPPED_SPANS = pl.col("step").is_not_null()
+STEP_START_COLUMNS = ["segment", "step", "start_us"]
 
 
 def step_intervals(spans: pl.DataFrame) -> pl.DataFrame:

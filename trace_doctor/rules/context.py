@@ -42,6 +42,10 @@ class RuleContext(Generic[P]):
         self.current_rule: Rule[Any] | None = None
         # Why a rule that ran passed (e.g. "KL at step 0 is 0.0006, below 0.01"), for reports.
         self.pass_reasons: dict[str, str] = {}
+        # The span subsets read so far (spans_where), by query.
+        self._spans_read: dict[tuple[bytes, tuple[str, ...] | None], pl.DataFrame] = {}
+        # The stretched round trips read so far (stretched_round_trips), by threshold.
+        self._stretched: dict[float, pl.DataFrame] = {}
 
     @property
     def thresholds(self) -> P:
@@ -61,6 +65,17 @@ class RuleContext(Generic[P]):
         if name not in RunTables.TABLE_NAMES:
             raise KeyError(f"no table {name!r}")
         return getattr(self.run, name)
+
+    def spans_where(self, where: pl.Expr, columns: list[str] | None = None) -> pl.DataFrame:
+        """The run's spans matching `where`, with only `columns` if given (run.spans_where), read once
+        per analysis: several rules ask for the same subset (the training submits, the main task's spans,
+        the stepped spans' starts), and each read scans the whole stored table. The frame is shared:
+        a rule derives new frames from it and never changes it in place."""
+        # The serialized expression, not its repr: a repr shortens long name lists with "…".
+        key = (where.meta.serialize(), None if columns is None else tuple(columns))
+        if key not in self._spans_read:
+            self._spans_read[key] = self.run.spans_where(where, columns)
+        return self._spans_read[key]
 
     def finding(self, *, title: str, message: str, fix: str, severity: str | None = None, **fields: Any) -> Finding:
         """A finding of the rule being run: rule, code and (unless given) its default severity filled in."""
@@ -202,6 +217,22 @@ class RuleContext(Generic[P]):
         from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, round_trip_medians
 
         return round_trip_medians(self.run.scan("spans").filter(CLOSED_WITH_DURATION))
+
+    def stretched_round_trips(self, min_excess_s: float) -> pl.DataFrame:
+        """The closed round trips stretched past the shared ratio of their median and `min_excess_s`
+        beyond it (derive.stalls), read once per threshold: gil-stall and blocking-call-in-async look for
+        the same trips (both thresholds are 0.5 s by default), and each read scans the stored table."""
+        from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, stretched_round_trips
+
+        key = float(min_excess_s)
+        if key not in self._stretched:
+            self._stretched[key] = stretched_round_trips(
+                self.run.scan("spans").filter(CLOSED_WITH_DURATION),
+                float(self.shared.round_trip_stretch_ratio),
+                key,
+                self.round_trip_medians,
+            )
+        return self._stretched[key]
 
     @cached_property
     def scheduled(self):

@@ -22,7 +22,6 @@ from trace_doctor.derive.stalls import (
     merge_ranges,
     overlaps,
     span_ref,
-    stretched_round_trips,
 )
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
@@ -102,7 +101,7 @@ def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     closed = ctx.run.scan("spans").filter(CLOSED_WITH_DURATION)
     # A stretched round trip at the same time means the SDK thread could not run either: a GIL stall,
     # judged by the ratio gil-stall uses (shared), so a block is one rule's or the other's, never both.
-    stretched = stretched_round_trips(closed, ctx.shared.round_trip_stretch_ratio, min_s, ctx.round_trip_medians)
+    stretched = ctx.stretched_round_trips(min_s)
     long = ctx.run.spans_where(
         CLOSED_WITH_DURATION
         & (pl.col("dur_us") > min_s * 1e6)

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.derive.sample_waits import DRIVER_AND_ROLLOUT_SPANS, trainer_sample_waits, training_extent_s
+from trace_doctor.derive.sample_waits import (
+    DRIVER_AND_ROLLOUT_COLUMNS,
+    DRIVER_AND_ROLLOUT_SPANS,
+    trainer_sample_waits,
+    training_extent_s,
+)
 from trace_doctor.derive.staleness import loop_mode
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.knowledge.tinker import ASYNC_STALENESS_PREFIX, TRAINING_CLIENT_STEP
@@ -32,7 +37,7 @@ def _sample_waits(ctx: RuleContext[GetBatchBottleneckPolicy]) -> list[Finding]:
             "it between minibatches), so no time/* key isolates the wait; only trace_events.jsonl "
             "(enable_trace=True) shows it"
         )
-    spans = ctx.run.spans_where(DRIVER_AND_ROLLOUT_SPANS)
+    spans = ctx.spans_where(DRIVER_AND_ROLLOUT_SPANS, DRIVER_AND_ROLLOUT_COLUMNS)
     waits = trainer_sample_waits(spans)
     stepped = spans.filter(pl.col("step").is_not_null()).select("segment", "step").unique()
     if stepped.height < t.min_steady_steps:

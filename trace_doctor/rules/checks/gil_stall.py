@@ -19,12 +19,12 @@ from trace_doctor.derive.robust import median, robust_cv
 from trace_doctor.derive.stalls import (
     CITED_COLUMNS,
     CLOSED_WITH_DURATION,
+    MAIN_TRACK_COLUMNS,
     MAIN_TRACK_SPANS,
     main_track_gaps,
     merge_ranges,
     overlaps,
     span_ref,
-    stretched_round_trips,
 )
 from trace_doctor.knowledge.tinker import SUBMIT_ONLY_CALLS
 from trace_doctor.model import Finding
@@ -157,12 +157,7 @@ def _trace_signals(ctx: RuleContext[GilStallPolicy]) -> list[Signal]:
         return []
     is_closed = CLOSED_WITH_DURATION
     min_s = float(ctx.thresholds.min_blocked_submit_s)
-    stretched = stretched_round_trips(
-        ctx.run.scan("spans").filter(is_closed),
-        float(ctx.shared.round_trip_stretch_ratio),
-        min_s,
-        ctx.round_trip_medians,
-    )
+    stretched = ctx.stretched_round_trips(min_s)
     signals = []
     if stretched.is_empty():
         return signals  # both readings are of spans that overlap a stretched round trip
@@ -298,7 +293,9 @@ def _trace_gap_signal(ctx: RuleContext[GilStallPolicy]) -> Signal | None:
     """
     if ctx.run.height("spans") == 0:
         return None
-    gaps = main_track_gaps(ctx.run.spans_where(MAIN_TRACK_SPANS), float(ctx.thresholds.min_blocked_submit_s))
+    gaps = main_track_gaps(
+        ctx.spans_where(MAIN_TRACK_SPANS, MAIN_TRACK_COLUMNS), float(ctx.thresholds.min_blocked_submit_s)
+    )
     if not gaps:
         return None
     total = sum(b - a for a, b in gaps) / 1e6

@@ -14,7 +14,14 @@ import polars as pl
 from trace_doctor.derive.regimes import regime_levels, steady_regimes
 from trace_doctor.derive.robust import median as robust_median
 from trace_doctor.derive.robust import robust_cv, robust_sigma
-from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
+from trace_doctor.derive.stalls import (
+    MAIN_TRACK_COLUMNS,
+    MAIN_TRACK_SPANS,
+    STEP_START_COLUMNS,
+    STEPPED_SPANS,
+    main_track_gaps,
+    step_intervals,
+)
 from trace_doctor.derive.timekeys import PARENTS
 from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES, RESULT_WAIT_PHASES
@@ -217,11 +224,11 @@ def untraced_stalls(
     if ctx.run.height("spans") == 0 or level_s <= 0:
         return None
     t = ctx.thresholds
-    gaps = main_track_gaps(ctx.run.spans_where(MAIN_TRACK_SPANS), t.spike_ratio * level_s)
+    gaps = main_track_gaps(ctx.spans_where(MAIN_TRACK_SPANS, MAIN_TRACK_COLUMNS), t.spike_ratio * level_s)
     if not gaps:
         return None
     starts = (
-        ctx.run.spans_where(pl.col("step").is_not_null(), ["step", "start_us"])
+        ctx.spans_where(STEPPED_SPANS, STEP_START_COLUMNS)
         .group_by("step")
         .agg(pl.col("start_us").min().alias("start_us"))
         .sort("start_us")
@@ -515,7 +522,7 @@ def trace_only(ctx: RuleContext[InconsistentStepTimesPolicy]) -> list[Finding]:
     t = ctx.thresholds
     if ctx.run.height("spans") == 0:
         raise NotApplicable("no per-step times (no time/total or phase timers in metrics)")
-    intervals = step_intervals(ctx.run.spans_where(pl.col("step").is_not_null(), ["segment", "step", "start_us"]))
+    intervals = step_intervals(ctx.spans_where(STEPPED_SPANS, STEP_START_COLUMNS))
     if intervals.height < t.min_steady_steps:
         raise NotApplicable(
             f"no per-step times in metrics, and {intervals.height} traced step interval(s) "

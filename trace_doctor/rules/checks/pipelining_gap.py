@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from trace_doctor.derive.pipelining import PIPELINING_CALLS, fb_optim_waits, step_transitions
+from trace_doctor.derive.pipelining import PIPELINING_CALLS, PIPELINING_COLUMNS, fb_optim_waits, step_transitions
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.model import Finding
 from trace_doctor.policy.timing import PipeliningGapPolicy
@@ -192,7 +192,7 @@ def from_metrics(ctx: RuleContext[PipeliningGapPolicy]) -> list[Finding]:
 
 def check(ctx: RuleContext[PipeliningGapPolicy]) -> list[Finding]:
     if ctx.run.height("spans"):
-        return from_trace(ctx, ctx.run.spans_where(pl.col("name").is_in(PIPELINING_CALLS)))
+        return from_trace(ctx, ctx.spans_where(pl.col("name").is_in(PIPELINING_CALLS), PIPELINING_COLUMNS))
     return from_metrics(ctx)
 
 

@@ -7,6 +7,7 @@ import polars as pl
 from trace_doctor.derive.log_signals import call_timing_lines, serialization_test_lines
 from trace_doctor.derive.profile_stats import breakdown, stack_states
 from trace_doctor.derive.robust import median
+from trace_doctor.derive.stalls import SUBMIT_COLUMNS, TRAINING_SUBMITS
 from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
 from trace_doctor.model import Finding
 from trace_doctor.policy.profiles import SerializationStallPolicy
@@ -107,7 +108,7 @@ def _trace_finding(ctx: RuleContext[SerializationStallPolicy]) -> Finding | None
     """Every training submit slow: the request is built and serialized on the calling thread."""
     if ctx.run.height("spans") == 0:
         return None
-    spans = ctx.run.spans_where(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)))
+    spans = ctx.spans_where(TRAINING_SUBMITS, SUBMIT_COLUMNS)
     submits = spans.filter(
         pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))
         & pl.col("closed").fill_null(True)

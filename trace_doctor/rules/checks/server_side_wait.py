@@ -22,11 +22,19 @@ from trace_doctor.derive.dump_cadence import Silence, process_silences, sdk_loop
 from trace_doctor.derive.intervals import merge, overlap
 from trace_doctor.derive.log_signals import call_timing_lines, gil_monitor_lines, round_trip_lines
 from trace_doctor.derive.pending_requests import PendingRequest, pending_requests
-from trace_doctor.derive.pipelining import PIPELINING_CALLS, fb_optim_waits, step_transitions
+from trace_doctor.derive.pipelining import PIPELINING_CALLS, PIPELINING_COLUMNS, fb_optim_waits, step_transitions
 from trace_doctor.derive.profile_stats import result_wait_s, wall_times
 from trace_doctor.derive.sessions import session_ids
-from trace_doctor.derive.stalls import MAIN_TRACK_SPANS, main_track_gaps, step_intervals
-from trace_doctor.knowledge.tinker import TRAINING_SUBMIT_CALLS
+from trace_doctor.derive.stalls import (
+    MAIN_TRACK_COLUMNS,
+    MAIN_TRACK_SPANS,
+    STEP_START_COLUMNS,
+    STEPPED_SPANS,
+    SUBMIT_COLUMNS,
+    TRAINING_SUBMITS,
+    main_track_gaps,
+    step_intervals,
+)
 from trace_doctor.model import Finding
 from trace_doctor.policy.service import ServerSideWaitPolicy
 from trace_doctor.rules.base import NotApplicable, Rule, RuleDocs, register
@@ -207,7 +215,7 @@ def _trace_check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
             "no confident clock-cycle estimate (waits do not cluster at several multiples of one period): "
             "set the shared clock_cycle_s to judge results against the cycle"
         )
-    submits = run.spans_where(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("dur_us").is_not_null())
+    submits = ctx.spans_where(TRAINING_SUBMITS, SUBMIT_COLUMNS).filter(pl.col("dur_us").is_not_null())
     if submits.is_empty():
         raise NotApplicable("the trace has no forward_backward/optim_step submissions")
     submit_median = float(submits["dur_us"].median()) / 1e6
@@ -216,7 +224,7 @@ def _trace_check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
             f"submissions take {submit_median:.3f} s (median): the client is slow to hand work over "
             "(serialization-stall), so late results are not the service's"
         )
-    calls = run.spans_where(pl.col("name").is_in(PIPELINING_CALLS))
+    calls = ctx.spans_where(pl.col("name").is_in(PIPELINING_CALLS), PIPELINING_COLUMNS)
     handoffs = fb_optim_waits(calls, ctx.shared.fb_optim_handoff_s)
     transitions = step_transitions(calls)
     pipelined = [
@@ -231,12 +239,17 @@ def _trace_check(ctx: RuleContext[ServerSideWaitPolicy]) -> list[Finding]:
         return ctx.passed(
             f"only {share:.0%} of steps are pipelined: awaited calls (pipelining-gap) explain late results first"
         )
-    intervals = step_intervals(run.spans_where(pl.col("step").is_not_null(), ["segment", "step", "start_us"]))
+    intervals = step_intervals(ctx.spans_where(STEPPED_SPANS, STEP_START_COLUMNS))
     if intervals.height < t.min_step_intervals:
         raise NotApplicable(f"fewer than {t.min_step_intervals} traced step intervals")
     # Time the main task ran nothing traced for over a cycle is the client's (a sleep, untraced work:
     # inconsistent-step-times reports it), never the service's: it is taken out of the intervals.
-    stalls = merge([(float(a), float(b)) for a, b in main_track_gaps(run.spans_where(MAIN_TRACK_SPANS), cycle.seconds)])
+    stalls = merge(
+        [
+            (float(a), float(b))
+            for a, b in main_track_gaps(ctx.spans_where(MAIN_TRACK_SPANS, MAIN_TRACK_COLUMNS), cycle.seconds)
+        ]
+    )
     if stalls:
         client = [overlap([(a, b)], stalls) / 1e6 for a, b in intervals.select("start_us", "end_us").iter_rows()]
         intervals = intervals.with_columns(pl.col("interval_s") - pl.Series(client, dtype=pl.Float64))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from trace_doctor.derive.loop_phases import UNTIMED_SAMPLING_PART
+from trace_doctor.derive.stalls import SUBMIT_COLUMNS, TRAINING_SUBMITS
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.tinker import PERIODIC_PHASES, TRAINING_SUBMIT_CALLS
@@ -156,7 +157,7 @@ def _excess_findings(ctx: RuleContext[SteadySlownessPolicy]) -> list[Finding]:
         evidence["client_share"] = round(share, 4)
         if share > t.max_client_share:
             reasons.append(f"{share:.0%} of each step is client-side work outside the result wait")
-    submits = slow_submissions(ctx.run.spans_where(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))))
+    submits = slow_submissions(ctx.spans_where(TRAINING_SUBMITS, SUBMIT_COLUMNS))
     if submits is not None:
         evidence["submit_median_s"], evidence["submit_spans"] = round(submits[0], 6), submits[1]
         if submits[0] > t.max_submit_s:
