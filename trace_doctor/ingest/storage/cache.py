@@ -31,6 +31,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -40,7 +41,14 @@ import polars as pl
 import xxhash
 
 from trace_doctor.ingest.storage import digest_memo, package_digest, stored_table
-from trace_doctor.ingest.storage.stored_table import PartWriter, StoredTable, paths_in_use, scratch_folder
+from trace_doctor.ingest.storage.stored_table import (
+    Facts,
+    FileRows,
+    PartWriter,
+    StoredTable,
+    paths_in_use,
+    scratch_folder,
+)
 from trace_doctor.model import IngestWarning, InputFile
 
 MIN_CACHED_BYTES = 4 * 1024 * 1024
@@ -53,6 +61,7 @@ ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|json)")
 STORED_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
 # Where a read of a file stopped, so a read of the grown file goes on from there (storage/resume_entry.py).
 RESUME_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.resume")
+PART_FILE = re.compile(r"part-[0-9]{5,}\.parquet")
 MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
 HASH_BLOCK = 8 * 1024 * 1024
 # A temporary file this old is a writer's leftover (a killed process), not a write in progress.
@@ -333,12 +342,18 @@ def _header(path: Path, table: str, info: InputFile, warnings: list[IngestWarnin
     }
 
 
-def new_entry_writer(table: str, schema: dict[str, pl.DataType], memory_rows: int) -> PartWriter:
+def new_entry_writer(
+    table: str,
+    schema: dict[str, pl.DataType],
+    memory_rows: int,
+    describe: Callable[[pl.DataFrame], Facts] | None = None,
+) -> PartWriter:
     """A writer of the stored table `table` as it is built: in the cache folder (so that it becomes the
     entry by a rename), else in this process's scratch folder. A cache folder that fills up midway
-    turns the cache off and the writer goes on in the scratch folder."""
+    turns the cache off and the writer goes on in the scratch folder. `describe`: the facts kept of
+    each part besides its rows (PartWriter)."""
 
-    writer = PartWriter(_new_entry_folder(table), schema, memory_rows)
+    writer = PartWriter(_new_entry_folder(table), schema, memory_rows, describe=describe)
 
     def cache_full(exc: BaseException) -> Path | None:
         storage_failed(exc)
@@ -379,7 +394,9 @@ def adopt(
         and _unchanged_since(path, taken)
     )
     if cacheable and taken is not None:
-        header = json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode()
+        out.persist()
+        listed = {"parts": out.listing()}
+        header = json.dumps({**_header(path, table, info, warnings, taken), **listed}, ensure_ascii=True).encode()
         cacheable = out.close(header)  # False: the disk refused some rows, kept in memory
         # Writing the last rows may have filled the cache's disk: the writer went on elsewhere.
         cacheable = cacheable and _unwritable is None and out.folder is not None and out.folder.parent == cache_root()
@@ -432,14 +449,35 @@ def load_stored(
             return None
         info = InputFile(**_input_fields(meta["input"]))
         warnings = [_warning(w) for w in meta["warnings"]]
-        parts = sorted(entry.glob("part-*.parquet"))
-        rows = sum(pl.scan_parquet(part).select(pl.len()).collect().item() for part in parts)
+        parts, facts = _listed_parts(entry, meta["parts"])
     except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
         return None
     with contextlib.suppress(OSError):  # a read-only cache still answers
         os.utime(entry / PartWriter.HEADER)  # recently used: evicted last
     schema = {"spans": SPAN_COLUMNS}[table]
-    return StoredTable(parts, rows, schema), info, warnings
+    return StoredTable(parts, sum(known["rows"] for known in facts.values()), schema, facts), info, warnings
+
+
+def _listed_parts(entry: Path, listed: Any) -> tuple[list[Path | FileRows], dict[Path | FileRows, dict[str, Any]]]:
+    """A stored entry's parts and their facts, as its header lists them (PartWriter.listing): the rows
+    are counted there, not by reading every part (raises on a malformed listing or a missing file)."""
+    parts: list[Path | FileRows] = []
+    facts: dict[Path | FileRows, dict[str, Any]] = {}
+    for item in listed:
+        name, known = item["file"], item["facts"]
+        rows, start = known["rows"], item.get("start")
+        if not (isinstance(name, str) and PART_FILE.fullmatch(name) and (entry / name).is_file()):
+            raise ValueError("malformed part")
+        if not (_count(rows) and (start is None or _count(start))):
+            raise ValueError("malformed part rows")
+        part = entry / name if start is None else FileRows(entry / name, start, rows)
+        parts.append(part)
+        facts.setdefault(part, known)
+    return parts, facts
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _folder_entry(folder: str) -> tuple[float, int, str]:

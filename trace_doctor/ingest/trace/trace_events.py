@@ -16,6 +16,7 @@ from pathlib import Path
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, StoredTable
 from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS, build_spans
+from trace_doctor.ingest.trace.span_extend import span_facts
 from trace_doctor.ingest.trace.span_resume import SpanState
 from trace_doctor.ingest.trace.span_stream import SpanStream
 from trace_doctor.ingest.trace.trace_read import Progress, read_trace_events
@@ -78,7 +79,7 @@ def parse_trace_file(
     if resumed is not None:
         return resumed
     before = len(warnings)
-    out = cache.new_entry_writer("spans", SPAN_COLUMNS, memory_rows=MEMORY_ROWS)
+    out = cache.new_entry_writer("spans", SPAN_COLUMNS, memory_rows=MEMORY_ROWS, describe=span_facts)
     try:
         info, state = _parse_trace_file(path, warnings, progress, on_read, out, snapshot is not None)
     except BaseException:

@@ -21,7 +21,7 @@ from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.storage import cache, resume_entry
 from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, StoredTable
 from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS
-from trace_doctor.ingest.trace.span_extend import Extension, extend_table
+from trace_doctor.ingest.trace.span_extend import Extension, extend_table, span_facts
 from trace_doctor.ingest.trace.span_resume import PendingState, SpanState, merged_ranges
 from trace_doctor.ingest.trace.span_stream import SpanStream
 from trace_doctor.ingest.trace.trace_read import Progress, ReadEnd, read_appended_events
@@ -54,7 +54,7 @@ def resume_trace_file(
     old = cache.load_stored(path, TABLE, cache.Snapshot(offset, digest, (0, 0, 0, 0)))
     if old is None:
         return None
-    out = cache.new_entry_writer(TABLE, SPAN_COLUMNS, memory_rows=MEMORY_ROWS)
+    out = cache.new_entry_writer(TABLE, SPAN_COLUMNS, memory_rows=MEMORY_ROWS, describe=span_facts)
     try:
         resumed = _resume(path, SpanState(values, frames), old[0], progress, on_read, out)
     except Exception:  # noqa: BLE001 - a state that does not fit the file: the file is read whole
@@ -117,7 +117,7 @@ def _resume(
         )
         if new.spans.filter(pl.col("line_begin").is_in(new.reopened.implode())).height != new.reopened.len():
             return None  # the state's open stack is not the old table's unclosed rows
-        rows = extend_table(old, state.frames["covers"], new, source, out)
+        rows = extend_table(old, state.frames["covers"], new, source, out, cut_files=True)
     finally:
         stream.discard()
     info.note = f"{rows} spans from {info.records} events"
