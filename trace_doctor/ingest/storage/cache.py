@@ -124,15 +124,30 @@ class Snapshot:
     size: int
     digest: str
     stamp: tuple[int, int, int, int]  # device, inode, mtime_ns, ctime_ns
+    # Taken in the same pass when asked (snapshot's `mark`): the hashes of the bytes before and from it.
+    mark: Mark | None = None
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A file's bytes hashed in two pieces, before `offset` and from it (xxh3-128, as the whole): a read
+    that goes on from `offset` checks the first against a stored state and, once done, that the bytes it
+    read are still the second (only they: the rest of its table answers for the first's hash)."""
+
+    offset: int
+    before: str
+    after: str
 
 
 def _stamp(stat: os.stat_result) -> tuple[int, int, int, int]:
     return (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
-def snapshot(path: Path, *, min_bytes: int | None = None) -> Snapshot | None:
+def snapshot(path: Path, *, min_bytes: int | None = None, mark: int | None = None) -> Snapshot | None:
     """The file's content now, when its table may be cached (None: cache off, file smaller than
-    `min_bytes` (default MIN_CACHED_BYTES) or unreadable, or written to while it was being hashed)."""
+    `min_bytes` (default MIN_CACHED_BYTES) or unreadable, or written to while it was being hashed).
+    `mark`: an offset where a read may go on from; when the file is hashed (its hash not remembered),
+    the snapshot's Mark hashes the bytes before and after it in the same pass."""
     if not enabled():
         return None
     try:
@@ -142,22 +157,28 @@ def snapshot(path: Path, *, min_bytes: int | None = None) -> Snapshot | None:
         remembered = digest_memo.recall(cache_root(), before)
         if remembered is not None:
             return Snapshot(before.st_size, remembered, _stamp(before))
-        digest = file_digest(path, before.st_size)
+        split = mark if mark is not None and 0 < mark < before.st_size else None
+        hashed = _file_digests(path, before.st_size, split)
         after = path.stat()
     except OSError:
         return None
-    if digest is None or _stamp(after) != _stamp(before) or after.st_size != before.st_size:
+    if hashed is None or _stamp(after) != _stamp(before) or after.st_size != before.st_size:
         return None
+    digest, marked = hashed
     digest_memo.remember(cache_root(), before, digest)
-    return Snapshot(before.st_size, digest, _stamp(before))
+    return Snapshot(before.st_size, digest, _stamp(before), marked)
 
 
-def _unchanged_since(path: Path, taken: Snapshot) -> bool:
-    """True when the file is still exactly what `taken` saw (so a parse in between read those bytes)."""
+def _unchanged_since(path: Path, taken: Snapshot, read_from: int = 0) -> bool:
+    """True when the file is still exactly what `taken` saw (so a parse in between read those bytes).
+    `read_from`: the parse read only the bytes from there (it went on from a state of the bytes before,
+    which `taken.mark` hashed): only they are hashed again."""
     try:
         stat = path.stat()
         if _stamp(stat) != taken.stamp or stat.st_size != taken.size:
             return False
+        if read_from and taken.mark is not None and taken.mark.offset == read_from:
+            return _range_digest(path, read_from, taken.size) == taken.mark.after
         return file_digest(path, taken.size) == taken.digest
     except OSError:
         return False
@@ -165,17 +186,50 @@ def _unchanged_since(path: Path, taken: Snapshot) -> bool:
 
 def file_digest(path: Path, expected_size: int) -> str | None:
     """xxh3-128 of the whole file, or None when it is not `expected_size` bytes long."""
+    hashed = _file_digests(path, expected_size, None)
+    return None if hashed is None else hashed[0]
+
+
+def _file_digests(path: Path, expected_size: int, mark: int | None) -> tuple[str, Mark | None] | None:
+    """xxh3-128 of the whole file, and with `mark` the Mark of its bytes before and from that offset,
+    in one pass; None when the file is not `expected_size` bytes long."""
     digest = xxhash.xxh3_128()
+    after = xxhash.xxh3_128() if mark is not None else None
+    marked = None
     size = 0
     block = bytearray(HASH_BLOCK)  # one buffer, filled again and again: no copy per read
     view = memoryview(block)
     with open(path, "rb", buffering=0) as fh:
         while count := fh.readinto(block):
-            size += count
-            if size > expected_size:
+            if size > expected_size - count:
                 return None
+            if mark is not None and after is not None:
+                cut = min(max(mark - size, 0), count)
+                digest.update(view[:cut])
+                if marked is None and size + cut == mark:
+                    marked = digest.hexdigest()
+                digest.update(view[cut:count])
+                after.update(view[cut:count])
+            else:
+                digest.update(view[:count])
+            size += count
+    if size != expected_size:
+        return None
+    return digest.hexdigest(), (Mark(mark, marked, after.hexdigest()) if after is not None and marked else None)
+
+
+def _range_digest(path: Path, start: int, end: int) -> str | None:
+    """xxh3-128 of the file's bytes [start, end), or None when it is shorter."""
+    digest = xxhash.xxh3_128()
+    block = bytearray(HASH_BLOCK)
+    view = memoryview(block)
+    left = end - start
+    with open(path, "rb", buffering=0) as fh:
+        fh.seek(start)
+        while left and (count := fh.readinto(view[: min(left, len(block))])):
             digest.update(view[:count])
-    return digest.hexdigest() if size == expected_size else None
+            left -= count
+    return digest.hexdigest() if left == 0 else None
 
 
 def storage_refused() -> bool:
@@ -381,17 +435,24 @@ def _new_entry_folder(table: str) -> Path | None:
 
 
 def adopt(
-    path: Path, table: str, out: PartWriter, info: InputFile, warnings: list[IngestWarning], taken: Snapshot | None
+    path: Path,
+    table: str,
+    out: PartWriter,
+    info: InputFile,
+    warnings: list[IngestWarning],
+    taken: Snapshot | None,
+    read_from: int = 0,
 ) -> StoredTable:
     """Finish the stored table `out` built from `path` as `taken` saw it: it becomes the cache entry
-    when the file is unchanged since and the cache takes it, else it stays a folder of this process."""
+    when the file is unchanged since and the cache takes it, else it stays a folder of this process.
+    `read_from`: the table was built reading only the bytes from there (_unchanged_since)."""
     cacheable = (
         taken is not None
         and enabled()
         and _unwritable is None
         and out.folder is not None
         and out.folder.parent == cache_root()
-        and _unchanged_since(path, taken)
+        and _unchanged_since(path, taken, read_from)
     )
     if cacheable and taken is not None:
         out.persist()

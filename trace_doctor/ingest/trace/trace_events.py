@@ -65,10 +65,11 @@ def parse_trace_file(
     on_read: Callable[[], None] | None = None,
 ) -> tuple[StoredTable, InputFile]:
     """Parse one trace file, from the table cache when it is unchanged."""
-    from trace_doctor.ingest.storage import cache
+    from trace_doctor.ingest.storage import cache, resume_entry
 
     # The file as it is before parsing: the entry is stored only if it is still so afterwards.
-    snapshot = cache.snapshot(path)
+    # (With the bytes before where a stored read state stopped hashed in the same pass: trace_resume.py.)
+    snapshot = cache.snapshot(path, mark=resume_entry.stored_offset(path, "spans"))
     cached = cache.load_stored(path, "spans", snapshot)
     if cached is not None:
         table, info, cached_warnings = cached

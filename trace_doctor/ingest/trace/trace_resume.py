@@ -49,7 +49,8 @@ def resume_trace_file(
     offset, digest, values, frames = found
     if not 0 < offset < taken.size or taken.size - offset > max(offset, MAX_HELD_APPEND_BYTES):
         return None
-    if resume_entry.prefix_digest(path, offset) != digest:
+    marked = taken.mark if taken.mark is not None and taken.mark.offset == offset else None
+    if (marked.before if marked is not None else resume_entry.prefix_digest(path, offset)) != digest:
         return None
     old = cache.load_stored(path, TABLE, cache.Snapshot(offset, digest, (0, 0, 0, 0)))
     if old is None:
@@ -67,7 +68,7 @@ def resume_trace_file(
         return None
     info, file_warnings, state = resumed
     warnings.extend(file_warnings)
-    table = cache.adopt(path, TABLE, out, info, file_warnings, taken)
+    table = cache.adopt(path, TABLE, out, info, file_warnings, taken, read_from=offset)
     keep_state(path, state, out, taken)
     return table, info
 
