@@ -527,7 +527,7 @@ def _listed_parts(entry: Path, listed: Any) -> tuple[list[Path | FileRows], dict
     for item in listed:
         name, known = item["file"], item["facts"]
         rows, start = known["rows"], item.get("start")
-        if not (isinstance(name, str) and PART_FILE.fullmatch(name) and (entry / name).is_file()):
+        if not (isinstance(name, str) and PART_FILE.fullmatch(name) and _parquet_file(entry / name, item["bytes"])):
             raise ValueError("malformed part")
         if not (_count(rows) and (start is None or _count(start))):
             raise ValueError("malformed part rows")
@@ -535,6 +535,17 @@ def _listed_parts(entry: Path, listed: Any) -> tuple[list[Path | FileRows], dict
         parts.append(part)
         facts.setdefault(part, known)
     return parts, facts
+
+
+def _parquet_file(path: Path, size: Any) -> bool:
+    """The part is a whole Parquet file of the size listed: its magic at both ends, nothing cut or
+    replaced (its rows are read only when the table is; a part not read at all costs a stat and 8 bytes)."""
+    if not _count(size) or size < 12 or path.stat().st_size != size:
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        fh.seek(size - 4)
+        return head == b"PAR1" and fh.read(4) == b"PAR1"
 
 
 def _count(value: Any) -> bool:

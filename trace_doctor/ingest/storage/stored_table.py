@@ -423,14 +423,14 @@ class PartWriter:
         self.folder = folder
 
     def listing(self) -> list[Facts]:
-        """The file parts in order as JSON values (a cache entry's header): each file's name, its slice
-        when it is one (`start`), and its facts."""
+        """The file parts in order as JSON values (a cache entry's header): each file's name and size,
+        its slice when it is one (`start`), and its facts."""
         listed = []
         for part in self.parts:
-            if isinstance(part, FileRows):
-                listed.append({"file": part.path.name, "start": part.start, "facts": self.facts[part]})
-            elif isinstance(part, Path):
-                listed.append({"file": part.name, "facts": self.facts[part]})
+            if isinstance(part, (Path, FileRows)):
+                path = part.path if isinstance(part, FileRows) else part
+                item = {"file": path.name, "bytes": path.stat().st_size, "facts": self.facts[part]}
+                listed.append({**item, "start": part.start} if isinstance(part, FileRows) else item)
         return listed
 
     def stored(self) -> StoredTable:
