@@ -90,13 +90,14 @@ def extend_table(
     )
     parts = old.read_parts()
     facts = [_facts(old, part) for part in parts]
+    keys = _PartKeys(parts)
     first = _first_key(pl.concat([fresh.select(SORT_KEYS), new.covers.select(SORT_KEYS)]))
     if redo or by != _varying(new.old_ranges):
         split, kept = 0, replaced.clear()  # every step may change: every row is redone
     elif first is None:
         split, kept = old.height, replaced  # nothing new: only the reopened rows change
     else:
-        split, kept = _rows_before(parts, facts, first), replaced.filter(_before(first))
+        split, kept = _rows_before(keys, facts, first), replaced.filter(_before(first))
     lines = new.reopened.sort().to_list()
     compact_from = _compacted_from(facts, split) if cut_files else len(parts)
     out.persist()
@@ -113,7 +114,7 @@ def extend_table(
                 settled.append(_patched_frame(frame.head(split - lo), kept, covers, source))
             tail.append(frame.slice(max(0, split - lo)))
             continue
-        holds = _may_hold(known, lines) and _holds(part, new.reopened)
+        holds = _may_hold(known, lines) and _holds(keys.of(index), new.reopened)
         if hi <= split and not holds:
             if isinstance(part, pl.DataFrame):
                 for offset in range(0, part.height, PART_ROWS):
@@ -126,7 +127,7 @@ def extend_table(
             continue
         linked: pl.DataFrame | None | bool = False
         if cut_files and not isinstance(part, pl.DataFrame):
-            linked = _link_patched(part, min(rows, split - lo), kept, covers, source, out)
+            linked = _link_patched(part, keys.of(index).head(split - lo), kept, covers, source, out)
         if linked is not False:
             if isinstance(linked, pl.DataFrame) and hi > split:
                 settled.append(linked)  # written with the rows that follow: one part
@@ -231,9 +232,24 @@ def _before(key: tuple) -> pl.Expr:
     return ((pl.col("segment") < segment) | (same & within.fill_null(False))).fill_null(False)
 
 
-def _rows_before(parts: list, facts: list[Facts], key: tuple) -> int:
+class _PartKeys:
+    """The sort keys of a part's rows, read once for all that asks (which part holds reopened rows, how
+    many rows sort before the first new key, where to cut)."""
+
+    def __init__(self, parts: list) -> None:
+        self.parts = parts
+        self._read: dict[int, pl.DataFrame] = {}
+
+    def of(self, index: int) -> pl.DataFrame:
+        if index not in self._read:
+            self._read[index] = _scan(self.parts[index]).select(SORT_KEYS).collect()
+        return self._read[index]
+
+
+def _rows_before(keys: _PartKeys, facts: list[Facts], key: tuple) -> int:
     """Rows of the table that sort before `key`: every row of the parts whose last row does (the table
     is in key order), and those of the next part, read."""
+    parts = keys.parts
     if not parts:
         return 0
     lasts = pl.DataFrame(
@@ -245,7 +261,7 @@ def _rows_before(parts: list, facts: list[Facts], key: tuple) -> int:
     at = before.index(False) if False in before else len(parts)
     rows = sum(known["rows"] for known in facts[:at])
     if at < len(parts):
-        rows += int(_scan(parts[at]).select(_before(key).sum()).collect().item())
+        rows += int(keys.of(at).select(_before(key).sum()).item())
     return rows
 
 
@@ -258,23 +274,20 @@ def _may_hold(known: Facts, lines: list[int]) -> bool:
     return at < len(lines) and lines[at] <= high
 
 
-def _holds(part, lines: pl.Series) -> bool:
-    if lines.len() == 0:
-        return False
-    found = _scan(part).filter(pl.col("line_begin").is_in(lines.implode())).select(pl.len())
-    return bool(found.collect().item())
+def _holds(keys: pl.DataFrame, lines: pl.Series) -> bool:
+    return lines.len() > 0 and bool(keys.get_column("line_begin").is_in(lines.implode()).any())
 
 
 def _link_patched(
-    part: Path | FileRows, head_rows: int, kept: pl.DataFrame, covers: StepCovers, source: str, out: PartWriter
+    part: Path | FileRows, keys: pl.DataFrame, kept: pl.DataFrame, covers: StepCovers, source: str, out: PartWriter
 ) -> pl.DataFrame | None | bool:
-    """The first `head_rows` rows of a file part with the reopened ones among them replaced, as _patched
-    gives them, but the long runs of rows that did not change linked as slices of the file, not written:
+    """A file part's first rows (`keys`: their sort keys) with the reopened ones among them replaced, as
+    _patched gives them, but the long runs of rows that did not change linked as slices of the file, not written:
     the reopened rows, with the short runs between them, are written as parts of their own. Returns the
     written rows that end the head (the caller writes them with the rows that follow), None when the
     head ends with a linked slice, or False (nothing written) when they make too many runs."""
     is_kept = pl.col("line_begin").is_in(kept.get_column("line_begin").implode())
-    keys = _scan(part).head(head_rows).select(SORT_KEYS).collect()
+    head_rows = keys.height  # the keys of the part's first rows, those linked or written here
     runs = _gathered(keys.select(is_kept).to_series().arg_true().to_list(), head_rows)
     if len(runs) > MAX_REPLACED_RUNS:
         return False
