@@ -10,6 +10,9 @@ An entry answers only for the exact bytes it was parsed from:
   afterwards (same hash, and the same inode, size, mtime and ctime: any write in between changes
   the ctime). A trace still being written (the main use: a run that is still going) grows while it
   is parsed, so that parse is not stored and the next analysis reads the longer file;
+  A resumed read of a grown file (trace/trace_resume.py) hashes it once: the pass that hashes the
+  whole also hashes the bytes before and after where the stored state stopped (Mark), and the check
+  afterwards hashes only the bytes the read read (the rest of its table answers for the first hash);
 - every lookup hashes the file again, so an edit that keeps the size and the mtime is a miss;
 - whatever is in the cache folder (a truncated entry, another version's, garbage) is a miss, never
   a crash, and an entry is one file renamed into place, so concurrent writers cannot mix two.

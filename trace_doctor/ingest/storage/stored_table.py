@@ -292,6 +292,11 @@ def _dropped(parts: list[Part]) -> None:
     release_scratch([p.path if isinstance(p, FileRows) else p for p in parts if isinstance(p, (Path, FileRows))])
 
 
+def _counted(part: Path | FileRows) -> int:
+    """The rows of a file part (its writer knows them: read only for one it was not told of)."""
+    return part.rows if isinstance(part, FileRows) else int(pl.scan_parquet(part).select(pl.len()).collect().item())
+
+
 def paths_in_use() -> set[str]:
     """The files the stored tables alive in this process read."""
     return {os.fspath(path) for table in list(_live) for path in table.paths}
@@ -429,7 +434,8 @@ class PartWriter:
         for part in self.parts:
             if isinstance(part, (Path, FileRows)):
                 path = part.path if isinstance(part, FileRows) else part
-                item = {"file": path.name, "bytes": path.stat().st_size, "facts": self.facts[part]}
+                facts = self.facts.get(part) or {"rows": _counted(part)}
+                item = {"file": path.name, "bytes": path.stat().st_size, "facts": facts}
                 listed.append({**item, "start": part.start} if isinstance(part, FileRows) else item)
         return listed
 

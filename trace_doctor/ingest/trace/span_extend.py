@@ -7,14 +7,23 @@ span, the step covers and whether pids and segments vary (span_spill.py). What t
 - the spans unclosed before (the open stack): each comes again from the new read, closed or still
   open, at the same place in the order (its start and B line do not change).
 So the rows before the first key among the new spans and new covers keep their place and their
-step: they are copied (whole Parquet parts by a hard link, the part cut by the key rewritten), the
-reopened rows among them replaced. The rows from that key on are merged with the new spans, their
-containment steps taken again, and sorted: what span_spill's windows would write for them. When
-pids or segments start to vary, every step can change: the whole table is done again that way (and
-when the caller says a reopened row's key moved: `redo`).
+step: they are copied (whole Parquet parts by a hard link, the part cut by the key rewritten, or with
+`cut_files` linked as a slice of its file), the reopened rows among them replaced. The rows from that
+key on are merged with the new spans, their containment steps taken again, and sorted: what
+span_spill's windows would write for them. When pids or segments start to vary, every step can
+change: the whole table is done again that way (and when the caller says a reopened row's key moved:
+`redo`).
 
-The old table's parts are Parquet files, or frames held in memory (a writer with no disk to go to):
-a frame part is taken over as it is where a file would be linked.
+The old table's parts are Parquet files, slices of them, or frames held in memory (a writer with no
+disk to go to): a frame part is taken over as it is where a file would be linked.
+
+What a resume costs should follow the append, not the file (a watch-like analysis every few minutes
+for a day): which parts lie before the first new key and which can hold a reopened row is known from
+each part's facts (span_facts: rows, first and last key, B-line range; kept in the cache entry's
+header), not from reading the parts; a cut part is linked as slices around the rows that change; and
+as every resume cuts the last part and adds one, a trailing run of more than MAX_SMALL_PARTS small
+parts is written again as one with the new rows, so the parts stay few (15 after 50 resumes of
+3000x64 by 20 KB, against 627 when each resume rewrote the part it cut and added).
 """
 
 from __future__ import annotations
