@@ -161,7 +161,11 @@ def snapshot(path: Path, *, min_bytes: int | None = None, mark: int | None = Non
         if remembered is not None:
             return Snapshot(before.st_size, remembered, _stamp(before))
         split = mark if mark is not None and 0 < mark < before.st_size else None
-        hashed = _file_digests(path, before.st_size, split)
+        if split is None:
+            digest = file_digest(path, before.st_size)
+            hashed = None if digest is None else (digest, None)
+        else:
+            hashed = _file_digests(path, before.st_size, split)
         after = path.stat()
     except OSError:
         return None
