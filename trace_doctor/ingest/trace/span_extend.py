@@ -108,20 +108,24 @@ def extend_table(
     else:
         split, kept = _rows_before(keys, facts, first), replaced.filter(_before(first))
     lines = new.reopened.sort().to_list()
-    compact_from = _compacted_from(facts, split) if cut_files else len(parts)
+    compacted = _compacted_run(facts, split) if cut_files else range(0)
     out.persist()
     done = 0
-    settled: list[pl.DataFrame] = []  # rows before the split written again (a compacted run)
+    run: list[pl.DataFrame] = []  # the compacted run's rows, written as one when it ends
+    settled: list[pl.DataFrame] = []  # rows before the split written with the rows after it
     tail: list[pl.DataFrame] = []
     for index, (part, known) in enumerate(zip(parts, facts, strict=True)):
         rows = known["rows"]
         lo, hi = done, done + rows
         done = hi
-        if index >= compact_from:
-            frame = _frame(part)
-            if lo < split:
-                settled.append(_patched_frame(frame.head(split - lo), kept, covers, source))
-            tail.append(frame.slice(max(0, split - lo)))
+        if index in compacted:
+            run.append(_patched_frame(_frame(part), kept, covers, source))
+            continue
+        if run:
+            _write(out, pl.concat(run, how="vertical"))
+            run = []
+        if lo >= split:
+            tail.append(_frame(part))
             continue
         holds = _may_hold(known, lines) and _holds(keys.of(index), new.reopened)
         if hi <= split and not holds:
@@ -130,9 +134,6 @@ def extend_table(
                     out.write(part.slice(offset, PART_ROWS))
             else:
                 out.link(part, rows, known)
-            continue
-        if lo >= split:
-            tail.append(_frame(part))
             continue
         linked: pl.DataFrame | None | bool = False
         if cut_files and not isinstance(part, pl.DataFrame):
@@ -149,16 +150,22 @@ def extend_table(
         for piece in _patched(frame.head(split - lo), kept, covers, source):
             out.write(piece)
         tail.append(frame.slice(split - lo))
+    if run:
+        _write(out, pl.concat(run, how="vertical"))
     rest = pl.concat(tail, how="vertical") if tail else pl.DataFrame(schema=SPAN_COLUMNS)
     moved = replaced.filter(~pl.col("line_begin").is_in(kept.get_column("line_begin").implode()))
     merged = pl.concat(
         [_unattributed(rest.filter(~reopened)), _with_source(fresh, source), _with_source(moved, source)],
         how="vertical",
     )
-    done_rows = pl.concat([*settled, _attributed(merged.sort(SORT_KEYS), covers)], how="vertical")
-    for offset in range(0, done_rows.height, PART_ROWS):
-        out.write(done_rows.slice(offset, PART_ROWS))
+    _write(out, pl.concat([*settled, _attributed(merged.sort(SORT_KEYS), covers)], how="vertical"))
     return out.height
+
+
+def _write(out: PartWriter, rows: pl.DataFrame) -> None:
+    """Rows written as parts of at most PART_ROWS rows."""
+    for offset in range(0, rows.height, PART_ROWS):
+        out.write(rows.slice(offset, PART_ROWS))
 
 
 def span_facts(frame: pl.DataFrame) -> Facts:
@@ -181,20 +188,21 @@ def _facts(table: StoredTable, part) -> Facts:
     return {"rows": frame.height, **span_facts(frame)}
 
 
-def _compacted_from(facts: list[Facts], split: int) -> int:
-    """The first part of the trailing run of small parts before the one the split falls in, when that
-    run is longer than MAX_SMALL_PARTS (its rows are then written again as one part with the new
-    ones); else the number of parts (nothing compacted)."""
+def _compacted_run(facts: list[Facts], split: int) -> range:
+    """The trailing run of small parts before the part the split falls in, when it is longer than
+    MAX_SMALL_PARTS (its rows are then written again as one part); else no part. Each resume cuts the
+    last part and adds one: this bounds their count, each row written again about once per
+    MAX_SMALL_PARTS resumes until its part is no longer small."""
     done, at = 0, len(facts)
     for index, known in enumerate(facts):
-        if done + known["rows"] > split or (done + known["rows"] == split and index == len(facts) - 1):
+        if done + known["rows"] > split:
             at = index
             break
         done += known["rows"]
     start = at
     while start > 0 and facts[start - 1]["rows"] < SMALL_PART_ROWS:
         start -= 1
-    return start if at - start > MAX_SMALL_PARTS else len(facts)
+    return range(start, at) if at - start > MAX_SMALL_PARTS else range(0)
 
 
 def _varying(*ranges: tuple[ColumnRange, ColumnRange]) -> list[str]:
