@@ -108,6 +108,8 @@ def extend_table(
     else:
         split, kept = _rows_before(keys, facts, first), replaced.filter(_before(first))
     lines = new.reopened.sort().to_list()
+    # The reopened rows that keep their place, as table rows: attributed once, whichever parts they are in.
+    again = _attributed(_with_source(kept, source), covers)
     compacted = _compacted_run(facts, split) if cut_files else range(0)
     out.persist()
     done = 0
@@ -119,7 +121,7 @@ def extend_table(
         lo, hi = done, done + rows
         done = hi
         if index in compacted:
-            run.append(_patched_frame(_frame(part), kept, covers, source))
+            run.append(_patched_frame(_frame(part), again))
             continue
         if run:
             _write(out, pl.concat(run, how="vertical"))
@@ -137,7 +139,7 @@ def extend_table(
             continue
         linked: pl.DataFrame | None | bool = False
         if cut_files and not isinstance(part, pl.DataFrame):
-            linked = _link_patched(part, keys.of(index).head(split - lo), kept, covers, source, out)
+            linked = _link_patched(part, keys.of(index).head(split - lo), again, out)
         if linked is not False:
             if isinstance(linked, pl.DataFrame) and hi > split:
                 settled.append(linked)  # written with the rows that follow: one part
@@ -147,7 +149,7 @@ def extend_table(
                 tail.append(_slice(part, split - lo, hi - split).scan().collect())
             continue
         frame = _frame(part)
-        for piece in _patched(frame.head(split - lo), kept, covers, source):
+        for piece in _patched(frame.head(split - lo), again):
             out.write(piece)
         tail.append(frame.slice(split - lo))
     if run:
@@ -296,14 +298,14 @@ def _holds(keys: pl.DataFrame, lines: pl.Series) -> bool:
 
 
 def _link_patched(
-    part: Path | FileRows, keys: pl.DataFrame, kept: pl.DataFrame, covers: StepCovers, source: str, out: PartWriter
+    part: Path | FileRows, keys: pl.DataFrame, again: pl.DataFrame, out: PartWriter
 ) -> pl.DataFrame | None | bool:
     """A file part's first rows (`keys`: their sort keys) with the reopened ones among them replaced, as
     _patched gives them, but the long runs of rows that did not change linked as slices of the file, not written:
     the reopened rows, with the short runs between them, are written as parts of their own. Returns the
     written rows that end the head (the caller writes them with the rows that follow), None when the
     head ends with a linked slice, or False (nothing written) when they make too many runs."""
-    is_kept = pl.col("line_begin").is_in(kept.get_column("line_begin").implode())
+    is_kept = pl.col("line_begin").is_in(again.get_column("line_begin").implode())
     head_rows = keys.height  # the keys of the part's first rows, those linked or written here
     runs = _gathered(keys.select(is_kept).to_series().arg_true().to_list(), head_rows)
     if len(runs) > MAX_REPLACED_RUNS:
@@ -316,7 +318,7 @@ def _link_patched(
             out.link(_slice(part, done, piece.height), piece.height, {"rows": piece.height, **span_facts(piece)})
         if first <= last:
             rows = _scan(part).slice(first, last - first + 1).collect()
-            last_written = _patched_frame(rows, kept, covers, source)
+            last_written = _patched_frame(rows, again)
             if last + 1 < head_rows:
                 out.write(last_written)
         done = last + 1
@@ -338,32 +340,22 @@ def _gathered(positions: list[int], rows: int) -> list[tuple[int, int]]:
     return runs
 
 
-def _replaced_rows(rows: pl.DataFrame, kept: pl.DataFrame, covers: StepCovers, source: str) -> pl.DataFrame:
-    """The new version of the reopened `rows` (table rows, in table order), in that order."""
-    again = kept.filter(pl.col("line_begin").is_in(rows.get_column("line_begin").implode()))
-    again = _attributed(_with_source(again, source), covers)
-    order = rows.select("line_begin").with_row_index("_at")
-    return again.join(order, on="line_begin").sort("_at").drop("_at")
-
-
-def _patched_frame(head: pl.DataFrame, kept: pl.DataFrame, covers: StepCovers, source: str) -> pl.DataFrame:
+def _patched_frame(head: pl.DataFrame, again: pl.DataFrame) -> pl.DataFrame:
     """Copied rows with the reopened ones among them replaced by their new version, as one frame."""
-    pieces = _patched(head, kept, covers, source)
+    pieces = _patched(head, again)
     return pieces[0] if len(pieces) == 1 else pl.concat(pieces, how="vertical")
 
 
-def _patched(head: pl.DataFrame, kept: pl.DataFrame, covers: StepCovers, source: str) -> list[pl.DataFrame]:
-    """Copied rows with the reopened ones among them replaced by their new version, at the same place,
+def _patched(head: pl.DataFrame, again: pl.DataFrame) -> list[pl.DataFrame]:
+    """Copied rows with the reopened ones among them replaced by their new version (`again`: the kept
+    reopened rows as table rows, attributed once for every part), at the same place,
     as pieces each written as a part: the runs of rows that did not change, and the replaced rows. A
     later extension then links the unchanged runs and rewrites only the small parts of reopened rows
     (a run's outermost spans stay open from its first line to its end)."""
-    hit = head.get_column("line_begin").is_in(kept.get_column("line_begin").implode())
+    hit = head.get_column("line_begin").is_in(again.get_column("line_begin").implode())
     where = hit.arg_true().to_list()
     if not where:
         return [head]
-    again = _attributed(
-        _with_source(kept.filter(pl.col("line_begin").is_in(head["line_begin"].implode())), source), covers
-    )
     again = again.join(head.select("line_begin").with_row_index("_at"), on="line_begin").sort("_at")
     pieces: list[pl.DataFrame] = []
     done = 0
