@@ -8,10 +8,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import xxhash
 from conftest import isolated_cache
 
-from trace_doctor.ingest.storage import cache, resume_entry
-from trace_doctor.ingest.trace import trace_events, trace_resume
+from trace_doctor.ingest.storage import cache, digest_memo, resume_entry
+from trace_doctor.ingest.storage.stored_table import FileRows
+from trace_doctor.ingest.trace import span_extend, trace_events, trace_resume
 from trace_doctor.ingest.trace.trace_events import parse_trace_files
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
@@ -221,3 +223,87 @@ def test_state_is_data_only(tmp_path, monkeypatch, resumes):
     for name in names:
         if name.endswith(".arrow"):
             pl.read_ipc((entry / name).read_bytes())
+
+
+def parts_after(path: Path) -> tuple[tuple, int]:
+    """A parse of `path` (the spans read back) and the count of its stored table's parts."""
+    warnings: list = []
+    spans, inputs = parse_trace_files([path], warnings)
+    return (spans.read(), inputs, warnings), len(spans.parts)
+
+
+@pytest.mark.parametrize("linked_rows", [span_extend.LINKED_ROWS, 8])
+def test_many_chained_resumes_keep_the_parts_few(tmp_path, monkeypatch, resumes, linked_rows):
+    """A run analysed again at every small growth (watch-like): each resume cuts the last part and adds
+    one, and a trailing run of small parts is written again as one, so the count stays bounded; with
+    few rows to a linked slice, the parts cut around reopened rows are slices of their files."""
+    monkeypatch.setattr(span_extend, "LINKED_ROWS", linked_rows)
+    data = (FIXTURES / "rl_async_stream_healthy" / "trace_events.jsonl").read_bytes()
+    path = tmp_path / "trace_events.jsonl"
+    cuts = cut_points(data, 60)
+    path.write_bytes(data[: cuts[0]])
+    parse(path)
+    counts = []
+    for number, end in enumerate([*cuts[1:], len(data)]):
+        with open(path, "ab") as out:
+            out.write(data[path.stat().st_size : end])
+        resumes.clear()
+        got, count = parts_after(path)
+        assert resumes == [True]
+        counts.append(count)
+        if number % 12 == 0 or end == len(data):
+            same(got, cold(path, monkeypatch))
+    assert max(counts) <= span_extend.MAX_SMALL_PARTS + 4, counts
+    assert any(later < earlier for earlier, later in zip(counts, counts[1:], strict=False)), "never compacted"
+
+
+def test_resumed_tables_link_slices_of_the_parts_they_cut(tmp_path, monkeypatch, resumes):
+    """A part cut where the new rows go is linked as a slice of its file (no rewrite), and a later
+    analysis of the same bytes reads the entry's slices back as the resumed read wrote them."""
+    monkeypatch.setattr(span_extend, "LINKED_ROWS", 8)
+    path, data, _ = grown(tmp_path)
+    path.write_bytes(data)
+    resumes.clear()
+    warnings: list = []
+    spans, _ = parse_trace_files([path], warnings)
+    assert resumes == [True]
+    assert any(isinstance(part, FileRows) for part in spans.parts)
+    again, _ = parse_trace_files([path], [])
+    assert resumes == [True]  # the second answered from the entry, not resumed
+    assert again.parts == spans.parts and again.height == spans.height  # the slices, as listed
+    assert again.read().equals(cold(path, monkeypatch)[0], null_equal=True)
+
+
+@pytest.mark.parametrize("damage", ["no_listing", "missing_part", "foreign_part", "negative_rows"])
+def test_a_stored_entry_whose_part_listing_is_wrong_is_a_miss(tmp_path, monkeypatch, resumes, damage):
+    path, data, _ = grown(tmp_path)
+    [entry] = (tmp_path / "cache").glob("spans-*.parts")
+    header = json.loads((entry / "entry.json").read_text())
+    listed = header["parts"]
+    if damage == "no_listing":
+        del header["parts"]
+    elif damage == "missing_part":
+        (entry / listed[0]["file"]).unlink()
+    elif damage == "foreign_part":
+        listed[0]["file"] = "../elsewhere.parquet"
+    else:
+        listed[0]["facts"]["rows"] = -1
+    (entry / "entry.json").write_text(json.dumps(header))
+    assert cache.load_stored(path, "spans") is None
+    same(parse(path), cold(path, monkeypatch))
+
+
+def test_the_snapshot_hashes_both_sides_of_a_mark_in_its_one_pass(tmp_path, monkeypatch):
+    isolated_cache(tmp_path, monkeypatch)
+    path = tmp_path / "trace_events.jsonl"
+    data = (FIXTURES / "sl_stopped_user_hang" / "trace_events.jsonl").read_bytes() * 3
+    path.write_bytes(data)
+    monkeypatch.setattr(cache, "HASH_BLOCK", 4096)  # many blocks, the mark inside one
+    for offset in (1, 4096, 5000, len(data) - 1):
+        taken = cache.snapshot(path, min_bytes=0, mark=offset)
+        assert taken is not None and taken.mark is not None
+        assert taken.digest == cache.file_digest(path, len(data))
+        assert taken.mark.before == resume_entry.prefix_digest(path, offset)
+        assert taken.mark.after == xxhash.xxh3_128(data[offset:]).hexdigest()
+        digest_memo.forget()
+    assert cache.snapshot(path, min_bytes=0, mark=len(data)).mark is None  # nothing after it

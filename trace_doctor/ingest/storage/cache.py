@@ -10,6 +10,9 @@ An entry answers only for the exact bytes it was parsed from:
   afterwards (same hash, and the same inode, size, mtime and ctime: any write in between changes
   the ctime). A trace still being written (the main use: a run that is still going) grows while it
   is parsed, so that parse is not stored and the next analysis reads the longer file;
+  A resumed read of a grown file (trace/trace_resume.py) hashes it once: the pass that hashes the
+  whole also hashes the bytes before and after where the stored state stopped (Mark), and the check
+  afterwards hashes only the bytes the read read (the rest of its table answers for the first hash);
 - every lookup hashes the file again, so an edit that keeps the size and the mtime is a miss;
 - whatever is in the cache folder (a truncated entry, another version's, garbage) is a miss, never
   a crash, and an entry is one file renamed into place, so concurrent writers cannot mix two.
@@ -31,6 +34,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -40,7 +44,14 @@ import polars as pl
 import xxhash
 
 from trace_doctor.ingest.storage import digest_memo, package_digest, stored_table
-from trace_doctor.ingest.storage.stored_table import PartWriter, StoredTable, paths_in_use, scratch_folder
+from trace_doctor.ingest.storage.stored_table import (
+    Facts,
+    FileRows,
+    PartWriter,
+    StoredTable,
+    paths_in_use,
+    scratch_folder,
+)
 from trace_doctor.model import IngestWarning, InputFile
 
 MIN_CACHED_BYTES = 4 * 1024 * 1024
@@ -53,6 +64,7 @@ ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.(?:parquet|json)")
 STORED_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
 # Where a read of a file stopped, so a read of the grown file goes on from there (storage/resume_entry.py).
 RESUME_ENTRY = re.compile(r"[a-z_]+-[0-9a-f]{32}\.resume")
+PART_FILE = re.compile(r"part-[0-9]{5,}\.parquet")
 MAX_META_BYTES = 64 * 1024 * 1024  # the warnings of a badly damaged file can be many
 HASH_BLOCK = 8 * 1024 * 1024
 # A temporary file this old is a writer's leftover (a killed process), not a write in progress.
@@ -115,15 +127,30 @@ class Snapshot:
     size: int
     digest: str
     stamp: tuple[int, int, int, int]  # device, inode, mtime_ns, ctime_ns
+    # Taken in the same pass when asked (snapshot's `mark`): the hashes of the bytes before and from it.
+    mark: Mark | None = None
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A file's bytes hashed in two pieces, before `offset` and from it (xxh3-128, as the whole): a read
+    that goes on from `offset` checks the first against a stored state and, once done, that the bytes it
+    read are still the second (only they: the rest of its table answers for the first's hash)."""
+
+    offset: int
+    before: str
+    after: str
 
 
 def _stamp(stat: os.stat_result) -> tuple[int, int, int, int]:
     return (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
-def snapshot(path: Path, *, min_bytes: int | None = None) -> Snapshot | None:
+def snapshot(path: Path, *, min_bytes: int | None = None, mark: int | None = None) -> Snapshot | None:
     """The file's content now, when its table may be cached (None: cache off, file smaller than
-    `min_bytes` (default MIN_CACHED_BYTES) or unreadable, or written to while it was being hashed)."""
+    `min_bytes` (default MIN_CACHED_BYTES) or unreadable, or written to while it was being hashed).
+    `mark`: an offset where a read may go on from; when the file is hashed (its hash not remembered),
+    the snapshot's Mark hashes the bytes before and after it in the same pass."""
     if not enabled():
         return None
     try:
@@ -133,22 +160,32 @@ def snapshot(path: Path, *, min_bytes: int | None = None) -> Snapshot | None:
         remembered = digest_memo.recall(cache_root(), before)
         if remembered is not None:
             return Snapshot(before.st_size, remembered, _stamp(before))
-        digest = file_digest(path, before.st_size)
+        split = mark if mark is not None and 0 < mark < before.st_size else None
+        if split is None:
+            digest = file_digest(path, before.st_size)
+            hashed = None if digest is None else (digest, None)
+        else:
+            hashed = _file_digests(path, before.st_size, split)
         after = path.stat()
     except OSError:
         return None
-    if digest is None or _stamp(after) != _stamp(before) or after.st_size != before.st_size:
+    if hashed is None or _stamp(after) != _stamp(before) or after.st_size != before.st_size:
         return None
+    digest, marked = hashed
     digest_memo.remember(cache_root(), before, digest)
-    return Snapshot(before.st_size, digest, _stamp(before))
+    return Snapshot(before.st_size, digest, _stamp(before), marked)
 
 
-def _unchanged_since(path: Path, taken: Snapshot) -> bool:
-    """True when the file is still exactly what `taken` saw (so a parse in between read those bytes)."""
+def _unchanged_since(path: Path, taken: Snapshot, read_from: int = 0) -> bool:
+    """True when the file is still exactly what `taken` saw (so a parse in between read those bytes).
+    `read_from`: the parse read only the bytes from there (it went on from a state of the bytes before,
+    which `taken.mark` hashed): only they are hashed again."""
     try:
         stat = path.stat()
         if _stamp(stat) != taken.stamp or stat.st_size != taken.size:
             return False
+        if read_from and taken.mark is not None and taken.mark.offset == read_from:
+            return _range_digest(path, read_from, taken.size) == taken.mark.after
         return file_digest(path, taken.size) == taken.digest
     except OSError:
         return False
@@ -156,17 +193,50 @@ def _unchanged_since(path: Path, taken: Snapshot) -> bool:
 
 def file_digest(path: Path, expected_size: int) -> str | None:
     """xxh3-128 of the whole file, or None when it is not `expected_size` bytes long."""
+    hashed = _file_digests(path, expected_size, None)
+    return None if hashed is None else hashed[0]
+
+
+def _file_digests(path: Path, expected_size: int, mark: int | None) -> tuple[str, Mark | None] | None:
+    """xxh3-128 of the whole file, and with `mark` the Mark of its bytes before and from that offset,
+    in one pass; None when the file is not `expected_size` bytes long."""
     digest = xxhash.xxh3_128()
+    after = xxhash.xxh3_128() if mark is not None else None
+    marked = None
     size = 0
     block = bytearray(HASH_BLOCK)  # one buffer, filled again and again: no copy per read
     view = memoryview(block)
     with open(path, "rb", buffering=0) as fh:
         while count := fh.readinto(block):
-            size += count
-            if size > expected_size:
+            if size > expected_size - count:
                 return None
+            if mark is not None and after is not None:
+                cut = min(max(mark - size, 0), count)
+                digest.update(view[:cut])
+                if marked is None and size + cut == mark:
+                    marked = digest.hexdigest()
+                digest.update(view[cut:count])
+                after.update(view[cut:count])
+            else:
+                digest.update(view[:count])
+            size += count
+    if size != expected_size:
+        return None
+    return digest.hexdigest(), (Mark(mark, marked, after.hexdigest()) if after is not None and marked else None)
+
+
+def _range_digest(path: Path, start: int, end: int) -> str | None:
+    """xxh3-128 of the file's bytes [start, end), or None when it is shorter."""
+    digest = xxhash.xxh3_128()
+    block = bytearray(HASH_BLOCK)
+    view = memoryview(block)
+    left = end - start
+    with open(path, "rb", buffering=0) as fh:
+        fh.seek(start)
+        while left and (count := fh.readinto(view[: min(left, len(block))])):
             digest.update(view[:count])
-    return digest.hexdigest() if size == expected_size else None
+            left -= count
+    return digest.hexdigest() if left == 0 else None
 
 
 def storage_refused() -> bool:
@@ -333,12 +403,18 @@ def _header(path: Path, table: str, info: InputFile, warnings: list[IngestWarnin
     }
 
 
-def new_entry_writer(table: str, schema: dict[str, pl.DataType], memory_rows: int) -> PartWriter:
+def new_entry_writer(
+    table: str,
+    schema: dict[str, pl.DataType],
+    memory_rows: int,
+    describe: Callable[[pl.DataFrame], Facts] | None = None,
+) -> PartWriter:
     """A writer of the stored table `table` as it is built: in the cache folder (so that it becomes the
     entry by a rename), else in this process's scratch folder. A cache folder that fills up midway
-    turns the cache off and the writer goes on in the scratch folder."""
+    turns the cache off and the writer goes on in the scratch folder. `describe`: the facts kept of
+    each part besides its rows (PartWriter)."""
 
-    writer = PartWriter(_new_entry_folder(table), schema, memory_rows)
+    writer = PartWriter(_new_entry_folder(table), schema, memory_rows, describe=describe)
 
     def cache_full(exc: BaseException) -> Path | None:
         storage_failed(exc)
@@ -366,20 +442,29 @@ def _new_entry_folder(table: str) -> Path | None:
 
 
 def adopt(
-    path: Path, table: str, out: PartWriter, info: InputFile, warnings: list[IngestWarning], taken: Snapshot | None
+    path: Path,
+    table: str,
+    out: PartWriter,
+    info: InputFile,
+    warnings: list[IngestWarning],
+    taken: Snapshot | None,
+    read_from: int = 0,
 ) -> StoredTable:
     """Finish the stored table `out` built from `path` as `taken` saw it: it becomes the cache entry
-    when the file is unchanged since and the cache takes it, else it stays a folder of this process."""
+    when the file is unchanged since and the cache takes it, else it stays a folder of this process.
+    `read_from`: the table was built reading only the bytes from there (_unchanged_since)."""
     cacheable = (
         taken is not None
         and enabled()
         and _unwritable is None
         and out.folder is not None
         and out.folder.parent == cache_root()
-        and _unchanged_since(path, taken)
+        and _unchanged_since(path, taken, read_from)
     )
     if cacheable and taken is not None:
-        header = json.dumps(_header(path, table, info, warnings, taken), ensure_ascii=True).encode()
+        out.persist()
+        listed = {"parts": out.listing()}
+        header = json.dumps({**_header(path, table, info, warnings, taken), **listed}, ensure_ascii=True).encode()
         cacheable = out.close(header)  # False: the disk refused some rows, kept in memory
         # Writing the last rows may have filled the cache's disk: the writer went on elsewhere.
         cacheable = cacheable and _unwritable is None and out.folder is not None and out.folder.parent == cache_root()
@@ -432,14 +517,46 @@ def load_stored(
             return None
         info = InputFile(**_input_fields(meta["input"]))
         warnings = [_warning(w) for w in meta["warnings"]]
-        parts = sorted(entry.glob("part-*.parquet"))
-        rows = sum(pl.scan_parquet(part).select(pl.len()).collect().item() for part in parts)
+        parts, facts = _listed_parts(entry, meta["parts"])
     except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
         return None
     with contextlib.suppress(OSError):  # a read-only cache still answers
         os.utime(entry / PartWriter.HEADER)  # recently used: evicted last
     schema = {"spans": SPAN_COLUMNS}[table]
-    return StoredTable(parts, rows, schema), info, warnings
+    return StoredTable(parts, sum(known["rows"] for known in facts.values()), schema, facts), info, warnings
+
+
+def _listed_parts(entry: Path, listed: Any) -> tuple[list[Path | FileRows], dict[Path | FileRows, dict[str, Any]]]:
+    """A stored entry's parts and their facts, as its header lists them (PartWriter.listing): the rows
+    are counted there, not by reading every part (raises on a malformed listing or a missing file)."""
+    parts: list[Path | FileRows] = []
+    facts: dict[Path | FileRows, dict[str, Any]] = {}
+    for item in listed:
+        name, known = item["file"], item["facts"]
+        rows, start = known["rows"], item.get("start")
+        if not (isinstance(name, str) and PART_FILE.fullmatch(name) and _parquet_file(entry / name, item["bytes"])):
+            raise ValueError("malformed part")
+        if not (_count(rows) and (start is None or _count(start))):
+            raise ValueError("malformed part rows")
+        part = entry / name if start is None else FileRows(entry / name, start, rows)
+        parts.append(part)
+        facts.setdefault(part, known)
+    return parts, facts
+
+
+def _parquet_file(path: Path, size: Any) -> bool:
+    """The part is a whole Parquet file of the size listed: its magic at both ends, nothing cut or
+    replaced (its rows are read only when the table is; a part not read at all costs a stat and 8 bytes)."""
+    if not _count(size) or size < 12 or path.stat().st_size != size:
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        fh.seek(size - 4)
+        return head == b"PAR1" and fh.read(4) == b"PAR1"
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _folder_entry(folder: str) -> tuple[float, int, str]:

@@ -104,6 +104,19 @@ def _replace(folder: Path, entry: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def stored_offset(path: Path, table: str) -> int | None:
+    """Where the read whose state is stored for `path` stopped (its header only, unchecked: the hash
+    pass of the file then hashes the bytes before it too, cache.snapshot's `mark`), or None."""
+    if not cache.enabled():
+        return None
+    try:
+        with open(entry_path(path, table) / HEADER, "rb") as fh:
+            offset = json.loads(fh.read(MAX_HEADER_BYTES)).get("offset")
+    except Exception:  # noqa: BLE001 - anything wrong with an entry is a miss
+        return None
+    return offset if isinstance(offset, int) and not isinstance(offset, bool) else None
+
+
 def load(path: Path, table: str) -> tuple[int, str, dict[str, Any], dict[str, pl.DataFrame]] | None:
     """(offset, digest of the bytes before it, state, frames) stored for `path`, or None."""
     if not cache.enabled():

@@ -22,7 +22,9 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -181,17 +183,41 @@ class DeferredPart:
         return self._table
 
 
-Part = Path | pl.DataFrame | DeferredPart
+@dataclass(frozen=True)
+class FileRows:
+    """Rows [start, start + rows) of a Parquet part file: a part of which only some rows are still the
+    table's (a grown trace's table cut where its new rows go, span_extend.py) is linked as it is rather
+    than rewritten, and read as that slice."""
+
+    path: Path
+    start: int
+    rows: int
+
+    def scan(self) -> pl.LazyFrame:
+        return pl.scan_parquet(self.path).slice(self.start, self.rows)
+
+
+Part = Path | FileRows | pl.DataFrame | DeferredPart
+# What is known of a file part without reading it (JSON values: its rows, and what the table's writer
+# describes, e.g. the spans' first and last sort keys), kept with a cache entry's header.
+Facts = dict[str, Any]
 
 
 class StoredTable:
     """Rows kept in Parquet files, in frames held in memory (a small table), or both, in order; a
     deferred part is produced the first time the table is read."""
 
-    def __init__(self, parts: list[Part], height: int, schema: dict[str, pl.DataType]) -> None:
+    def __init__(
+        self,
+        parts: list[Part],
+        height: int,
+        schema: dict[str, pl.DataType],
+        facts: dict[Path | FileRows, Facts] | None = None,
+    ) -> None:
         self.parts = list(parts)
         self.height = height
         self.schema = dict(schema)
+        self.facts = dict(facts or {})  # by file part: what its writer knew of it (PartWriter.facts)
         self.late_warnings: list = []  # deferred parts' warnings, once produced (DeferredPart)
         # What must outlive the table for its files to stay: a folder removed when its owner goes
         # (a live trace's table generations, trace/span_live_table.py).
@@ -205,19 +231,20 @@ class StoredTable:
     def of(cls, tables: list[StoredTable]) -> StoredTable:
         """Several stored tables (same columns) as one, in order."""
         schema = tables[0].schema if tables else {}
-        joined = cls([p for t in tables for p in t.parts], sum(t.height for t in tables), schema)
+        facts = {part: known for t in tables for part, known in t.facts.items()}
+        joined = cls([p for t in tables for p in t.parts], sum(t.height for t in tables), schema, facts)
         joined.keep = [kept for t in tables for kept in (t, *t.keep)]
         return joined
 
     @property
     def paths(self) -> list[Path]:
-        return [p for p in self.parts if isinstance(p, Path)]
+        return [p.path if isinstance(p, FileRows) else p for p in self.parts if isinstance(p, (Path, FileRows))]
 
-    def read_parts(self) -> list[Path | pl.DataFrame]:
+    def read_parts(self) -> list[Path | FileRows | pl.DataFrame]:
         """The parts in order, files and frames (deferred ones produced)."""
         return self._produced()
 
-    def _produced(self) -> list[Path | pl.DataFrame]:
+    def _produced(self) -> list[Path | FileRows | pl.DataFrame]:
         """The parts, deferred ones produced (once: they replace themselves)."""
         if any(isinstance(part, DeferredPart) for part in self.parts):
             parts: list[Part] = []
@@ -244,7 +271,7 @@ class StoredTable:
             if files:
                 scans.append(pl.scan_parquet(files).cast(self.schema))
                 files = []
-            scans.append(part.lazy())
+            scans.append(part.scan().cast(self.schema) if isinstance(part, FileRows) else part.lazy())
         if files:
             scans.append(pl.scan_parquet(files).cast(self.schema))
         if not scans:
@@ -262,7 +289,12 @@ class StoredTable:
 
 
 def _dropped(parts: list[Part]) -> None:
-    release_scratch([p for p in parts if isinstance(p, Path)])
+    release_scratch([p.path if isinstance(p, FileRows) else p for p in parts if isinstance(p, (Path, FileRows))])
+
+
+def _counted(part: Path | FileRows) -> int:
+    """The rows of a file part (its writer knows them: read only for one it was not told of)."""
+    return part.rows if isinstance(part, FileRows) else int(pl.scan_parquet(part).select(pl.len()).collect().item())
 
 
 def paths_in_use() -> set[str]:
@@ -286,6 +318,7 @@ class PartWriter:
         schema: dict[str, pl.DataType],
         memory_rows: int = 0,
         on_failure: Callable[[BaseException], Path | None] | None = None,
+        describe: Callable[[pl.DataFrame], Facts] | None = None,
     ) -> None:
         # No folder (nowhere to write): every row stays in memory.
         self.folder = folder
@@ -295,8 +328,12 @@ class PartWriter:
         self.schema = schema
         self.memory_rows = memory_rows
         self.height = 0
-        self.parts: list[Path | pl.DataFrame] = []
+        self.parts: list[Path | FileRows | pl.DataFrame] = []
         self._held: list[pl.DataFrame] = []
+        # Each file part's facts: its rows, and what `describe` says of its rows (StoredTable.facts).
+        self.describe = describe
+        self.facts: dict[Path | FileRows, Facts] = {}
+        self._linked: dict[str, Path] = {}  # another table's files linked in, by their path there
 
     def write(self, frame: pl.DataFrame) -> None:
         if frame.height == 0:
@@ -309,7 +346,7 @@ class PartWriter:
     @property
     def on_disk(self) -> bool:
         """Every row is in the folder's files (what a cache entry needs)."""
-        return self.folder is not None and not self._held and all(isinstance(p, Path) for p in self.parts)
+        return self.folder is not None and not self._held and all(isinstance(p, (Path, FileRows)) for p in self.parts)
 
     def persist(self) -> None:
         """Every row on disk from now on (in memory instead if the disk refuses them)."""
@@ -332,24 +369,37 @@ class PartWriter:
                     return
                 continue
             self.parts.append(part)
-            self._held.pop(0)
+            self.facts[part] = self._facts(self._held.pop(0))
 
-    def link(self, path: Path, rows: int) -> None:
-        """Add the Parquet file `path` of `rows` rows (another table's part, left as it is) as the next
-        part: hard-linked into the folder, else copied; read into memory with no folder to put it in."""
+    def _facts(self, frame: pl.DataFrame) -> Facts:
+        return {"rows": frame.height, **(self.describe(frame) if self.describe is not None else {})}
+
+    def link(self, source: Path | FileRows, rows: int, facts: Facts | None = None) -> None:
+        """Add the Parquet file `source` of `rows` rows (another table's part, left as it is), or the rows
+        of one it names, as the next part: hard-linked into the folder (once however many slices of it
+        are taken), else copied; read into memory with no folder to put it in. `facts`: what is known
+        of those rows (StoredTable.facts), when known."""
         self.persist()
+        path = source.path if isinstance(source, FileRows) else source
         if self.folder is not None:
-            part = self.folder / f"part-{len(self.parts):05d}.parquet"
-            try:
-                os.link(path, part)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    part.unlink()
-            else:
+            linked = self._linked.get(os.fspath(path))
+            if linked is None:
+                linked = self.folder / f"part-{len(self.parts):05d}.parquet"
+                try:
+                    os.link(path, linked)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        linked.unlink()
+                    linked = None
+                else:
+                    self._linked[os.fspath(path)] = linked
+            if linked is not None:
+                part = FileRows(linked, source.start, source.rows) if isinstance(source, FileRows) else linked
                 self.parts.append(part)
                 self.height += rows
+                self.facts[part] = facts if facts is not None else {"rows": rows}
                 return
-        self.write(pl.read_parquet(path))
+        self.write(source.scan().collect() if isinstance(source, FileRows) else pl.read_parquet(path))
 
     def close(self, header: bytes | None = None) -> bool:
         """Finish the folder (with `header`, the cache's record of what it holds, written last);
@@ -368,12 +418,30 @@ class PartWriter:
         return True
 
     def moved(self, folder: Path) -> None:
-        self.parts = [folder / p.name if isinstance(p, Path) else p for p in self.parts]
+        def there(part):
+            if isinstance(part, FileRows):
+                return FileRows(folder / part.path.name, part.start, part.rows)
+            return folder / part.name if isinstance(part, Path) else part
+
+        self.facts = {there(part): facts for part, facts in self.facts.items()}
+        self.parts = [there(p) for p in self.parts]
         self.folder = folder
+
+    def listing(self) -> list[Facts]:
+        """The file parts in order as JSON values (a cache entry's header): each file's name and size,
+        its slice when it is one (`start`), and its facts."""
+        listed = []
+        for part in self.parts:
+            if isinstance(part, (Path, FileRows)):
+                path = part.path if isinstance(part, FileRows) else part
+                facts = self.facts.get(part) or {"rows": _counted(part)}
+                item = {"file": path.name, "bytes": path.stat().st_size, "facts": facts}
+                listed.append({**item, "start": part.start} if isinstance(part, FileRows) else item)
+        return listed
 
     def stored(self) -> StoredTable:
         held = [pl.concat(self._held, how="vertical")] if self._held else []
-        table = StoredTable([*self.parts, *held], self.height, self.schema)
+        table = StoredTable([*self.parts, *held], self.height, self.schema, self.facts)
         if self.folder is not None:
             release_scratch([self.folder])  # a temporary folder no row was written to goes now
         return table

@@ -86,11 +86,16 @@ class StepCovers:
 
 
 def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Sweep the (few) stepped spans: which one is innermost from each boundary on, and each one's parent."""
+    """Sweep the (few) stepped spans: which one is innermost from each boundary on, and each one's parent.
+
+    The innermost of a set is the one that starts last, the shortest of those, the first added of
+    equals. Spans are added in (start, longest first, row) order and only removed, so the open list
+    stays in that order: the innermost is the first of its last run of equal (start, end), found from
+    the list's end rather than by comparing every open span."""
     cover_rows: list[tuple[int, int, float, int | None]] = []
     parents: list[tuple[int, int | None]] = []
     for (segment, pid), group in stepped.group_by(["segment", "pid"], maintain_order=True):
-        spans = sorted(group.select("_container", "start_us", "end_us").iter_rows(), key=lambda r: (r[1], -r[2], r[0]))
+        spans = sorted(group.select("_container", "start_us", "end_us").iter_rows(), key=_sweep_order)
         points = sorted({t for _, s, e in spans for t in (s, e)})
         active: list[tuple[int, float, float]] = []
         pending = 0
@@ -98,12 +103,10 @@ def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]
             active = [a for a in active if a[2] > t]
             while pending < len(spans) and spans[pending][1] <= t:
                 container, start, end = spans[pending]
-                enclosing = [a for a in active if a[2] >= end]
-                parents.append((container, max(enclosing, key=lambda a: (a[1], -a[2]))[0] if enclosing else None))
+                parents.append((container, _last_first(active, end)))
                 active.append((container, start, end))
                 pending += 1
-            inner = max(active, key=lambda a: (a[1], -a[2]))[0] if active else None
-            cover_rows.append((segment, pid, t, inner))
+            cover_rows.append((segment, pid, t, _last_first(active, None)))
     cover = pl.DataFrame(
         cover_rows,
         schema={"segment": pl.Int32, "pid": pl.Int64, "_t": pl.Float64, "_container": pl.UInt32},
@@ -111,3 +114,23 @@ def _innermost_cover(stepped: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]
     ).sort("_t")
     parent = pl.DataFrame(parents, schema={"_container": pl.UInt32, "_parent": pl.UInt32}, orient="row")
     return cover, parent
+
+
+def _sweep_order(span: tuple[int, float, float]) -> tuple[float, float, int]:
+    container, start, end = span
+    return start, -end, container
+
+
+def _last_first(active: list[tuple[int, float, float]], reaching: float | None) -> int | None:
+    """The innermost of the open spans (those that end at or after `reaching`, when given): the first of
+    the last run of equal (start, end) among them, `active` being in (start, longest first) order."""
+    at = len(active) - 1
+    if reaching is not None:
+        while at >= 0 and not active[at][2] >= reaching:
+            at -= 1
+    if at < 0:
+        return None
+    _, start, end = active[at]
+    while at > 0 and active[at - 1][1] == start and active[at - 1][2] == end:
+        at -= 1
+    return active[at][0]

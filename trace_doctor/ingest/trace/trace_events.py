@@ -16,6 +16,7 @@ from pathlib import Path
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, StoredTable
 from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS, build_spans
+from trace_doctor.ingest.trace.span_extend import span_facts
 from trace_doctor.ingest.trace.span_resume import SpanState
 from trace_doctor.ingest.trace.span_stream import SpanStream
 from trace_doctor.ingest.trace.trace_read import Progress, read_trace_events
@@ -64,10 +65,11 @@ def parse_trace_file(
     on_read: Callable[[], None] | None = None,
 ) -> tuple[StoredTable, InputFile]:
     """Parse one trace file, from the table cache when it is unchanged."""
-    from trace_doctor.ingest.storage import cache
+    from trace_doctor.ingest.storage import cache, resume_entry
 
     # The file as it is before parsing: the entry is stored only if it is still so afterwards.
-    snapshot = cache.snapshot(path)
+    # (With the bytes before where a stored read state stopped hashed in the same pass: trace_resume.py.)
+    snapshot = cache.snapshot(path, mark=resume_entry.stored_offset(path, "spans"))
     cached = cache.load_stored(path, "spans", snapshot)
     if cached is not None:
         table, info, cached_warnings = cached
@@ -78,7 +80,7 @@ def parse_trace_file(
     if resumed is not None:
         return resumed
     before = len(warnings)
-    out = cache.new_entry_writer("spans", SPAN_COLUMNS, memory_rows=MEMORY_ROWS)
+    out = cache.new_entry_writer("spans", SPAN_COLUMNS, memory_rows=MEMORY_ROWS, describe=span_facts)
     try:
         info, state = _parse_trace_file(path, warnings, progress, on_read, out, snapshot is not None)
     except BaseException:

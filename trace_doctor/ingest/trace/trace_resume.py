@@ -21,7 +21,7 @@ from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.storage import cache, resume_entry
 from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, StoredTable
 from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS
-from trace_doctor.ingest.trace.span_extend import Extension, extend_table
+from trace_doctor.ingest.trace.span_extend import Extension, extend_table, span_facts
 from trace_doctor.ingest.trace.span_resume import PendingState, SpanState, merged_ranges
 from trace_doctor.ingest.trace.span_stream import SpanStream
 from trace_doctor.ingest.trace.trace_read import Progress, ReadEnd, read_appended_events
@@ -49,12 +49,13 @@ def resume_trace_file(
     offset, digest, values, frames = found
     if not 0 < offset < taken.size or taken.size - offset > max(offset, MAX_HELD_APPEND_BYTES):
         return None
-    if resume_entry.prefix_digest(path, offset) != digest:
+    marked = taken.mark if taken.mark is not None and taken.mark.offset == offset else None
+    if (marked.before if marked is not None else resume_entry.prefix_digest(path, offset)) != digest:
         return None
     old = cache.load_stored(path, TABLE, cache.Snapshot(offset, digest, (0, 0, 0, 0)))
     if old is None:
         return None
-    out = cache.new_entry_writer(TABLE, SPAN_COLUMNS, memory_rows=MEMORY_ROWS)
+    out = cache.new_entry_writer(TABLE, SPAN_COLUMNS, memory_rows=MEMORY_ROWS, describe=span_facts)
     try:
         resumed = _resume(path, SpanState(values, frames), old[0], progress, on_read, out)
     except Exception:  # noqa: BLE001 - a state that does not fit the file: the file is read whole
@@ -67,7 +68,7 @@ def resume_trace_file(
         return None
     info, file_warnings, state = resumed
     warnings.extend(file_warnings)
-    table = cache.adopt(path, TABLE, out, info, file_warnings, taken)
+    table = cache.adopt(path, TABLE, out, info, file_warnings, taken, read_from=offset)
     keep_state(path, state, out, taken)
     return table, info
 
@@ -117,7 +118,7 @@ def _resume(
         )
         if new.spans.filter(pl.col("line_begin").is_in(new.reopened.implode())).height != new.reopened.len():
             return None  # the state's open stack is not the old table's unclosed rows
-        rows = extend_table(old, state.frames["covers"], new, source, out)
+        rows = extend_table(old, state.frames["covers"], new, source, out, cut_files=True)
     finally:
         stream.discard()
     info.note = f"{rows} spans from {info.records} events"
