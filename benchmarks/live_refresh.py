@@ -130,7 +130,7 @@ def child(full: Path, live: Path, cuts: dict[str, int]) -> None:
     watch.live.tables = timed("tables", watch.live.tables)
     start = time.perf_counter()
     looks = 0
-    while not caught_up[0]:  # a look reads at most 64 MB of a file (reading/tail.py READ_LIMIT)
+    while not caught_up[0]:  # a look reads at most READ_LIMIT of a file (reading/tail.py)
         watch.look()
         looks += 1
     catch_up = time.perf_counter() - start
@@ -368,6 +368,9 @@ def report(
     from trace_doctor.policy.live import WatchPolicy
 
     policy = WatchPolicy()
+    from trace_doctor.ingest.reading.tail import READ_LIMIT
+
+    read_mb = READ_LIMIT // 2**20
     some = next(iter(watched.values()))
     lines = [
         f"### {args.steps}x{args.samples}: {trace_mb:.0f} MB trace_events.jsonl, "
@@ -390,8 +393,9 @@ def report(
         catch_up = med(r["catch_up_s"] for r in runs)
         tag = f"{version}: " if len(watched) > 1 else ""
         lines += [
-            f"| {tag}watch: catching up ({med(r['catch_up_looks'] for r in runs):.0f} looks of at most 64 MB a file; "
-            f"the rules once, on the first) | {catch_up:.2f} | {catch_up / cold_s:.2f}x | "
+            f"| {tag}watch: catching up ({med(r['catch_up_looks'] for r in runs):.0f} looks of at most "
+            f"{read_mb} MB a file; "
+            f"the rules once, when caught up) | {catch_up:.2f} | {catch_up / cold_s:.2f}x | "
             f"peak {med(m for _, m in results):.0f} MB (the whole child) |",
             f"| {tag}watch refresh look (read, progress events) | {refresh:.3f} | {refresh / cold_s:.1%} | "
             f"RSS {med(r['rss_before_mb'] for r in runs):.0f} -> {med(r['rss_after_look_mb'] for r in runs):.0f} MB |",

@@ -361,7 +361,7 @@ def test_the_plan_is_read_from_dpo_progress_written_before_the_step(tmp_path):
 
 
 def test_a_large_run_is_caught_up_with_before_anything_is_concluded(tmp_path, monkeypatch):
-    """A run larger than one look (64 MB a file; here 20 kB) is read over several looks, one after the
+    """A run larger than one look (16 MB a file; here 20 kB) is read over several looks, one after the
     other with no wait, and nothing is concluded from a part of it: the demo run has a final checkpoint,
     and its first 27 rows read with the checkpoints file once said "done: 27 of 30"."""
     import trace_doctor.ingest.reading.tail as tail

@@ -115,8 +115,11 @@ class Watch:
         """Read what the run wrote since the last look; the events it makes."""
         look = self.live.look()
         now = self.clock()
-        events = [self._progress(row, now) for row in look.new_rows if _training_step(row) is not None]
-        events = [e for e in events if e is not None]
+        rows = [row for row in look.new_rows if _training_step(row) is not None]
+        # What is open after the look is every row's phase in flight: taken once, not once a row (a watch
+        # catching up with 3000 rows took 2.3 s of its 6.3 s asking the same spans 3000 times).
+        phase = (" › ".join(self.live.in_flight()) or None) if rows else None
+        events = [e for e in (self._progress(row, now, phase) for row in rows) if e is not None]
         if look.progressed:
             self.stalled = False
         if events:
@@ -124,7 +127,7 @@ class Watch:
         self.caught_up = look.caught_up
         if not look.caught_up:
             # A large run is caught up with over several looks: what was read so far is not the run. The
-            # trace read to its first 64 MB ends inside open spans, and a final checkpoint with rows still
+            # trace read to its first 16 MB ends inside open spans, and a final checkpoint with rows still
             # unread reads as done: the findings, the stall and the end wait for the files' ends.
             return events
         finished = self.planned is not None and self.last_step is not None and self.last_step + 1 >= self.planned
@@ -150,7 +153,7 @@ class Watch:
         last = self.live.last_progress
         return None if last is None else now - last
 
-    def _progress(self, row: dict[str, Any], now: float) -> WatchEvent | None:
+    def _progress(self, row: dict[str, Any], now: float, phase: str | None) -> WatchEvent | None:
         step = _training_step(row)
         if step is None or (self.last_step is not None and step <= self.last_step and step != 0):
             return None
@@ -179,7 +182,7 @@ class Watch:
                 "steady_s": _round(steady),
                 "rate_steps_per_s": _round(rate),
                 "eta_s": _round(eta),
-                "phase": " › ".join(self.live.in_flight()) or None,
+                "phase": phase,
                 "since_write_s": _round(self.silent_s(now)),
             },
         )
