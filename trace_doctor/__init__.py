@@ -77,7 +77,7 @@ _EXPORTS = {
     "WatchEvent": "trace_doctor.watch",
     "WatchPolicy": "trace_doctor.policy.live",
     "follow_run": "trace_doctor.watch",
-    "WATCH_FORMATS": "trace_doctor.watch",
+    "WATCH_FORMATS": "trace_doctor.outputs",
     "EXIT_STALLED": "trace_doctor.watch",
     "EXIT_STOPPED": "trace_doctor.watch",
 }
@@ -161,6 +161,7 @@ if TYPE_CHECKING:
     from trace_doctor.named_runs import NamedRuns, PathsAnalysis, analyze_paths, find_runs, take_machine_notes
     from trace_doctor.outputs import (
         REPORT_FORMATS,
+        WATCH_FORMATS,
         check_outputs,
         fleet_pages_dir,
         render_report,
@@ -183,7 +184,7 @@ if TYPE_CHECKING:
         terminal_progress,
         terminal_safe,
     )
-    from trace_doctor.watch import EXIT_STALLED, EXIT_STOPPED, WATCH_FORMATS, Watch, WatchEvent, follow_run
+    from trace_doctor.watch import EXIT_STALLED, EXIT_STOPPED, Watch, WatchEvent, follow_run
 
 
 def __getattr__(name: str) -> Any:

@@ -26,7 +26,6 @@ from trace_doctor import (  # noqa: E402
     explain_rule,
     find_runs,
     fleet_internal_error_line,
-    follow_run,
     ingest_dataset,
     internal_error_line,
     list_rules,
@@ -333,6 +332,8 @@ def watch_command(path: str, config: str | None, **options) -> None:
     """Follow a live run (a folder of runs: each): each step, findings, stalls with where it is stuck (events:
     progress, finding, stalled, stopped, done). Exit 0 done, 4 stalled (--exit-on-stall), 5 crashed or
     interrupted, 130 Ctrl-C."""
+    from trace_doctor import follow_run  # the watch's reader: imported only by the command that follows a run
+
     sys.exit(follow_run(path, _settings(config), **options))
 
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 # The formats a report is rendered in (`trace-doctor analyze --format`), in the order the help lists them.
 REPORT_FORMATS = ("text", "json", "markdown", "junit", "sarif", "summary")
+# What `watch` prints: plain lines (or a status redrawn on a terminal), or one JSON event per line.
+WATCH_FORMATS = ("text", "jsonl")
 # An output: what messages call it (a command-line flag, or words) and the path named, None when not asked.
 Output = tuple[str, "str | os.PathLike[str] | None"]
 

@@ -30,7 +30,6 @@ from trace_doctor.ingest.live_run import LiveRun
 from trace_doctor.policy.live import WatchPolicy
 from trace_doctor.settings import Settings
 
-WATCH_FORMATS = ("text", "jsonl")
 # How a watch ended (documented in the README and `watch --help`; 2 is a usage error, as everywhere).
 EXIT_DONE = 0
 EXIT_STALLED = 4  # with --exit-on-stall: the run stopped progressing
