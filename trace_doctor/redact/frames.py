@@ -29,9 +29,11 @@ def value_changes(table: pl.LazyFrame) -> list[pl.Expr]:
     strings = [name for name, dtype in table.collect_schema().items() if dtype == pl.String]
     if not strings:
         return []
-    candidates = table.select(
-        pl.col(name).filter(pl.col(name).str.contains(TRIGGER)).unique().implode() for name in strings
-    ).collect()
+    # Distinct values first: most string columns of a span table repeat a few values over millions of
+    # rows (names, threads, the source), and the regex then runs once per value, not once per row
+    # (12000x64's spans: 0.48 -> 0.26 s).
+    found = pl.element().filter(pl.element().str.contains(TRIGGER))
+    candidates = table.select(pl.col(name).unique().implode().list.eval(found) for name in strings).collect()
     if candidates.is_empty():  # a scan of no rows
         return []
     changes = []
