@@ -169,30 +169,41 @@ def child(full: Path, live: Path, cuts: dict[str, int]) -> None:
     )
 
 
+class GrowingCopy:
+    """A copy of the run whose streamed files start empty and are written up to a share of the run's."""
+
+    def __init__(self, full: Path, live: Path) -> None:
+        self.full, self.live = full, live
+        live.mkdir(parents=True)
+        for path in full.iterdir():
+            if path.is_file() and path.name not in STREAMED:
+                shutil.copy(path, live / path.name)
+        self.sizes = {name: (full / name).stat().st_size for name in STREAMED}
+        self.written = dict.fromkeys(STREAMED, 0)
+
+    def grow_to(self, share: float) -> None:
+        for name in STREAMED:
+            with open(self.full / name, "rb") as src, open(self.live / name, "ab") as dst:
+                src.seek(max(self.written[name], round(self.sizes[name] * share) - 1))
+                src.readline()  # to the end of the line the share ends in
+                cut = src.tell()
+                src.seek(self.written[name])
+                dst.write(src.read(cut - self.written[name]))
+                self.written[name] = cut
+
+
 def growth_child(full: Path, live: Path, increments: int) -> None:
     """The growth measure, in its own process: prints one JSON line."""
     import trace_doctor.api as api
     from trace_doctor.ingest.live_run import LiveRun
     from trace_doctor.settings import Settings
 
-    live.mkdir(parents=True)
-    for path in full.iterdir():
-        if path.is_file() and path.name not in STREAMED:
-            shutil.copy(path, live / path.name)
-    sizes = {name: (full / name).stat().st_size for name in STREAMED}
-    written = dict.fromkeys(STREAMED, 0)
+    copy = GrowingCopy(full, live)
     watched = LiveRun(live)
     settings = Settings()
     rows = []
     for number in range(1, increments + 1):
-        for name in STREAMED:
-            with open(full / name, "rb") as src, open(live / name, "ab") as dst:
-                src.seek(max(written[name], round(sizes[name] * number / increments) - 1))
-                src.readline()  # to the end of the line the share ends in
-                cut = src.tell()
-                src.seek(written[name])
-                dst.write(src.read(cut - written[name]))
-                written[name] = cut
+        copy.grow_to(number / increments)
         start = time.perf_counter()
         while not watched.look().caught_up:
             pass
@@ -220,23 +231,7 @@ def long_child(full: Path, live: Path, refreshes: int) -> None:
     from trace_doctor.ingest.live_run import LiveRun
     from trace_doctor.settings import Settings
 
-    live.mkdir(parents=True)
-    for path in full.iterdir():
-        if path.is_file() and path.name not in STREAMED:
-            shutil.copy(path, live / path.name)
-    sizes = {name: (full / name).stat().st_size for name in STREAMED}
-    written = dict.fromkeys(STREAMED, 0)
-
-    def grow_to(share: float) -> None:
-        for name in STREAMED:
-            with open(full / name, "rb") as src, open(live / name, "ab") as dst:
-                src.seek(max(written[name], round(sizes[name] * share) - 1))
-                src.readline()  # to the end of the line the share ends in
-                cut = src.tell()
-                src.seek(written[name])
-                dst.write(src.read(cut - written[name]))
-                written[name] = cut
-
+    copy = GrowingCopy(full, live)
     watched = LiveRun(live)
     settings = Settings()
 
@@ -250,12 +245,12 @@ def long_child(full: Path, live: Path, refreshes: int) -> None:
         gc.collect()
         return {"s": time.perf_counter() - start, "rss_mb": _rss_mb()}
 
-    grow_to(LONG_START)
+    copy.grow_to(LONG_START)
     refresh()
     still = [refresh() for _ in range(refreshes)]
     growing = []
     for number in range(1, refreshes + 1):
-        grow_to(LONG_START + (1 - LONG_START) * number / refreshes)
+        copy.grow_to(LONG_START + (1 - LONG_START) * number / refreshes)
         growing.append(refresh())
     print(json.dumps({"still": still, "growing": growing, "peak_mb": _peak_mb()}))
 

@@ -50,7 +50,7 @@ def resumed(path: Path) -> tuple[Counts, xxhash.xxh3_128] | None:
     lines, spans = state.get("lines"), state.get("spans")
     if not (_count(lines) and _count(spans) and 0 < offset <= size):
         return None
-    hashed = _prefix_hash(path, offset)
+    hashed = resume_entry.prefix_hash(path, offset)
     if hashed is None or hashed.hexdigest() != digest:
         return None
     return Counts(lines, spans, offset), hashed
@@ -66,19 +66,3 @@ def keep(path: Path, counts: Counts, hashed: xxhash.xxh3_128) -> None:
 
 def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _prefix_hash(path: Path, length: int) -> xxhash.xxh3_128 | None:
-    """xxh3-128 state of the file's first `length` bytes (resume_entry.prefix_digest's, kept open)."""
-    digest = xxhash.xxh3_128()
-    block = bytearray(cache.HASH_BLOCK)
-    view = memoryview(block)
-    left = length
-    try:
-        with open(path, "rb", buffering=0) as fh:
-            while left and (count := fh.readinto(view[: min(left, len(block))])):
-                digest.update(view[:count])
-                left -= count
-    except OSError:
-        return None
-    return digest if left == 0 else None

@@ -41,6 +41,13 @@ def entry_path(path: Path, table: str) -> Path:
 
 def prefix_digest(path: Path, length: int) -> str | None:
     """xxh3-128 of the file's first `length` bytes (the cache's file hash, of a prefix); None when shorter."""
+    hashed = prefix_hash(path, length)
+    return None if hashed is None else hashed.hexdigest()
+
+
+def prefix_hash(path: Path, length: int) -> xxhash.xxh3_128 | None:
+    """The xxh3-128 state after the file's first `length` bytes, to go on hashing what follows; None when
+    the file is shorter or cannot be read."""
     digest = xxhash.xxh3_128()
     block = bytearray(cache.HASH_BLOCK)
     view = memoryview(block)
@@ -52,7 +59,7 @@ def prefix_digest(path: Path, length: int) -> str | None:
                 left -= count
     except OSError:
         return None
-    return digest.hexdigest() if left == 0 else None
+    return digest if left == 0 else None
 
 
 def save(
