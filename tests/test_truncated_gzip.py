@@ -235,3 +235,22 @@ def test_the_decompression_cap_still_stops_a_cut_gzip(tmp_path, monkeypatch):
     assert info.records == cap // len(line)
     problems = gzip_warnings(loaded, path)
     assert len(problems) == 1 and problems[0].startswith("decompression stopped after ")
+
+
+def test_a_trace_copy_cut_short_is_not_read_as_where_the_run_stopped(tmp_path):
+    """A completed RL run whose gzipped trace was copied cut short: the spans the cut leaves open are where the
+    copy broke, not what the run was inside. run-stopped read them as "the files end inside the wrap-up"."""
+    from trace_doctor.api import analyze
+    from trace_doctor.derive.run_end import run_end
+
+    run = tmp_path / "rl"
+    shutil.copytree(fixture_run("rl_healthy"), run)
+    trace = run / "trace_events.jsonl"
+    packed = gzip.compress(trace.read_bytes())
+    (run / "trace_events.jsonl.gz").write_bytes(packed[: len(packed) // 10])
+    trace.unlink()
+    tables = load_run(str(run))
+    end = run_end(tables)
+    assert end.broken_traces == (str(run / "trace_events.jsonl.gz"),)
+    assert end.open_spans == () and end.last_step == 19
+    assert not [f for f in analyze(tables).findings if f.rule == "run-stopped"]

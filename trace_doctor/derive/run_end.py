@@ -19,6 +19,7 @@ import polars as pl
 from trace_doctor.derive.log_signals import LogLine, fields_of, gil_monitor_lines, heartbeat_episodes, heartbeat_lines
 from trace_doctor.derive.progress import Plan, run_plan
 from trace_doctor.derive.step_times import live_training_rows
+from trace_doctor.ingest.reading.gunzip import GzipBreak
 from trace_doctor.ingest.reading.jsonl import TRUNCATED_LAST_LINE
 
 METRICS_FILE = "metrics.jsonl"
@@ -155,6 +156,9 @@ class RunEnd:
     metrics_cut: LogLineRef | None = None
     # The trainer's own last line (`Training completed successfully`) in the last launch: it ended normally.
     completed_line: LogLineRef | None = None
+    # Traces whose gzip stream broke before its end (a copy cut short, a corrupt block): what they leave open is
+    # where the copy broke, not what the run was inside, so no span of theirs is read as in flight.
+    broken_traces: tuple[str, ...] = ()
     # Log files with lines of which none is in the cookbook's record layout (`logger:line [LEVEL] message`; a
     # user's own format with a timestamp in front): their phases, plan and errors were not read.
     unread_logs: tuple[str, ...] = ()
@@ -221,6 +225,7 @@ class RunEnd:
             **({"metrics_cut": self.metrics_cut.to_dict()} if self.metrics_cut is not None else {}),
             **({"completed_line": self.completed_line.to_dict()} if self.completed_line is not None else {}),
             **({"unread_logs": list(self.unread_logs)} if self.unread_logs else {}),
+            **({"broken_traces": list(self.broken_traces)} if self.broken_traces else {}),
             **({"heartbeat_alive_s": round(self.heartbeat_alive_s, 3)} if self.heartbeat_alive_s is not None else {}),
         }
 
@@ -492,6 +497,14 @@ def _metrics_cut(run: Any) -> LogLineRef | None:
     return LogLineRef(cut[-1].path, cut[-1].line, cut[-1].problem) if cut else None
 
 
+def _broken_traces(run: Any) -> tuple[str, ...]:
+    """The trace files whose gzip stream broke before its end, as their ingest warnings report it."""
+    traces = {i.path for i in run.inputs if i.kind == "trace"}
+    return tuple(
+        sorted({w.path for w in run.warnings if w.path in traces and w.problem.startswith(GzipBreak.BROKE_EARLY)})
+    )
+
+
 def _unread_logs(run: Any) -> tuple[str, ...]:
     """The cookbook logs (`logs.log`) with lines read and no record in its layout among their events."""
     events = run.log_events
@@ -565,7 +578,8 @@ def run_end(run: Any) -> RunEnd:
         if one_launch and latest_batch is not None and last_step is not None and latest_batch > last_step + 1
         else None
     )
-    open_spans, unlisted, unlisted_step = _open_spans(run, last_step)
+    broken = _broken_traces(run)
+    open_spans, unlisted, unlisted_step = _open_spans(run, last_step) if not broken else ((), 0, None)
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
@@ -611,4 +625,5 @@ def run_end(run: Any) -> RunEnd:
         metrics_cut=_metrics_cut(run),
         completed_line=completed,
         unread_logs=_unread_logs(run),
+        broken_traces=broken,
     )

@@ -32,6 +32,10 @@ class GzipBreak:
     at: int  # decompressed bytes produced before the break
     file_bytes: int  # the compressed file's size
 
+    # How the warnings of a stream that broke before its end begin (truncated or corrupt midway): what was read
+    # of such a file ends where the copy broke, not where its writer stopped.
+    BROKE_EARLY = ("the gzip stream ends", "the gzip stream is corrupt")
+
     def problem(self) -> str:
         """What to tell the user: what happened, where, and what of the file is kept."""
         if self.kind == "trailing":

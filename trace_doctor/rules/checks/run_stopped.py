@@ -457,6 +457,12 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             "its own, a timestamp in front): the phase, plan and errors in it were not read, so what was in flight "
             "there is unknown."
         )
+    if end.broken_traces:
+        message += (
+            f" {end.broken_traces[0]}'s gzip stream breaks before its end: the spans it leaves open are where the "
+            "copy broke, not what the run was inside, so none is read as in flight (a whole copy of the trace would "
+            "say)."
+        )
     if end.metrics_cut is not None:
         cut = end.metrics_cut
         message += (
