@@ -200,6 +200,12 @@ class RunEnd:
         unfinished counts (open_bar)."""
         return bool(self.in_step_spans or self.open_phases or self.open_bar is not None)
 
+    @property
+    def cut_off(self) -> bool:
+        """Whether the files end with the run cut off mid-work: inside a step (left_open), after a terminal's
+        kill report, or inside the metrics row it was appending."""
+        return self.left_open or bool(self.kill_lines) or self.metrics_cut is not None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "segment": self.segment,

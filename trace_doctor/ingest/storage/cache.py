@@ -227,6 +227,13 @@ def _file_digests(path: Path, expected_size: int, mark: int | None) -> tuple[str
 
 def _range_digest(path: Path, start: int, end: int) -> str | None:
     """xxh3-128 of the file's bytes [start, end), or None when it is shorter."""
+    hashed = range_hash(path, start, end)
+    return None if hashed is None else hashed.hexdigest()
+
+
+def range_hash(path: Path, start: int, end: int) -> xxhash.xxh3_128 | None:
+    """The xxh3-128 state after the file's bytes [start, end), to go on hashing what follows; None when
+    the file is shorter (raises OSError when it cannot be read)."""
     digest = xxhash.xxh3_128()
     block = bytearray(HASH_BLOCK)
     view = memoryview(block)
@@ -236,7 +243,7 @@ def _range_digest(path: Path, start: int, end: int) -> str | None:
         while left and (count := fh.readinto(view[: min(left, len(block))])):
             digest.update(view[:count])
             left -= count
-    return digest.hexdigest() if left == 0 else None
+    return digest if left == 0 else None
 
 
 def storage_refused() -> bool:

@@ -48,18 +48,10 @@ def prefix_digest(path: Path, length: int) -> str | None:
 def prefix_hash(path: Path, length: int) -> xxhash.xxh3_128 | None:
     """The xxh3-128 state after the file's first `length` bytes, to go on hashing what follows; None when
     the file is shorter or cannot be read."""
-    digest = xxhash.xxh3_128()
-    block = bytearray(cache.HASH_BLOCK)
-    view = memoryview(block)
-    left = length
     try:
-        with open(path, "rb", buffering=0) as fh:
-            while left and (count := fh.readinto(view[: min(left, len(block))])):
-                digest.update(view[:count])
-                left -= count
+        return cache.range_hash(path, 0, length)
     except OSError:
         return None
-    return digest if left == 0 else None
 
 
 def save(

@@ -321,12 +321,12 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
         return "hung in user code"
     if end.watched_stall_s is not None:
         return "hung"
-    if end.left_open or end.kill_lines or end.metrics_cut is not None:
+    if end.cut_off:
         return "killed"
     return "stopped early"
 
 
-def _confidence(end: RunEnd, kind: str, stuck_readings: list[str]) -> str:
+def _confidence(end: RunEnd, kind: str) -> str:
     """How sure the kind is. A traceback, or the terminal's own kill report, says what happened; a hang is
     sure when dumps or the watch saw the state hold, less when only the log's silence says so; files that
     merely end inside a step may have been copied from a run still going."""
@@ -363,7 +363,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     # in a run folder (config or metrics read): a log file named alone says nothing about the metrics.
     run_folder = ctx.run.has_input("config") or ctx.run.has_input("metrics")
     never_logged = end.last_step is None and end.last_phase is not None and run_folder
-    if not (end.left_open or end.exceptions or end.kill_lines or end.metrics_cut or stopped_short or never_logged):
+    if not (end.cut_off or end.exceptions or stopped_short or never_logged):
         return ctx.passed(
             "nothing says the run stopped early: no planned length to fall short of, no span or log phase left "
             "open, no error at the end of the log"
@@ -485,7 +485,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             steps=[stopped] if stopped is not None else [],
             evidence=evidence,
             fingerprint=f"run-stopped:{kind}",
-            confidence=_confidence(end, kind, stuck_readings),
+            confidence=_confidence(end, kind),
         )
     ]
 
