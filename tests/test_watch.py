@@ -390,3 +390,23 @@ def test_a_large_run_is_caught_up_with_before_anything_is_concluded(tmp_path, mo
     # The same findings as a watch that read each file in one look.
     assert [e for e in in_looks if e["event"] == "finding"] == [e for e in whole if e["event"] == "finding"]
     assert [e["step"] for e in in_looks if e["event"] == "progress"] == list(range(30))
+
+
+def test_a_run_in_its_wrap_up_is_not_done_until_it_ends(tmp_path):
+    """Every planned row logged, the final `run_evals` still open, no final checkpoint: the watch and
+    run-stopped read the same end (RunEnd.ended_normally); the run is done once its final checkpoint is."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import stopped_shapes
+
+    stopped_shapes.stopped_in_final_eval(tmp_path)
+    watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=1e6))
+    out = io.StringIO()
+    assert follow(watch, fmt="jsonl", interval=0.01, out=out, max_looks=3) == EXIT_DONE  # max_looks, not done
+    assert watch.ended is None and "done" not in [e["event"] for e in _events(out)]
+    with open(tmp_path / "checkpoints.jsonl", "a") as f:
+        f.write(json.dumps({"name": "final", "batch": 20, "state_path": "tinker://run/weights/final"}) + "\n")
+    with open(tmp_path / "logs.log", "a") as f:
+        f.write("tinker_cookbook.utils.misc_utils [INFO] run_evals took 12.00 seconds\n")
+    out = io.StringIO()
+    assert follow(watch, fmt="jsonl", interval=0.01, out=out, max_looks=3) == EXIT_DONE
+    assert watch.ended == EXIT_DONE and _events(out)[-1]["event"] == "done"

@@ -130,6 +130,10 @@ class Watch:
             # unread reads as done: the findings, the stall and the end wait for the files' ends.
             return events
         finished = self.planned is not None and self.last_step is not None and self.last_step + 1 >= self.planned
+        if finished and look.progressed:
+            # Past its planned steps a run writes its wrap-up (the final eval, the final checkpoint, the
+            # trainer's last line), no new step: what it writes then is what may end it.
+            self._dirty = True
         # The findings refresh costs what the run's size costs: at most a share of the time it is due in.
         wait = max(self.policy.analysis_interval_s, self.analysis_s / self.policy.max_analysis_share)
         due = self._analysed_at is None or now - self._analysed_at >= wait
@@ -232,7 +236,7 @@ class Watch:
         from trace_doctor.derive.run_end import run_end
 
         end = run_end(run)
-        if end.reached_plan or (end.final_checkpoint and not end.left_open):
+        if end.ended_normally:
             self.ended = EXIT_DONE
             events.append(WatchEvent("done", {"steps": (end.last_step or 0) + 1, "planned": end.plan.steps}))
             return events

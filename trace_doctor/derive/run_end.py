@@ -201,6 +201,23 @@ class RunEnd:
         return bool(self.in_step_spans or self.open_phases or self.open_bar is not None)
 
     @property
+    def in_wrap_up(self) -> bool:
+        """Every planned step logged, yet the files end inside the wrap-up after them (the final eval, the final
+        checkpoint) with no final checkpoint saved: the training is done, the run is not."""
+        return self.reached_plan and self.left_open and not self.final_checkpoint
+
+    @property
+    def ended_normally(self) -> bool:
+        """Whether the run ended on its own: its planned steps logged (and not stopped in the wrap-up), the
+        trainer's completion line with no exception after it, or its final checkpoint with nothing in flight.
+        run-stopped passes such a run; the watch ends on it."""
+        return (
+            (self.reached_plan and not self.in_wrap_up)
+            or (self.completed_line is not None and not self.exceptions)
+            or (self.final_checkpoint and not self.left_open)
+        )
+
+    @property
     def cut_off(self) -> bool:
         """Whether the files end with the run cut off mid-work: inside a step (left_open), after a terminal's
         kill report, or inside the metrics row it was appending."""

@@ -348,9 +348,7 @@ def _confidence(end: RunEnd, kind: str) -> str:
 def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     t = ctx.thresholds
     end: RunEnd = ctx.run_end
-    # Every planned step logged, yet the files end inside the wrap-up after them (the final eval, the final
-    # checkpoint) with no final checkpoint saved: the training is done, the run is not.
-    in_wrap_up = end.reached_plan and end.left_open and not end.final_checkpoint
+    in_wrap_up = end.in_wrap_up
     if end.reached_plan and not in_wrap_up:
         return ctx.passed(f"all {end.plan.steps} planned steps were logged ({end.plan.source})")
     if end.completed_line is not None and not end.exceptions:
