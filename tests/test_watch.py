@@ -244,6 +244,9 @@ def test_a_sweep_reports_the_stalled_run_by_its_id(tmp_path):
     ]
     try:
         _wait_for_files(sweep / "ok", sweep / "hangs")
+        # The finished run is whole before the watch starts: the watch ends at the first stall, and on a
+        # loaded machine the short run could otherwise still be writing when the other one stalls.
+        writers[0].wait(timeout=60)
         out = io.StringIO()
         watch = WatchSweep(sweep, policy=WatchPolicy(min_stall_s=0.5, analysis_interval_s=1.0))
         code = follow(watch, fmt="text", interval=0.05, exit_on_stall=True, out=out, live_display=False)

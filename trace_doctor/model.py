@@ -6,6 +6,7 @@ downstream of RunTables re-reads a file.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -333,10 +334,27 @@ class RunTables:
         return self.__dict__[key]
 
     def spans_where(self, where: pl.Expr, columns: list[str] | None = None) -> pl.DataFrame:
-        """The spans matching `where` (in table order), with only `columns` if given: the filter is
-        applied as the stored table is scanned, so only the matching rows are ever held."""
-        scan = self.scan("spans").filter(where)
-        return (scan.select(columns) if columns else scan).collect()
+        """The spans matching `where`, a row-wise predicate (in table order), with only `columns` if
+        given: the filter is applied as the stored table is scanned, so only the matching rows are ever
+        held, and a stored table's parts seen before (a grown run's) are not read again (part_memo)."""
+        value = self._raw("spans")
+        if isinstance(value, pl.DataFrame) or not hasattr(value, "where"):
+            scan = self.scan("spans").filter(where)
+            return (scan.select(columns) if columns else scan).collect()
+        found = value.where(where, columns)
+        self.take_late_warnings(value)
+        return found
+
+    def spans_per_part(self, key: Hashable, query: Callable[[pl.LazyFrame], pl.LazyFrame]) -> list[pl.DataFrame]:
+        """A part-local `query` (a filter, or an aggregate the caller combines over parts) on each part of
+        the spans table, in order; a stored table's parts seen before are answered from memory (part_memo).
+        `key` names the query: two queries with the same key must be the same query."""
+        value = self._raw("spans")
+        if isinstance(value, pl.DataFrame) or not hasattr(value, "per_part"):
+            return [query(self.scan("spans")).collect()]
+        found = value.per_part(key, query)
+        self.take_late_warnings(value)
+        return found
 
     def has_input(self, kind: str) -> bool:
         return any(i.kind == kind and i.records > 0 for i in self.inputs)

@@ -11,12 +11,14 @@ sees are the rows redact_frame would have made of the whole table.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import polars as pl
 
+from trace_doctor.ingest.storage.stored_table import concat_parts
 from trace_doctor.model import IngestWarning
-from trace_doctor.redact.frames import renamed_columns, value_changes
+from trace_doctor.redact.frames import changes_of, renamed_columns, string_columns, suspects, value_changes
 from trace_doctor.redact.text import redact_text
 
 
@@ -46,13 +48,59 @@ class RedactedTable:
 
     def scan(self) -> pl.LazyFrame:
         scan = self._table.scan()
+        renames, changes = self._found(scan)
+        if renames:
+            scan = scan.rename(renames)
+        return scan.with_columns(changes) if changes else scan
+
+    def _found(self, scan: pl.LazyFrame) -> tuple[dict[str, str], list[pl.Expr]]:
+        """The renames and value changes, found on the first read. A table read by parts finds the
+        changes per part (each part's suspects kept across analyses, part_memo), so a grown table's
+        search reads only what it gained; the changes are the ones a scan of the whole table finds."""
         if self._renames is None:
             self._renames = renamed_columns(scan.collect_schema().names())
-        if self._renames:
-            scan = scan.rename(self._renames)
         if self._changes is None:
-            self._changes = value_changes(scan) if self._table.height else []
-        return scan.with_columns(self._changes) if self._changes else scan
+            renamed = scan.rename(self._renames) if self._renames else scan
+            if not self._table.height:
+                self._changes = []
+            elif hasattr(self._table, "per_part"):
+                strings = string_columns(renamed)
+                renames = self._renames
+
+                def query(part: pl.LazyFrame) -> pl.LazyFrame:
+                    return (part.rename(renames) if renames else part).select(suspects(strings))
+
+                found: dict[str, set[str]] = {name: set() for name in strings}
+                key = ("redact-suspects", tuple(sorted(renames.items())), tuple(strings))
+                for result in self._table.per_part(key, query) if strings else []:
+                    for name, values in zip(strings, result.row(0) if result.height else (), strict=False):
+                        found[name].update(v for v in values if v is not None)
+                self._changes = changes_of({name: sorted(values) for name, values in found.items()})
+            else:
+                self._changes = value_changes(renamed)
+        return self._renames, self._changes
+
+    def per_part(self, key: Hashable, query: Callable[[pl.LazyFrame], pl.LazyFrame]) -> list[pl.DataFrame]:
+        """A part-local `query` on each part of the redacted table (StoredTable.per_part)."""
+        renames, changes = self._found(self._table.scan())
+
+        def redacted(part: pl.LazyFrame) -> pl.LazyFrame:
+            part = part.rename(renames) if renames else part
+            return query(part.with_columns(changes) if changes else part)
+
+        # What the parts are redacted with is part of the query: a part's result is kept for these changes.
+        changed = tuple(sorted(renames.items())), tuple(c.meta.serialize() for c in changes)
+        return self._table.per_part(("redacted", changed, key), redacted)
+
+    def where(self, where: pl.Expr, columns: list[str] | None = None) -> pl.DataFrame:
+        """The redacted rows matching `where` (StoredTable.where, on the redacted values)."""
+        key = ("where", where.meta.serialize(), None if columns is None else tuple(columns))
+
+        def query(scan: pl.LazyFrame) -> pl.LazyFrame:
+            scan = scan.filter(where)
+            return scan.select(columns) if columns else scan
+
+        return concat_parts(self.per_part(key, query), query(self.scan().head(0)))
 
     def read(self) -> pl.DataFrame:
         return self.scan().collect()

@@ -181,7 +181,18 @@ class RuleContext(Generic[P]):
             # A trace of processes running at once is not split by writer: a writer's wall is its own
             # steps' totals, not the trace all of them wrote into.
             return wall_time(self.run.spans.clear(), self.step_times, concurrent=True)
-        return wall_time(self.run.scan("spans"), self.step_times, concurrent=bool(self.writers))
+        return wall_time(self.segment_extents, self.step_times, concurrent=bool(self.writers))
+
+    @cached_property
+    def segment_extents(self) -> pl.DataFrame:
+        """Each launch's first span start and last span end (`segment`, `start_us`, `end_us`), combined
+        from the extents of the spans table's parts: a grown run's earlier parts are not read again."""
+
+        def extent(spans: pl.LazyFrame) -> pl.LazyFrame:
+            return spans.group_by("segment").agg(pl.col("start_us").min(), pl.col("end_us").max())
+
+        parts = self.run.spans_per_part(("extent-by-segment",), extent)
+        return extent(pl.concat(parts, how="vertical").lazy() if parts else self.run.scan("spans").head(0)).collect()
 
     @property
     def wall_s(self) -> float | None:
@@ -214,9 +225,10 @@ class RuleContext(Generic[P]):
     def round_trip_medians(self):
         """Median duration per round-trip call among the closed spans: gil-stall and
         blocking-call-in-async judge stretched round trips against the same medians."""
-        from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, round_trip_medians
+        from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, ROUND_TRIP, round_trip_medians
 
-        return round_trip_medians(self.run.scan("spans").filter(CLOSED_WITH_DURATION))
+        trips = self.spans_where(CLOSED_WITH_DURATION & pl.col("name").is_in(sorted(ROUND_TRIP)), ["name", "dur_us"])
+        return round_trip_medians(trips)
 
     def stretched_round_trips(self, min_excess_s: float) -> pl.DataFrame:
         """The closed round trips stretched past the shared ratio of their median and `min_excess_s`

@@ -21,12 +21,14 @@ import shutil
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from trace_doctor.ingest.storage.part_memo import per_part
 
 # A table of up to this many rows is kept in memory rather than on disk (~60 MB of spans): writing
 # it and scanning it back would cost more time than its memory is worth.
@@ -278,6 +280,32 @@ class StoredTable:
             return pl.LazyFrame(schema=self.schema)
         return scans[0] if len(scans) == 1 else pl.concat(scans, how="vertical")
 
+    def part_scans(self) -> list[tuple[Path | FileRows | pl.DataFrame, Callable[[], pl.LazyFrame]]]:
+        """Each part with its scan (cast to the table's schema, as `scan` reads it), in order."""
+
+        def scan_of(part: Path | FileRows | pl.DataFrame) -> Callable[[], pl.LazyFrame]:
+            if isinstance(part, pl.DataFrame):
+                return part.lazy
+            read = part.scan if isinstance(part, FileRows) else lambda: pl.scan_parquet(part)
+            return lambda: read().cast(self.schema)
+
+        return [(part, scan_of(part)) for part in self._produced()]
+
+    def per_part(self, key: Hashable, query: Callable[[pl.LazyFrame], pl.LazyFrame]) -> list[pl.DataFrame]:
+        """A part-local `query` on each part, in order; each part's result kept across analyses (part_memo)."""
+        return per_part(self.part_scans(), key, query)
+
+    def where(self, where: pl.Expr, columns: list[str] | None = None) -> pl.DataFrame:
+        """The rows matching the row-wise predicate `where`, with only `columns` if given: the rows
+        `scan().filter(where).select(columns)` collects, each part's kept across analyses (part_memo)."""
+        key = ("where", where.meta.serialize(), None if columns is None else tuple(columns))
+
+        def query(scan: pl.LazyFrame) -> pl.LazyFrame:
+            scan = scan.filter(where)
+            return scan.select(columns) if columns else scan
+
+        return concat_parts(self.per_part(key, query), query(pl.LazyFrame(schema=self.schema)))
+
     def read(self) -> pl.DataFrame:
         parts = self._produced()
         if len(parts) == 1 and isinstance(parts[0], pl.DataFrame):
@@ -286,6 +314,14 @@ class StoredTable:
 
     def is_empty(self) -> bool:
         return self.height == 0
+
+
+def concat_parts(results: list[pl.DataFrame], empty: pl.LazyFrame) -> pl.DataFrame:
+    """Per-part results as one frame (`empty`: the query on no rows, for its schema when no part had any)."""
+    results = [r for r in results if r.height]
+    if not results:
+        return empty.collect()
+    return results[0] if len(results) == 1 else pl.concat(results, how="vertical")
 
 
 def _dropped(parts: list[Part]) -> None:

@@ -1,0 +1,141 @@
+"""Per-part results of part-local queries over a stored table, kept across analyses in this process.
+
+A stored table is a list of parts that never change once written: Parquet files (a cache entry's, a
+scratch folder's) and frames held in memory. A grown trace's table keeps its unchanged parts and adds
+new ones (trace/span_extend.py for `analyze` again, trace/span_live_table.py for the watch). A query
+that is part-local gives on the whole table the concatenation, in part order, of its results on each
+part: a row filter with a column selection, or a per-part aggregate that its caller combines (the
+extent per segment is the min and max of the parts' extents). Kept per part, such a result is
+computed once for each part, so the watch's findings refresh reads only the parts the run gained
+since the last one, not the whole run again.
+
+A part is known by what identifies its rows: a file by its path, inode, size and modification time (a
+file rewritten under the same name is another part), a slice of one by that and its rows, a frame by
+its identity while it lives. The results are held up to a byte budget, least recently used first out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from trace_doctor.ingest.storage.stored_table import FileRows
+
+# What the kept results may hold. The largest subsets the rules read of a 12000-step trace (the result
+# waits, the main task's spans) are ~20 MB each; a budget of a few of them keeps a watch's refresh
+# incremental without letting a long watch's memory grow past it.
+BUDGET_BYTES = 256 << 20
+# A single result larger than this share of the budget is not kept: it would push every other one out.
+MAX_SHARE = 0.25
+
+Query = Callable[[pl.LazyFrame], pl.LazyFrame]
+
+
+class _Kept:
+    """Results by (part, query), least recently used first; a frame part's go when the frame does."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.bytes = 0
+        self._results: OrderedDict[tuple, tuple[pl.DataFrame, int]] = OrderedDict()
+        self._by_frame: dict[int, set[tuple]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> pl.DataFrame | None:
+        with self._lock:
+            found = self._results.get(key)
+            if found is None:
+                return None
+            self._results.move_to_end(key)
+            return found[0]
+
+    def put(self, key: tuple, result: pl.DataFrame, frame: pl.DataFrame | None) -> None:
+        size = int(result.estimated_size())
+        if size > self.budget * MAX_SHARE:
+            return
+        with self._lock:
+            if key in self._results:
+                return
+            self._results[key] = (result, size)
+            self.bytes += size
+            if frame is not None:
+                keys = self._by_frame.get(id(frame))
+                if keys is None:
+                    keys = self._by_frame[id(frame)] = set()
+                    # An id is reused once its frame is gone: the results go with the frame.
+                    weakref.finalize(frame, self._forget_frame, id(frame))
+                keys.add(key)
+            while self.bytes > self.budget and self._results:
+                old, (_, old_size) = self._results.popitem(last=False)
+                self.bytes -= old_size
+
+    def _forget_frame(self, frame_id: int) -> None:
+        with self._lock:
+            for key in self._by_frame.pop(frame_id, set()):
+                dropped = self._results.pop(key, None)
+                if dropped is not None:
+                    self.bytes -= dropped[1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._results.clear()
+            self._by_frame.clear()
+            self.bytes = 0
+
+
+KEPT = _Kept(BUDGET_BYTES)
+
+
+def part_identity(part: Path | FileRows | pl.DataFrame) -> Hashable | None:
+    """What identifies a part's rows (see the module docstring); None for a file that cannot be read."""
+    if isinstance(part, pl.DataFrame):
+        return ("frame", id(part))
+    path = part if isinstance(part, Path) else part.path
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    file = ("file", os.fspath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    return file if isinstance(part, Path) else (*file, part.start, part.rows)
+
+
+def per_part(
+    parts: list[tuple[Path | FileRows | pl.DataFrame, Callable[[], pl.LazyFrame]]],
+    key: Hashable,
+    query: Query,
+    *,
+    parallel: bool = True,
+) -> list[pl.DataFrame]:
+    """`query` on each part (given as the part and its scan), in part order: the kept result of a part
+    it already ran on, else a fresh one (kept). `key` names the query: equal keys, equal queries.
+    The parts not kept are collected together, so polars reads them in parallel as one scan would."""
+    results: list[pl.DataFrame | None] = []
+    missing: list[int] = []
+    identities = []
+    for index, (part, _) in enumerate(parts):
+        identity = part_identity(part)
+        identities.append(identity)
+        found = KEPT.get((identity, key)) if identity is not None else None
+        results.append(found)
+        if found is None:
+            missing.append(index)
+    if missing:
+        queries = [query(parts[index][1]()) for index in missing]
+        fresh = pl.collect_all(queries) if parallel and len(queries) > 1 else [q.collect() for q in queries]
+        for index, result in zip(missing, fresh, strict=True):
+            results[index] = result
+            identity = identities[index]
+            if identity is not None:
+                part = parts[index][0]
+                with contextlib.suppress(TypeError):  # a result polars cannot size is simply not kept
+                    KEPT.put((identity, key), result, part if isinstance(part, pl.DataFrame) else None)
+    return [r for r in results if r is not None]
