@@ -12,12 +12,21 @@ since the last one, not the whole run again.
 A part is known by what identifies its rows: a file by its path, inode, size and modification time (a
 file rewritten under the same name is another part), a slice of one by that and its rows, a frame by
 its identity while it lives. The results are held up to a byte budget, least recently used first out.
+
+A part of a table cache entry (a `.parts` folder, ingest/storage/cache.py) also keeps its results on
+disk beside it, as Arrow IPC files named after the part, the rows of it read, and a digest of the
+query: `analyze` run again on a grown trace resumes its table from that entry (its parts linked into
+the new entry with their results, PartWriter.link), so it too reads only the parts the trace gained.
+An entry's parts never change, so neither do their results; each is written whole under a temporary
+name and renamed into place, and one that does not read back as the query's columns is not used.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -108,15 +117,72 @@ def part_identity(part: Path | FileRows | pl.DataFrame) -> Hashable | None:
     return file if isinstance(part, Path) else (*file, part.start, part.rows)
 
 
+# A part's result beside it in a cache entry: `<part file>.<rows read>.<query digest>.arrow`, the rows
+# read being `all` or `<start>-<rows>` (a slice, FileRows).
+RESULT_FILE = re.compile(r"(?P<part>part-[0-9]{5,}\.parquet)\.(?P<view>all|[0-9]+-[0-9]+)\.[0-9a-f]{40}\.arrow")
+ENTRY_FOLDER = re.compile(r"[a-z_]+-[0-9a-f]{32}\.parts")
+
+
+def _result_file(part: Path | FileRows | pl.DataFrame, key: Hashable) -> Path | None:
+    """Where a part of a cache entry keeps the result of query `key` (None: not an entry's part)."""
+    if isinstance(part, pl.DataFrame):
+        return None
+    path = part if isinstance(part, Path) else part.path
+    if ENTRY_FOLDER.fullmatch(path.parent.name) is None:
+        return None
+    view = "all" if isinstance(part, Path) else f"{part.start}-{part.rows}"
+    digest = hashlib.sha1(repr(key).encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
+    return path.parent / f"{path.name}.{view}.{digest}.arrow"
+
+
+def _read_result(file: Path, expected: Callable[[], pl.Schema]) -> pl.DataFrame | None:
+    """A kept result read back, or None: missing, unreadable, or not the query's columns."""
+    try:
+        found = pl.read_ipc(file)
+    except (OSError, ValueError, pl.exceptions.PolarsError):  # missing or damaged: a miss, never a crash
+        return None
+    return found if found.schema == expected() else None
+
+
+def _write_result(file: Path, result: pl.DataFrame) -> None:
+    """The result kept beside its part (whole or not at all); a disk that refuses it loses nothing."""
+    if result.estimated_size() > BUDGET_BYTES * MAX_SHARE or file.exists():
+        return
+    temporary = file.with_name(f".tmp-{os.getpid()}-{file.name}")
+    try:
+        result.write_ipc(temporary, compression="lz4")
+        os.replace(temporary, file)
+    except Exception:  # noqa: BLE001 - a full or read-only disk: the next analysis computes it again
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+
+
+def link_results(source: Path, linked: Path, view: str) -> None:
+    """Give the part `linked` (a hard link of `source` in another entry) the results `source` keeps
+    for the same rows `view` (`all`, or a slice's `<start>-<rows>`)."""
+    try:
+        names = os.listdir(source.parent)
+    except OSError:
+        return
+    for name in names:
+        found = RESULT_FILE.fullmatch(name)
+        if found is None or found["part"] != source.name or found["view"] != view:
+            continue
+        with contextlib.suppress(OSError):
+            os.link(source.parent / name, linked.parent / (linked.name + name[len(source.name) :]))
+
+
 def per_part(
     parts: list[tuple[Path | FileRows | pl.DataFrame, Callable[[], pl.LazyFrame]]],
     key: Hashable,
     query: Query,
+    empty: pl.LazyFrame,
     *,
     parallel: bool = True,
 ) -> list[pl.DataFrame]:
     """`query` on each part (given as the part and its scan), in part order: the kept result of a part
     it already ran on, else a fresh one (kept). `key` names the query: equal keys, equal queries.
+    `empty`: the table with no rows (what a result read back must have the columns of, once queried).
     The parts not kept are collected together, so polars reads them in parallel as one scan would."""
     results: list[pl.DataFrame | None] = []
     missing: list[int] = []
@@ -128,6 +194,21 @@ def per_part(
         results.append(found)
         if found is None:
             missing.append(index)
+    schema: list[pl.Schema] = []
+
+    def expected() -> pl.Schema:
+        if not schema:
+            schema.append(query(empty).collect_schema())
+        return schema[0]
+
+    for index in list(missing):
+        file = _result_file(parts[index][0], key)
+        found = _read_result(file, expected) if file is not None else None
+        if found is not None:
+            results[index] = found
+            missing.remove(index)
+            if identities[index] is not None:
+                KEPT.put((identities[index], key), found, None)
     if missing:
         queries = [query(parts[index][1]()) for index in missing]
         fresh = pl.collect_all(queries) if parallel and len(queries) > 1 else [q.collect() for q in queries]
@@ -138,4 +219,7 @@ def per_part(
                 part = parts[index][0]
                 with contextlib.suppress(TypeError):  # a result polars cannot size is simply not kept
                     KEPT.put((identity, key), result, part if isinstance(part, pl.DataFrame) else None)
+            file = _result_file(parts[index][0], key)
+            if file is not None:
+                _write_result(file, result)
     return [r for r in results if r is not None]

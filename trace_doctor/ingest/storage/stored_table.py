@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from trace_doctor.ingest.storage.part_memo import per_part
+from trace_doctor.ingest.storage.part_memo import link_results, per_part
 
 # A table of up to this many rows is kept in memory rather than on disk (~60 MB of spans): writing
 # it and scanning it back would cost more time than its memory is worth.
@@ -293,7 +293,7 @@ class StoredTable:
 
     def per_part(self, key: Hashable, query: Callable[[pl.LazyFrame], pl.LazyFrame]) -> list[pl.DataFrame]:
         """A part-local `query` on each part, in order; each part's result kept across analyses (part_memo)."""
-        return per_part(self.part_scans(), key, query)
+        return per_part(self.part_scans(), key, query, pl.LazyFrame(schema=self.schema))
 
     def where(self, where: pl.Expr, columns: list[str] | None = None) -> pl.DataFrame:
         """The rows matching the row-wise predicate `where`, with only `columns` if given: the rows
@@ -431,6 +431,9 @@ class PartWriter:
                     self._linked[os.fspath(path)] = linked
             if linked is not None:
                 part = FileRows(linked, source.start, source.rows) if isinstance(source, FileRows) else linked
+                # What was computed of those rows comes along (part_memo: a grown trace's analysis reads
+                # only its new parts).
+                link_results(path, linked, f"{source.start}-{source.rows}" if isinstance(source, FileRows) else "all")
                 self.parts.append(part)
                 self.height += rows
                 self.facts[part] = facts if facts is not None else {"rows": rows}

@@ -1,0 +1,215 @@
+"""Part-local queries answered per stored part and kept across analyses (ingest/storage/part_memo.py).
+
+What matters: the answer is the one a scan of the whole table gives, whatever the parts (files, slices
+of files, frames) and however the table grew; a part seen before is not read again; a part whose file
+changed is; and what is kept stays within its budget and goes with a frame that goes.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import polars as pl
+import pytest
+
+from trace_doctor.ingest.storage import part_memo
+from trace_doctor.ingest.storage.stored_table import FileRows, StoredTable
+from trace_doctor.redact.frames import redact_frame
+from trace_doctor.redact.stored import RedactedTable
+
+SCHEMA = {"name": pl.String, "segment": pl.Int32, "start_us": pl.Float64, "end_us": pl.Float64, "closed": pl.Boolean}
+TOKEN = "sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"
+
+
+@pytest.fixture(autouse=True)
+def _empty_memo():
+    part_memo.KEPT.clear()
+    yield
+    part_memo.KEPT.clear()
+
+
+def _spans(n: int, seed: int, segment: int = 0) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    start = np.cumsum(rng.uniform(0, 100, n))
+    return pl.DataFrame(
+        {
+            "name": rng.choice(["sample_async", "forward_backward", "optim_step", "get_batch"], n),
+            "segment": np.full(n, segment, dtype=np.int32),
+            "start_us": start,
+            "end_us": start + rng.uniform(0, 500, n),
+            "closed": rng.uniform(size=n) > 0.1,
+        },
+        schema=SCHEMA,
+    )
+
+
+def _table(tmp_path, frames: list[pl.DataFrame], *, slice_first: bool = False) -> StoredTable:
+    """Frames as a table of file parts (the first linked as a slice of a larger file when asked)
+    followed by the last frame held in memory, as a grown trace's table is made."""
+    parts = []
+    for index, frame in enumerate(frames[:-1]):
+        path = tmp_path / f"part-{index:05d}.parquet"
+        if slice_first and index == 0:
+            padded = pl.concat([_spans(7, 99), frame, _spans(5, 98)])
+            padded.write_parquet(path)
+            parts.append(FileRows(path, 7, frame.height))
+        else:
+            frame.write_parquet(path)
+            parts.append(path)
+    parts.append(frames[-1])
+    return StoredTable(parts, sum(f.height for f in frames), SCHEMA)
+
+
+WHERES = [
+    pl.col("name").is_in(["sample_async", "optim_step"]) & pl.col("closed"),
+    (pl.col("end_us") - pl.col("start_us") > 250) | (pl.col("name") == "get_batch"),
+    pl.col("name") == "no such span",
+]
+
+
+@pytest.mark.parametrize("where", WHERES)
+@pytest.mark.parametrize("slice_first", [False, True])
+def test_where_is_the_filter_of_the_whole_table(tmp_path, where, slice_first):
+    frames = [_spans(300, 1), _spans(200, 2), _spans(50, 3, segment=1)]
+    table = _table(tmp_path, frames, slice_first=slice_first)
+    whole = table.scan().filter(where).select("name", "start_us").collect()
+    first = table.where(where, ["name", "start_us"])
+    assert first.equals(whole)
+    # Answered again from what was kept: the same rows.
+    assert table.where(where, ["name", "start_us"]).equals(whole)
+    assert table.where(where).equals(table.scan().filter(where).collect())
+
+
+def test_a_grown_table_reads_only_its_new_parts_and_a_rewritten_file_again(tmp_path, monkeypatch):
+    frames = [_spans(300, 1), _spans(200, 2), _spans(50, 3)]
+    where = pl.col("name") == "sample_async"
+    table = _table(tmp_path, frames)
+    scanned: list[str] = []
+    scan_parquet = pl.scan_parquet
+    monkeypatch.setattr(
+        pl, "scan_parquet", lambda source, **kw: scanned.append(str(source)) or scan_parquet(source, **kw)
+    )
+    table.where(where, ["start_us"])
+    assert len(scanned) == 2
+    # The run grew by a part: only that one is read (a frame here), the files' rows come from memory.
+    grown = StoredTable([*table.parts, _spans(40, 4)], table.height + 40, SCHEMA)
+    scanned.clear()
+    found = grown.where(where, ["start_us"])
+    assert scanned == []
+    assert found.equals(grown.scan().filter(where).select("start_us").collect())
+    # A file rewritten under the same name with other rows is another part: read afresh.
+    first_file = table.parts[0]
+    _spans(120, 5).write_parquet(first_file)
+    stat = os.stat(first_file)
+    os.utime(first_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    rewritten = StoredTable(table.parts, 120 + 200 + 50, SCHEMA)
+    scanned.clear()
+    found = rewritten.where(where, ["start_us"])
+    assert scanned == [str(first_file)]
+    assert found.equals(rewritten.scan().filter(where).select("start_us").collect())
+
+
+def test_kept_results_follow_the_budget_and_go_with_their_frame(tmp_path, monkeypatch):
+    frame = _spans(2000, 1)
+    table = StoredTable([frame], frame.height, SCHEMA)
+    table.where(pl.col("closed"))
+    held = part_memo.KEPT.bytes
+    assert held > 0
+    del table, frame
+    gc.collect()
+    assert part_memo.KEPT.bytes == 0
+    # A budget of a few results: the least recently used go first, the total stays within it.
+    frames = [_spans(2000, seed) for seed in range(6)]
+    monkeypatch.setattr(part_memo.KEPT, "budget", 3 * held)
+    tables = [StoredTable([f], f.height, SCHEMA) for f in frames]
+    for t in tables:
+        t.where(pl.col("closed"))
+    assert part_memo.KEPT.bytes <= 3 * held
+
+
+def test_a_part_local_aggregate_combines_to_the_whole_tables(tmp_path):
+    frames = [_spans(300, 1, segment=0), _spans(200, 2, segment=1), _spans(50, 3, segment=1)]
+    table = _table(tmp_path, frames)
+
+    def extent(spans: pl.LazyFrame) -> pl.LazyFrame:
+        return spans.group_by("segment").agg(pl.col("start_us").min(), pl.col("end_us").max())
+
+    combined = extent(pl.concat(table.per_part(("extent",), extent)).lazy()).sort("segment").collect()
+    assert combined.equals(extent(table.scan()).sort("segment").collect())
+
+
+def test_redacted_parts_filter_on_redacted_values_and_find_a_secret_a_later_part_adds(tmp_path):
+    clean = [_spans(100, 1), _spans(80, 2)]
+    secret = _spans(30, 3).with_columns(
+        pl.when(pl.int_range(pl.len()) == 4).then(pl.lit(f"upload {TOKEN}")).otherwise("name").alias("name")
+    )
+    where = ~pl.col("name").is_in(["sample_async", "forward_backward", "optim_step", "get_batch"])
+    (tmp_path / "a").mkdir()
+    assert RedactedTable(_table(tmp_path / "a", clean)).where(where, ["name"]).height == 0
+    (tmp_path / "b").mkdir()
+    grown = _table(tmp_path / "b", [*clean, secret])
+    found = RedactedTable(grown).where(where, ["name", "start_us"])
+    expected = redact_frame(grown.scan().collect()).filter(where).select("name", "start_us")
+    assert found.equals(expected)
+    assert found.height == 1 and TOKEN not in found["name"][0]
+
+
+def _entry_table(folder, frames: list[pl.DataFrame]) -> StoredTable:
+    """Frames as the parts of a table cache entry (a `.parts` folder, as cache.adopt names it)."""
+    folder.mkdir(parents=True)
+    parts = []
+    for index, frame in enumerate(frames):
+        path = folder / f"part-{index:05d}.parquet"
+        frame.write_parquet(path)
+        parts.append(path)
+    return StoredTable(parts, sum(f.height for f in frames), SCHEMA)
+
+
+def test_a_cache_entrys_parts_keep_their_results_for_the_next_process(tmp_path, monkeypatch):
+    frames = [_spans(300, 1), _spans(200, 2)]
+    table = _entry_table(tmp_path / f"spans-{'0' * 32}.parts", frames)
+    where = pl.col("name").is_in(["optim_step", "get_batch"])
+    expected = table.scan().filter(where).select("name", "end_us").collect()
+    assert table.where(where, ["name", "end_us"]).equals(expected)
+    kept = sorted(p.name for p in table.parts[0].parent.glob("*.arrow"))
+    assert len(kept) == 2 and all(
+        name.startswith(("part-00000.parquet.all.", "part-00001.parquet.all.")) for name in kept
+    )
+    # Another process: nothing in memory, the results are read back, no part is scanned.
+    part_memo.KEPT.clear()
+    scanned: list[str] = []
+    scan_parquet = pl.scan_parquet
+    monkeypatch.setattr(
+        pl, "scan_parquet", lambda source, **kw: scanned.append(str(source)) or scan_parquet(source, **kw)
+    )
+    assert table.where(where, ["name", "end_us"]).equals(expected)
+    assert scanned == []
+    # A damaged result, and one with other columns, are misses: that part is read again, the answer the same.
+    results = sorted(table.parts[0].parent.glob("*.arrow"))
+    results[0].write_bytes(results[0].read_bytes()[:40])
+    pl.DataFrame({"name": ["x"]}).write_ipc(results[1])
+    part_memo.KEPT.clear()
+    assert table.where(where, ["name", "end_us"]).equals(expected)
+    assert len(scanned) == 2
+
+
+def test_a_resumed_entry_links_its_parts_with_their_results(tmp_path):
+    from trace_doctor.ingest.storage.stored_table import PartWriter
+
+    old = _entry_table(tmp_path / f"spans-{'1' * 32}.parts", [_spans(300, 1), _spans(200, 2)])
+    where = pl.col("closed")
+    old.where(where, ["start_us"])
+    new_folder = tmp_path / f"spans-{'2' * 32}.parts"
+    new_folder.mkdir()
+    out = PartWriter(new_folder, SCHEMA)
+    out.link(old.parts[0], 300)
+    out.link(FileRows(old.parts[1], 50, 100), 100)
+    assert [p.name for p in new_folder.glob("*.arrow")] == [
+        p.name for p in old.parts[0].parent.glob("part-00000.parquet.all.*.arrow")
+    ]  # the whole file's results come with it; a slice's rows are other rows, computed when asked
+    grown = out.stored()
+    part_memo.KEPT.clear()
+    assert grown.where(where, ["start_us"]).equals(grown.scan().filter(where).select("start_us").collect())
+    assert len(list(new_folder.glob("part-00001.parquet.50-100.*.arrow"))) == 1
