@@ -213,3 +213,20 @@ def test_a_resumed_entry_links_its_parts_with_their_results(tmp_path):
     part_memo.KEPT.clear()
     assert grown.where(where, ["start_us"]).equals(grown.scan().filter(where).select("start_us").collect())
     assert len(list(new_folder.glob("part-00001.parquet.50-100.*.arrow"))) == 1
+
+
+def test_a_hard_link_of_a_part_is_the_same_part(tmp_path, monkeypatch):
+    # The watch's next table generation links its unchanged parts into a new folder (span_live_table.py).
+    table = _table(tmp_path, [_spans(300, 1), _spans(10, 2)])
+    where = pl.col("name") == "optim_step"
+    expected = table.where(where, ["start_us"])
+    (tmp_path / "next").mkdir()
+    linked = tmp_path / "next" / "part-00000.parquet"
+    os.link(table.parts[0], linked)
+    scanned: list[str] = []
+    scan_parquet = pl.scan_parquet
+    monkeypatch.setattr(
+        pl, "scan_parquet", lambda source, **kw: scanned.append(str(source)) or scan_parquet(source, **kw)
+    )
+    assert StoredTable([linked, table.parts[1]], table.height, SCHEMA).where(where, ["start_us"]).equals(expected)
+    assert scanned == []

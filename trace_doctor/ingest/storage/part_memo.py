@@ -9,9 +9,10 @@ extent per segment is the min and max of the parts' extents). Kept per part, suc
 computed once for each part, so the watch's findings refresh reads only the parts the run gained
 since the last one, not the whole run again.
 
-A part is known by what identifies its rows: a file by its path, inode, size and modification time (a
-file rewritten under the same name is another part), a slice of one by that and its rows, a frame by
-its identity while it lives. The results are held up to a byte budget, least recently used first out.
+A part is known by what identifies its rows: a file by its device, inode, size and modification time
+(a file rewritten in place is another part; a hard link of it, as a grown table's next generation links
+its unchanged parts, is the same part), a slice of one by that and its rows, a frame by its identity
+while it lives. The results are held up to a byte budget, least recently used first out.
 
 A part of a table cache entry (a `.parts` folder, ingest/storage/cache.py) also keeps its results on
 disk beside it, as Arrow IPC files named after the part, the rows of it read, and a digest of the
@@ -113,7 +114,7 @@ def part_identity(part: Path | FileRows | pl.DataFrame) -> Hashable | None:
         stat = os.stat(path)
     except OSError:
         return None
-    file = ("file", os.fspath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    file = ("file", stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     return file if isinstance(part, Path) else (*file, part.start, part.rows)
 
 
