@@ -225,10 +225,16 @@ class RuleContext(Generic[P]):
     def round_trip_medians(self):
         """Median duration per round-trip call among the closed spans: gil-stall and
         blocking-call-in-async judge stretched round trips against the same medians."""
-        from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, ROUND_TRIP, round_trip_medians
+        from trace_doctor.derive.stalls import round_trip_medians
 
-        trips = self.spans_where(CLOSED_WITH_DURATION & pl.col("name").is_in(sorted(ROUND_TRIP)), ["name", "dur_us"])
-        return round_trip_medians(trips)
+        return round_trip_medians(self._round_trip_durations)
+
+    @cached_property
+    def _round_trip_durations(self) -> pl.DataFrame:
+        """The closed round trips' names and durations (a stored table's parts read once, part_memo)."""
+        from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, ROUND_TRIP
+
+        return self.spans_where(CLOSED_WITH_DURATION & pl.col("name").is_in(sorted(ROUND_TRIP)), ["name", "dur_us"])
 
     def stretched_round_trips(self, min_excess_s: float) -> pl.DataFrame:
         """The closed round trips stretched past the shared ratio of their median and `min_excess_s`
@@ -238,12 +244,15 @@ class RuleContext(Generic[P]):
 
         key = float(min_excess_s)
         if key not in self._stretched:
-            self._stretched[key] = stretched_round_trips(
-                self.run.scan("spans").filter(CLOSED_WITH_DURATION),
+            ratio, closed = (
                 float(self.shared.round_trip_stretch_ratio),
-                key,
-                self.round_trip_medians,
+                self.run.scan("spans").filter(CLOSED_WITH_DURATION),
             )
+            # The durations say whether any trip is stretched; only then are the stretched rows read whole
+            # (none is the usual case, and a stored table's scan reads every part the run has).
+            if stretched_round_trips(self._round_trip_durations, ratio, key, self.round_trip_medians).is_empty():
+                closed = closed.head(0)
+            self._stretched[key] = stretched_round_trips(closed, ratio, key, self.round_trip_medians)
         return self._stretched[key]
 
     @cached_property
