@@ -72,7 +72,7 @@ def _user_code_spans(spans: pl.LazyFrame, min_s: float) -> pl.DataFrame:
             & pl.col("dur_us").is_not_null()
             & (pl.col("dur_us") >= min_s * 1e6)
             & (pl.col("depth") >= 1)
-            & ~pl.col("name").is_in(list(NOT_USER_CODE))
+            & ~pl.col("name").is_in(sorted(NOT_USER_CODE))
         )
         .select(_COLUMNS)
         .with_columns(pl.lit("span").alias("kind"))
@@ -152,7 +152,7 @@ def stretched_waits(spans: pl.LazyFrame, ratio: float, min_s: float) -> list[Int
     """Service waits (result waits, sample round trips) longer than `ratio` x their name's median and
     `min_s` beyond it: the service, or the way to it, was slow then."""
     waits = spans.filter(
-        pl.col("closed") & pl.col("dur_us").is_not_null() & pl.col("name").is_in(list(SERVICE_WAITS))
+        pl.col("closed") & pl.col("dur_us").is_not_null() & pl.col("name").is_in(sorted(SERVICE_WAITS))
     ).with_columns(pl.col("dur_us").median().over("name").alias("_typical"))
     rows = (
         waits.filter(

@@ -27,7 +27,7 @@ DRIVER_TRACKS = ("main", "sync:MainThread", ASYNC_TRAINING_TRACK)
 # The spans the trainer-gap readings scan (a stored table is filtered on these): children of the
 # driver tracks, and the rollouts whose ends can close a gap of the async training task.
 DRIVER_AND_ROLLOUT_SPANS = (
-    ((pl.col("track").is_in(list(DRIVER_TRACKS)) & (pl.col("depth") >= 1)) | (pl.col("name") == ROLLOUT_WORKER_SPAN))
+    ((pl.col("track").is_in(sorted(DRIVER_TRACKS)) & (pl.col("depth") >= 1)) | (pl.col("name") == ROLLOUT_WORKER_SPAN))
     & pl.col("closed")
     & pl.col("end_us").is_not_null()
 )
@@ -41,7 +41,7 @@ def driver_gaps(spans: pl.DataFrame, min_gap_s: float) -> pl.DataFrame:
     had no span open, per launch and thread; `delivered`: the interval ended as a rollout ended."""
     frame = spans.lazy().filter(DRIVER_AND_ROLLOUT_SPANS)
     driver = frame.filter(
-        pl.col("track").is_in(list(DRIVER_TRACKS)) & (pl.col("depth") >= 1) & (pl.col("name") != STREAM_TRAIN_STEP_SPAN)
+        pl.col("track").is_in(sorted(DRIVER_TRACKS)) & (pl.col("depth") >= 1) & (pl.col("name") != STREAM_TRAIN_STEP_SPAN)
     )
     # A gap opens where a span starts after every earlier span of its thread has ended: the running
     # maximum of end times, in start order, is how far coverage reached. Main and the async training
@@ -77,7 +77,7 @@ def trainer_sample_waits(spans: pl.DataFrame) -> pl.DataFrame:
     gaps = driver_gaps(spans, 0.0).filter(pl.col("delivered"))
     starts = (
         spans.lazy()
-        .filter(pl.col("step").is_not_null() & pl.col("track").is_in(list(DRIVER_TRACKS)))
+        .filter(pl.col("step").is_not_null() & pl.col("track").is_in(sorted(DRIVER_TRACKS)))
         .group_by("segment", "start_us")
         .agg(pl.col("step").min())
         .collect()
@@ -94,7 +94,7 @@ def training_extent_s(spans: pl.DataFrame) -> float:
     """Seconds from the training loop's first stepped span to its last one's end, summed over launches."""
     extent = (
         spans.lazy()
-        .filter(pl.col("step").is_not_null() & pl.col("track").is_in(list(DRIVER_TRACKS)))
+        .filter(pl.col("step").is_not_null() & pl.col("track").is_in(sorted(DRIVER_TRACKS)))
         .group_by("segment")
         .agg((pl.col("end_us").max() - pl.col("start_us").min()).alias("us"))
         .collect()

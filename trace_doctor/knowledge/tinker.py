@@ -36,7 +36,9 @@ SAVE_SUBMIT_CALLS = (
 LOAD_SUBMIT_CALLS = ("load_state_async", "load_state_with_optimizer_async")
 # Every submit-only SDK call: a long span means the calling thread was blocked (FORMATS.md 1.4).
 # `get_info`, which 0.6.1 also counts as "the rest", returns its answer rather than a future.
-SUBMIT_ONLY_CALLS = frozenset((*TRAINING_SUBMIT_CALLS, *SAVE_SUBMIT_CALLS, *LOAD_SUBMIT_CALLS))
+# Sorted, not a set: a filter's list of names is part of the key its results are kept under (part_memo),
+# and a set's order changes from one process to the next.
+SUBMIT_ONLY_CALLS = tuple(sorted({*TRAINING_SUBMIT_CALLS, *SAVE_SUBMIT_CALLS, *LOAD_SUBMIT_CALLS}))
 # SamplingClient.sample, timed over the full round trip until the samples arrive (FORMATS.md 1.4).
 SAMPLE_CALLS = ("sample", "sample_async")
 # SamplingClient.compute_logprobs, a full round trip like sample (FORMATS.md 1.4).

@@ -110,7 +110,7 @@ def _trace_finding(ctx: RuleContext[SerializationStallPolicy]) -> Finding | None
         return None
     spans = ctx.spans_where(TRAINING_SUBMITS, SUBMIT_COLUMNS)
     submits = spans.filter(
-        pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS))
+        pl.col("name").is_in(sorted(TRAINING_SUBMIT_CALLS))
         & pl.col("closed").fill_null(True)
         & pl.col("dur_us").is_not_null()
     )

@@ -42,7 +42,7 @@ def slow_submissions(spans: pl.DataFrame) -> tuple[float, int] | None:
         return None
     subs = (
         spans.lazy()
-        .filter(pl.col("name").is_in(list(TRAINING_SUBMIT_CALLS)) & pl.col("closed").fill_null(True))
+        .filter(pl.col("name").is_in(sorted(TRAINING_SUBMIT_CALLS)) & pl.col("closed").fill_null(True))
         .select("dur_us")
         .collect()
     )
