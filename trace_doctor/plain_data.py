@@ -35,6 +35,10 @@ NUMPY_SCALARS = frozenset(
 )
 
 
+# Values that are their own plain form (a float only when finite).
+_SCALARS = frozenset({type(None), bool, int, str, float})
+
+
 class NotPlainData(ValueError):
     """A value the codec has no form for (encoding), or an entry that is not one it wrote (decoding)."""
 
@@ -69,6 +73,12 @@ def encode(value: Any) -> Any:
     if kind is float:
         return value if math.isfinite(value) else {TAG: "float", "v": repr(value)}
     if kind is list:
+        # A per-step series is most of an analysis's values: a list of plain scalars is its own form
+        # (a float that is not finite still needs its tag).
+        if all(type(item) in _SCALARS for item in value) and all(
+            math.isfinite(item) for item in value if type(item) is float
+        ):
+            return list(value)
         return [encode(item) for item in value]
     if kind is dict:
         if all(type(key) is str for key in value) and TAG not in value:
