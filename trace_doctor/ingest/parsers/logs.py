@@ -22,12 +22,15 @@ import polars as pl
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.parsers.dumps import OPENERS, dump_block_lines, opens_block
 from trace_doctor.ingest.parsers.log_kinds import (
+    FAULT_THREAD,
     Classified,
     classify_exception_line,
     classify_message,
+    fault_frame,
     guide_printout,
     interesting,
     kill_report,
+    native_crash,
     tinker_run_ids,
     versions_in,
 )
@@ -42,6 +45,13 @@ TRACEBACK_START = "Traceback (most recent call last):"
 # A terminal echoes Ctrl-C as `^C` just before Python prints the KeyboardInterrupt's traceback.
 TRACEBACK_STARTS = (TRACEBACK_START, "^C" + TRACEBACK_START)
 BARE_INTERRUPT = "KeyboardInterrupt"
+# rich's traceback handler (`rich.traceback.install()`) draws the frames in a box whose top border carries the
+# title and whose other lines start with a box-drawing character; the `Type: message` line follows the box.
+RICH_TRACEBACK_TOP = "╭"
+RICH_TRACEBACK_TITLE = TRACEBACK_START.rstrip(":")
+RICH_TRACEBACK_BODY = ("│", "╰", "╭")
+# The crashing thread's frames kept from a faulthandler dump, innermost first.
+FAULT_FRAMES_KEPT = 20
 COLLAPSIBLE = frozenset({"warning", "renderer"})
 # A `Logging to:` line this close after `Command line invocation:` is the same process start.
 RESTART_WINDOW_LINES = 10
@@ -63,6 +73,8 @@ class _FileState:
     seen_ids: set[str] = field(default_factory=set)
     last_restart: int | None = None
     last_model_dump: int | None = None  # line of the serialization test's `model_dump() took`
+    fatal_event: dict[str, Any] | None = None  # faulthandler's `Fatal Python error` event, its frames still read
+    in_crashed_thread: bool = False  # reading faulthandler's `Current thread` block
 
     def emit(
         self,
@@ -157,11 +169,11 @@ def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, ex
 
 def _continuation(state: _FileState, line: int, text: str) -> None:
     """A line that is not a record start: inside a record, a traceback, or a bare print."""
-    if text.startswith(TRACEBACK_STARTS):
+    if text.startswith(TRACEBACK_STARTS) or (text.startswith(RICH_TRACEBACK_TOP) and RICH_TRACEBACK_TITLE in text):
         state.traceback_line = line
         return
     if state.traceback_line is not None:
-        if text.startswith(" ") or not text.strip():
+        if text.startswith((" ", *RICH_TRACEBACK_BODY)) or not text.strip():
             _handle_versions(state, line, text)
             return
         if text.startswith(("During handling of the above exception", "The above exception was the direct cause")):
@@ -172,6 +184,8 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
             return
         state.traceback_line = None
     if not text.strip():
+        return
+    if _faulthandler_dump(state, line, text):
         return
     if text.strip() == BARE_INTERRUPT:
         # Ctrl-C with its traceback suppressed (a handler that prints the exception's name, `^C` echoed on
@@ -191,6 +205,35 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
         _handle_ids(state, line, text, None, None)
         return
     _bare(state, line, text)
+
+
+def _faulthandler_dump(state: _FileState, line: int, text: str) -> bool:
+    """A native crash's report (log_kinds.native_crash) and, after faulthandler's `Fatal Python error`, the
+    frames of the thread that crashed, kept on its event; whether the line was one of these."""
+    fatal = state.fatal_event
+    if fatal is not None and (thread := FAULT_THREAD.match(text)) is not None:
+        state.in_crashed_thread = thread["current"] == "Current thread"
+        if state.in_crashed_thread:
+            fatal["_fields"]["traceback_line"] = line
+        return True
+    if fatal is not None and (frame := fault_frame(text)) is not None:
+        frames = fatal["_fields"].setdefault("frames", [])
+        if state.in_crashed_thread and len(frames) < FAULT_FRAMES_KEPT:
+            frames.append(frame)
+        return True
+    state.in_crashed_thread = False
+    if not text.startswith(("Fatal Python error: ", "zsh: ")) and not any(
+        word in text for word in ("fault", "Abort", "error", "instruction", "exception")
+    ):
+        return False
+    crash = native_crash(text.strip())
+    if crash is None:
+        return False
+    state.in_record = False
+    row = state.emit(line, crash.kind, crash.message, {**crash.fields, "exception_line": line})
+    if text.startswith("Fatal Python error: "):
+        state.fatal_event = row
+    return True
 
 
 def _bare(state: _FileState, line: int, text: str) -> None:

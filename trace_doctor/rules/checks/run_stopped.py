@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from trace_doctor.derive.run_end import INTERRUPT_TYPES, DumpState, LogLineRef, RunEnd, exception_types
 from trace_doctor.derive.sessions import session_ids
-from trace_doctor.knowledge.errors import decode_error
+from trace_doctor.knowledge.errors import SERVICE_SIDE_ERRORS, KnownError, decode_error
 from trace_doctor.knowledge.tinker import HEARTBEAT_TASK, SERVICE_WAIT_PHASES, USER_CODE_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.policy.service import RunStoppedPolicy
@@ -250,15 +250,24 @@ def _sdk_life(end: RunEnd) -> tuple[str, bool | None]:
     return "; ".join(parts), starved
 
 
-def _decoded(end: RunEnd) -> tuple[str, str | None]:
-    """The error the log ends with (a traceback's last line first) and its decoded cause, if known."""
+def _decoded(end: RunEnd) -> tuple[LogLineRef, KnownError | None]:
+    """The error the log ends with (a traceback's last line first) and what it is, if known."""
     errors = list(end.exceptions) or [e for e in end.trailing_errors if decode_error(e.text) is not None]
     if not errors:
         errors = list(end.trailing_errors)
     first = errors[0]
-    known = decode_error(first.text)
-    cause = known.root_cause if known is not None else None
-    return f"`{first.text[:200]}` ({first.source}:{first.line})", cause
+    return first, decode_error(first.text)
+
+
+def _crash_text(error: LogLineRef, known: KnownError | None) -> str:
+    """The error a crash ended with, its decoded cause, and the frames of the thread that crashed when a native
+    crash's dump names them (faulthandler, innermost first)."""
+    text = f" It ended with `{error.text[:200]}` ({error.source}:{error.line})"
+    text += (f": {known.root_cause}" if known is not None else "") + "."
+    frames = error.fields.get("frames")
+    if isinstance(frames, list) and frames:
+        text += f" The thread that crashed was in {' ← '.join(str(f) for f in frames[:4])} (innermost first)."
+    return text
 
 
 def _interrupted(end: RunEnd) -> bool:
@@ -299,11 +308,22 @@ def _kill_report(line: LogLineRef) -> tuple[str, str]:
             f"the scheduler cancelled the job{cause}",
             "Check why the job was cancelled, then resume from the last checkpoint.",
         )
-    if signal == "SIGTERM":
+    if why == "out of memory":
         return (
-            "a SIGTERM: something asked the process to stop (`kill PID`, a scheduler's preemption or limit, a "
+            f"a {signal or 'SIGKILL'} from the OOM killer: the machine or the container ran out of memory",
+            "Give the process more memory (the container's limit, a bigger machine) or use less of it (smaller "
+            "batches held in memory, fewer parallel environments or rollouts), then resume from the last checkpoint.",
+        )
+    if why == "time limit":
+        return f"a {signal or 'SIGTERM'} at the job's time limit (GNU `timeout`, a scheduler's wall-clock limit)", (
+            "Give the job a longer time limit (or make the run shorter), and resume from the last checkpoint."
+        )
+    if signal in ("SIGTERM", "SIGINT"):
+        return (
+            f"a {signal}: something asked the process to stop (`kill PID`, a scheduler's preemption or limit, a "
             "container or machine shutting down)",
-            "Find what sent the SIGTERM (the scheduler's or the machine's logs), then resume from the last checkpoint.",
+            f"Find what sent the {signal} (the scheduler's or the machine's logs), then resume from the last "
+            "checkpoint.",
         )
     return "a SIGKILL, most often the kernel's OOM killer (dmesg) or a scheduler's limit", FIX["killed"]
 
@@ -332,7 +352,9 @@ def _confidence(end: RunEnd, kind: str) -> str:
     merely end inside a step may have been copied from a run still going."""
     if kind in ("crashed", "interrupted"):
         # A traceback says it; an exception's name on a line of its own (a bare `KeyboardInterrupt`) less so.
-        return "high" if any(e.fields.get("traceback_line") is not None for e in end.exceptions) else "medium"
+        # The shell's report of a crash signal (`Segmentation fault (core dumped)`) is as sure as a traceback.
+        sure = any(e.fields.get("traceback_line") is not None or e.fields.get("signal") for e in end.exceptions)
+        return "high" if sure else "medium"
     if kind == "killed":
         return "high" if end.kill_lines else "medium"
     if kind in ("hung on the service", "hung in user code"):
@@ -405,6 +427,8 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         "killed": "The run ended mid-step with no error (killed)",
         "stopped early": "The run stopped before its planned end",
     }[kind]
+    if kind == "killed" and end.stopped_step is None:
+        lead = "The run ended with no error (killed)"  # no step had begun: not mid-step
     message = f"{lead} {_where(end)}."
     if in_wrap_up:
         message = (
@@ -417,9 +441,17 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     evidence["stuck_s"] = round(stuck_s, 3)
     evidence["sdk_thread"] = sdk_text
     if kind == "crashed":
-        error, cause = _decoded(end)
-        message += f" It ended with {error}" + (f": {cause}" if cause else "") + "."
-        evidence["error_cause"] = cause
+        error, known = _decoded(end)
+        message += _crash_text(error, known)
+        evidence["error_cause"] = known.root_cause if known is not None else None
+        if known is not None:
+            fix = f"{known.fix[:1].upper()}{known.fix[1:]}, then resume from the last checkpoint."
+        if known is not None and known.id in SERVICE_SIDE_ERRORS:
+            sessions = session_ids(ctx.run.log_events, ctx.run.meta.config)
+            evidence["session_ids"] = sessions
+            if sessions:
+                ids = ", ".join(sessions[:3])
+                message += f" The service or the way to it failed: quote session id {ids} when you report it."
     if kind == "interrupted":
         message += " " + _interrupt_text(end)
         evidence["error_cause"] = None
