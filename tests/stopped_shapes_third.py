@@ -184,6 +184,40 @@ def pyspy_dump_hang(folder: Path) -> None:
     )
 
 
+def pyspy_dump_in_sdk(folder: Path) -> None:
+    """The same, the main thread blocked in the SDK's `.result()` (threading's wait inside it) in step 5's train."""
+    _rl_folder(folder, 40, 5)
+    (folder / "logs.log").write_text(rl_log(40, 5, _phase("sample", 5.0) + _phase("train", None)))
+    (folder / "py-spy-dump.txt").write_text(
+        'Thread 0x7F3A5C8F9740 (idle): "MainThread"\n'
+        "    wait (threading.py:355)\n"
+        "    result (concurrent/futures/_base.py:451)\n"
+        "    result (tinker/lib/public_interfaces/api_future.py:132)\n"
+        "    train_step (train.py:50)\n"
+        "    <module> (train.py:80)\n"
+    )
+
+
+def faulthandler_watchdog_then_progress(folder: Path) -> None:
+    """The watchdog fired in step 3's sampling, the run went on, and the capture ends inside step 8's train with
+    nothing after it: the dump is of a state the run left, not where it stopped."""
+    _rl_folder(folder, 40, 8)
+    dump = "Timeout (0:10:00)!\nThread 0x" + FAULTHANDLER.split("Thread 0x", 1)[1].split("Extension modules", 1)[0]
+    first = rl_log(
+        40,
+        3,
+        _phase("sample", None) + dump + _line("tinker_cookbook.utils.misc_utils:23", "sample took 700.00 seconds"),
+    )
+    rest = "".join(_phase(name, 5.0) for name in ("assemble_training_data", "train", "compute_kl_sample_train"))
+    rest += _line(ML_LOG, "Wrote metrics to /runs/x/metrics.jsonl")
+    for _ in range(4):
+        rest += "".join(
+            _phase(name, 5.0) for name in ("sample", "assemble_training_data", "train", "compute_kl_sample_train")
+        )
+        rest += _line(ML_LOG, "Wrote metrics to /runs/x/metrics.jsonl")
+    _console(folder, first + rest + _phase("sample", 5.0) + _phase("train", None))
+
+
 def _sdk_crash(folder: Path, kind: str, message: str, retries: int = 0) -> None:
     _rl_folder(folder, 40, 5)
     retry = "".join(

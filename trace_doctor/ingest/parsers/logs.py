@@ -23,6 +23,7 @@ from trace_doctor.file_names import input_path
 from trace_doctor.ingest.parsers.dumps import OPENERS, dump_block_lines, opens_block
 from trace_doctor.ingest.parsers.log_kinds import (
     FAULT_THREAD,
+    PYSPY_THREAD,
     Classified,
     classify_exception_line,
     classify_message,
@@ -30,7 +31,9 @@ from trace_doctor.ingest.parsers.log_kinds import (
     guide_printout,
     interesting,
     kill_report,
+    live_stack_start,
     native_crash,
+    pyspy_frame,
     tinker_run_ids,
     versions_in,
 )
@@ -52,6 +55,7 @@ RICH_TRACEBACK_TITLE = TRACEBACK_START.rstrip(":")
 RICH_TRACEBACK_BODY = ("│", "╰", "╭")
 # The crashing thread's frames kept from a faulthandler dump, innermost first.
 FAULT_FRAMES_KEPT = 20
+LIVE_THREADS_KEPT = 16
 COLLAPSIBLE = frozenset({"warning", "renderer"})
 # A `Logging to:` line this close after `Command line invocation:` is the same process start.
 RESTART_WINDOW_LINES = 10
@@ -75,6 +79,8 @@ class _FileState:
     last_model_dump: int | None = None  # line of the serialization test's `model_dump() took`
     fatal_event: dict[str, Any] | None = None  # faulthandler's `Fatal Python error` event, its frames still read
     in_crashed_thread: bool = False  # reading faulthandler's `Current thread` block
+    live_event: dict[str, Any] | None = None  # a live process's stack dump being read (py-spy, faulthandler watchdog)
+    live_thread: dict[str, Any] | None = None  # its thread whose frames are being read
 
     def emit(
         self,
@@ -185,7 +191,7 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
         state.traceback_line = None
     if not text.strip():
         return
-    if _faulthandler_dump(state, line, text):
+    if _live_stack(state, line, text) or _faulthandler_dump(state, line, text):
         return
     if text.strip() == BARE_INTERRUPT:
         # Ctrl-C with its traceback suppressed (a handler that prints the exception's name, `^C` echoed on
@@ -205,6 +211,40 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
         _handle_ids(state, line, text, None, None)
         return
     _bare(state, line, text)
+
+
+def _live_stack(state: _FileState, line: int, text: str) -> bool:
+    """A live process's stack dump (log_kinds.live_stack_start): one event, each thread's name and frames
+    (innermost first) on it; whether the line was part of one."""
+    live = state.live_event
+    if live is not None:
+        threads = live["_fields"]["threads"]
+        thread = FAULT_THREAD.match(text) or PYSPY_THREAD.match(text)
+        if thread is not None and len(threads) < LIVE_THREADS_KEPT:
+            name = thread.groupdict().get("name") or ("current" if thread.groupdict().get("current") else "")
+            state.live_thread = {"name": name or text.split(" (", 1)[0], "frames": []}
+            threads.append(state.live_thread)
+            return True
+        frame = fault_frame(text) or pyspy_frame(text)
+        if frame is not None or thread is not None:
+            if (
+                frame is not None
+                and state.live_thread is not None
+                and len(state.live_thread["frames"]) < FAULT_FRAMES_KEPT
+            ):
+                state.live_thread["frames"].append(frame)
+            return True
+        if not threads and text.startswith("Python v"):  # py-spy's interpreter line, before the threads
+            return True
+        state.live_event = state.live_thread = None
+    found = live_stack_start(text.strip()) if text.startswith(("Process ", "Thread ", "Timeout (")) else None
+    if found is None:
+        return False
+    state.in_record = False
+    state.live_event = state.emit(line, found.kind, found.message, found.fields)
+    if state.live_event is not None and text.startswith("Thread "):
+        return _live_stack(state, line, text)
+    return True
 
 
 def _faulthandler_dump(state: _FileState, line: int, text: str) -> bool:

@@ -27,7 +27,16 @@ how far through the planned steps it got, and what kind of stop it was:
 
 from __future__ import annotations
 
-from trace_doctor.derive.run_end import INTERRUPT_TYPES, DumpState, LogLineRef, RunEnd, exception_types
+import re
+
+from trace_doctor.derive.run_end import (
+    IDLE_LOOP_FUNCTIONS,
+    INTERRUPT_TYPES,
+    DumpState,
+    LogLineRef,
+    RunEnd,
+    exception_types,
+)
 from trace_doctor.derive.sessions import session_ids
 from trace_doctor.knowledge.errors import SERVICE_SIDE_ERRORS, KnownError, decode_error
 from trace_doctor.knowledge.tinker import HEARTBEAT_TASK, SERVICE_WAIT_PHASES, USER_CODE_PHASES
@@ -35,6 +44,13 @@ from trace_doctor.model import Finding
 from trace_doctor.policy.service import RunStoppedPolicy
 from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
+
+# A frame (`func (path:line)`) in the interpreter's library (asyncio, threading, selectors), and one in the tinker
+# SDK (not the cookbook): where a live stack dump's main thread was.
+STDLIB_FRAME = re.compile(
+    r"\((?:.*/lib/python3\.\d+/(?!site-packages/))?(?:asyncio|concurrent|threading|selectors)[/.]"
+)
+TINKER_SDK_FRAME = re.compile(r"\((?:.*/)?tinker/")
 
 SEVERITY = {
     "crashed": "error",
@@ -130,7 +146,23 @@ def _in_flight(end: RunEnd) -> list[str]:
     for stack in end.stacks:
         where = "idle in its event loop (awaiting)" if stack.idle else f"in {' → '.join(stack.what)}"
         out.append(f"stacks [{stack.label}] {stack.at}: {where}")
+    if end.live_stack is not None:
+        live = end.live_stack
+        frames = end.live_main_frames
+        where = f"in {' ← '.join(frames[:4])} (innermost first)" if frames else "no main thread's frames read"
+        out.append(
+            f"{live.fields.get('tool')} dump of the live process, main thread: {where} ({live.source}:{live.line})"
+        )
     return out
+
+
+def _live_stack_where(frames: tuple[str, ...]) -> str | None:
+    """Where a live stack dump's main thread was: 'service' inside the tinker SDK (a call's result awaited),
+    'user' in any other code of its own; None when idle in its event loop (awaiting something) or unknown."""
+    if not frames or frames[0].split(" (", 1)[0] in IDLE_LOOP_FUNCTIONS:
+        return None
+    innermost = next((f for f in frames if not STDLIB_FRAME.search(f)), frames[0])
+    return "service" if TINKER_SDK_FRAME.search(innermost) else "user"
 
 
 def _held(dump: DumpState | None) -> float:
@@ -181,6 +213,18 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
             )
     if end.log_silence_s is not None:
         readings.append((end.log_silence_s, f"{end.log_silence_s:.0f} s of log after the last phase line", None))
+    if end.live_stack is not None:
+        # A dump taken of the live process: it was there, stuck where its main thread was. faulthandler's watchdog
+        # fires once its timer ran out, so the state held at least that long; py-spy's dump says no duration.
+        timer = end.live_stack.fields.get("timer_s")
+        readings.append(
+            (
+                float(timer) if isinstance(timer, int | float) else 0.0,
+                f"{end.live_stack.fields.get('tool')} dumped the live process's stacks after the last phase line"
+                + (f" (its watchdog's {timer} s timer had run out)" if timer else ""),
+                _live_stack_where(end.live_main_frames),
+            )
+        )
     if end.heartbeat_alive_s is not None:
         # The SDK's heartbeat thread kept logging past the last phase line: the process was there, the
         # phase did not end. Where it was held, the open phase says (_where_stuck).
@@ -196,6 +240,8 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
     # innermost open span or phase answers instead (_where_stuck).
     held_readings = [r for r in readings if r[0] > 0]
     where = max(held_readings, key=lambda r: (r[0], r[2] is not None))[2] if held_readings else None
+    if where is None and end.live_stack is not None:
+        where = _live_stack_where(end.live_main_frames)
     if end.watched_stall_s is not None:
         # The watch's own clock: a hold, not a place (the dumps and the open phases say where).
         readings.append(
@@ -334,12 +380,14 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
     if any(decode_error(e.text) is not None or "non-retryable" in e.text for e in end.trailing_errors):
         return "crashed"
     # A run the watch judged stalled held past the watch's own bound while it was still being followed.
-    held = stuck_s >= threshold_s or end.watched_stall_s is not None
+    # A stack dump of the live process after the last phase line: someone saw it sitting there and dumped it.
+    alive = end.watched_stall_s is not None or end.live_stack is not None
+    held = stuck_s >= threshold_s or alive
     if held and stuck_where == "service":
         return "hung on the service"
     if held and stuck_where == "user":
         return "hung in user code"
-    if end.watched_stall_s is not None:
+    if alive:
         return "hung"
     if end.cut_off:
         return "killed"
