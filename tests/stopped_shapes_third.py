@@ -218,6 +218,50 @@ def faulthandler_watchdog_then_progress(folder: Path) -> None:
     _console(folder, first + rest + _phase("sample", 5.0) + _phase("train", None))
 
 
+def exception_group_crash(folder: Path) -> None:
+    """Python 3.11+: the user's rollouts run in an asyncio.TaskGroup; one raises the context-window error in step
+    5's sampling and the group's traceback (bordered, the sub-exception numbered) ends the capture."""
+    _rl_folder(folder, 40, 5)
+    group = (
+        "  + Exception Group Traceback (most recent call last):\n"
+        '  |   File "/home/u/train.py", line 80, in <module>\n'
+        "  |     asyncio.run(main())\n"
+        '  |   File "/home/u/rollouts.py", line 31, in sample_all\n'
+        "  |     async with asyncio.TaskGroup() as tg:\n"
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+        "  +-+---------------- 1 ----------------\n"
+        "    | Traceback (most recent call last):\n"
+        '    |   File "/home/u/rollouts.py", line 40, in one\n'
+        "    |     await client.sample_async(prompt, 1, params)\n"
+        f"    | {CONTEXT_ERROR}\n"
+        "    +------------------------------------\n"
+    )
+    _console(folder, rl_log(40, 5, _phase("sample", None, colour=True) + group, colour=True))
+
+
+def loguru_traceback_crash(folder: Path) -> None:
+    """The user's script logs with loguru and wraps main in `@logger.catch`: its traceback marks the catching
+    frame with `> File` and annotates values with `│ └` lines."""
+    _rl_folder(folder, 40, 5)
+    caught = (
+        "2026-11-27 03:12:44.123 | ERROR    | __main__:<module>:80 - An error has been caught in function "
+        "'<module>', process 'MainProcess' (48121), thread 'MainThread' (140)::\n"
+        "Traceback (most recent call last):\n"
+        "\n"
+        '> File "/home/u/train.py", line 80, in <module>\n'
+        "    asyncio.run(main())\n"
+        "    │       │   └ <function main at 0x7f3a5c8f9740>\n"
+        "    │       └ <function run at 0x7f3a5d0e1ee0>\n"
+        "    └ <module 'asyncio' from '/usr/lib/python3.12/asyncio/__init__.py'>\n"
+        "\n"
+        '  File "/home/u/.venv/lib/python3.12/site-packages/tinker/lib/api_future_impl.py", line 120, in result\n'
+        "    raise exc\n"
+        "\n"
+        f"{CONTEXT_ERROR}\n"
+    )
+    _console(folder, rl_log(40, 5, _phase("sample", None, colour=True) + caught, colour=True))
+
+
 def _sdk_crash(folder: Path, kind: str, message: str, retries: int = 0) -> None:
     _rl_folder(folder, 40, 5)
     retry = "".join(

@@ -53,6 +53,14 @@ BARE_INTERRUPT = "KeyboardInterrupt"
 RICH_TRACEBACK_TOP = "╭"
 RICH_TRACEBACK_TITLE = TRACEBACK_START.rstrip(":")
 RICH_TRACEBACK_BODY = ("│", "╰", "╭")
+# loguru's traceback (`logger.exception`, `@logger.catch`) marks the frame it was caught in with `> File ...`.
+LOGURU_FRAME = "> File "
+# Python 3.11's exception group (an asyncio.TaskGroup's, anyio's): `  + Exception Group Traceback (most recent
+# call last):`, then the group's frames and each sub-exception's traceback behind a `| ` border, numbered by
+# `+-+---- 1 ----` rules; the sub-exceptions' final lines are the errors that ended the run.
+EXCEPTION_GROUP_START = re.compile(r"^\s*\+ Exception Group Traceback \(most recent call last\):\s*$")
+EXCEPTION_GROUP_BORDER = re.compile(r"^\s*(?:\| ?|(?=\+[-+]))")
+EXCEPTION_GROUP_RULE = re.compile(r"^\+[-+]*(?: *(?:\d+|\.\.\.)[^-]*-*)?\s*$")
 # The crashing thread's frames kept from a faulthandler dump, innermost first.
 FAULT_FRAMES_KEPT = 20
 LIVE_THREADS_KEPT = 16
@@ -79,6 +87,7 @@ class _FileState:
     last_model_dump: int | None = None  # line of the serialization test's `model_dump() took`
     fatal_event: dict[str, Any] | None = None  # faulthandler's `Fatal Python error` event, its frames still read
     in_crashed_thread: bool = False  # reading faulthandler's `Current thread` block
+    in_exception_group: bool = False  # reading an exception group's bordered traceback
     live_event: dict[str, Any] | None = None  # a live process's stack dump being read (py-spy, faulthandler watchdog)
     live_thread: dict[str, Any] | None = None  # its thread whose frames are being read
 
@@ -175,11 +184,29 @@ def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, ex
 
 def _continuation(state: _FileState, line: int, text: str) -> None:
     """A line that is not a record start: inside a record, a traceback, or a bare print."""
+    if EXCEPTION_GROUP_START.match(text):
+        state.in_exception_group = True
+        state.traceback_line = line
+        return
+    if state.in_exception_group:
+        if (border := EXCEPTION_GROUP_BORDER.match(text)) is not None:
+            # The group's own tracebacks and each sub-exception's, read as plain tracebacks once the border
+            # is off: each final line is an error of its own.
+            inner = text[border.end() :]
+            if inner.strip() and not EXCEPTION_GROUP_RULE.match(inner):
+                _continuation_inside(state, line, inner)
+            return
+        state.in_exception_group = False
+    _continuation_inside(state, line, text)
+
+
+def _continuation_inside(state: _FileState, line: int, text: str) -> None:
+    """_continuation for a line outside an exception group's border (or with the border taken off)."""
     if text.startswith(TRACEBACK_STARTS) or (text.startswith(RICH_TRACEBACK_TOP) and RICH_TRACEBACK_TITLE in text):
         state.traceback_line = line
         return
     if state.traceback_line is not None:
-        if text.startswith((" ", *RICH_TRACEBACK_BODY)) or not text.strip():
+        if text.startswith((" ", *RICH_TRACEBACK_BODY, LOGURU_FRAME)) or not text.strip():
             _handle_versions(state, line, text)
             return
         if text.startswith(("During handling of the above exception", "The above exception was the direct cause")):
@@ -297,6 +324,7 @@ def _record(state: _FileState, line: int, logger: str, level: str, message: str)
     state.in_record = True
     state.traceback_line = None
     state.record_event = None
+    state.in_exception_group = False
     classified: Classified | None = None
     if level in ("WARNING", "ERROR", "CRITICAL") or interesting(message):
         classified = classify_message(message, level, logger)

@@ -52,6 +52,8 @@ STDLIB_FRAME = re.compile(
 )
 TINKER_SDK_FRAME = re.compile(r"\((?:.*/)?tinker/")
 
+EXCEPTION_GROUPS = ("ExceptionGroup", "BaseExceptionGroup")
+
 SEVERITY = {
     "crashed": "error",
     "hung in user code": "error",
@@ -298,7 +300,9 @@ def _sdk_life(end: RunEnd) -> tuple[str, bool | None]:
 
 def _decoded(end: RunEnd) -> tuple[LogLineRef, KnownError | None]:
     """The error the log ends with (a traceback's last line first) and what it is, if known."""
-    errors = list(end.exceptions) or [e for e in end.trailing_errors if decode_error(e.text) is not None]
+    # An exception group only wraps what its tasks raised: the sub-exceptions after it are the cause.
+    causes = [e for e in end.exceptions if exception_types(e)[-1] not in EXCEPTION_GROUPS]
+    errors = causes or list(end.exceptions) or [e for e in end.trailing_errors if decode_error(e.text) is not None]
     if not errors:
         errors = list(end.trailing_errors)
     first = errors[0]
