@@ -262,6 +262,26 @@ def loguru_traceback_crash(folder: Path) -> None:
     _console(folder, rl_log(40, 5, _phase("sample", None, colour=True) + caught, colour=True))
 
 
+def ipython_traceback_crash(folder: Path) -> None:
+    """SFT run from a notebook cell, its output saved as text: IPython's traceback of the context-window error."""
+    (folder / "config.json").write_text(json.dumps({"model_name": "Qwen/Qwen3-8B"}))
+    _rows(folder / "metrics.jsonl", [sft_row(step, 20) for step in range(7)])
+    cell = (
+        "---------------------------------------------------------------------------\n"
+        "BadRequestError                           Traceback (most recent call last)\n"
+        "Cell In[12], line 3\n"
+        "      1 config = build_config()\n"
+        "----> 3 await main(config)\n"
+        "\n"
+        "File ~/.venv/lib/python3.12/site-packages/tinker/lib/api_future_impl.py:120, in _APIFuture.result(self)\n"
+        "    118 if exc is not None:\n"
+        "--> 120     raise exc\n"
+        "\n"
+        f"{CONTEXT_ERROR.replace('tinker.BadRequestError', 'BadRequestError')}\n"
+    )
+    (folder / "notebook_output.txt").write_text(sft_log(20, 7, _phase("train", None) + cell))
+
+
 def _sdk_crash(folder: Path, kind: str, message: str, retries: int = 0) -> None:
     _rl_folder(folder, 40, 5)
     retry = "".join(

@@ -198,11 +198,11 @@ def test_a_watchdog_dump_the_run_moved_on_from_is_not_where_it_stopped(tmp_path)
     assert "dump of the live process" not in finding.message
 
 
-@pytest.mark.parametrize("case", ["exception_group_crash", "loguru_traceback_crash"])
+@pytest.mark.parametrize("case", ["exception_group_crash", "loguru_traceback_crash", "ipython_traceback_crash"])
 def test_a_traceback_in_another_layout_is_the_decoded_crash(tmp_path, case):
     # Before: killed, medium. An exception group's sub-exception is the cause, not the group that wraps it;
-    # loguru's `> File` marker is a frame, not the traceback's end.
+    # loguru's `> File` marker and IPython's `File ...:120, in f` / `--> 120` lines are frames, not the end.
     finding, _ = _stopped(_build(tmp_path, case))
     assert finding.evidence["kind"] == "crashed" and finding.confidence == "high", finding.message
-    assert finding.steps == [5] and "It ended with `tinker.BadRequestError" in finding.message
+    assert finding.steps in ([5], [7]) and "BadRequestError: Error code: 400" in finding.message
     assert finding.evidence["error_cause"] == "the prompt plus max_tokens exceeds the model's context window"

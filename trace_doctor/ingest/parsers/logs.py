@@ -55,6 +55,11 @@ RICH_TRACEBACK_TITLE = TRACEBACK_START.rstrip(":")
 RICH_TRACEBACK_BODY = ("│", "╰", "╭")
 # loguru's traceback (`logger.exception`, `@logger.catch`) marks the frame it was caught in with `> File ...`.
 LOGURU_FRAME = "> File "
+# IPython's traceback (a notebook cell's output saved or pasted): `<Type>   Traceback (most recent call last)` under a
+# rule of dashes, then `Cell In[N], line L` / `File <path>:<line>, in <func>` headers with numbered source lines
+# (`--> 120` marks the line that raised), and the `Type: message` line.
+IPYTHON_TRACEBACK_HEADER = re.compile(r"^[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)\s*$")
+IPYTHON_TRACEBACK_BODY = ("Cell In[", "Input In [", "File ", "-->", "---->")
 # Python 3.11's exception group (an asyncio.TaskGroup's, anyio's): `  + Exception Group Traceback (most recent
 # call last):`, then the group's frames and each sub-exception's traceback behind a `| ` border, numbered by
 # `+-+---- 1 ----` rules; the sub-exceptions' final lines are the errors that ended the run.
@@ -202,11 +207,15 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
 
 def _continuation_inside(state: _FileState, line: int, text: str) -> None:
     """_continuation for a line outside an exception group's border (or with the border taken off)."""
-    if text.startswith(TRACEBACK_STARTS) or (text.startswith(RICH_TRACEBACK_TOP) and RICH_TRACEBACK_TITLE in text):
+    if (
+        text.startswith(TRACEBACK_STARTS)
+        or (text.startswith(RICH_TRACEBACK_TOP) and RICH_TRACEBACK_TITLE in text)
+        or (RICH_TRACEBACK_TITLE in text and IPYTHON_TRACEBACK_HEADER.match(text) is not None)
+    ):
         state.traceback_line = line
         return
     if state.traceback_line is not None:
-        if text.startswith((" ", *RICH_TRACEBACK_BODY, LOGURU_FRAME)) or not text.strip():
+        if text.startswith((" ", *RICH_TRACEBACK_BODY, LOGURU_FRAME, *IPYTHON_TRACEBACK_BODY)) or not text.strip():
             _handle_versions(state, line, text)
             return
         if text.startswith(("During handling of the above exception", "The above exception was the direct cause")):
