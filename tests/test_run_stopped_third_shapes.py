@@ -206,3 +206,26 @@ def test_a_traceback_in_another_layout_is_the_decoded_crash(tmp_path, case):
     assert finding.evidence["kind"] == "crashed" and finding.confidence == "high", finding.message
     assert finding.steps in ([5], [7]) and "BadRequestError: Error code: 400" in finding.message
     assert finding.evidence["error_cause"] == "the prompt plus max_tokens exceeds the model's context window"
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("Memory cgroup out of memory: Killed process 4121 (python) total-vm:812kB", "killed"),
+        ("ERROR: Job 1 failed with return code list: [137]", "killed"),
+        ("timeout: sending signal KILL to command 'python'", "killed"),
+        ("Segmentation fault (core dumped)", "error"),
+        ("zsh: segmentation fault  python train.py", "error"),
+        # Lines that only look like them.
+        ("Processed 137 examples in 143 s", None),
+        ("Aborted request 3, retrying", None),
+        ("Process 3: started worker", None),
+        ("Thread 3 (idle) waiting for work", None),
+        ("Timeout (0:00:05)!", None),
+    ],
+)
+def test_only_a_stop_report_is_read_as_one(line, kind):
+    from trace_doctor.ingest.parsers.logs import parse_lines
+
+    rows, _ = parse_lines([line], "console.log")
+    assert [r["kind"] for r in rows if r["kind"] in ("killed", "error", "live-stack")] == ([kind] if kind else [])

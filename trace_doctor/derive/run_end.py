@@ -585,7 +585,8 @@ def _open_bar(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef
 def _live_stack(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef | None:
     """The last live stack dump with no phase line after it in its own file: a dump in a file of its own (py-spy's
     output saved beside the run) is of the process as it sat when the user took it."""
-    dumps = events.filter(pl.col("kind") == "live-stack")
+    # A dump that read no thread (a `Timeout (...)!` line alone) says nothing about where the process was.
+    dumps = events.filter((pl.col("kind") == "live-stack") & pl.col("fields").str.contains('"frames":["', literal=True))
     if last_phase is not None:
         dumps = dumps.filter((pl.col("source") != last_phase.source) | (pl.col("line") > (last_phase.line or 0)))
     for row in reversed(list(dumps.iter_rows(named=True))):

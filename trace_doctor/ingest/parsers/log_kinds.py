@@ -120,14 +120,16 @@ NATIVE_SIGNALS = {
 # faulthandler's watchdog `dump_traceback_later(timeout)` (`Timeout (H:MM:SS)!`, then `Thread 0x...` blocks as in
 # a fatal error's dump). The process was alive when it was taken: it was not killed there.
 PYSPY_PROCESS = re.compile(r"^Process \d+: \S")
-PYSPY_THREAD = re.compile(r'^Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>[\w+ -]+)\)(?::\s*"(?P<name>[^"]*)")?\s*$')
+PYSPY_THREAD = re.compile(
+    r'^Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>(?:active|idle)(?:\+gil)?)\): "(?P<name>[^"]*)"\s*$'
+)
 PYSPY_FRAME = re.compile(r"^ {4}(?P<func>\S.*?) \((?P<file>[^()]+):(?P<line>\d+)\)\s*$")
 WATCHDOG_TIMEOUT = re.compile(r"^Timeout \((?P<h>\d+):(?P<m>\d\d):(?P<s>\d\d)(?:\.\d+)?\)!\s*$")
 
 
 def live_stack_start(text: str) -> Classified | None:
     """The first line of a live process's stack dump (py-spy's, faulthandler's watchdog), or None."""
-    if PYSPY_PROCESS.match(text) or PYSPY_THREAD.match(text):
+    if PYSPY_THREAD.match(text):
         return Classified("live-stack", text, {"tool": "py-spy", "threads": []})
     if (found := WATCHDOG_TIMEOUT.match(text)) is not None:
         timer = int(found["h"]) * 3600 + int(found["m"]) * 60 + int(found["s"])

@@ -23,7 +23,9 @@ from trace_doctor.file_names import input_path
 from trace_doctor.ingest.parsers.dumps import OPENERS, dump_block_lines, opens_block
 from trace_doctor.ingest.parsers.log_kinds import (
     FAULT_THREAD,
+    PYSPY_PROCESS,
     PYSPY_THREAD,
+    WATCHDOG_TIMEOUT,
     Classified,
     classify_exception_line,
     classify_message,
@@ -69,6 +71,8 @@ EXCEPTION_GROUP_RULE = re.compile(r"^\+[-+]*(?: *(?:\d+|\.\.\.)[^-]*-*)?\s*$")
 # The crashing thread's frames kept from a faulthandler dump, innermost first.
 FAULT_FRAMES_KEPT = 20
 LIVE_THREADS_KEPT = 16
+# How the lines that open a live stack dump start (its header, its first thread's block).
+LIVE_STACK_STARTS = ("Process ", "Python v", "Timeout (", "Thread ")
 COLLAPSIBLE = frozenset({"warning", "renderer"})
 # A `Logging to:` line this close after `Command line invocation:` is the same process start.
 RESTART_WINDOW_LINES = 10
@@ -95,6 +99,7 @@ class _FileState:
     in_exception_group: bool = False  # reading an exception group's bordered traceback
     live_event: dict[str, Any] | None = None  # a live process's stack dump being read (py-spy, faulthandler watchdog)
     live_thread: dict[str, Any] | None = None  # its thread whose frames are being read
+    dump_header: tuple[int, str] | None = None  # a live stack dump's header (line, text), its threads to come
 
     def emit(
         self,
@@ -270,17 +275,25 @@ def _live_stack(state: _FileState, line: int, text: str) -> bool:
             ):
                 state.live_thread["frames"].append(frame)
             return True
-        if not threads and text.startswith("Python v"):  # py-spy's interpreter line, before the threads
-            return True
         state.live_event = state.live_thread = None
-    found = live_stack_start(text.strip()) if text.startswith(("Process ", "Thread ", "Timeout (")) else None
-    if found is None:
+    if not text.startswith(LIVE_STACK_STARTS):  # the cheap test: most lines are none of a dump's
+        state.dump_header = None
+        return False
+    if PYSPY_PROCESS.match(text) or WATCHDOG_TIMEOUT.match(text):
+        # A dump's header (py-spy's `Process N: <command>` and `Python vX (<path>)`, faulthandler's `Timeout
+        # (H:MM:SS)!`): the dump is one when a thread's block follows it.
+        state.dump_header = (line, text.strip())
+        return False
+    if state.dump_header is not None and text.startswith("Python v"):
+        return False
+    header, state.dump_header = state.dump_header, None
+    opens = PYSPY_THREAD.match(text) or (header is not None and FAULT_THREAD.match(text))
+    found = live_stack_start(header[1] if header and header[1].startswith("Timeout") else text.strip())
+    if not opens or found is None:
         return False
     state.in_record = False
-    state.live_event = state.emit(line, found.kind, found.message, found.fields)
-    if state.live_event is not None and text.startswith("Thread "):
-        return _live_stack(state, line, text)
-    return True
+    state.live_event = state.emit(header[0] if header else line, found.kind, found.message, found.fields)
+    return _live_stack(state, line, text) if state.live_event is not None else True
 
 
 def _faulthandler_dump(state: _FileState, line: int, text: str) -> bool:
