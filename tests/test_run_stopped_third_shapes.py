@@ -42,7 +42,7 @@ def test_richs_boxed_traceback_is_a_decoded_crash_with_its_own_fix(tmp_path):
     assert finding.evidence["kind"] == "crashed" and finding.confidence == "high", finding.message
     assert finding.steps == [7] and "BadRequestError: Error code: 400" in finding.message
     assert finding.evidence["error_cause"] == "the prompt plus max_tokens exceeds the model's context window"
-    assert finding.fix.startswith("Shorten the prompt or lower max_tokens")
+    assert finding.fix.startswith("To fix it: shorten the prompt or lower max_tokens.")
 
 
 def test_a_nan_guard_raised_in_richs_box_with_colour_codes_is_the_crash_in_train(tmp_path):

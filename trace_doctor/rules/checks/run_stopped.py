@@ -497,7 +497,8 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         message += _crash_text(error, known)
         evidence["error_cause"] = known.root_cause if known is not None else None
         if known is not None:
-            fix = f"{known.fix[:1].upper()}{known.fix[1:]}, then resume from the last checkpoint."
+            # The decoder's fix as written (it may start with a command: `pip install ...`).
+            fix = f"To fix it: {known.fix}. Then resume from the last checkpoint."
         if known is not None and known.id in SERVICE_SIDE_ERRORS:
             sessions = session_ids(ctx.run.log_events, ctx.run.meta.config)
             evidence["session_ids"] = sessions
