@@ -198,6 +198,27 @@ def pyspy_dump_in_sdk(folder: Path) -> None:
     )
 
 
+def faulthandler_watchdog_in_sdk(folder: Path) -> None:
+    """The watchdog's dump with the main thread blocked in the SDK's `.result()` in step 5's train."""
+    _rl_folder(folder, 40, 5)
+    dump = (
+        "Timeout (0:30:00)!\n"
+        "Thread 0x00007f1e2b7fe700 (most recent call first):\n"
+        '  File "/usr/lib/python3.12/selectors.py", line 468 in select\n'
+        '  File "/usr/lib/python3.12/asyncio/base_events.py", line 1949 in _run_once\n'
+        '  File "/home/u/.venv/lib/python3.12/site-packages/tinker/lib/internal_client_holder.py", line 98 in _run\n'
+        "\n"
+        "Thread 0x00007f1e3c4b1740 (most recent call first):\n"
+        '  File "/usr/lib/python3.12/threading.py", line 355 in wait\n'
+        '  File "/usr/lib/python3.12/concurrent/futures/_base.py", line 451 in result\n'
+        '  File "/home/u/.venv/lib/python3.12/site-packages/tinker/lib/public_interfaces/api_future.py", line 132 in '
+        "result\n"
+        '  File "/home/u/train.py", line 50 in train_step\n'
+        '  File "/home/u/train.py", line 80 in <module>\n'
+    )
+    _console(folder, rl_log(40, 5, _phase("sample", 5.0) + _phase("train", None) + dump))
+
+
 def faulthandler_watchdog_then_progress(folder: Path) -> None:
     """The watchdog fired in step 3's sampling, the run went on, and the capture ends inside step 8's train with
     nothing after it: the dump is of a state the run left, not where it stopped."""

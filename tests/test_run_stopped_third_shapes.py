@@ -70,8 +70,8 @@ def test_faulthandlers_fatal_error_is_a_native_crash_naming_the_crashing_threads
     assert finding.steps == [9] and "`Starting sample` with no `took`" in finding.message
     assert "crash in native code" in finding.message
     # The current thread's frames, innermost first; the SDK thread's idle loop is not the crash.
-    assert "embedding (functional.py:2264) ← score (reward_model.py:41)" in finding.message
-    assert "selectors.py" not in finding.message
+    assert "embedding (torch/nn/functional.py:2264) ← score (reward_model.py:41)" in finding.message
+    assert "selectors" not in finding.message
     assert "faulthandler" in finding.fix
 
 
@@ -175,6 +175,11 @@ def test_the_final_checkpoint_save_after_every_row_is_the_wrap_up(tmp_path):
         ("pyspy_dump_hang", "hung in user code", "score (reward.py:212)"),
         ("pyspy_dump_in_sdk", "hung on the service", "result (tinker/lib/public_interfaces/api_future.py:132)"),
         ("faulthandler_watchdog_hang", "hung in user code", "score (reward_model.py:41)"),
+        (
+            "faulthandler_watchdog_in_sdk",
+            "hung on the service",
+            "result (tinker/lib/public_interfaces/api_future.py:132)",
+        ),
     ],
 )
 def test_a_stack_dump_of_the_live_process_is_a_hang_where_its_main_thread_was(tmp_path, case, kind, frame):
@@ -184,7 +189,7 @@ def test_a_stack_dump_of_the_live_process_is_a_hang_where_its_main_thread_was(tm
     assert frame in finding.message and "dump of the live process, main thread" in finding.message
     assert "killed" not in finding.message and stopped_shapes_third.SESSION_ID in finding.message
     # The SDK's idle thread is not the main thread.
-    assert "select (selectors.py" not in finding.message
+    assert "select (selectors.py" not in finding.message and "_run (tinker" not in finding.message
 
 
 def test_the_watchdogs_timer_is_the_least_the_state_held(tmp_path):

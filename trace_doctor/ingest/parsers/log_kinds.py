@@ -158,12 +158,19 @@ def native_crash(text: str) -> Classified | None:
     return None
 
 
+# Where a frame's module path starts: after the installed packages' folder or the interpreter's library, as
+# py-spy shows it (`torch/nn/functional.py`, `asyncio/base_events.py`); a script's own file by its name.
+MODULE_PATH = re.compile(r"^.*/(?:site-packages|dist-packages|lib/python3\.\d+)/")
+
+
 def fault_frame(text: str) -> str | None:
-    """A faulthandler frame as `func (file:line)`, or None."""
+    """A faulthandler frame as `func (module/path.py:line)` (MODULE_PATH), or None."""
     found = FAULT_FRAME.match(text)
     if found is None:
         return None
-    return f"{found['func'].strip()} ({found['file'].rsplit('/', 1)[-1]}:{found['line']})"
+    path = found["file"]
+    shown = MODULE_PATH.sub("", path) if MODULE_PATH.match(path) else path.rsplit("/", 1)[-1]
+    return f"{found['func'].strip()} ({shown}:{found['line']})"
 
 
 def kill_signal(found: re.Match[str]) -> str:

@@ -6,7 +6,10 @@ was in flight on each thread (open trace spans, open `timed()` log phases, the l
 stack block), the SDK thread's last sign of life, how long the last state held against the usual step,
 how far through the planned steps it got, and what kind of stop it was:
 
-- crashed: a traceback or a fatal (non-retryable) error ends the log, decoded when known;
+- crashed: a traceback (plain, rich's boxed one, IPython's, loguru's, an exception group's sub-exception) or a
+  fatal (non-retryable) error ends the log, decoded when known (its fix is the decoder's; a service-side error
+  quotes the session id); a native crash (faulthandler's `Fatal Python error`, with the crashing thread's frames,
+  or the shell's `Segmentation fault`) is one too;
 - interrupted: KeyboardInterrupt / CancelledError ends it;
 - hung on the service: an SDK call in flight for many step times while the SDK thread kept running
   (its loop kept dumping, no heartbeat warning) — escalate with the session id;
@@ -14,6 +17,8 @@ how far through the planned steps it got, and what kind of stop it was:
   SDK thread starved of the GIL or not;
 - hung, where unknown: a run `trace-doctor watch` is following wrote nothing for longer than its stall
   bound, and nothing in the files says whether the service or user code holds it;
+- a stack dump of the live process after the last phase line (py-spy's, faulthandler's watchdog) is a hang too:
+  the process was there; its main thread's innermost own frame says where (the tinker SDK: the service);
 - killed: the files end inside a step with no sign anything kept running (SIGKILL, OOM, a lost node —
   or the files were copied while the run was still going; a console's progress bar left unfinished and a
   metrics row cut mid-write are such ends), or the terminal reports the kill (`Killed`, `Terminated`, the
@@ -597,7 +602,11 @@ RULE = register(
                 "`Starting X` log lines with no `X took`, errors and tracebacks after the log's last phase line "
                 "(decoded; a KeyboardInterrupt anywhere in a chained traceback is an interrupt, what a task raised "
                 "while the loop shut down is not the cause), a terminal's `Killed` / OOM-killer / scheduler-cancel "
-                "line (`Terminated`, `zsh: killed`, a slurm TIME LIMIT cancel, named as such), a console's "
+                "line (`Terminated`, `zsh: killed`, a slurm TIME LIMIT cancel, a cgroup OOM kill, a container's "
+                "`OOMKilled` or `exit code 137`, GNU timeout's signal, named as such), a native crash "
+                "(faulthandler's `Fatal Python error` with the crashing thread's frames, the shell's `Segmentation "
+                "fault`), a py-spy or faulthandler-watchdog dump of the live process (a hang, where its main "
+                "thread was), a console's "
                 "progress bar left short of its total, metrics.jsonl's last line cut mid-write, the trainer's "
                 "`Training completed successfully`, the last asyncio task dump and stack block of each thread and "
                 "how long each stayed the same, heartbeat warnings (their growth past the last phase line is a "
