@@ -162,6 +162,22 @@ class RunEnd:
     # Log files with lines of which none is in the cookbook's record layout (`logger:line [LEVEL] message`; a
     # user's own format with a timestamp in front): their phases, plan and errors were not read.
     unread_logs: tuple[str, ...] = ()
+    # A stack dump of the live process after the log's last phase line (py-spy's, faulthandler's watchdog): the
+    # process was there, stuck where its main thread's frames say, when the dump was taken.
+    live_stack: LogLineRef | None = None
+
+    @property
+    def live_main_frames(self) -> tuple[str, ...]:
+        """The live stack dump's main thread's frames, innermost first: py-spy's `MainThread`, else the thread whose
+        outermost frame is the script's `<module>` (faulthandler names no thread)."""
+        threads = self.live_stack.fields.get("threads") if self.live_stack is not None else None
+        if not isinstance(threads, list):
+            return ()
+        frames = [t.get("frames") or [] for t in threads if isinstance(t, dict)]
+        named = [f for t, f in zip(threads, frames, strict=True) if t.get("name") == "MainThread"]
+        script = [f for f in frames if f and str(f[-1]).startswith("<module> ")]
+        chosen = (named or script or [[]])[0]
+        return tuple(str(f) for f in chosen)
 
     @property
     def in_step_spans(self) -> tuple[OpenSpan, ...]:
@@ -250,6 +266,7 @@ class RunEnd:
             **({"unread_logs": list(self.unread_logs)} if self.unread_logs else {}),
             **({"broken_traces": list(self.broken_traces)} if self.broken_traces else {}),
             **({"heartbeat_alive_s": round(self.heartbeat_alive_s, 3)} if self.heartbeat_alive_s is not None else {}),
+            **({"live_stack": self.live_stack.to_dict()} if self.live_stack is not None else {}),
         }
 
 
@@ -560,9 +577,25 @@ def _open_bar(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef
     later = events.filter(
         (pl.col("source") == bar.source)
         & (pl.col("line") > (bar.line or 0))
-        & ~pl.col("kind").is_in(["killed", "error", "heartbeat", "gil-monitor", "version"])
+        & ~pl.col("kind").is_in(["killed", "error", "heartbeat", "gil-monitor", "version", "live-stack"])
     )
     return bar if later.is_empty() else None
+
+
+def _live_stack(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef | None:
+    """The last live stack dump with no phase line after it in its own file: a dump in a file of its own (py-spy's
+    output saved beside the run) is of the process as it sat when the user took it."""
+    # A dump that read no thread (a `Timeout (...)!` line alone) says nothing about where the process was.
+    dumps = events.filter((pl.col("kind") == "live-stack") & pl.col("fields").str.contains('"frames":["', literal=True))
+    if last_phase is not None:
+        dumps = dumps.filter((pl.col("source") != last_phase.source) | (pl.col("line") > (last_phase.line or 0)))
+    for row in reversed(list(dumps.iter_rows(named=True))):
+        later = events.filter(
+            (pl.col("source") == row["source"]) & (pl.col("line") > row["line"]) & (pl.col("kind") == "took")
+        )
+        if later.is_empty():
+            return _ref(row)
+    return None
 
 
 def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tuple[LogLineRef, ...]:
@@ -574,7 +607,17 @@ def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tu
         (pl.col("source") == last_phase.source)
         & (pl.col("line") > (last_phase.line or 0))
         & ~pl.col("kind").is_in(
-            ["error", "took", "heartbeat", "gil-monitor", "killed", "progress-bar", "version", "completed"]
+            [
+                "error",
+                "took",
+                "heartbeat",
+                "gil-monitor",
+                "killed",
+                "progress-bar",
+                "version",
+                "completed",
+                "live-stack",
+            ]
         )
     )
     return tuple(_ref(row) for row in after.iter_rows(named=True))
@@ -606,7 +649,7 @@ def run_end(run: Any) -> RunEnd:
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
-        bar, completed = None, None
+        bar, completed, live = None, None, None
     else:
         events = _last_launch(events)
         phases, last_phase, silence = _log_phases(events)
@@ -615,6 +658,7 @@ def run_end(run: Any) -> RunEnd:
         tail = _after_last_phase(events, last_phase)
         kills = _kill_lines(events, last_phase)
         bar = _open_bar(events, last_phase)
+        live = _live_stack(events, last_phase)
         done = events.filter(pl.col("kind") == "completed")
         completed = _ref(done.row(-1, named=True)) if not done.is_empty() else None
     gil = tuple(
@@ -649,4 +693,5 @@ def run_end(run: Any) -> RunEnd:
         completed_line=completed,
         unread_logs=_unread_logs(run),
         broken_traces=broken,
+        live_stack=live,
     )

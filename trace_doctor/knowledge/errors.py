@@ -34,6 +34,11 @@ def _known(
     return KnownError(id, re.compile(pattern, re.IGNORECASE), root_cause, fix, severity, needle.lower())
 
 
+# Errors the service's side or the way to it causes, not the run's own code or data: reported with the session id.
+SERVICE_SIDE_ERRORS = frozenset(
+    {"server-error", "connection-error", "stuck-requests", "publish-timeout", "retries-exhausted"}
+)
+
 # Order matters: the first match wins, so specific messages come before generic exception types.
 KNOWN_ERRORS: tuple[KnownError, ...] = (
     # The guide's smoke test (FORMATS.md 5.5): which of its two steps failed is the reading.
@@ -326,6 +331,18 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
         "check the model name and HF_TOKEN; use transformers>=5.3.1; if it still fails, delete "
         "~/.cache/huggingface/hub/models--<org>--<model>/ and retry",
         needle="tokeni",
+    ),
+    # A process killed by a crash signal, as faulthandler or the shell reports it (FORMATS.md 3.5 console).
+    _known(
+        "native-crash",
+        r"Fatal Python error: |\bsegmentation fault\b|\(core dumped\)|\billegal (?:hardware )?instruction\b"
+        r"|^(?:zsh: )?(?:bus error|aborted?)(?::? \d+)?(?: {2,}\S.*)?$",
+        "a crash in native code (a C extension such as torch, a tokenizer or numpy, or the interpreter itself): "
+        "the process died on a signal, not on a Python exception",
+        "find the call that crashed (the crashing thread's frames when faulthandler printed them; otherwise rerun "
+        "with `python -X faulthandler`), reproduce it alone, and upgrade or pin the extension it is in (a known-bad "
+        "build, torch/numpy/tokenizers versions that do not match)",
+        needle="",
     ),
     _known(
         "connection-error",

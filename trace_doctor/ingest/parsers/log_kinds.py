@@ -74,12 +74,103 @@ RL_PLAN = re.compile(r"^Will train on (?P<steps>\d+) batches(?: \(dataset has \d
 # script's `line 3: 4121 Killed    python train.py`; macOS sh `Killed: 9` / `Terminated: 15`; zsh
 # `zsh: killed  python train.py`), the kernel's OOM line, a scheduler's cancel (`DUE TO TIME LIMIT`,
 # `DUE TO PREEMPTION`, or no reason for scancel).
+# A container's or launcher's report of how its process ended (a Kubernetes pod's `OOMKilled`, ECS' `Container
+# killed due to memory usage`, a launcher's `exit code 137` / `return code list: [137]` (128 + the signal: 137 is
+# SIGKILL, 143 SIGTERM), torchrun's `exitcode: -9`) and GNU timeout's `--verbose` line are such reports too.
 KILL_LINE = re.compile(
     r"^(?:.*\bline \d+: +\d+ +)?(?P<shell>Killed|Terminated)(?:: \d+)?(?: {2,}\S.*)?$|"
     r"^zsh: (?P<zsh>killed|terminated) +\S|"
-    r"Out of memory: Killed process \d+|killed by the cgroup out-of-memory handler|oom[-_]kill|"
-    r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*"
+    r"(?P<oom>[Oo]ut of memory: Killed process \d+|killed by the cgroup out-of-memory handler|oom[-_]kill"
+    r"|\bOOMKilled\b|Container killed due to memory)|"
+    r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*|"
+    r"\b(?:exit|return|exited with) ?(?:code|status)(?: list)?:? \[?(?P<code>137|143)\]?(?!\d)|"
+    r"\bexitcode: (?P<torch>-9|-15)\b|"
+    r"^timeout: sending signal (?P<timeout>TERM|KILL|INT) to command"
 )
+
+EXIT_CODE_NEEDLES = ("code 137", "status 137", "[137]", "code 143", "status 143", "[143]", "exitcode: -")
+
+# A crash in native code (FORMATS.md 3.5 console): Python's faulthandler (`-X faulthandler`,
+# PYTHONFAULTHANDLER=1) prints `Fatal Python error: <what>` then each thread's frames, innermost first, as
+# `  File "<path>", line N in <func>` (no comma), the crashing one under `Current thread 0x... (most recent
+# call first):`; the shell then reports the signal (`Segmentation fault (core dumped)`, bash in a script
+# `line 3: 4121 Aborted  python train.py`, zsh `zsh: segmentation fault  python ...`, macOS `Bus error: 10`).
+FATAL_ERROR = re.compile(r"^Fatal Python error: (?P<what>[^:]+?)(?:: .*)?\s*$")
+FAULT_THREAD = re.compile(
+    r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+ (?:\[[^\]]*\] )?\(most recent call first\):"
+)
+FAULT_FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.+)$')
+NATIVE_CRASH_REPORT = re.compile(
+    r"^(?:.*\bline \d+: +\d+ +)?(?P<what>Segmentation fault|Aborted|Bus error|Illegal instruction"
+    r"|Floating point exception)(?: \(core dumped\)|: \d+)?(?: {2,}\S.*)?$"
+    r"|^zsh: (?P<zsh>segmentation fault|abort|bus error|illegal hardware instruction|floating point exception) +\S"
+)
+NATIVE_SIGNALS = {
+    "segmentation fault": "SIGSEGV",
+    "aborted": "SIGABRT",
+    "abort": "SIGABRT",
+    "bus error": "SIGBUS",
+    "illegal instruction": "SIGILL",
+    "illegal hardware instruction": "SIGILL",
+    "floating point exception": "SIGFPE",
+}
+
+# A stack dump of the live process, taken while it sat still: `py-spy dump --pid` (`Process N: <command>`, then
+# per thread `Thread N (active|idle): "Name"` and its frames innermost first as `    func (file:line)`), or
+# faulthandler's watchdog `dump_traceback_later(timeout)` (`Timeout (H:MM:SS)!`, then `Thread 0x...` blocks as in
+# a fatal error's dump). The process was alive when it was taken: it was not killed there.
+PYSPY_PROCESS = re.compile(r"^Process \d+: \S")
+PYSPY_THREAD = re.compile(
+    r'^Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>(?:active|idle)(?:\+gil)?)\): "(?P<name>[^"]*)"\s*$'
+)
+PYSPY_FRAME = re.compile(r"^ {4}(?P<func>\S.*?) \((?P<file>[^()]+):(?P<line>\d+)\)\s*$")
+WATCHDOG_TIMEOUT = re.compile(r"^Timeout \((?P<h>\d+):(?P<m>\d\d):(?P<s>\d\d)(?:\.\d+)?\)!\s*$")
+
+
+def live_stack_start(text: str) -> Classified | None:
+    """The first line of a live process's stack dump (py-spy's, faulthandler's watchdog), or None."""
+    if PYSPY_THREAD.match(text):
+        return Classified("live-stack", text, {"tool": "py-spy", "threads": []})
+    if (found := WATCHDOG_TIMEOUT.match(text)) is not None:
+        timer = int(found["h"]) * 3600 + int(found["m"]) * 60 + int(found["s"])
+        return Classified("live-stack", text, {"tool": "faulthandler", "timer_s": timer, "threads": []})
+    return None
+
+
+def pyspy_frame(text: str) -> str | None:
+    """A py-spy frame as `func (file:line)`, or None."""
+    found = PYSPY_FRAME.match(text)
+    return None if found is None else f"{found['func'].strip()} ({found['file']}:{found['line']})"
+
+
+def native_crash(text: str) -> Classified | None:
+    """faulthandler's `Fatal Python error:` line or the shell's report of a crash signal, as the error that
+    ended the run: its exception type is the signal (`SIGSEGV`), or `Fatal Python error` when it names none."""
+    if (found := FATAL_ERROR.match(text)) is not None:
+        what = found["what"].strip()
+        signal = NATIVE_SIGNALS.get(what.lower())
+        fields = {"exception_type": signal or "Fatal Python error", "native_crash": what, "signal": signal}
+        return Classified("error", text, {k: v for k, v in fields.items() if v is not None})
+    if (found := NATIVE_CRASH_REPORT.match(text)) is not None:
+        what = found["what"] or found["zsh"]
+        signal = NATIVE_SIGNALS[what.lower()]
+        return Classified("error", text, {"exception_type": signal, "native_crash": what, "signal": signal})
+    return None
+
+
+# Where a frame's module path starts: after the installed packages' folder or the interpreter's library, as
+# py-spy shows it (`torch/nn/functional.py`, `asyncio/base_events.py`); a script's own file by its name.
+MODULE_PATH = re.compile(r"^.*/(?:site-packages|dist-packages|lib/python3\.\d+)/")
+
+
+def fault_frame(text: str) -> str | None:
+    """A faulthandler frame as `func (module/path.py:line)` (MODULE_PATH), or None."""
+    found = FAULT_FRAME.match(text)
+    if found is None:
+        return None
+    path = found["file"]
+    shown = MODULE_PATH.sub("", path) if MODULE_PATH.match(path) else path.rsplit("/", 1)[-1]
+    return f"{found['func'].strip()} ({shown}:{found['line']})"
 
 
 def kill_signal(found: re.Match[str]) -> str:
@@ -89,7 +180,21 @@ def kill_signal(found: re.Match[str]) -> str:
     shell = found["shell"] or found["zsh"]
     if shell is not None:
         return "SIGTERM" if shell.lower() == "terminated" else "SIGKILL"
+    if found["timeout"] is not None:
+        return "SIG" + found["timeout"]
+    if found["code"] == "143" or found["torch"] == "-15":
+        return "SIGTERM"
     return "scheduler" if "CANCELLED AT" in found[0] else "SIGKILL"
+
+
+def kill_reason(found: re.Match[str]) -> str | None:
+    """Why a KILL_LINE match says the process was stopped, when it says: `time limit` (a scheduler's or GNU
+    timeout's), `out of memory` (the OOM killer, a container's memory limit), a scheduler's own reason."""
+    if found["why"]:
+        return found["why"].strip().lower()
+    if found["timeout"] is not None:
+        return "time limit"
+    return "out of memory" if found["oom"] is not None else None
 
 
 # A tqdm progress bar (rl/train.py gather_with_progress: `Sampling batch N`), redrawn after a carriage return
@@ -176,6 +281,10 @@ NEEDLES = (
     "oom-kill",
     "oom_kill",
     "CANCELLED AT",
+    "OOMKilled",
+    "Container killed",
+    *EXIT_CODE_NEEDLES,
+    "timeout: sending signal",
     "too stale",
     "Warning: ",
     *GUIDE_NEEDLES,
@@ -205,7 +314,7 @@ def interesting(text: str) -> bool:
 def kill_report(text: str) -> bool:
     """Whether a line is the shell's, kernel's or scheduler's report of a kill (KILL_LINE): printed to the
     terminal right after the last log record, so it is looked for inside a record too."""
-    needles = ("Kill", "kill", "CANCELLED", "Terminated")
+    needles = ("Kill", "kill", "CANCELLED", "Terminated", "timeout: ", *EXIT_CODE_NEEDLES)
     return any(n in text for n in needles) and KILL_LINE.search(text.strip()) is not None
 
 
@@ -298,8 +407,7 @@ def classify_message(message: str, level: str | None, logger: str | None) -> Cla
         return bar
     if level is None and (found := KILL_LINE.search(message)) is not None:
         # Only a bare line (no logger, no level): a log record that mentions `Killed` is not the shell's report.
-        why = (found["why"] or "").strip().lower() or None
-        return Classified("killed", message, {"why": why, "signal": kill_signal(found)})
+        return Classified("killed", message, {"why": kill_reason(found), "signal": kill_signal(found)})
     if level is not None and COMPLETED.match(message) is not None:
         return Classified("completed", message, {})
     if (found := RL_PLAN.match(message)) is not None:

@@ -22,12 +22,20 @@ import polars as pl
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.parsers.dumps import OPENERS, dump_block_lines, opens_block
 from trace_doctor.ingest.parsers.log_kinds import (
+    FAULT_THREAD,
+    PYSPY_PROCESS,
+    PYSPY_THREAD,
+    WATCHDOG_TIMEOUT,
     Classified,
     classify_exception_line,
     classify_message,
+    fault_frame,
     guide_printout,
     interesting,
     kill_report,
+    live_stack_start,
+    native_crash,
+    pyspy_frame,
     tinker_run_ids,
     versions_in,
 )
@@ -42,6 +50,29 @@ TRACEBACK_START = "Traceback (most recent call last):"
 # A terminal echoes Ctrl-C as `^C` just before Python prints the KeyboardInterrupt's traceback.
 TRACEBACK_STARTS = (TRACEBACK_START, "^C" + TRACEBACK_START)
 BARE_INTERRUPT = "KeyboardInterrupt"
+# rich's traceback handler (`rich.traceback.install()`) draws the frames in a box whose top border carries the
+# title and whose other lines start with a box-drawing character; the `Type: message` line follows the box.
+RICH_TRACEBACK_TOP = "╭"
+RICH_TRACEBACK_TITLE = TRACEBACK_START.rstrip(":")
+RICH_TRACEBACK_BODY = ("│", "╰", "╭")
+# loguru's traceback (`logger.exception`, `@logger.catch`) marks the frame it was caught in with `> File ...`.
+LOGURU_FRAME = "> File "
+# IPython's traceback (a notebook cell's output saved or pasted): `<Type>   Traceback (most recent call last)` under a
+# rule of dashes, then `Cell In[N], line L` / `File <path>:<line>, in <func>` headers with numbered source lines
+# (`--> 120` marks the line that raised), and the `Type: message` line.
+IPYTHON_TRACEBACK_HEADER = re.compile(r"^[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)\s*$")
+IPYTHON_TRACEBACK_BODY = ("Cell In[", "Input In [", "File ", "-->", "---->")
+# Python 3.11's exception group (an asyncio.TaskGroup's, anyio's): `  + Exception Group Traceback (most recent
+# call last):`, then the group's frames and each sub-exception's traceback behind a `| ` border, numbered by
+# `+-+---- 1 ----` rules; the sub-exceptions' final lines are the errors that ended the run.
+EXCEPTION_GROUP_START = re.compile(r"^\s*\+ Exception Group Traceback \(most recent call last\):\s*$")
+EXCEPTION_GROUP_BORDER = re.compile(r"^\s*(?:\| ?|(?=\+[-+]))")
+EXCEPTION_GROUP_RULE = re.compile(r"^\+[-+]*(?: *(?:\d+|\.\.\.)[^-]*-*)?\s*$")
+# The crashing thread's frames kept from a faulthandler dump, innermost first.
+FAULT_FRAMES_KEPT = 20
+LIVE_THREADS_KEPT = 16
+# How the lines that open a live stack dump start (its header, its first thread's block).
+LIVE_STACK_STARTS = ("Process ", "Python v", "Timeout (", "Thread ")
 COLLAPSIBLE = frozenset({"warning", "renderer"})
 # A `Logging to:` line this close after `Command line invocation:` is the same process start.
 RESTART_WINDOW_LINES = 10
@@ -63,6 +94,12 @@ class _FileState:
     seen_ids: set[str] = field(default_factory=set)
     last_restart: int | None = None
     last_model_dump: int | None = None  # line of the serialization test's `model_dump() took`
+    fatal_event: dict[str, Any] | None = None  # faulthandler's `Fatal Python error` event, its frames still read
+    in_crashed_thread: bool = False  # reading faulthandler's `Current thread` block
+    in_exception_group: bool = False  # reading an exception group's bordered traceback
+    live_event: dict[str, Any] | None = None  # a live process's stack dump being read (py-spy, faulthandler watchdog)
+    live_thread: dict[str, Any] | None = None  # its thread whose frames are being read
+    dump_header: tuple[int, str] | None = None  # a live stack dump's header (line, text), its threads to come
 
     def emit(
         self,
@@ -157,11 +194,33 @@ def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, ex
 
 def _continuation(state: _FileState, line: int, text: str) -> None:
     """A line that is not a record start: inside a record, a traceback, or a bare print."""
-    if text.startswith(TRACEBACK_STARTS):
+    if EXCEPTION_GROUP_START.match(text):
+        state.in_exception_group = True
+        state.traceback_line = line
+        return
+    if state.in_exception_group:
+        if (border := EXCEPTION_GROUP_BORDER.match(text)) is not None:
+            # The group's own tracebacks and each sub-exception's, read as plain tracebacks once the border
+            # is off: each final line is an error of its own.
+            inner = text[border.end() :]
+            if inner.strip() and not EXCEPTION_GROUP_RULE.match(inner):
+                _continuation_inside(state, line, inner)
+            return
+        state.in_exception_group = False
+    _continuation_inside(state, line, text)
+
+
+def _continuation_inside(state: _FileState, line: int, text: str) -> None:
+    """_continuation for a line outside an exception group's border (or with the border taken off)."""
+    if (
+        text.startswith(TRACEBACK_STARTS)
+        or (text.startswith(RICH_TRACEBACK_TOP) and RICH_TRACEBACK_TITLE in text)
+        or (RICH_TRACEBACK_TITLE in text and IPYTHON_TRACEBACK_HEADER.match(text) is not None)
+    ):
         state.traceback_line = line
         return
     if state.traceback_line is not None:
-        if text.startswith(" ") or not text.strip():
+        if text.startswith((" ", *RICH_TRACEBACK_BODY, LOGURU_FRAME, *IPYTHON_TRACEBACK_BODY)) or not text.strip():
             _handle_versions(state, line, text)
             return
         if text.startswith(("During handling of the above exception", "The above exception was the direct cause")):
@@ -172,6 +231,8 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
             return
         state.traceback_line = None
     if not text.strip():
+        return
+    if _live_stack(state, line, text) or _faulthandler_dump(state, line, text):
         return
     if text.strip() == BARE_INTERRUPT:
         # Ctrl-C with its traceback suppressed (a handler that prints the exception's name, `^C` echoed on
@@ -191,6 +252,77 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
         _handle_ids(state, line, text, None, None)
         return
     _bare(state, line, text)
+
+
+def _live_stack(state: _FileState, line: int, text: str) -> bool:
+    """A live process's stack dump (log_kinds.live_stack_start): one event, each thread's name and frames
+    (innermost first) on it; whether the line was part of one."""
+    live = state.live_event
+    if live is not None:
+        threads = live["_fields"]["threads"]
+        thread = FAULT_THREAD.match(text) or PYSPY_THREAD.match(text)
+        if thread is not None and len(threads) < LIVE_THREADS_KEPT:
+            name = thread.groupdict().get("name") or ("current" if thread.groupdict().get("current") else "")
+            state.live_thread = {"name": name or text.split(" (", 1)[0], "frames": []}
+            threads.append(state.live_thread)
+            return True
+        frame = fault_frame(text) or pyspy_frame(text)
+        if frame is not None or thread is not None:
+            if (
+                frame is not None
+                and state.live_thread is not None
+                and len(state.live_thread["frames"]) < FAULT_FRAMES_KEPT
+            ):
+                state.live_thread["frames"].append(frame)
+            return True
+        state.live_event = state.live_thread = None
+    if not text.startswith(LIVE_STACK_STARTS):  # the cheap test: most lines are none of a dump's
+        state.dump_header = None
+        return False
+    if PYSPY_PROCESS.match(text) or WATCHDOG_TIMEOUT.match(text):
+        # A dump's header (py-spy's `Process N: <command>` and `Python vX (<path>)`, faulthandler's `Timeout
+        # (H:MM:SS)!`): the dump is one when a thread's block follows it.
+        state.dump_header = (line, text.strip())
+        return False
+    if state.dump_header is not None and text.startswith("Python v"):
+        return False
+    header, state.dump_header = state.dump_header, None
+    opens = PYSPY_THREAD.match(text) or (header is not None and FAULT_THREAD.match(text))
+    found = live_stack_start(header[1] if header and header[1].startswith("Timeout") else text.strip())
+    if not opens or found is None:
+        return False
+    state.in_record = False
+    state.live_event = state.emit(header[0] if header else line, found.kind, found.message, found.fields)
+    return _live_stack(state, line, text) if state.live_event is not None else True
+
+
+def _faulthandler_dump(state: _FileState, line: int, text: str) -> bool:
+    """A native crash's report (log_kinds.native_crash) and, after faulthandler's `Fatal Python error`, the
+    frames of the thread that crashed, kept on its event; whether the line was one of these."""
+    fatal = state.fatal_event
+    if fatal is not None and (thread := FAULT_THREAD.match(text)) is not None:
+        state.in_crashed_thread = thread["current"] == "Current thread"
+        if state.in_crashed_thread:
+            fatal["_fields"]["traceback_line"] = line
+        return True
+    if fatal is not None and (frame := fault_frame(text)) is not None:
+        frames = fatal["_fields"].setdefault("frames", [])
+        if state.in_crashed_thread and len(frames) < FAULT_FRAMES_KEPT:
+            frames.append(frame)
+        return True
+    state.in_crashed_thread = False
+    if not text.startswith(("Fatal Python error: ", "zsh: ")) and not any(
+        word in text for word in ("fault", "Abort", "error", "instruction", "exception")
+    ):
+        return False
+    crash = native_crash(text.strip())
+    if crash is None:
+        return False
+    state.in_record = False
+    row = state.emit(line, crash.kind, crash.message, {**crash.fields, "exception_line": line})
+    if text.startswith("Fatal Python error: "):
+        state.fatal_event = row
+    return True
 
 
 def _bare(state: _FileState, line: int, text: str) -> None:
@@ -214,6 +346,7 @@ def _record(state: _FileState, line: int, logger: str, level: str, message: str)
     state.in_record = True
     state.traceback_line = None
     state.record_event = None
+    state.in_exception_group = False
     classified: Classified | None = None
     if level in ("WARNING", "ERROR", "CRITICAL") or interesting(message):
         classified = classify_message(message, level, logger)

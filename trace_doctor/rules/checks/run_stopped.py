@@ -6,7 +6,10 @@ was in flight on each thread (open trace spans, open `timed()` log phases, the l
 stack block), the SDK thread's last sign of life, how long the last state held against the usual step,
 how far through the planned steps it got, and what kind of stop it was:
 
-- crashed: a traceback or a fatal (non-retryable) error ends the log, decoded when known;
+- crashed: a traceback (plain, rich's boxed one, IPython's, loguru's, an exception group's sub-exception) or a
+  fatal (non-retryable) error ends the log, decoded when known (its fix is the decoder's; a service-side error
+  quotes the session id); a native crash (faulthandler's `Fatal Python error`, with the crashing thread's frames,
+  or the shell's `Segmentation fault`) is one too;
 - interrupted: KeyboardInterrupt / CancelledError ends it;
 - hung on the service: an SDK call in flight for many step times while the SDK thread kept running
   (its loop kept dumping, no heartbeat warning) — escalate with the session id;
@@ -14,6 +17,8 @@ how far through the planned steps it got, and what kind of stop it was:
   SDK thread starved of the GIL or not;
 - hung, where unknown: a run `trace-doctor watch` is following wrote nothing for longer than its stall
   bound, and nothing in the files says whether the service or user code holds it;
+- a stack dump of the live process after the last phase line (py-spy's, faulthandler's watchdog) is a hang too:
+  the process was there; its main thread's innermost own frame says where (the tinker SDK: the service);
 - killed: the files end inside a step with no sign anything kept running (SIGKILL, OOM, a lost node —
   or the files were copied while the run was still going; a console's progress bar left unfinished and a
   metrics row cut mid-write are such ends), or the terminal reports the kill (`Killed`, `Terminated`, the
@@ -27,14 +32,32 @@ how far through the planned steps it got, and what kind of stop it was:
 
 from __future__ import annotations
 
-from trace_doctor.derive.run_end import INTERRUPT_TYPES, DumpState, LogLineRef, RunEnd, exception_types
+import re
+
+from trace_doctor.derive.run_end import (
+    IDLE_LOOP_FUNCTIONS,
+    INTERRUPT_TYPES,
+    DumpState,
+    LogLineRef,
+    RunEnd,
+    exception_types,
+)
 from trace_doctor.derive.sessions import session_ids
-from trace_doctor.knowledge.errors import decode_error
+from trace_doctor.knowledge.errors import SERVICE_SIDE_ERRORS, KnownError, decode_error
 from trace_doctor.knowledge.tinker import HEARTBEAT_TASK, SERVICE_WAIT_PHASES, USER_CODE_PHASES
 from trace_doctor.model import Finding
 from trace_doctor.policy.service import RunStoppedPolicy
 from trace_doctor.rules.base import Rule, RuleDocs, register
 from trace_doctor.rules.context import RuleContext
+
+# A frame (`func (path:line)`) in the interpreter's library (asyncio, threading, selectors), and one in the tinker
+# SDK (not the cookbook): where a live stack dump's main thread was.
+STDLIB_FRAME = re.compile(
+    r"\((?:.*/lib/python3\.\d+/(?!site-packages/))?(?:asyncio|concurrent|threading|selectors)[/.]"
+)
+TINKER_SDK_FRAME = re.compile(r"\((?:.*/)?tinker/")
+
+EXCEPTION_GROUPS = ("ExceptionGroup", "BaseExceptionGroup")
 
 SEVERITY = {
     "crashed": "error",
@@ -130,7 +153,23 @@ def _in_flight(end: RunEnd) -> list[str]:
     for stack in end.stacks:
         where = "idle in its event loop (awaiting)" if stack.idle else f"in {' → '.join(stack.what)}"
         out.append(f"stacks [{stack.label}] {stack.at}: {where}")
+    if end.live_stack is not None:
+        live = end.live_stack
+        frames = end.live_main_frames
+        where = f"in {' ← '.join(frames[:4])} (innermost first)" if frames else "no main thread's frames read"
+        out.append(
+            f"{live.fields.get('tool')} dump of the live process, main thread: {where} ({live.source}:{live.line})"
+        )
     return out
+
+
+def _live_stack_where(frames: tuple[str, ...]) -> str | None:
+    """Where a live stack dump's main thread was: 'service' inside the tinker SDK (a call's result awaited),
+    'user' in any other code of its own; None when idle in its event loop (awaiting something) or unknown."""
+    if not frames or frames[0].split(" (", 1)[0] in IDLE_LOOP_FUNCTIONS:
+        return None
+    innermost = next((f for f in frames if not STDLIB_FRAME.search(f)), frames[0])
+    return "service" if TINKER_SDK_FRAME.search(innermost) else "user"
 
 
 def _held(dump: DumpState | None) -> float:
@@ -181,6 +220,18 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
             )
     if end.log_silence_s is not None:
         readings.append((end.log_silence_s, f"{end.log_silence_s:.0f} s of log after the last phase line", None))
+    if end.live_stack is not None:
+        # A dump taken of the live process: it was there, stuck where its main thread was. faulthandler's watchdog
+        # fires once its timer ran out, so the state held at least that long; py-spy's dump says no duration.
+        timer = end.live_stack.fields.get("timer_s")
+        readings.append(
+            (
+                float(timer) if isinstance(timer, int | float) else 0.0,
+                f"{end.live_stack.fields.get('tool')} dumped the live process's stacks after the last phase line"
+                + (f" (its watchdog's {timer} s timer had run out)" if timer else ""),
+                _live_stack_where(end.live_main_frames),
+            )
+        )
     if end.heartbeat_alive_s is not None:
         # The SDK's heartbeat thread kept logging past the last phase line: the process was there, the
         # phase did not end. Where it was held, the open phase says (_where_stuck).
@@ -196,6 +247,8 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
     # innermost open span or phase answers instead (_where_stuck).
     held_readings = [r for r in readings if r[0] > 0]
     where = max(held_readings, key=lambda r: (r[0], r[2] is not None))[2] if held_readings else None
+    if where is None and end.live_stack is not None:
+        where = _live_stack_where(end.live_main_frames)
     if end.watched_stall_s is not None:
         # The watch's own clock: a hold, not a place (the dumps and the open phases say where).
         readings.append(
@@ -250,15 +303,26 @@ def _sdk_life(end: RunEnd) -> tuple[str, bool | None]:
     return "; ".join(parts), starved
 
 
-def _decoded(end: RunEnd) -> tuple[str, str | None]:
-    """The error the log ends with (a traceback's last line first) and its decoded cause, if known."""
-    errors = list(end.exceptions) or [e for e in end.trailing_errors if decode_error(e.text) is not None]
+def _decoded(end: RunEnd) -> tuple[LogLineRef, KnownError | None]:
+    """The error the log ends with (a traceback's last line first) and what it is, if known."""
+    # An exception group only wraps what its tasks raised: the sub-exceptions after it are the cause.
+    causes = [e for e in end.exceptions if exception_types(e)[-1] not in EXCEPTION_GROUPS]
+    errors = causes or list(end.exceptions) or [e for e in end.trailing_errors if decode_error(e.text) is not None]
     if not errors:
         errors = list(end.trailing_errors)
     first = errors[0]
-    known = decode_error(first.text)
-    cause = known.root_cause if known is not None else None
-    return f"`{first.text[:200]}` ({first.source}:{first.line})", cause
+    return first, decode_error(first.text)
+
+
+def _crash_text(error: LogLineRef, known: KnownError | None) -> str:
+    """The error a crash ended with, its decoded cause, and the frames of the thread that crashed when a native
+    crash's dump names them (faulthandler, innermost first)."""
+    text = f" It ended with `{error.text[:200]}` ({error.source}:{error.line})"
+    text += (f": {known.root_cause}" if known is not None else "") + "."
+    frames = error.fields.get("frames")
+    if isinstance(frames, list) and frames:
+        text += f" The thread that crashed was in {' ← '.join(str(f) for f in frames[:4])} (innermost first)."
+    return text
 
 
 def _interrupted(end: RunEnd) -> bool:
@@ -299,11 +363,22 @@ def _kill_report(line: LogLineRef) -> tuple[str, str]:
             f"the scheduler cancelled the job{cause}",
             "Check why the job was cancelled, then resume from the last checkpoint.",
         )
-    if signal == "SIGTERM":
+    if why == "out of memory":
         return (
-            "a SIGTERM: something asked the process to stop (`kill PID`, a scheduler's preemption or limit, a "
+            f"a {signal or 'SIGKILL'} from the OOM killer: the machine or the container ran out of memory",
+            "Give the process more memory (the container's limit, a bigger machine) or use less of it (smaller "
+            "batches held in memory, fewer parallel environments or rollouts), then resume from the last checkpoint.",
+        )
+    if why == "time limit":
+        return f"a {signal or 'SIGTERM'} at the job's time limit (GNU `timeout`, a scheduler's wall-clock limit)", (
+            "Give the job a longer time limit (or make the run shorter), and resume from the last checkpoint."
+        )
+    if signal in ("SIGTERM", "SIGINT"):
+        return (
+            f"a {signal}: something asked the process to stop (`kill PID`, a scheduler's preemption or limit, a "
             "container or machine shutting down)",
-            "Find what sent the SIGTERM (the scheduler's or the machine's logs), then resume from the last checkpoint.",
+            f"Find what sent the {signal} (the scheduler's or the machine's logs), then resume from the last "
+            "checkpoint.",
         )
     return "a SIGKILL, most often the kernel's OOM killer (dmesg) or a scheduler's limit", FIX["killed"]
 
@@ -314,12 +389,14 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
     if any(decode_error(e.text) is not None or "non-retryable" in e.text for e in end.trailing_errors):
         return "crashed"
     # A run the watch judged stalled held past the watch's own bound while it was still being followed.
-    held = stuck_s >= threshold_s or end.watched_stall_s is not None
+    # A stack dump of the live process after the last phase line: someone saw it sitting there and dumped it.
+    alive = end.watched_stall_s is not None or end.live_stack is not None
+    held = stuck_s >= threshold_s or alive
     if held and stuck_where == "service":
         return "hung on the service"
     if held and stuck_where == "user":
         return "hung in user code"
-    if end.watched_stall_s is not None:
+    if alive:
         return "hung"
     if end.cut_off:
         return "killed"
@@ -332,7 +409,9 @@ def _confidence(end: RunEnd, kind: str) -> str:
     merely end inside a step may have been copied from a run still going."""
     if kind in ("crashed", "interrupted"):
         # A traceback says it; an exception's name on a line of its own (a bare `KeyboardInterrupt`) less so.
-        return "high" if any(e.fields.get("traceback_line") is not None for e in end.exceptions) else "medium"
+        # The shell's report of a crash signal (`Segmentation fault (core dumped)`) is as sure as a traceback.
+        sure = any(e.fields.get("traceback_line") is not None or e.fields.get("signal") for e in end.exceptions)
+        return "high" if sure else "medium"
     if kind == "killed":
         return "high" if end.kill_lines else "medium"
     if kind in ("hung on the service", "hung in user code"):
@@ -405,6 +484,8 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         "killed": "The run ended mid-step with no error (killed)",
         "stopped early": "The run stopped before its planned end",
     }[kind]
+    if kind == "killed" and end.stopped_step is None:
+        lead = "The run ended with no error (killed)"  # no step had begun: not mid-step
     message = f"{lead} {_where(end)}."
     if in_wrap_up:
         message = (
@@ -417,9 +498,18 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     evidence["stuck_s"] = round(stuck_s, 3)
     evidence["sdk_thread"] = sdk_text
     if kind == "crashed":
-        error, cause = _decoded(end)
-        message += f" It ended with {error}" + (f": {cause}" if cause else "") + "."
-        evidence["error_cause"] = cause
+        error, known = _decoded(end)
+        message += _crash_text(error, known)
+        evidence["error_cause"] = known.root_cause if known is not None else None
+        if known is not None:
+            # The decoder's fix as written (it may start with a command: `pip install ...`).
+            fix = f"To fix it: {known.fix}. Then resume from the last checkpoint."
+        if known is not None and known.id in SERVICE_SIDE_ERRORS:
+            sessions = session_ids(ctx.run.log_events, ctx.run.meta.config)
+            evidence["session_ids"] = sessions
+            if sessions:
+                ids = ", ".join(sessions[:3])
+                message += f" The service or the way to it failed: quote session id {ids} when you report it."
     if kind == "interrupted":
         message += " " + _interrupt_text(end)
         evidence["error_cause"] = None
@@ -512,7 +602,11 @@ RULE = register(
                 "`Starting X` log lines with no `X took`, errors and tracebacks after the log's last phase line "
                 "(decoded; a KeyboardInterrupt anywhere in a chained traceback is an interrupt, what a task raised "
                 "while the loop shut down is not the cause), a terminal's `Killed` / OOM-killer / scheduler-cancel "
-                "line (`Terminated`, `zsh: killed`, a slurm TIME LIMIT cancel, named as such), a console's "
+                "line (`Terminated`, `zsh: killed`, a slurm TIME LIMIT cancel, a cgroup OOM kill, a container's "
+                "`OOMKilled` or `exit code 137`, GNU timeout's signal, named as such), a native crash "
+                "(faulthandler's `Fatal Python error` with the crashing thread's frames, the shell's `Segmentation "
+                "fault`), a py-spy or faulthandler-watchdog dump of the live process (a hang, where its main "
+                "thread was), a console's "
                 "progress bar left short of its total, metrics.jsonl's last line cut mid-write, the trainer's "
                 "`Training completed successfully`, the last asyncio task dump and stack block of each thread and "
                 "how long each stayed the same, heartbeat warnings (their growth past the last phase line is a "
