@@ -281,6 +281,22 @@ def _last_segment(frame: pl.DataFrame) -> pl.DataFrame:
 OPEN_SPAN_COLUMNS = ["name", "track", "depth", "step", "segment", "start_us", "end_us", "closed"]
 
 
+def _segment_ends(run: Any) -> pl.DataFrame:
+    """Per segment (launch), the latest time a span reached (`reached`) and when its first stepped span
+    ended (`first_end`): combined from each part's, so a grown run's earlier parts are not read again."""
+
+    def ends(spans: pl.LazyFrame) -> pl.LazyFrame:
+        stepped = pl.col("closed").fill_null(True) & pl.col("step").is_not_null()
+        return spans.group_by("segment").agg(
+            pl.max_horizontal("start_us", "end_us").max().alias("reached"),
+            pl.col("end_us").filter(stepped).min().alias("first_end"),
+        )
+
+    parts = run.spans_per_part(("run-end-segments",), ends)
+    combined = pl.concat(parts, how="vertical") if parts else ends(run.scan("spans").head(0)).collect()
+    return combined.group_by("segment").agg(pl.col("reached").max(), pl.col("first_end").min())
+
+
 def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], int, int | None]:
     """The last segment's spans left open (a B with no E): each track's outermost and innermost
     OPEN_SPANS_LISTED, how many are not listed, and the latest step among those of them in a step. Read
@@ -288,15 +304,17 @@ def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], 
     stops inside millions of open spans (one B event repeated) holds them as columns, never as objects."""
     if run.height("spans") == 0:
         return (), 0, None
-    spans = run.scan("spans").select(OPEN_SPAN_COLUMNS)
-    last = spans.select(pl.col("segment").drop_nulls().max()).collect().item()
-    if last is not None:
-        spans = spans.filter(pl.col("segment") == last)
+    segments = _segment_ends(run)
+    known = segments.filter(pl.col("segment").is_not_null())
+    last = known.get_column("segment").max() if known.height else None
+    in_last = pl.col("segment") == last if last is not None else pl.lit(True)
+    spans = run.scan("spans").select(OPEN_SPAN_COLUMNS).filter(in_last)
     closed = pl.col("closed").fill_null(True)
-    open_rows = spans.filter(~closed).sort("track", "depth", "start_us").collect()
+    open_rows = run.spans_where(in_last & ~closed, OPEN_SPAN_COLUMNS).sort("track", "depth", "start_us")
     if open_rows.is_empty():
         return (), 0, None
-    trace_end = float(spans.select(pl.max_horizontal("start_us", "end_us").max()).collect().item())
+    ends = segments.filter(pl.col("segment") == last) if last is not None else segments
+    trace_end = float(ends.get_column("reached").max())
     # The cookbook writes `step` on a span's E event only: an open span's step is the one after the
     # last closed span of its name on its track.
     keys = open_rows.select("track", "name").unique()
@@ -308,7 +326,7 @@ def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], 
         .collect()
     )
     # When the run's first step ended: a span with no step begun before it is the loop around the steps.
-    first_end = stepped.select(pl.col("end_us").min()).collect().item()
+    first_end = ends.get_column("first_end").min()
     # A span inside an open span of a known step is part of that step: an eval or a checkpoint save runs
     # every N steps, so "the one after its last closed span" would name a step long past. Per track
     # (outermost first), the first span with a step of its own or a next one starts the chain; after it,
