@@ -137,6 +137,11 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Theil–Sen line (Sen 1968): the median of the slopes of every pair of points with distinct x, and
     the intercept median(y) - slope·median(x), as scipy.stats.theilslopes computes them (numpy only:
     the JSON report never imports scipy, whose import costs the CI run its startup time)."""
+    if len(x) > 1 and bool(np.all(x[1:] >= x[:-1])):
+        slopes = _ordered_pair_slopes(x, y)
+        if slopes is not None:
+            slope = float(np.median(slopes, overwrite_input=True))
+            return slope, float(np.median(y) - slope * np.median(x))
     # Every pair i < j as the upper triangle of the n x n differences: the same differences, in the
     # same (row-major) order as indexing by np.triu_indices, without its 1.1M-pair index arrays.
     n = len(x)
@@ -144,6 +149,30 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     pairs = np.triu(np.ones((n, n), dtype=bool), k=1) & (dx != 0)
     slope = float(np.median((y[None, :] - y[:, None])[pairs] / dx[pairs]))
     return slope, float(np.median(y) - slope * np.median(x))
+
+
+# Up to this many distinct x, theil_sen reads the pairs block by block (the waits' multiples are a few).
+MAX_X_BLOCKS = 64
+
+
+def _ordered_pair_slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """The slopes (y[j] - y[i]) / (x[j] - x[i]) of every pair i < j with x[i] < x[j], for x sorted:
+    block by block of equal x, one block against all later ones, instead of n x n matrices of which
+    most is the lower triangle and pairs of equal x. The same divisions of the same differences, so
+    the same values (their order does not change a median); None past MAX_X_BLOCKS blocks."""
+    bounds = np.flatnonzero(x[1:] != x[:-1]) + 1
+    if len(bounds) >= MAX_X_BLOCKS:
+        return None
+    begins, ends = np.concatenate(([0], bounds)), np.concatenate((bounds, [len(x)]))
+    sizes = (ends - begins) * (len(x) - ends)
+    slopes = np.empty(int(sizes.sum()))
+    at = 0
+    for begin, end, size in zip(begins.tolist(), ends.tolist(), sizes.tolist(), strict=True):
+        if size:
+            block = slopes[at : at + size].reshape(end - begin, len(x) - end)
+            np.divide(y[None, end:] - y[begin:end, None], x[None, end:] - x[begin:end, None], out=block)
+            at += size
+    return slopes
 
 
 def refine_cycle(waits: np.ndarray, period: float) -> tuple[float, float, float] | None:
@@ -170,8 +199,14 @@ def refine_cycle(waits: np.ndarray, period: float) -> tuple[float, float, float]
 def spans_several_multiples(waits: np.ndarray, period: float) -> bool:
     """Whether the waits land on at least two different multiples of `period`, each repeatedly."""
     waits = waits[np.isfinite(waits) & (waits > 0)]
-    multiples, counts = np.unique(np.round(waits / period).astype(int), return_counts=True)
+    nearest = np.round(waits / period).astype(int)
     support = max(2, int(MIN_MULTIPLE_SHARE * len(waits)))
+    if len(nearest) and 0 <= nearest.min() and nearest.max() <= 4 * len(nearest):
+        # Counted by value, without sorting every wait (np.unique sorts): the same counts.
+        counts = np.bincount(nearest)
+        multiples = np.arange(len(counts))
+    else:
+        multiples, counts = np.unique(nearest, return_counts=True)
     return int(((multiples > 0) & (counts >= support)).sum()) >= 2
 
 

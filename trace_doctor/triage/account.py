@@ -25,7 +25,7 @@ import math
 
 import polars as pl
 
-from trace_doctor.derive.intervals import length, merge, merge_columns, overlap
+from trace_doctor.derive.intervals import float_pairs, length, merge, merge_columns, merge_pairs, overlap
 from trace_doctor.derive.loop_phases import LoopPhases
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.derive.wall import TRACE_BASES, step_totals
@@ -128,7 +128,7 @@ def attribute(
             out[id(f)] = dataclasses.replace(f, seconds_lost=None, fraction_of_wall=None, evidence=evidence)
             continue
         claim = min(raw, wall_s)
-        ranges = merge([(float(r[0]), float(r[1])) for r in f.time_ranges_us if len(r) >= 2])
+        ranges = merge_pairs(*float_pairs(f.time_ranges_us))
         if ranges and held:
             span = length(ranges)
             shared = overlap(ranges, held)

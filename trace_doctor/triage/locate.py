@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
-from trace_doctor.derive.intervals import merge, overlap
+from trace_doctor.derive.intervals import float_pairs, merge_pairs, overlap
 from trace_doctor.model import Finding
 
 
@@ -15,19 +16,56 @@ def finding_key(finding: Finding) -> str:
     return finding.fingerprint or finding.rule
 
 
-def step_windows(spans: pl.DataFrame | pl.LazyFrame) -> dict[int, tuple[float, float]]:
-    """Step → (first span start, last span end) in trace microseconds, for steps the trace attributes."""
+# Step types an int64 holds exactly (the trace's steps are Int64).
+INT64_STEPS = (pl.Int64, pl.Int32, pl.Int16, pl.Int8, pl.UInt32, pl.UInt16, pl.UInt8)
+
+
+@dataclass(frozen=True)
+class StepWindows:
+    """Step → (first span start, last span end) in trace microseconds, for the steps the trace
+    attributes: arrays sorted by step, so a finding's thousands of steps are looked up at once."""
+
+    steps: np.ndarray  # int64, ascending, distinct
+    starts: np.ndarray  # float64
+    ends: np.ndarray
+
+    def of(self, steps: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the windows of those steps that have one, in the set's iteration order."""
+        empty = np.array([], dtype=np.float64)
+        if not steps or not len(self.steps):
+            return empty, empty
+        try:
+            wanted = np.fromiter(steps, dtype=np.int64, count=len(steps))
+        except OverflowError:  # a step no int64 holds has no window
+            wanted = np.fromiter((s for s in steps if -(2**63) <= s < 2**63), dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.steps, wanted), len(self.steps) - 1)
+        found = self.steps[at] == wanted
+        return self.starts[at[found]], self.ends[at[found]]
+
+
+def step_windows(spans: pl.DataFrame | pl.LazyFrame) -> StepWindows:
+    """Each attributed step's window: its first span's start and its last span's end."""
     spans = spans.lazy()
+    empty = StepWindows(np.array([], dtype=np.int64), np.array([], dtype=np.float64), np.array([], dtype=np.float64))
     if "step" not in spans.collect_schema().names():
-        return {}
+        return empty
     rows = (
-        spans.lazy()
-        .filter(pl.col("step").is_not_null())
+        spans.filter(pl.col("step").is_not_null())
         .group_by("step")
         .agg(pl.col("start_us").min().alias("a"), pl.col("end_us").max().alias("b"))
-        .collect()
+        .drop_nulls()
     )
-    return {int(s): (float(a), float(b)) for s, a, b in rows.iter_rows() if a is not None and b is not None}
+    if spans.collect_schema()["step"] not in INT64_STEPS:
+        # Steps read as int(): several values may land on one (the last row read wins, as in a dict).
+        by_step = {int(s): (float(a), float(b)) for s, a, b in rows.collect().iter_rows()}
+        ordered = sorted(by_step.items())
+        return StepWindows(
+            np.array([s for s, _ in ordered], dtype=np.int64),
+            np.array([w[0] for _, w in ordered], dtype=np.float64),
+            np.array([w[1] for _, w in ordered], dtype=np.float64),
+        )
+    rows = rows.select(pl.col("step").cast(pl.Int64), pl.col("a").cast(pl.Float64), pl.col("b").cast(pl.Float64))
+    return StepWindows(*(rows.sort("step").collect().get_column(c).to_numpy() for c in ("step", "a", "b")))
 
 
 @dataclass(frozen=True)
@@ -57,8 +95,8 @@ def _touching(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> boo
     return any(x[1] == y[0] or y[1] == x[0] for x in a for y in b) if len(a) * len(b) <= 10_000 else False
 
 
-def locate(finding: Finding, windows: dict[int, tuple[float, float]]) -> Location:
-    ranges = [(float(r[0]), float(r[1])) for r in finding.time_ranges_us if len(r) >= 2]
+def locate(finding: Finding, windows: StepWindows) -> Location:
+    starts, ends = float_pairs(finding.time_ranges_us)
     steps = frozenset(int(s) for s in finding.steps)
-    ranges += [windows[s] for s in steps if s in windows]
-    return Location(merge(ranges), steps)
+    window_starts, window_ends = windows.of(steps)
+    return Location(merge_pairs(np.concatenate((starts, window_starts)), np.concatenate((ends, window_ends))), steps)
