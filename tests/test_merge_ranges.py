@@ -1,5 +1,5 @@
-"""merge_ranges (and its column form) pick exactly what the plain loop over sorted pairs picks: the same
-values, of the same types, signed zeros and ties included, vectorised or not."""
+"""merge_range_columns picks exactly what merge_ranges' loop over sorted pairs picks: the same values, of the
+same types, signed zeros and ties included; and blocking-call's excess adds as the builtin sum does."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from trace_doctor.derive.stalls import VECTOR_MIN, merge_range_columns, merge_ranges
+from trace_doctor.derive.stalls import VECTOR_MIN, merge_range_columns
 
 
 def _plain(ranges):
@@ -28,73 +28,56 @@ def _exactly(got, expected):
     assert [[type(x) for x in r] for r in got] == [[type(x) for x in r] for r in expected]
 
 
-def _messy(seed: int, n: int = 400) -> list[list]:
-    """Nested, touching, equal, reversed and zero-length ranges, ints beside equal floats, signed zeros."""
+def _messy(seed: int, n: int = 400) -> list[list[float]]:
+    """Nested, touching, equal, reversed and zero-length ranges, signed zeros, in no order."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
-        start = int(rng.integers(-50, 4000))
+        start = float(rng.integers(-50, 4000))
         kind = rng.integers(0, 6)
-        end = start + (0 if kind == 0 else -int(rng.integers(1, 9)) if kind == 1 else int(rng.integers(1, 40)))
-        pair = [start, end]
-        if rng.random() < 0.5:
-            pair[0] = float(pair[0])
-        if rng.random() < 0.5:
-            pair[1] = float(pair[1])
-        out.append(pair)
-    out += [[0.0, 5], [-0.0, 5.0], [-3, -0.0], [-3.0, 0.0], [10, 20], [10.0, 20.0], [20, 25]]
+        end = start + (0 if kind == 0 else -float(rng.integers(1, 9)) if kind == 1 else float(rng.integers(1, 40)))
+        out.append([start, end])
+    out += [[0.0, 5.0], [-0.0, 5.0], [-3.0, -0.0], [-3.0, 0.0], [10.0, 20.0], [10.0, 20.0], [20.0, 25.0]]
     rng.shuffle(out)
     return out
 
 
+def _columns(ranges, dtype=pl.Float64):
+    return pl.Series([a for a, _ in ranges], dtype=dtype), pl.Series([b for _, b in ranges], dtype=dtype)
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_long_lists_merge_as_the_loop_does(seed):
+def test_columns_merge_as_the_loop_does(seed):
     ranges = _messy(seed)
     assert len(ranges) >= VECTOR_MIN
-    expected = _plain([list(r) for r in ranges])
+    expected = _plain(ranges)
     assert 1 < len(expected) < len(ranges)
-    _exactly(merge_ranges(ranges), expected)
-    _exactly(merge_ranges([tuple(r) for r in ranges]), expected)
+    _exactly(merge_range_columns(*_columns(ranges)), expected)
+    as_ints = [[int(a), int(b)] for a, b in ranges]
+    _exactly(merge_range_columns(*_columns(as_ints, pl.Int64)), _plain(as_ints))
 
 
 def test_edge_cases():
-    assert merge_ranges([]) == []
+    assert merge_range_columns(*_columns([])) == []
     touching = [[float(i), float(i + 1)] for i in range(100)]
-    _exactly(merge_ranges(touching), [[0.0, 100.0]])
+    _exactly(merge_range_columns(*_columns(touching)), [[0.0, 100.0]])
     nested = [[0, 100]] + [[i, i + 1] for i in range(1, 99)]
-    _exactly(merge_ranges(nested[::-1]), [[0, 100]])
-    # The first of equal largest ends is kept, as max() keeps its first argument.
-    ties = [[0, 10.0]] + [[1, 10]] * 70
-    _exactly(merge_ranges(ties), [[0, 10.0]])
+    _exactly(merge_range_columns(*_columns(nested[::-1], pl.Int64)), [[0, 100]])
+    # The first of equal largest ends is kept, as max() keeps its first argument: here the sign of zero.
+    ties = [[-5.0, -0.0]] + [[-4.0, 0.0]] * 70 + [[1.0, 2.0]]
+    _exactly(merge_range_columns(*_columns(ties)), [[-5.0, -0.0], [1.0, 2.0]])
+    short = _messy(1)[:5]
+    _exactly(merge_range_columns(*_columns(short)), _plain(short))
 
 
 def test_what_the_arrays_cannot_order_goes_to_the_loop():
     base = [[float(i), float(i) + 0.5] for i in range(100)]
     with_nan = [*base, [math.nan, 3.0]]
-    assert len(merge_ranges(with_nan)) == len(_plain([list(r) for r in with_nan]))
-    huge = [*base, [2**60 + 1, 2**60 + 3], [2**60, 2**60 + 2]]
-    _exactly(merge_ranges(huge), _plain(huge))
-    with pytest.raises(TypeError):
-        merge_ranges([*base, [None, 1.0], [2.0, None]])
-
-
-@pytest.mark.parametrize("dtype", [pl.Float64, pl.Int64])
-def test_columns_merge_as_the_pairs_do(dtype):
-    ranges = [[int(a), int(b)] for a, b in _messy(3)]
-    starts = pl.Series([a for a, _ in ranges], dtype=dtype)
-    ends = pl.Series([b for _, b in ranges], dtype=dtype)
-    expected = _plain([[a, b] for a, b in zip(starts.to_list(), ends.to_list(), strict=True)])
-    _exactly(merge_range_columns(starts, ends), expected)
-    short = merge_range_columns(starts.head(5), ends.head(5))
-    _exactly(short, _plain([[a, b] for a, b in zip(starts.head(5).to_list(), ends.head(5).to_list(), strict=True)]))
-
-
-def test_columns_with_nulls_go_to_the_loop():
-    starts = pl.Series([float(i) for i in range(100)] + [None])
-    ends = pl.Series([float(i) + 2 for i in range(100)] + [None])
-    with pytest.raises(TypeError):
-        merge_range_columns(starts, ends)
-    _exactly(merge_range_columns(starts.head(100), ends.head(100)), [[0.0, 101.0]])
+    _exactly(merge_range_columns(*_columns(with_nan)), _plain(with_nan))
+    huge = [[i, i + 1] for i in range(100)] + [[2**60 + 1, 2**60 + 3], [2**60, 2**60 + 2]]
+    _exactly(merge_range_columns(*_columns(huge, pl.Int64)), _plain(huge))
+    with pytest.raises(TypeError):  # the loop's answer to ranges it cannot sort
+        merge_range_columns(*_columns([*base, [None, 1.0], [2.0, None]]))
 
 
 def test_blocked_excess_adds_in_row_order():

@@ -6,7 +6,6 @@ main thread blocked in synchronous code (the SDK thread lives on).
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -21,13 +20,7 @@ ROUND_TRIP = frozenset(SAMPLING_CALLS)
 
 
 def merge_ranges(ranges: list[list[float]]) -> list[list[float]]:
-    """Union of [start, end] ranges, sorted: in (start, end) order, a range whose start is at most the
-    end so far joins it. Each merged range is [its first range's start, the first of its largest ends],
-    the values themselves (an int stays an int in the JSON)."""
-    if len(ranges) >= VECTOR_MIN:
-        merged = _merge_ranges_vectorised(ranges)
-        if merged is not None:
-            return merged
+    """Union of [start, end] ranges, sorted."""
     merged: list[list[float]] = []
     for start, end in sorted(ranges):
         if merged and start <= merged[-1][1]:
@@ -37,31 +30,16 @@ def merge_ranges(ranges: list[list[float]]) -> list[list[float]]:
     return merged
 
 
-# From this many ranges, sorting two arrays beats sorting a list of lists (a trace's thousands of long calls).
+# From this many rows, merging the columns as arrays beats a list per row (a trace's thousands of long calls).
 VECTOR_MIN = 64
-# Python ints up to this size are exact as float64, so comparing them as arrays orders them as Python does.
+# Ints up to this size are exact as float64, so comparing them as floats orders them as Python does.
 EXACT_INT = 2.0**53
-
-
-def _merge_ranges_vectorised(ranges: list[list[float]]) -> list[list[float]] | None:
-    """merge_ranges with the sort and the running end in numpy, picking the same values; None when the
-    ranges are not plain pairs of ints and floats that float64 orders as Python does (then the loop
-    decides, errors included)."""
-    if len(set(map(type, ranges))) != 1 or type(ranges[0]) not in (list, tuple) or set(map(len, ranges)) != {2}:
-        return None
-    if not set(map(type, chain.from_iterable(ranges))) <= {int, float}:
-        return None
-    pairs = np.array(ranges, dtype=np.float64)
-    # NaN orders nowhere in a Python sort (the loop's answer depends on where it sits).
-    if np.isnan(pairs).any() or (np.abs(pairs) > EXACT_INT).any():
-        return None
-    first, largest = union_picks(pairs[:, 0], pairs[:, 1])
-    return [[ranges[i][0], ranges[j][1]] for i, j in zip(first.tolist(), largest.tolist(), strict=True)]
 
 
 def merge_range_columns(starts: pl.Series, ends: pl.Series) -> list[list[float]]:
     """merge_ranges of the pairs (starts[i], ends[i]) of two table columns (a trace's thousands of long
-    calls), without a list per pair."""
+    calls), without a list per pair: the same values, picked by index (intervals.union_picks). Columns
+    with nulls or NaN, which a Python sort does not order, go through the lists."""
     if (
         len(starts) >= VECTOR_MIN
         and starts.dtype == ends.dtype
