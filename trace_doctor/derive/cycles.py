@@ -88,9 +88,14 @@ def _phase_stats(sample: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, n
     rs, angles = [], []
     # 2π·w once, not once per chunk: the same product each time, so the same phases (2π·w/c).
     turns = 2.0 * np.pi * sample
-    for chunk in np.array_split(periods, max(1, len(periods) // 50)):
-        phases = turns[None, :] / chunk[:, None]
-        c, s = np.cos(phases).mean(axis=1), np.sin(phases).mean(axis=1)
+    chunks = np.array_split(periods, max(1, len(periods) // 50))
+    # One buffer each for the phases and their cosines and sines, reused by every chunk.
+    phases_of, trig_of = np.empty((len(chunks[0]), len(turns))), np.empty((len(chunks[0]), len(turns)))
+    for chunk in chunks:
+        phases, trig = phases_of[: len(chunk)], trig_of[: len(chunk)]
+        np.divide(turns[None, :], chunk[:, None], out=phases)
+        c = np.cos(phases, out=trig).mean(axis=1)
+        s = np.sin(phases, out=trig).mean(axis=1)
         rs.append(np.hypot(c, s))
         angles.append(np.abs(np.arctan2(s, c)))
     return np.concatenate(rs), np.concatenate(angles)
@@ -178,9 +183,14 @@ def _ordered_pair_slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
 def refine_cycle(waits: np.ndarray, period: float) -> tuple[float, float, float] | None:
     """(cycle, offset, jitter): a Theil–Sen line wait = k·cycle + offset through the waits' nearest
     multiples k of `period`, and the residuals' robust spread (1.4826·MAD) as a share of the cycle."""
-    waits = np.sort(waits[np.isfinite(waits) & (waits > 0)])
+    waits = waits[np.isfinite(waits) & (waits > 0)]
     if len(waits) > REFINE_POINTS:
+        # Polars' single-threaded sort of a trace's ~1M waits takes two thirds of numpy's; positive
+        # finite floats have one order, so the same array.
+        waits = pl.Series(values=waits).sort(multithreaded=False).to_numpy()
         waits = waits[np.linspace(0, len(waits) - 1, REFINE_POINTS).astype(np.int64)]
+    else:
+        waits = np.sort(waits)
     multiples = np.round(waits / period)
     keep = multiples >= 1
     waits, multiples = waits[keep], multiples[keep]

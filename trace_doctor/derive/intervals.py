@@ -28,14 +28,14 @@ def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 def float_pairs(ranges: list) -> tuple[np.ndarray, np.ndarray]:
     """The (float(r[0]), float(r[1])) of the ranges with two values or more (a finding's
     `time_ranges_us`), as two arrays: one conversion of the whole list when it is a table of pairs."""
-    if len(ranges) >= VECTOR_MIN:
+    if len(ranges) >= VECTOR_MIN and set(map(type, ranges)) <= {list, tuple} and set(map(len, ranges)) == {2}:
         try:
-            pairs = np.array(ranges, dtype=np.float64)
-        except (TypeError, ValueError):
-            pairs = None
-        # NaN may be a None numpy converted (float() refuses it): the plain reading decides.
-        if pairs is not None and pairs.ndim == 2 and pairs.shape[1] == 2 and not np.isnan(pairs).any():
-            return pairs[:, 0], pairs[:, 1]
+            flat = np.fromiter(chain.from_iterable(ranges), dtype=np.float64, count=2 * len(ranges))
+        except (TypeError, ValueError, OverflowError):
+            flat = None  # what float() refuses: the plain reading raises it
+        # numpy reads None as NaN, which float() refuses: with a NaN the plain reading decides.
+        if flat is not None and not np.isnan(flat).any():
+            return flat[0::2], flat[1::2]
     flat = [(float(r[0]), float(r[1])) for r in ranges if len(r) >= 2]
     if not flat:
         return np.array([], dtype=np.float64), np.array([], dtype=np.float64)
