@@ -64,8 +64,12 @@ def step_windows(spans: pl.DataFrame | pl.LazyFrame) -> StepWindows:
             np.array([w[0] for _, w in ordered], dtype=np.float64),
             np.array([w[1] for _, w in ordered], dtype=np.float64),
         )
-    rows = rows.select(pl.col("step").cast(pl.Int64), pl.col("a").cast(pl.Float64), pl.col("b").cast(pl.Float64))
-    return StepWindows(*(rows.sort("step").collect().get_column(c).to_numpy() for c in ("step", "a", "b")))
+    table = (
+        rows.select(pl.col("step").cast(pl.Int64), pl.col("a").cast(pl.Float64), pl.col("b").cast(pl.Float64))
+        .sort("step")
+        .collect()
+    )
+    return StepWindows(*(table.get_column(c).to_numpy() for c in ("step", "a", "b")))
 
 
 @dataclass(frozen=True)
