@@ -81,7 +81,7 @@ def test_what_the_arrays_cannot_order_goes_to_the_loop():
 
 
 def test_blocked_excess_adds_in_row_order():
-    from trace_doctor.rules.checks.blocking_call_in_async import sum_in_order
+    from trace_doctor.derive.intervals import sum_in_order
 
     rng = np.random.default_rng(7)
     values = np.concatenate((rng.exponential(1e6, 5000), [1e17, 3.0, -1e17, 0.1, math.nan], rng.exponential(1.0, 50)))

@@ -56,14 +56,33 @@ def merge_columns(starts: pl.Series, ends: pl.Series) -> list[tuple[float, float
     return _merge_arrays(starts.cast(pl.Float64).to_numpy(), ends.cast(pl.Float64).to_numpy())
 
 
+def union_length_columns(starts: pl.Series, ends: pl.Series) -> float:
+    """length(merge_columns(starts, ends)) without the list of intervals: the same lengths, added in
+    the same order."""
+    a, b = _merged_bounds(starts.cast(pl.Float64).to_numpy(), ends.cast(pl.Float64).to_numpy())
+    return sum_in_order(b - a)
+
+
+def sum_in_order(values: np.ndarray) -> float:
+    """0.0 + values[0] + values[1] + ..., left to right, as the builtin sum adds floats (numpy's sum adds
+    pairwise, which rounds differently): a running total's last value."""
+    return float(np.cumsum(np.concatenate(([0.0], values)))[-1])
+
+
 def _merge_arrays(a: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]:
-    """`merge`, vectorised: sorted by start, a new interval begins where a start lies past the
-    running maximum of the ends before it. Empty and NaN intervals are dropped."""
+    """`merge`, vectorised (_merged_bounds)."""
+    starts, ends = _merged_bounds(a, b)
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def _merged_bounds(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The starts and ends of `merge`'s intervals: sorted by start, a new interval begins where a start
+    lies past the running maximum of the ends before it. Empty and NaN intervals are dropped."""
     keep = b > a  # False for NaN, which is also what a null becomes
     if not keep.all():
         a, b = a[keep], b[keep]
     if not len(a):
-        return []
+        return a, b
     # Spans come in start order mostly: then the stable sort would leave them where they are.
     if not (a[1:] >= a[:-1]).all():
         order = np.argsort(a, kind="stable")
@@ -71,7 +90,7 @@ def _merge_arrays(a: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]:
     reach = np.maximum.accumulate(b)
     first = np.flatnonzero(np.concatenate(([True], a[1:] > reach[:-1])))
     last = np.concatenate((first[1:] - 1, [len(a) - 1]))
-    return list(zip(a[first].tolist(), reach[last].tolist(), strict=True))
+    return a[first], reach[last]
 
 
 def union_picks(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ import math
 
 import polars as pl
 
-from trace_doctor.derive.intervals import float_pairs, length, merge, merge_columns, merge_pairs, overlap
+from trace_doctor.derive.intervals import float_pairs, length, merge, merge_pairs, overlap, union_length_columns
 from trace_doctor.derive.loop_phases import LoopPhases
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.derive.wall import TRACE_BASES, step_totals
@@ -171,8 +171,9 @@ def service_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame)
             .collect()
         )
         if waits.height:
-            union = merge_columns(waits["start_us"], waits["end_us"])
-            return length(union) / 1e6, "union of result-wait spans in the trace"
+            return union_length_columns(
+                waits["start_us"], waits["end_us"]
+            ) / 1e6, "union of result-wait spans in the trace"
     if step_times.height:
         waits = phase_seconds(step_times, "step").drop_nulls().drop_nans()
         if len(waits):

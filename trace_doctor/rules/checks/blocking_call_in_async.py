@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from trace_doctor.derive.dump_cadence import sdk_loop_silences, silences
+from trace_doctor.derive.intervals import sum_in_order
 from trace_doctor.derive.log_signals import sync_from_async_lines
 from trace_doctor.derive.profile_stats import stack_states
 from trace_doctor.derive.stalls import (
@@ -148,12 +149,6 @@ def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
         time_ranges_us=merge_range_columns(long.get_column("start_us"), long.get_column("end_us")),
         steps=sorted({int(step) for step in long.get_column("step").drop_nulls().to_list()}),
     )
-
-
-def sum_in_order(values: np.ndarray) -> float:
-    """0.0 + values[0] + values[1] + ..., left to right, as the builtin sum adds floats (numpy's sum adds
-    pairwise, which rounds differently): a running total's last value."""
-    return float(np.cumsum(np.concatenate(([0.0], values)))[-1])
 
 
 def _round_trips(ctx: RuleContext[BlockingCallPolicy]) -> bool:
