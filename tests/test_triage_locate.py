@@ -10,7 +10,7 @@ import pytest
 
 from trace_doctor.derive.intervals import float_pairs, merge
 from trace_doctor.model import Finding
-from trace_doctor.triage.locate import locate, step_windows
+from trace_doctor.triage.locate import StepWindows, locate, step_windows
 
 
 def _spans(step_dtype=pl.Int64) -> pl.DataFrame:
@@ -75,3 +75,42 @@ def test_float_pairs_reads_what_float_reads_and_refuses_what_it_refuses():
         float_pairs([*pairs, [None, 1.0]])
     with pytest.raises(ValueError):
         float_pairs([*pairs, ["x", 1.0]])
+
+
+def _plain_meets(a: list, b: list) -> bool:
+    from trace_doctor.derive.intervals import overlap
+
+    touching = any(x[1] == y[0] or y[1] == x[0] for x in a for y in b) if len(a) * len(b) <= 10_000 else False
+    return overlap(a, b) > 0 or touching
+
+
+def _intervals(rng, n: int, scale: float) -> list[list[float]]:
+    starts = np.round(rng.uniform(0, scale, n))
+    return [[float(a), float(a + d)] for a, d in zip(starts, np.round(rng.exponential(scale / n / 2, n)), strict=True)]
+
+
+def test_locations_meet_as_the_interval_loop_says():
+    none = StepWindows(np.array([], dtype=np.int64), np.array([]), np.array([]))
+    seen = set()
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        scale = 10 ** rng.uniform(2, 7)
+        a = locate(_finding([], _intervals(rng, int(rng.integers(1, 150)), scale)), none)
+        b = locate(_finding([], _intervals(rng, int(rng.integers(1, 150)), 1e4)), none)
+        expected = _plain_meets(a.intervals, b.intervals)
+        assert a.meets(b) == b.meets(a) == expected
+        seen.add(expected)
+    assert seen == {True, False}
+
+
+def test_touching_and_apart():
+    none = StepWindows(np.array([], dtype=np.int64), np.array([]), np.array([]))
+    left = locate(_finding([], [[0.0, 10.0], [20.0, 30.0]]), none)
+    for ranges, meets in (([[30.0, 40.0]], True), ([[10.0, 20.0]], True), ([[11.0, 19.0]], False), ([[5, 6]], True)):
+        assert left.meets(locate(_finding([], ranges), none)) is meets
+    # Past 10 000 pairs a touch is not looked for (only overlaps), as before.
+    many = locate(_finding([], [[float(i), i + 0.5] for i in range(200)]), none)
+    touching = locate(_finding([], [[i + 0.5, i + 0.7] for i in range(0, 200, 2)]), none)
+    assert len(many.intervals) * len(touching.intervals) > 10_000
+    assert many.meets(touching) is False is _plain_meets(many.intervals, touching.intervals)
+    assert many.meets(locate(_finding([], [[i + 0.5, i + 0.7] for i in range(0, 40, 2)]), none)) is True

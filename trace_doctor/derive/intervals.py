@@ -59,7 +59,7 @@ def merge_columns(starts: pl.Series, ends: pl.Series) -> list[tuple[float, float
 def union_length_columns(starts: pl.Series, ends: pl.Series) -> float:
     """length(merge_columns(starts, ends)) without the list of intervals: the same lengths, added in
     the same order."""
-    a, b = _merged_bounds(starts.cast(pl.Float64).to_numpy(), ends.cast(pl.Float64).to_numpy())
+    a, b = merged_bounds(starts.cast(pl.Float64).to_numpy(), ends.cast(pl.Float64).to_numpy())
     return sum_in_order(b - a)
 
 
@@ -70,12 +70,12 @@ def sum_in_order(values: np.ndarray) -> float:
 
 
 def _merge_arrays(a: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]:
-    """`merge`, vectorised (_merged_bounds)."""
-    starts, ends = _merged_bounds(a, b)
+    """`merge`, vectorised (merged_bounds)."""
+    starts, ends = merged_bounds(a, b)
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
-def _merged_bounds(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merged_bounds(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The starts and ends of `merge`'s intervals: sorted by start, a new interval begins where a start
     lies past the running maximum of the ends before it. Empty and NaN intervals are dropped."""
     keep = b > a  # False for NaN, which is also what a null becomes

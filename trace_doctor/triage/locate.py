@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from trace_doctor.derive.intervals import float_pairs, merge_pairs, overlap
+from trace_doctor.derive.intervals import float_pairs, merged_bounds
 from trace_doctor.model import Finding
 
 
@@ -74,33 +74,51 @@ def step_windows(spans: pl.DataFrame | pl.LazyFrame) -> StepWindows:
 
 @dataclass(frozen=True)
 class Location:
-    """A finding's place in the run: time intervals (its own ranges and its steps' windows) and steps."""
+    """A finding's place in the run: time intervals (its own ranges and its steps' windows, merged:
+    ascending, each ending before the next starts) and steps."""
 
-    intervals: list[tuple[float, float]]
+    starts: np.ndarray
+    ends: np.ndarray
     steps: frozenset[int]
+
+    @property
+    def intervals(self) -> list[tuple[float, float]]:
+        return list(zip(self.starts.tolist(), self.ends.tolist(), strict=True))
 
     @property
     def run_wide(self) -> bool:
         """Measured over the whole run (a profile, a log count): no place to compare."""
-        return not self.intervals and not self.steps
+        return not len(self.starts) and not self.steps
 
     def meets(self, other: Location) -> bool:
         """Whether two findings can be about the same time: their intervals or steps intersect, or
         either is run-wide (nothing shows they are not)."""
         if self.run_wide or other.run_wide:
             return True
-        if self.intervals and other.intervals:
-            return overlap(self.intervals, other.intervals) > 0 or _touching(self.intervals, other.intervals)
+        if len(self.starts) and len(other.starts):
+            return _overlapping(self, other) or _touching(self, other)
         return bool(self.steps & other.steps)
 
 
-def _touching(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool:
+def _overlapping(a: Location, b: Location) -> bool:
+    """Whether the intervals of a and b share more than a point (intervals.overlap(a, b) > 0: each
+    pair that does adds a positive length). Merged intervals have ascending ends too, so the intervals
+    of b that an interval of a overlaps, those ending after it starts and starting before it ends,
+    are a run found by two binary searches."""
+    ending_after = np.searchsorted(b.ends, a.starts, side="right")
+    starting_before = np.searchsorted(b.starts, a.ends, side="left")
+    return bool((ending_after < starting_before).any())
+
+
+def _touching(a: Location, b: Location) -> bool:
     # Zero-length contact (a stall ending exactly where a step window begins) counts as meeting.
-    return any(x[1] == y[0] or y[1] == x[0] for x in a for y in b) if len(a) * len(b) <= 10_000 else False
+    if len(a.starts) * len(b.starts) > 10_000:
+        return False
+    return bool(np.isin(a.ends, b.starts).any() or np.isin(b.ends, a.starts).any())
 
 
 def locate(finding: Finding, windows: StepWindows) -> Location:
     starts, ends = float_pairs(finding.time_ranges_us)
     steps = frozenset(int(s) for s in finding.steps)
     window_starts, window_ends = windows.of(steps)
-    return Location(merge_pairs(np.concatenate((starts, window_starts)), np.concatenate((ends, window_ends))), steps)
+    return Location(*merged_bounds(np.concatenate((starts, window_starts)), np.concatenate((ends, window_ends))), steps)
