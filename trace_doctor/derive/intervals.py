@@ -43,13 +43,6 @@ def float_pairs(ranges: list) -> tuple[np.ndarray, np.ndarray]:
     return pairs[:, 0], pairs[:, 1]
 
 
-def merge_pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]:
-    """`merge` of the intervals (a[i], b[i]) of two float arrays."""
-    if len(a) >= VECTOR_MIN:
-        return _merge_arrays(a, b)
-    return merge(list(zip(a.tolist(), b.tolist(), strict=True)))
-
-
 def merge_columns(starts: pl.Series, ends: pl.Series) -> list[tuple[float, float]]:
     """`merge` of the intervals (starts[i], ends[i]) of two columns of a span table (hundreds of
     thousands of sample spans). Null intervals are dropped, like empty ones."""
