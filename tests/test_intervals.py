@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from trace_doctor.derive.intervals import merge, merge_columns
+from trace_doctor.derive.intervals import length, merge, merge_columns, union_length_columns
 
 
 def _rollout_like(seed: int, steps: int = 40, per_step: int = 16) -> list[tuple[float, float]]:
@@ -58,6 +58,16 @@ def test_merge_of_a_long_list_is_the_plain_loop(seed):
         expected = _plain_merge(given)
         assert merge(given) == expected
         assert all(type(x) is float for pair in expected for x in pair)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_union_length_is_the_length_of_the_merged_list(seed):
+    intervals = _rollout_like(seed, steps=200)
+    starts, ends = pl.Series([a for a, _ in intervals]), pl.Series([b for _, b in intervals])
+    # Added left to right as length() adds them, not pairwise as numpy's sum would.
+    assert repr(union_length_columns(starts, ends)) == repr(float(length(merge_columns(starts, ends))))
+    assert union_length_columns(starts.head(0), ends.head(0)) == 0.0
+    assert union_length_columns(pl.Series([5.0, None]), pl.Series([1.0, 3.0])) == 0.0
 
 
 def _plain_merge(intervals) -> list[tuple[float, float]]:

@@ -88,9 +88,14 @@ def _phase_stats(sample: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, n
     rs, angles = [], []
     # 2π·w once, not once per chunk: the same product each time, so the same phases (2π·w/c).
     turns = 2.0 * np.pi * sample
-    for chunk in np.array_split(periods, max(1, len(periods) // 50)):
-        phases = turns[None, :] / chunk[:, None]
-        c, s = np.cos(phases).mean(axis=1), np.sin(phases).mean(axis=1)
+    chunks = np.array_split(periods, max(1, len(periods) // 50))
+    # One buffer each for the phases and their cosines and sines, reused by every chunk.
+    phases_of, trig_of = np.empty((len(chunks[0]), len(turns))), np.empty((len(chunks[0]), len(turns)))
+    for chunk in chunks:
+        phases, trig = phases_of[: len(chunk)], trig_of[: len(chunk)]
+        np.divide(turns[None, :], chunk[:, None], out=phases)
+        c = np.cos(phases, out=trig).mean(axis=1)
+        s = np.sin(phases, out=trig).mean(axis=1)
         rs.append(np.hypot(c, s))
         angles.append(np.abs(np.arctan2(s, c)))
     return np.concatenate(rs), np.concatenate(angles)
@@ -137,6 +142,11 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Theil–Sen line (Sen 1968): the median of the slopes of every pair of points with distinct x, and
     the intercept median(y) - slope·median(x), as scipy.stats.theilslopes computes them (numpy only:
     the JSON report never imports scipy, whose import costs the CI run its startup time)."""
+    if len(x) > 1 and bool(np.all(x[1:] >= x[:-1])):
+        slopes = _ordered_pair_slopes(x, y)
+        if slopes is not None:
+            slope = float(np.median(slopes, overwrite_input=True))
+            return slope, float(np.median(y) - slope * np.median(x))
     # Every pair i < j as the upper triangle of the n x n differences: the same differences, in the
     # same (row-major) order as indexing by np.triu_indices, without its 1.1M-pair index arrays.
     n = len(x)
@@ -146,12 +156,41 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, float(np.median(y) - slope * np.median(x))
 
 
+# Up to this many distinct x, theil_sen reads the pairs block by block (the waits' multiples are a few).
+MAX_X_BLOCKS = 64
+
+
+def _ordered_pair_slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """The slopes (y[j] - y[i]) / (x[j] - x[i]) of every pair i < j with x[i] < x[j], for x sorted:
+    block by block of equal x, one block against all later ones, instead of n x n matrices of which
+    most is the lower triangle and pairs of equal x. The same divisions of the same differences, so
+    the same values (their order does not change a median); None past MAX_X_BLOCKS blocks."""
+    bounds = np.flatnonzero(x[1:] != x[:-1]) + 1
+    if len(bounds) >= MAX_X_BLOCKS:
+        return None
+    begins, ends = np.concatenate(([0], bounds)), np.concatenate((bounds, [len(x)]))
+    sizes = (ends - begins) * (len(x) - ends)
+    slopes = np.empty(int(sizes.sum()))
+    at = 0
+    for begin, end, size in zip(begins.tolist(), ends.tolist(), sizes.tolist(), strict=True):
+        if size:
+            block = slopes[at : at + size].reshape(end - begin, len(x) - end)
+            np.divide(y[None, end:] - y[begin:end, None], x[None, end:] - x[begin:end, None], out=block)
+            at += size
+    return slopes
+
+
 def refine_cycle(waits: np.ndarray, period: float) -> tuple[float, float, float] | None:
     """(cycle, offset, jitter): a Theil–Sen line wait = k·cycle + offset through the waits' nearest
     multiples k of `period`, and the residuals' robust spread (1.4826·MAD) as a share of the cycle."""
-    waits = np.sort(waits[np.isfinite(waits) & (waits > 0)])
+    waits = waits[np.isfinite(waits) & (waits > 0)]
     if len(waits) > REFINE_POINTS:
+        # Polars' single-threaded sort of a trace's ~1M waits takes two thirds of numpy's; positive
+        # finite floats have one order, so the same array.
+        waits = pl.Series(values=waits).sort(multithreaded=False).to_numpy()
         waits = waits[np.linspace(0, len(waits) - 1, REFINE_POINTS).astype(np.int64)]
+    else:
+        waits = np.sort(waits)
     multiples = np.round(waits / period)
     keep = multiples >= 1
     waits, multiples = waits[keep], multiples[keep]
@@ -170,8 +209,14 @@ def refine_cycle(waits: np.ndarray, period: float) -> tuple[float, float, float]
 def spans_several_multiples(waits: np.ndarray, period: float) -> bool:
     """Whether the waits land on at least two different multiples of `period`, each repeatedly."""
     waits = waits[np.isfinite(waits) & (waits > 0)]
-    multiples, counts = np.unique(np.round(waits / period).astype(int), return_counts=True)
+    nearest = np.round(waits / period).astype(int)
     support = max(2, int(MIN_MULTIPLE_SHARE * len(waits)))
+    if len(nearest) and 0 <= nearest.min() and nearest.max() <= 4 * len(nearest):
+        # Counted by value, without sorting every wait (np.unique sorts): the same counts.
+        counts = np.bincount(nearest)
+        multiples = np.arange(len(counts))
+    else:
+        multiples, counts = np.unique(nearest, return_counts=True)
     return int(((multiples > 0) & (counts >= support)).sum()) >= 2
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import polars as pl
 
-from trace_doctor.derive.intervals import length, merge, merge_columns, overlap
+from trace_doctor.derive.intervals import float_pairs, merged_bounds, overlap, sum_in_order, union_length_columns
 from trace_doctor.derive.loop_phases import LoopPhases
 from trace_doctor.derive.step_times import phase_seconds
 from trace_doctor.derive.wall import TRACE_BASES, step_totals
@@ -112,7 +113,8 @@ def attribute(
         "service": max(waits - floor, 0.0) if waits is not None else wall_s - floor,
     }
     budget_scope = dict(budget)
-    held: list[tuple[float, float]] = []
+    # The merged intervals earlier claims hold, as starts and ends (a trace's findings hold thousands).
+    held = merged_bounds(np.array([]), np.array([]))
     given: dict[str, float] = {}
     out: dict[int, Finding] = {}
     for f in sorted(findings, key=_order):
@@ -128,20 +130,20 @@ def attribute(
             out[id(f)] = dataclasses.replace(f, seconds_lost=None, fraction_of_wall=None, evidence=evidence)
             continue
         claim = min(raw, wall_s)
-        ranges = merge([(float(r[0]), float(r[1])) for r in f.time_ranges_us if len(r) >= 2])
-        if ranges and held:
-            span = length(ranges)
-            shared = overlap(ranges, held)
+        ranges = merged_bounds(*float_pairs(f.time_ranges_us))
+        if len(ranges[0]) and len(held[0]):
+            span = bounds_length(ranges)
+            shared = overlap(_pairs(ranges), _pairs(held))
             if span > 0 and shared > 0:
                 claim *= 1.0 - shared / span
                 evidence["overlapping_earlier_causes_s"] = round(raw * shared / span, 6)
-        elif held and not ranges:
+        elif len(held[0]) and not len(ranges[0]):
             # A claim measured over the whole run (a profile's CPU time, a log count) has no place on
             # the timeline: it is taken as spread evenly over the time it can occur in (outside the
             # waits for a client-side cause), so the share earlier claims already hold is theirs.
             scope = budget_scope["client"] if f.rule in CLIENT_SIDE_RULES else wall_s
             if scope > 0:
-                shared_share = min(length(held) / 1e6 / scope, 1.0)
+                shared_share = min(bounds_length(held) / 1e6 / scope, 1.0)
                 claim *= 1.0 - shared_share
                 evidence["overlapping_earlier_causes_s"] = round(raw * shared_share, 6)
         pools = ["all"] + (
@@ -150,7 +152,7 @@ def attribute(
         seconds = max(min(claim, *(budget[p] for p in pools)), 0.0)
         for p in pools:
             budget[p] -= seconds
-        held = merge(held + ranges)
+        held = merged_bounds(np.concatenate((held[0], ranges[0])), np.concatenate((held[1], ranges[1])))
         given[finding_key(f)] = given.get(finding_key(f), 0.0) + seconds
         if abs(seconds - raw) > 1e-6:
             evidence["own_estimate_s"] = round(raw, 6)
@@ -158,6 +160,15 @@ def attribute(
             f, seconds_lost=round(seconds, 6), fraction_of_wall=round(seconds / wall_s, 4), evidence=evidence
         )
     return [out[id(f)] for f in findings], floor
+
+
+def bounds_length(bounds: tuple[np.ndarray, np.ndarray]) -> float:
+    """intervals.length of merged intervals given as (starts, ends): the same lengths added in order."""
+    return sum_in_order(bounds[1] - bounds[0])
+
+
+def _pairs(bounds: tuple[np.ndarray, np.ndarray]) -> list[tuple[float, float]]:
+    return list(zip(bounds[0].tolist(), bounds[1].tolist(), strict=True))
 
 
 def service_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
@@ -171,8 +182,9 @@ def service_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame)
             .collect()
         )
         if waits.height:
-            union = merge_columns(waits["start_us"], waits["end_us"])
-            return length(union) / 1e6, "union of result-wait spans in the trace"
+            return union_length_columns(
+                waits["start_us"], waits["end_us"]
+            ) / 1e6, "union of result-wait spans in the trace"
     if step_times.height:
         waits = phase_seconds(step_times, "step").drop_nulls().drop_nans()
         if len(waits):

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from trace_doctor.derive.dump_cadence import sdk_loop_silences, silences
+from trace_doctor.derive.intervals import sum_in_order
 from trace_doctor.derive.log_signals import sync_from_async_lines
 from trace_doctor.derive.profile_stats import stack_states
 from trace_doctor.derive.stalls import (
     CITED_COLUMNS,
     CLOSED_WITH_DURATION,
+    merge_range_columns,
     merge_ranges,
     overlaps,
     span_ref,
@@ -131,7 +134,7 @@ def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     over = long.join(typical, on="name", how="left", maintain_order="left").select(
         pl.col("dur_us") - pl.min_horizontal(pl.col("typical_us").fill_null(0.0), pl.col("dur_us"))
     )
-    excess = sum(max(value, 0.0) for value in over.to_series().to_list()) / 1e6
+    excess = sum_in_order(np.maximum(over.to_series().to_numpy(), 0.0)) / 1e6
     durations = long.get_column("dur_us")
     return Signal(
         "trace-blocked",
@@ -143,12 +146,7 @@ def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
         "(building or serializing a large payload, or a blocking call)",
         {"spans": [span_ref(r) for r in long.head(MAX_CITED).to_dicts()], "count": long.height},
         seconds=excess,
-        time_ranges_us=merge_ranges(
-            [
-                [a, b]
-                for a, b in zip(long.get_column("start_us").to_list(), long.get_column("end_us").to_list(), strict=True)
-            ]
-        ),
+        time_ranges_us=merge_range_columns(long.get_column("start_us"), long.get_column("end_us")),
         steps=sorted({int(step) for step in long.get_column("step").drop_nulls().to_list()}),
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 
 from trace_doctor.derive.regimes import regime_levels, steady_regimes
@@ -232,11 +233,16 @@ def untraced_stalls(
         .group_by("step")
         .agg(pl.col("start_us").min().alias("start_us"))
         .sort("start_us")
+        .drop_nulls("start_us")
     )
+    # The first step starting at or after each gap's end (less 1 µs), as a filter of `starts` finds it:
+    # one binary search per gap over the sorted starts instead of a filter of every step per gap (NaN
+    # sorts last and compares largest in both).
+    first_after = np.searchsorted(starts.get_column("start_us").to_numpy(), [b - 1 for _, b in gaps], side="left")
+    step_of = starts.get_column("step").to_list()
     rows: list[tuple[list[float], int | None]] = []
-    for a, b in gaps:
-        after = starts.filter(pl.col("start_us") >= b - 1)
-        step = int(after["step"][0]) if after.height else None
+    for (a, b), at in zip(gaps, first_after.tolist(), strict=True):
+        step = int(step_of[at]) if at < len(step_of) else None
         if step is not None and step in reported_steps:
             continue  # its step time already shows it as a spike
         rows.append(([a, b], step))
