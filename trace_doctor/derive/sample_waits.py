@@ -41,7 +41,9 @@ def driver_gaps(spans: pl.DataFrame, min_gap_s: float) -> pl.DataFrame:
     had no span open, per launch and thread; `delivered`: the interval ended as a rollout ended."""
     frame = spans.lazy().filter(DRIVER_AND_ROLLOUT_SPANS)
     driver = frame.filter(
-        pl.col("track").is_in(sorted(DRIVER_TRACKS)) & (pl.col("depth") >= 1) & (pl.col("name") != STREAM_TRAIN_STEP_SPAN)
+        pl.col("track").is_in(sorted(DRIVER_TRACKS))
+        & (pl.col("depth") >= 1)
+        & (pl.col("name") != STREAM_TRAIN_STEP_SPAN)
     )
     # A gap opens where a span starts after every earlier span of its thread has ended: the running
     # maximum of end times, in start order, is how far coverage reached. Main and the async training

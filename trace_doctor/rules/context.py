@@ -184,6 +184,18 @@ class RuleContext(Generic[P]):
         return wall_time(self.segment_extents, self.step_times, concurrent=bool(self.writers))
 
     @cached_property
+    def step_extents(self) -> pl.DataFrame:
+        """Each step's first span start and last span end (`step`, `start_us`, `end_us`), combined from the
+        extents of the spans table's parts: a grown run's earlier parts are not read again."""
+
+        def extent(spans: pl.LazyFrame) -> pl.LazyFrame:
+            stepped = spans.filter(pl.col("step").is_not_null())
+            return stepped.group_by("step").agg(pl.col("start_us").min(), pl.col("end_us").max())
+
+        parts = self.run.spans_per_part(("extent-by-step",), extent)
+        return extent(pl.concat(parts, how="vertical").lazy() if parts else self.run.scan("spans").head(0)).collect()
+
+    @cached_property
     def segment_extents(self) -> pl.DataFrame:
         """Each launch's first span start and last span end (`segment`, `start_us`, `end_us`), combined
         from the extents of the spans table's parts: a grown run's earlier parts are not read again."""

@@ -14,18 +14,20 @@ from trace_doctor.triage.links import link_findings
 __all__ = ["attribute", "link_findings", "time_account", "triage"]
 
 
-def triage(findings, *, wall, spans, step_times, trainer, clock_cycle, structure=None):
+def triage(findings, *, wall, step_extents, wait_spans, step_times, trainer, clock_cycle, structure=None):
     """(findings linked and attributed, the time account) — see links and account. `wall` is
-    (seconds, basis) as derive.wall.wall_time gives it; `structure` the steps' time by the loop's
-    structure (derive.loop_phases), which explains the time no finding holds."""
+    (seconds, basis) as derive.wall.wall_time gives it; `step_extents` the trace's spans or their extent per
+    step (locate.step_windows), `wait_spans` its spans or only its result waits (account.service_time_s);
+    `structure` the steps' time by the loop's structure (derive.loop_phases), which explains the time no
+    finding holds."""
     wall_s, wall_basis = wall
-    linked = link_findings(findings, spans=spans, step_times=step_times)
+    linked = link_findings(findings, spans=step_extents, step_times=step_times)
     # Both steps weigh claims against the service's waits: read them from the spans once.
-    service = service_time_s(spans, step_times) if wall_s and wall_s > 0 else None
+    service = service_time_s(wait_spans, step_times) if wall_s and wall_s > 0 else None
     attributed, floor = attribute(
         linked,
         wall_s=wall_s,
-        spans=spans,
+        spans=wait_spans,
         step_times=step_times,
         trainer=trainer,
         clock_cycle=clock_cycle,
@@ -35,7 +37,7 @@ def triage(findings, *, wall, spans, step_times, trainer, clock_cycle, structure
         attributed,
         wall_s=wall_s,
         wall_basis=wall_basis,
-        spans=spans,
+        spans=wait_spans,
         step_times=step_times,
         clock_cycle=clock_cycle,
         floor_s=floor,

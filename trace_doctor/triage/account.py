@@ -171,16 +171,16 @@ def _pairs(bounds: tuple[np.ndarray, np.ndarray]) -> list[tuple[float, float]]:
     return list(zip(bounds[0].tolist(), bounds[1].tolist(), strict=True))
 
 
+# The spans that are result waits (service_time_s): a caller may hand over only these.
+SERVICE_WAIT_ROWS = pl.col("name").is_in(sorted(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True)
+
+
 def service_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
     """Time the client waited on the service's results: the union of result-wait spans (trace), else
-    the summed `time/step` waits of the metrics."""
+    the summed `time/step` waits of the metrics. `spans`: the trace's spans, or only their SERVICE_WAIT_ROWS."""
     spans = spans.lazy()
     if spans.select(pl.len()).collect().item():
-        waits = (
-            spans.filter(pl.col("name").is_in(list(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True))
-            .select("start_us", "end_us")
-            .collect()
-        )
+        waits = spans.filter(SERVICE_WAIT_ROWS).select("start_us", "end_us").collect()
         if waits.height:
             return union_length_columns(
                 waits["start_us"], waits["end_us"]

@@ -44,7 +44,8 @@ class StepWindows:
 
 
 def step_windows(spans: pl.DataFrame | pl.LazyFrame) -> StepWindows:
-    """Each attributed step's window: its first span's start and its last span's end."""
+    """Each attributed step's window: its first span's start and its last span's end. `spans`: the spans,
+    or any rows with the same extent per step (their `step`, `start_us`, `end_us` already reduced per part)."""
     spans = spans.lazy()
     empty = StepWindows(np.array([], dtype=np.int64), np.array([], dtype=np.float64), np.array([], dtype=np.float64))
     if "step" not in spans.collect_schema().names():
