@@ -13,11 +13,13 @@ logged its planned steps is `done`; one whose log ends in a crash or an interrup
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -39,8 +41,8 @@ EXIT_INTERRUPTED = 130  # Ctrl-C
 RECENT_STEPS = 200
 # run-stopped kinds after which the process is gone: nothing more will be written.
 ENDED_KINDS = ("crashed", "interrupted")
-# A hook that does not return in this time is left behind (the watch goes on).
-HOOK_TIMEOUT_S = 60.0
+# At its end the watch gives the --on-stall hooks this long, in all, to be handed their event.
+HOOK_GRACE_S = 2.0
 PROGRESS_KEYS = ("progress/done_frac", "progress")
 
 
@@ -114,15 +116,16 @@ class Watch:
         """Read what the run wrote since the last look; the events it makes."""
         look = self.live.look()
         now = self.clock()
-        rows = [row for row in look.new_rows if _training_step(row) is not None]
+        new = zip(look.new_rows, look.replayed, strict=True)
+        rows = [(row, again) for row, again in new if _training_step(row) is not None]
         # What is open after the look is every row's phase in flight: taken once, not once a row (a watch
         # catching up with 3000 rows took 2.3 s of its 6.3 s asking the same spans 3000 times).
         phase = (" › ".join(self.live.in_flight()) or None) if rows else None
-        events = [e for e in (self._progress(row, now, phase) for row in rows) if e is not None]
+        events = [e for e in (self._progress(row, now, phase, replayed=again) for row, again in rows) if e is not None]
         if look.progressed:
-            self.stalled = False
-        if events:
-            self._dirty = True
+            # Anything the run wrote may be how it ends (a traceback after its last row, the trainer's last
+            # line): the findings and the end are brought up to date at the next refresh, rows or none.
+            self.stalled, self._dirty = False, True
         self.caught_up = look.caught_up
         if not look.caught_up:
             # A large run is caught up with over several looks: what was read so far is not the run. The
@@ -156,10 +159,18 @@ class Watch:
         last = self.live.last_progress
         return None if last is None else now - last
 
-    def _progress(self, row: dict[str, Any], now: float, phase: str | None) -> WatchEvent | None:
+    def _progress(self, row: dict[str, Any], now: float, phase: str | None, *, replayed: bool) -> WatchEvent | None:
+        """The progress event of a new row; None for a row that says nothing new. A step at or below the last
+        one is a copy (a row read again: a resume's rewrite, its backup) or, written now, a relaunch that went
+        back (a fresh start at step 0, a resume from a checkpoint): that launch's progress from then on, its
+        plan read from its own rows."""
         step = _training_step(row)
-        if step is None or (self.last_step is not None and step <= self.last_step and step != 0):
+        if step is None:
             return None
+        if self.last_step is not None and step <= self.last_step:
+            if replayed or step == self.last_step:
+                return None
+            self._first_fraction, self._arrival = None, None
         previous, self._arrival = self._arrival, (now, step)
         self.last_step = step
         for key in PROGRESS_KEYS:
@@ -289,12 +300,49 @@ def _round(value: Any) -> float | None:
     return round(float(value), 4) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def run_hook(command: str, event: WatchEvent) -> None:
-    """Run `command` in a shell with the event as JSON on its stdin; a failing hook is told, never fatal."""
+class Hooks:
+    """`--on-stall` commands started and not yet seen to end. A hook runs beside the watch: the watch never
+    waits for it (a hook that hangs, or never reads its stdin, must not hold the stall reports after it);
+    its event is fed to its stdin by a thread of its own, and a hook that fails is told on stderr when it ends."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self._running: list[tuple[subprocess.Popen, threading.Thread]] = []
+
+    def start(self, event: WatchEvent) -> None:
+        try:
+            process = subprocess.Popen(self.command, shell=True, stdin=subprocess.PIPE)
+        except OSError as exc:
+            print(f"trace-doctor: --on-stall command failed: {exc}", file=sys.stderr)
+            return
+        feeder = threading.Thread(target=_feed, args=(process, event.json() + "\n"), daemon=True)
+        feeder.start()
+        self._running.append((process, feeder))
+
+    def reap(self, *, grace_s: float = 0.0) -> None:
+        """Tell of the hooks that ended (a non-zero exit on stderr); `grace_s`: wait that long, in all, for them
+        to end first (the watch is ending: a hook that does its job in time is not cut short by the exit)."""
+        deadline = time.monotonic() + grace_s
+        running = []
+        for process, feeder in self._running:
+            feeder.join(max(0.0, deadline - time.monotonic()))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.0, deadline - time.monotonic()))
+            code = process.poll()
+            if code is None:
+                running.append((process, feeder))
+            elif code != 0:
+                print(f"trace-doctor: --on-stall command exited with {code}: {self.command}", file=sys.stderr)
+        self._running = running
+
+
+def _feed(process: subprocess.Popen, text: str) -> None:
+    assert process.stdin is not None
     try:
-        subprocess.run(command, shell=True, input=event.json() + "\n", text=True, timeout=HOOK_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"trace-doctor: --on-stall command failed: {exc}", file=sys.stderr)
+        process.stdin.write(text.encode())
+        process.stdin.close()
+    except OSError:  # the hook exited without reading its stdin (BrokenPipeError)
+        pass
 
 
 def event_text(event: WatchEvent, *, name_run: bool = False) -> str:
@@ -372,14 +420,15 @@ def follow(
     if live_display is None:
         live_display = fmt == "text" and out.isatty()
     display = _Display(out, fmt, live_display)
+    hooks = Hooks(on_stall) if on_stall else None
     looks = 0
     try:
         with display:
             while True:
                 for event in watch.look():
                     display.show(event, name_run=watch.several)
-                    if event.event == "stalled" and on_stall:
-                        run_hook(on_stall, event)
+                    if event.event == "stalled" and hooks is not None:
+                        hooks.start(event)
                     if event.event == "stalled" and exit_on_stall:
                         return EXIT_STALLED
                 if watch.ended is not None:
@@ -388,11 +437,16 @@ def follow(
                 if max_looks is not None and looks >= max_looks:
                     return EXIT_DONE
                 display.idle(watch)
+                if hooks is not None:
+                    hooks.reap()
                 if watch.caught_up:  # catching up with a large run: the next look reads on at once
                     time.sleep(interval)
     except KeyboardInterrupt:
         print("trace-doctor: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if hooks is not None:
+            hooks.reap(grace_s=HOOK_GRACE_S)
 
 
 class _Display:

@@ -54,6 +54,10 @@ class Look:
     """What one look found."""
 
     new_rows: list[dict[str, Any]] = field(default_factory=list)  # metrics rows appended, in file order
+    # Per new row: it was read again, not written now (its file was read afresh, replaced or truncated, or is a
+    # `.pre_resume_N` backup): the steps a run had logged, copied by a resume's rewrite, say nothing of where
+    # the writer is now.
+    replayed: list[bool] = field(default_factory=list)
     progressed: bool = False  # a metrics, trace or log file grew
     read_afresh: list[str] = field(default_factory=list)  # files replaced or truncated since the last look
     files: int = 0
@@ -110,7 +114,7 @@ class LiveRun:
         if self.only is not None:
             self._files = {kind: [p for p in paths if self.only(p)] for kind, paths in found.files.items()}
         look = Look()
-        console_rows: list[dict[str, Any]] = []
+        console_rows: list[tuple[dict[str, Any], bool]] = []
         for kind in STREAMED:
             for path in self._files.get(kind, []):
                 followed = self._followed.get(path)
@@ -131,7 +135,10 @@ class LiveRun:
                 look.progressed = True
             if followed.metrics is not None:
                 followed.metrics.feed(read.lines, read.first_line)
-                look.new_rows += followed.metrics.take_new_rows()
+                rows = followed.metrics.take_new_rows()
+                look.new_rows += rows
+                history = read.reset or followed.metrics.steps.superseded_from is not None
+                look.replayed += [history] * len(rows)
             if followed.spans is not None:
                 followed.spans.feed(read.lines, read.first_line)
             if followed.log is not None:
@@ -140,12 +147,13 @@ class LiveRun:
                 followed.dumps.feed(read.lines, read.first_line, settled=not read.grew)
             if followed.console is not None:
                 followed.console.feed(read.lines, read.first_line)
-                console_rows += followed.console.take_new_rows()
+                console_rows += [(row, read.reset) for row in followed.console.take_new_rows()]
             if followed.step_spans is not None:
                 followed.step_spans.feed(read.lines, followed.tail.offset - len(followed.tail.partial))
         if not self._has_metrics_rows():
             # A console-only run: its printed tables are its steps (a second copy when metrics.jsonl exists).
-            look.new_rows += console_rows
+            look.new_rows += [row for row, _ in console_rows]
+            look.replayed += [history for _, history in console_rows]
         if look.progressed:
             self.last_progress = time.monotonic()
         return look
