@@ -129,7 +129,7 @@ def extend_table(
         if lo >= split:
             tail.append(_frame(part))
             continue
-        holds = _may_hold(known, lines) and _holds(keys.of(index), new.reopened)
+        holds = may_hold(known, lines) and _holds(keys.of(index), new.reopened)
         if hi <= split and not holds:
             if isinstance(part, pl.DataFrame):
                 for offset in range(0, part.height, PART_ROWS):
@@ -284,7 +284,7 @@ def _rows_before(keys: _PartKeys, facts: list[Facts], key: tuple) -> int:
     return rows
 
 
-def _may_hold(known: Facts, lines: list[int]) -> bool:
+def may_hold(known: Facts, lines: list[int]) -> bool:
     """Whether a part whose B lines span `known["lines"]` can hold one of `lines` (sorted)."""
     if not lines or known["lines"] is None:
         return False

@@ -31,7 +31,7 @@ import polars as pl
 
 from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, StoredTable, scratch_folder
 from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS
-from trace_doctor.ingest.trace.span_extend import PART_ROWS, Extension, extend_table
+from trace_doctor.ingest.trace.span_extend import PART_ROWS, Extension, extend_table, may_hold, span_facts
 from trace_doctor.ingest.trace.span_pairing import PAIRED_SCHEMA
 from trace_doctor.ingest.trace.span_resume import merged_ranges
 from trace_doctor.ingest.trace.span_spill import COVER_COLUMNS, SORT_KEYS, ColumnRange
@@ -67,7 +67,9 @@ class LiveTable:
         # A table of at most MEMORY_ROWS rows stays in memory, as a cold read keeps it: the rules scan it
         # at every refresh, and decoding it from disk each time would cost more than its memory is worth.
         small = self.table.height + spans.height <= MEMORY_ROWS
-        out = PartWriter(None if small else scratch_folder("live-spans-"), SPAN_COLUMNS)
+        # Each part's facts (first and last sort keys, B lines) kept with the table: the next refresh finds
+        # where its rows go and which parts can hold a reopened row without reading the parts.
+        out = PartWriter(None if small else scratch_folder("live-spans-"), SPAN_COLUMNS, describe=span_facts)
         redo = boundaries != self._boundaries and self.table.height > 0
         try:
             extend_table(self.table, self._covers, new, self.source, out, redo=redo)
@@ -97,41 +99,51 @@ def _compacted(out: PartWriter, pending: pl.Series) -> StoredTable:
     neighbours once none of their rows is still open: while one is, the next refresh rewrites its part
     again, which must stay small. Each merge is one write."""
     written = out.stored()
+    facts = dict(written.facts)
     # In memory (a small table): one frame, whose chunks each refresh's slices and merges add to.
-    parts = [(_rechunked(part), _rows(part)) for part in written.read_parts()]
+    parts = [(_rechunked(part), _rows(part, facts)) for part in written.read_parts()]
     last, size = len(parts) - 1, parts[-1][1] if parts else 0
     while last > 0 and parts[last - 1][1] < 2 * size and parts[last - 1][1] + size <= PART_ROWS:
         last, size = last - 1, size + parts[last - 1][1]
     if last < len(parts) - 1:
-        parts[last:] = [_merged(parts[last:], out.folder)]
+        parts[last:] = [_merged(parts[last:], out.folder, facts)]
     kept: list[tuple[Path | pl.DataFrame, int]] = []
     run: list[tuple[Path | pl.DataFrame, int]] = []  # consecutive parts with no open row
 
     def flush() -> None:
         small = any(rows < PART_ROWS // SMALL_PART_SHARE for _, rows in run)
-        kept.extend([_merged(run, out.folder)] if len(run) > 1 and small else run)
+        kept.extend([_merged(run, out.folder, facts)] if len(run) > 1 and small else run)
         run.clear()
 
     for index, (part, rows) in enumerate(parts):
         if sum(r for _, r in run) + rows > PART_ROWS:
             flush()
-        if index == len(parts) - 1 or _holds(part, pending):
+        if index == len(parts) - 1 or _holds(part, pending, facts):
             flush()
             kept.append((part, rows))
         else:
             run.append((part, rows))
     flush()
-    return StoredTable([part for part, _ in kept], written.height, SPAN_COLUMNS)
+    listed = [part for part, _ in kept]
+    known = {part: facts[part] for part in listed if isinstance(part, Path) and part in facts}
+    return StoredTable(listed, written.height, SPAN_COLUMNS, known)
 
 
-def _merged(run: list[tuple[Path | pl.DataFrame, int]], folder: Path | None) -> tuple[Path | pl.DataFrame, int]:
-    """Consecutive parts as one, written once; the merged files removed."""
+def _merged(
+    run: list[tuple[Path | pl.DataFrame, int]], folder: Path | None, facts: dict
+) -> tuple[Path | pl.DataFrame, int]:
+    """Consecutive parts as one, written once; the merged files removed. `facts` (by file part) gets
+    the merged part's."""
     frame = pl.concat([_frame(part) for part, _ in run], how="vertical")
     for part, _ in run:
         if isinstance(part, Path):
+            facts.pop(part, None)
             with contextlib.suppress(OSError):
                 part.unlink()
-    return _stored(frame, folder), frame.height
+    merged = _stored(frame, folder)
+    if isinstance(merged, Path):
+        facts[merged] = {"rows": frame.height, **span_facts(frame)}
+    return merged, frame.height
 
 
 def _rechunked(part: Path | pl.DataFrame) -> Path | pl.DataFrame:
@@ -140,9 +152,13 @@ def _rechunked(part: Path | pl.DataFrame) -> Path | pl.DataFrame:
     return part
 
 
-def _holds(part: Path | pl.DataFrame, lines: pl.Series) -> bool:
+def _holds(part: Path | pl.DataFrame, lines: pl.Series, facts: dict) -> bool:
+    """Whether the part holds a row begun at one of `lines` (a row not final yet)."""
     if lines.len() == 0:
         return False
+    known = facts.get(part) if isinstance(part, Path) else None
+    if known is not None and known.get("lines") is not None and not may_hold(known, lines.sort().to_list()):
+        return False  # its B lines, kept when it was written, cannot include any of them
     scan = part.lazy() if isinstance(part, pl.DataFrame) else pl.scan_parquet(part)
     return bool(scan.filter(pl.col("line_begin").is_in(lines.implode())).select(pl.len()).collect().item())
 
@@ -166,9 +182,11 @@ def _stored(frame: pl.DataFrame, folder: Path | None) -> Path | pl.DataFrame:
     return path
 
 
-def _rows(part: Path | pl.DataFrame) -> int:
+def _rows(part: Path | pl.DataFrame, facts: dict) -> int:
     if isinstance(part, pl.DataFrame):
         return part.height
+    if isinstance(facts.get(part), dict) and isinstance(facts[part].get("rows"), int):
+        return facts[part]["rows"]
     return int(pl.scan_parquet(part).select(pl.len()).collect().item())
 
 
