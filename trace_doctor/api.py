@@ -140,13 +140,12 @@ def analyze(
 def _triage(result: Analysis, ctx) -> None:
     """Link symptoms to causes and give each lost second to one cause (trace_doctor.triage)."""
     from trace_doctor.triage import triage
-    from trace_doctor.triage.account import SERVICE_WAIT_ROWS
 
     result.findings, account = triage(
         result.findings,
         wall=ctx.wall,
         step_extents=ctx.step_extents,
-        wait_spans=ctx.spans_where(SERVICE_WAIT_ROWS, ["name", "closed", "start_us", "end_us"]),
+        wait_spans=ctx.service_waits,
         step_times=ctx.step_times,
         trainer=ctx.run.meta.trainer,
         clock_cycle=ctx.clock_cycle,

@@ -18,6 +18,8 @@ ran while the previous step was still on the service; the raw window stays in `s
 
 from __future__ import annotations
 
+import weakref
+
 import polars as pl
 
 from trace_doctor.derive.overlap import OverlapFit, OverlapKnobs, deoverlapped, fit_overlap
@@ -40,8 +42,22 @@ BASE_SCHEMA = {
 }
 
 
+# live_training_rows by the steps table it was given, for as long as that table lives: a dozen rules and
+# derivations ask for the rows of the same table in one analysis.
+_LIVE_ROWS: dict[int, pl.DataFrame] = {}
+
+
 def live_training_rows(steps: pl.DataFrame) -> pl.DataFrame:
     """Rows of training steps that count: not superseded, not eval-only, last per (segment, step)."""
+    key = id(steps)
+    found = _LIVE_ROWS.get(key)
+    if found is None:
+        found = _LIVE_ROWS[key] = _live_training_rows(steps)
+        weakref.finalize(steps, _LIVE_ROWS.pop, key, None)
+    return found
+
+
+def _live_training_rows(steps: pl.DataFrame) -> pl.DataFrame:
     if steps.is_empty() or "step" not in steps.columns:
         return steps.clear()
     frame = steps.with_row_index("_order")

@@ -196,6 +196,17 @@ class RuleContext(Generic[P]):
         return extent(pl.concat(parts, how="vertical").lazy() if parts else self.run.scan("spans").head(0)).collect()
 
     @cached_property
+    def service_waits(self) -> pl.DataFrame:
+        """The trace's result waits (account.SERVICE_WAIT_ROWS) merged into their union within each part of
+        the spans table, as wait rows (`name`, `closed`, `start_us`, `end_us`): their union is the one of
+        every wait, and a grown run's earlier parts are not read again. Empty and NaN waits are left out,
+        as the union leaves them out."""
+        from trace_doctor.triage.account import wait_union_rows as merged
+
+        parts = self.run.spans_per_part(("service-wait-union",), merged)
+        return pl.concat(parts, how="vertical") if parts else merged(self.run.scan("spans").head(0)).collect()
+
+    @cached_property
     def segment_extents(self) -> pl.DataFrame:
         """Each launch's first span start and last span end (`segment`, `start_us`, `end_us`), combined
         from the extents of the spans table's parts: a grown run's earlier parts are not read again."""

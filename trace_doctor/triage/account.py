@@ -175,6 +175,25 @@ def _pairs(bounds: tuple[np.ndarray, np.ndarray]) -> list[tuple[float, float]]:
 SERVICE_WAIT_ROWS = pl.col("name").is_in(sorted(SERVICE_WAIT_SPANS)) & pl.col("closed").fill_null(True)
 
 
+def wait_union_rows(spans: pl.LazyFrame) -> pl.LazyFrame:
+    """The result waits of `spans` (SERVICE_WAIT_ROWS) merged into their union, as wait rows (`name`,
+    `closed`, `start_us`, `end_us`): service_time_s of them, or of their concatenation over the parts of
+    a table, is service_time_s of the spans. Empty and NaN waits are left out, as the union leaves them."""
+    start, end = pl.col("start_us").cast(pl.Float64), pl.col("end_us").cast(pl.Float64)
+    waits = spans.filter(SERVICE_WAIT_ROWS).select("name", start, end)
+    reach = pl.col("end_us").cum_max()
+    return (
+        waits.filter(
+            (pl.col("end_us") > pl.col("start_us")) & ~pl.col("start_us").is_nan() & ~pl.col("end_us").is_nan()
+        )
+        .sort("start_us", maintain_order=True)
+        .with_columns((pl.col("start_us") > reach.shift(1)).fill_null(True).cum_sum().alias("_union"))
+        .group_by("_union", maintain_order=True)
+        .agg(pl.col("name").first(), pl.lit(True).alias("closed"), pl.col("start_us").first(), reach.last())
+        .drop("_union")
+    )
+
+
 def service_time_s(spans: pl.DataFrame | pl.LazyFrame, step_times: pl.DataFrame) -> tuple[float | None, str]:
     """Time the client waited on the service's results: the union of result-wait spans (trace), else
     the summed `time/step` waits of the metrics. `spans`: the trace's spans, or only their SERVICE_WAIT_ROWS."""
