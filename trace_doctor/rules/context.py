@@ -253,6 +253,20 @@ class RuleContext(Generic[P]):
         return round_trip_medians(self._round_trip_durations)
 
     @cached_property
+    def _longest_round_trips(self) -> pl.DataFrame:
+        """The longest closed round trip of each call (`name`, `dur_us`), combined from each part's."""
+        from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, ROUND_TRIP
+
+        def longest(spans: pl.LazyFrame) -> pl.LazyFrame:
+            trips = spans.filter(CLOSED_WITH_DURATION & pl.col("name").is_in(sorted(ROUND_TRIP)))
+            return trips.group_by("name").agg(pl.col("dur_us").max())
+
+        parts = self.run.spans_per_part(("longest-round-trips",), longest)
+        if not parts:
+            return longest(self.run.scan("spans").head(0)).collect()
+        return pl.concat(parts, how="vertical").group_by("name").agg(pl.col("dur_us").max())
+
+    @cached_property
     def _round_trip_durations(self) -> pl.DataFrame:
         """The closed round trips' names and durations (a stored table's parts read once, part_memo)."""
         from trace_doctor.derive.stalls import CLOSED_WITH_DURATION, ROUND_TRIP
@@ -271,9 +285,10 @@ class RuleContext(Generic[P]):
                 float(self.shared.round_trip_stretch_ratio),
                 self.run.scan("spans").filter(CLOSED_WITH_DURATION),
             )
-            # The durations say whether any trip is stretched; only then are the stretched rows read whole
-            # (none is the usual case, and a stored table's scan reads every part the run has).
-            if stretched_round_trips(self._round_trip_durations, ratio, key, self.round_trip_medians).is_empty():
+            # The longest trip of each call says whether any is stretched (the test grows with the duration);
+            # only then are the stretched rows read whole (none is the usual case, and a stored table's scan
+            # reads every part the run has).
+            if stretched_round_trips(self._longest_round_trips, ratio, key, self.round_trip_medians).is_empty():
                 closed = closed.head(0)
             self._stretched[key] = stretched_round_trips(closed, ratio, key, self.round_trip_medians)
         return self._stretched[key]
