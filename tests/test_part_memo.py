@@ -8,6 +8,7 @@ changed is; and what is kept stays within its budget and goes with a frame that 
 from __future__ import annotations
 
 import gc
+import json
 import os
 
 import numpy as np
@@ -270,3 +271,43 @@ def test_the_span_filters_are_the_same_in_every_process():
         found.append(done.stdout)
     assert found[0].count(",") >= 4  # the rules asked for several subsets
     assert found[0] == found[1]
+
+
+@pytest.mark.parametrize(
+    "name", ["sl_gil_stall", "rl_async_starved", "sl_stopped_service_hang", "rl_two_writers", "sl_blocking_result"]
+)
+def test_an_analysis_over_many_stored_parts_is_the_analysis_over_one_table(name, monkeypatch, tmp_path):
+    # The rules read a large trace's spans part by part (spans_where, spans_per_part, each part's result
+    # kept): the report must be the one of the table held whole, and again once the parts' results are kept.
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from trace_doctor.cli import main
+    from trace_doctor.ingest.trace import span_spill, trace_events
+
+    run = Path(__file__).parents[1] / "fixtures" / "runs" / name
+    monkeypatch.setenv("TRACE_DOCTOR_CACHE", "off")
+
+    def report() -> dict:
+        done = CliRunner().invoke(main, ["analyze", str(run), "--no-html", "--format", "json"])
+        document = json.loads(done.stdout)
+        document["tool"]["version"] = "-"
+        return document
+
+    from trace_doctor.api import load_run
+
+    whole = report()
+    spans = load_run(str(run)).height("spans")
+    # About six parts, whatever the trace's length.
+    monkeypatch.setattr(trace_events, "MEMORY_ROWS", 0)
+    monkeypatch.setattr(span_spill, "MEMORY_ROWS", 0)
+    monkeypatch.setattr(span_spill, "BUFFER_ROWS", max(3, spans // 6))
+    monkeypatch.setattr(span_spill, "WINDOW_ROWS", max(3, spans // 6))
+    monkeypatch.setattr(span_spill, "SAMPLE_EVERY", max(1, spans // 60))
+    monkeypatch.setattr(span_spill, "SCRATCH_ROW_GROUP", max(2, spans // 30))
+    stored = load_run(str(run))._raw("spans")
+    assert isinstance(stored, StoredTable) and len(stored.parts) >= 3
+    parted = report()
+    assert parted == whole
+    assert report() == whole  # the parts' results now kept in memory: the same report
