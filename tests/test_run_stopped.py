@@ -133,7 +133,7 @@ def test_a_run_the_watch_saw_stalled_is_hung_not_killed_whatever_the_hold_thresh
     [finding] = [f for f in result.findings if f.rule == "run-stopped"]
     assert finding.evidence["kind"] == "hung on the service"
     assert finding.evidence["run_end"]["watched_stall_s"] == 1.5
-    assert "`trace-doctor watch` saw nothing written for 2 s" in finding.message
+    assert "`trace-doctor watch` saw nothing written for 1.50 s" in finding.message  # not rounded to 2 s
     # `Session heartbeat failed ... for session <id>` names one id, not "heartbeat".
     assert len(finding.evidence["session_ids"]) == 1 and "heartbeat" not in finding.evidence["session_ids"]
 

@@ -234,3 +234,21 @@ def test_only_a_stop_report_is_read_as_one(line, kind):
 
     rows, _ = parse_lines([line], "console.log")
     assert [r["kind"] for r in rows if r["kind"] in ("killed", "error", "live-stack")] == ([kind] if kind else [])
+
+
+def test_a_watched_hang_placed_only_by_its_open_phase_is_not_sure_of_the_side(tmp_path):
+    # RL, 5 of 40 steps, the log ends inside step 5's `train` (a phase that waits on the service) and the
+    # watch saw it hold: the hold is sure, which side held it is not (no dump, no SDK task, no live stack).
+    from stopped_shapes import _phase, _rl_folder, rl_log
+
+    from trace_doctor.api import analyze, load_run
+
+    _rl_folder(tmp_path, 40, 5)
+    tail = _phase("sample", 5.0) + _phase("assemble_training_data", 1.0) + _phase("train", None)
+    (tmp_path / "logs.log").write_text(rl_log(40, 5, tail))
+    run = load_run(str(tmp_path))
+    run.meta.watched_stall_s = 0.4
+    [finding] = [f for f in analyze(run).findings if f.rule == "run-stopped"]
+    assert finding.evidence["kind"] in ("hung on the service", "hung in user code", "hung")
+    assert finding.confidence == "medium"
+    assert "saw nothing written for 0.40 s" in finding.message

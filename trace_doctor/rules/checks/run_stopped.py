@@ -43,6 +43,7 @@ from trace_doctor.derive.run_end import (
     exception_types,
 )
 from trace_doctor.derive.sessions import session_ids
+from trace_doctor.humanize import format_seconds
 from trace_doctor.knowledge.errors import SERVICE_SIDE_ERRORS, KnownError, decode_error
 from trace_doctor.knowledge.tinker import HEARTBEAT_TASK, SERVICE_WAIT_PHASES, USER_CODE_PHASES
 from trace_doctor.model import Finding
@@ -254,7 +255,8 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
         readings.append(
             (
                 end.watched_stall_s,
-                f"`trace-doctor watch` saw nothing written for {end.watched_stall_s:.0f} s while it followed the run",
+                f"`trace-doctor watch` saw nothing written for {format_seconds(end.watched_stall_s)} while it followed "
+                "the run",
                 None,
             )
         )
@@ -403,7 +405,7 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
     return "stopped early"
 
 
-def _confidence(end: RunEnd, kind: str) -> str:
+def _confidence(end: RunEnd, kind: str, where_from_dumps: bool = True) -> str:
     """How sure the kind is. A traceback, or the terminal's own kill report, says what happened; a hang is
     sure when dumps or the watch saw the state hold, less when only the log's silence says so; files that
     merely end inside a step may have been copied from a run still going."""
@@ -416,6 +418,10 @@ def _confidence(end: RunEnd, kind: str) -> str:
         return "high" if end.kill_lines else "medium"
     if kind in ("hung on the service", "hung in user code"):
         dumped = any(d.held_dumps > 1 for d in (*end.task_dumps, *end.stacks))
+        if not where_from_dumps:
+            # Only the open phase's name says where (a dump, a live stack or the SDK's own tasks do not): the
+            # watch saw the state hold, not which side held it.
+            return "medium"
         return "high" if dumped or end.watched_stall_s is not None else "medium"
     if kind == "hung":
         return "medium"
@@ -573,7 +579,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             steps=[stopped] if stopped is not None else [],
             evidence=evidence,
             fingerprint=f"run-stopped:{kind}",
-            confidence=_confidence(end, kind),
+            confidence=_confidence(end, kind, where_from_dumps=dumps_say is not None),
         )
     ]
 
