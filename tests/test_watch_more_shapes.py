@@ -314,3 +314,14 @@ def test_hundreds_of_steps_a_second_each_get_their_progress(tmp_path):
     assert events[-1] == {"event": "done", "steps": 600, "planned": 600}
     last = [e for e in events if e["event"] == "progress"][-1]
     assert last["steady_s"] == pytest.approx(0.002) and last["rate_steps_per_s"] == pytest.approx(500)
+
+
+def test_a_console_only_runs_progress_names_the_phase_its_log_has_open(tmp_path):
+    # No trace: what the run is inside is the log's `Starting X` with no `X took` yet (the next step's
+    # get_batch here), on the progress events as on the status line.
+    log = tmp_path / "logs.log"
+    log.write_bytes(_launch(20) + b"".join(_console_step(step, 20) for step in range(4)) + _phase("Starting get_batch"))
+    code, events = _follow(Watch(tmp_path, policy=QUIET), exit_on_stall=True)
+    progress = [e for e in events if e["event"] == "progress"]
+    assert [e["step"] for e in progress] == [0, 1, 2, 3]
+    assert progress[-1]["phase"] == "get_batch"

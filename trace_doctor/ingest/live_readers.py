@@ -8,6 +8,7 @@ gets a new reader: live_run.py drops the old one.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,50 @@ class LiveLog:
 
     def __init__(self, source: str) -> None:
         self.parser = LogLines(source)
+        # The cookbook's `timed()` phases open now (`Starting X` with no `X took` yet), outermost first, as
+        # run_end's stack reads them: kept as the lines come, for the live status of a run with no trace.
+        self._phases: list[str] = []
+        self._seen = 0  # parser rows already read into the stack
 
     def feed(self, lines: list[bytes], first_line: int) -> None:
         self.parser.feed(text_lines(lines), first_line)
 
+    def open_phases(self) -> list[str]:
+        """The phases open now, outermost first (a process start clears them: a new launch)."""
+        rows = self.parser.rows
+        for row in rows[self._seen :]:
+            kind = row.get("kind")
+            if kind == "restart":
+                self._phases.clear()
+            elif kind == "took":
+                fields = _fields(row)
+                name = fields.get("name")
+                if not isinstance(name, str):
+                    continue
+                if fields.get("phase") == "start":
+                    self._phases.append(name)
+                elif name in self._phases:
+                    # A phase ends the innermost open one of its name, and the phases opened inside it.
+                    del self._phases[len(self._phases) - 1 - self._phases[::-1].index(name) :]
+        self._seen = len(rows)
+        return list(self._phases)
+
     @property
     def rows(self) -> list[dict[str, Any]]:
         return self.parser.rows
+
+
+def _fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A parsed log row's fields: as the parser keeps them (`_fields`), else as JSON text (`fields`)."""
+    held = row.get("_fields")
+    if isinstance(held, dict):
+        return held
+    raw = row.get("fields")
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class LiveStepSpans:

@@ -162,11 +162,15 @@ class LiveRun:
         return any(f.metrics is not None and f.metrics.steps.rows for f in self._followed.values())
 
     def in_flight(self) -> list[str]:
-        """The trace spans open now (the latest trace's), outermost first; [] without a trace."""
+        """What the run is inside now, outermost first: the trace spans open (the latest trace's), else the
+        log's `timed()` phases open (the log written to last); [] when neither says."""
         traces = [f.spans for f in self._followed.values() if f.spans is not None and f.spans.last_ts is not None]
-        if not traces:
+        if traces:
+            return max(traces, key=lambda spans: spans.last_ts or 0.0).in_flight()
+        logs = [f for f in self._followed.values() if f.log is not None and f.log.parser.rows]
+        if not logs:
             return []
-        return max(traces, key=lambda spans: spans.last_ts or 0.0).in_flight()
+        return max(logs, key=lambda f: _stat(f.path)[1]).log.open_phases()
 
     def tables(self) -> RunTables:
         """The run as read so far (see the module docstring)."""
