@@ -311,3 +311,32 @@ def test_an_analysis_over_many_stored_parts_is_the_analysis_over_one_table(name,
     parted = report()
     assert parted == whole
     assert report() == whole  # the parts' results now kept in memory: the same report
+
+
+def test_a_file_rewritten_with_the_same_size_and_time_is_another_part(tmp_path):
+    # An inode freed and reused for a new part of the same size within one clock tick has the stat of the old
+    # one: the file's footer tells them apart, or a small table's parts written and dropped in quick
+    # succession would be answered with another table's rows.
+    def frame(seed: int) -> pl.DataFrame:
+        rng = np.random.default_rng(seed)
+        return pl.DataFrame(
+            {
+                "name": ["sample_async"] * 100,
+                "segment": np.zeros(100, dtype=np.int32),
+                "start_us": rng.uniform(0, 1e6, 100),
+                "end_us": rng.uniform(1e6, 2e6, 100),
+                "closed": [True] * 100,
+            },
+            schema=SCHEMA,
+        )
+
+    path = tmp_path / "part-00000.parquet"
+    frame(1).write_parquet(path, compression="uncompressed", statistics=False)
+    before = os.stat(path)
+    table = StoredTable([path], 100, SCHEMA)
+    assert table.where(pl.col("closed"), ["start_us"]).equals(frame(1).select("start_us"))
+    frame(2).write_parquet(path, compression="uncompressed", statistics=False)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert StoredTable([path], 100, SCHEMA).where(pl.col("closed"), ["start_us"]).equals(frame(2).select("start_us"))

@@ -9,9 +9,10 @@ extent per segment is the min and max of the parts' extents). Kept per part, suc
 computed once for each part, so the watch's findings refresh reads only the parts the run gained
 since the last one, not the whole run again.
 
-A part is known by what identifies its rows: a file by its device, inode, size and modification time
-(a file rewritten in place is another part; a hard link of it, as a grown table's next generation links
-its unchanged parts, is the same part), a slice of one by that and its rows, a frame by its identity
+A part is known by what identifies its rows: a file by its device, inode, size, modification time and
+last bytes (a Parquet footer: row counts and column statistics), so a file rewritten in place, or a new
+file on a reused inode, is another part, while a hard link of it (a grown table's next generation links
+its unchanged parts) is the same part; a slice of one by that and its rows; a frame by its identity
 while it lives. The results are held up to a byte budget, least recently used first out.
 
 A part of a table cache entry (a `.parts` folder, ingest/storage/cache.py) also keeps its results on
@@ -114,8 +115,38 @@ def part_identity(part: Path | FileRows | pl.DataFrame) -> Hashable | None:
         stat = os.stat(path)
     except OSError:
         return None
-    file = ("file", stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    tail = _tail_digest(path, stat)
+    if tail is None:
+        return None
+    file = ("file", stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, tail)
     return file if isinstance(part, Path) else (*file, part.start, part.rows)
+
+
+# A file's last bytes (a Parquet file's footer: its row groups' row counts and column statistics) by its
+# stat, ctime included, so each file is read once until it changes or is linked again.
+TAIL_BYTES = 4096
+_tails: OrderedDict[tuple, str] = OrderedDict()
+MAX_TAILS = 65_536
+
+
+def _tail_digest(path: Path, stat: os.stat_result) -> str | None:
+    """A digest of the file's last TAIL_BYTES. An inode freed and reused for a new file of the same size
+    within one tick of the clock (a small table's parts written and dropped in quick succession) has the
+    same stat; its footer tells it apart."""
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    found = _tails.get(key)
+    if found is not None:
+        return found
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, stat.st_size - TAIL_BYTES))
+            tail = handle.read(TAIL_BYTES)
+    except OSError:
+        return None
+    found = _tails[key] = hashlib.sha1(tail, usedforsecurity=False).hexdigest()
+    while len(_tails) > MAX_TAILS:
+        _tails.popitem(last=False)
+    return found
 
 
 # A part's result beside it in a cache entry: `<part file>.<rows read>.<query digest>.arrow`, the rows
