@@ -29,6 +29,7 @@ parts is written again as one with the new rows, so the parts stay few (15 after
 from __future__ import annotations
 
 import bisect
+import math
 from pathlib import Path
 
 import polars as pl
@@ -92,21 +93,24 @@ def extend_table(
     reopened = pl.col("line_begin").is_in(new.reopened.implode())
     fresh = new.spans.filter(~reopened)
     replaced = new.spans.filter(reopened)
-    covers = StepCovers.of(
-        pl.concat([old_covers, new.covers.select(COVER_COLUMNS)]).sort(SORT_KEYS),
-        total=old.height + fresh.height,
-        by=by,
-    )
     parts = old.read_parts()
     facts = [_facts(old, part) for part in parts]
     keys = _PartKeys(parts)
     first = _first_key(pl.concat([fresh.select(SORT_KEYS), new.covers.select(SORT_KEYS)]))
-    if redo or by != _varying(new.old_ranges):
+    everything = redo or by != _varying(new.old_ranges)
+    if everything:
         split, kept = 0, replaced.clear()  # every step may change: every row is redone
     elif first is None:
         split, kept = old.height, replaced  # nothing new: only the reopened rows change
     else:
         split, kept = _rows_before(keys, facts, first), replaced.filter(_before(first))
+    all_covers = pl.concat([old_covers, new.covers.select(COVER_COLUMNS)]).sort(SORT_KEYS)
+    total = old.height + fresh.height
+    covers = StepCovers.of(
+        all_covers if everything else _covers_for(all_covers, first, kept.get_column("start_us"), total),
+        total=total,
+        by=by,
+    )
     lines = new.reopened.sort().to_list()
     # The reopened rows that keep their place, as table rows: attributed once, whichever parts they are in.
     again = _attributed(_with_source(kept, source), covers)
@@ -162,6 +166,31 @@ def extend_table(
     )
     _write(out, pl.concat([*settled, _attributed(merged.sort(SORT_KEYS), covers)], how="vertical"))
     return out.height
+
+
+# Reopened rows attributed in place beyond this many: every cover is kept (_covers_for).
+MAX_STABBED_ROWS = 256
+
+
+def _covers_for(covers: pl.DataFrame, first: tuple | None, again: pl.Series, total: int) -> pl.DataFrame:
+    """The step covers that can enclose a row this extension attributes: the rows from the first new key on
+    (in its segment, a cover ending before that key's start encloses none of them; later segments, all),
+    and the reopened rows kept in place (the covers around each one's start). Containment by the covers
+    kept is containment by all of them: every cover around a row's start is kept, and with it every cover
+    around that cover (StepCovers finds the innermost cover at a row's start among those around it, and
+    climbs to the ones around that). So a refresh's sweep reads the recent covers, not the whole run's.
+    (A table whose every span is a cover is kept whole: StepCovers then attributes nothing, by `total`.)"""
+    if covers.height == total or again.len() > MAX_STABBED_ROWS or again.is_null().any() or again.is_nan().any():
+        return covers
+    if first is None:
+        recent = pl.lit(False)
+    elif first[0] is None or first[1] is None or math.isnan(first[1]):
+        return covers
+    else:
+        segment, start = first[0], first[1]
+        recent = (pl.col("segment") > segment) | ((pl.col("segment") == segment) & (pl.col("end_us") >= start))
+    around = [(pl.col("start_us") <= s) & (pl.col("end_us") >= s) for s in again.to_list()]
+    return covers.filter(pl.any_horizontal(recent, *around).fill_null(True))
 
 
 def _write(out: PartWriter, rows: pl.DataFrame) -> None:
