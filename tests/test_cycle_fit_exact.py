@@ -52,3 +52,25 @@ def _several_plain(waits, period):
 def test_several_multiples_counts_as_unique_does(period):
     for waits in (_waits(4, 3000), np.full(50, 0.053), np.array([np.nan, -1.0, 0.0]), np.array([])):
         assert spans_several_multiples(waits, period) == _several_plain(waits, period)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_float32_screen_reads_the_periodogram_as_float64_does(seed):
+    # The screen reduces each phase to its fraction of a turn in float64 before float32 trigonometry: its R
+    # and mean phases match the exact ones far below the screen's sampling error, over the whole grid (waits
+    # from milliseconds to a minute: phases of thousands of turns), so the chosen period is the same.
+    from trace_doctor.derive.cycles import CANDIDATE_MIN_S, GRID_PERIODS, _phase_stats, _screen_stats
+
+    rng = np.random.default_rng(seed)
+    cycle = rng.uniform(0.05, 2.0)
+    waits = np.concatenate(
+        [rng.normal(k * cycle, 0.03 * cycle, 2000) for k in (1, 2, 3, 5)] + [rng.uniform(0.001, 60.0, 500)]
+    )
+    waits = waits[waits > 0][:8192]
+    periods = np.geomspace(CANDIDATE_MIN_S, 60.0, GRID_PERIODS)
+    exact_r, exact_angle = _phase_stats(waits, periods)
+    screen_r, screen_angle = _screen_stats(waits, periods)
+    assert np.abs(screen_r - exact_r).max() < 1e-6
+    significant = exact_r > 0.05  # a mean phase is only defined where the phases cluster
+    assert np.abs(screen_angle - exact_angle)[significant].max() < 1e-5
+    assert np.argmax(screen_r) == np.argmax(exact_r)

@@ -101,6 +101,27 @@ def _phase_stats(sample: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, n
     return np.concatenate(rs), np.concatenate(angles)
 
 
+def _screen_stats(sample: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """_phase_stats for the periodogram's screen, with the cosines and sines in float32: each wait's phase is
+    first reduced to its fraction of a turn in float64 (w/c - floor(w/c)), so float32 adds an error under
+    1e-6 to R (measured: 5e-9 at 400 periods x 8192 waits), far below the screen's own sampling error
+    (~1/√8192 ≈ 0.011); the float32 trigonometry is vectorised ~6x faster. The chosen period's R is
+    computed exactly (_phase_stats)."""
+    rs, angles = [], []
+    chunks = np.array_split(periods, max(1, len(periods) // 50))
+    turns_of = np.empty((len(chunks[0]), len(sample)))
+    for chunk in chunks:
+        turns = turns_of[: len(chunk)]
+        np.divide(sample[None, :], chunk[:, None], out=turns)
+        turns -= np.floor(turns)
+        phases = (turns * (2.0 * np.pi)).astype(np.float32)
+        c = np.cos(phases).mean(axis=1, dtype=np.float64)
+        s = np.sin(phases).mean(axis=1, dtype=np.float64)
+        rs.append(np.hypot(c, s))
+        angles.append(np.abs(np.arctan2(s, c)))
+    return np.concatenate(rs), np.concatenate(angles)
+
+
 def periodic_fit(waits: np.ndarray) -> tuple[float, float] | None:
     """(period, R) of the periodogram's cycle: the longest grid period whose phases cluster around a
     multiple as strongly as the best one's, significantly (Rayleigh test); None when none does."""
@@ -126,7 +147,7 @@ def periodogram_period(waits: np.ndarray) -> float | None:
         waits[np.linspace(0, len(waits) - 1, screen_waits).astype(np.int64)] if len(waits) > screen_waits else waits
     )
     periods = np.geomspace(CANDIDATE_MIN_S, upper, GRID_PERIODS)
-    rs, angles = _phase_stats(screen, periods)
+    rs, angles = _screen_stats(screen, periods)
     # A phase-0 cluster, not merely a tight cluster: the mean phase must sit near a multiple.
     valid = (angles < np.pi / 6) & np.array(
         [rayleigh_p(float(r), len(screen)) < MAX_RAYLEIGH_P / GRID_PERIODS for r in rs]
