@@ -16,7 +16,9 @@ An entry answers only for the exact bytes it was parsed from:
 - every lookup hashes the file again, so an edit that keeps the size and the mtime is a miss;
 - whatever is in the cache folder (a truncated entry, another version's, garbage) is a miss, never
   a crash, and an entry is one file renamed into place, so concurrent writers cannot mix two.
-The folder is kept under `TRACE_DOCTOR_CACHE_MAX_MB` (default 1024 MB, ~70 entries of a
+A stored table's entry (a `.parts` folder) also holds what queries read of its parts (storage/part_memo.py:
+Arrow IPC files beside each part, counted in its size and evicted with it); a resumed entry links them with
+the parts it keeps. The folder is kept under `TRACE_DOCTOR_CACHE_MAX_MB` (default 1024 MB, ~70 entries of a
 million-event trace), least recently used entries evicted first. A folder that cannot be written
 turns the cache off for the process with one note. Small files are never cached: parsing them is
 cheaper than the bookkeeping.
