@@ -340,3 +340,35 @@ def test_a_file_rewritten_with_the_same_size_and_time_is_another_part(tmp_path):
     after = os.stat(path)
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
     assert StoredTable([path], 100, SCHEMA).where(pl.col("closed"), ["start_us"]).equals(frame(2).select("start_us"))
+
+
+def test_a_part_merged_from_kept_parts_is_answered_from_their_results(tmp_path, monkeypatch):
+    # The watch's live table merges its small trailing parts into one (span_live_table._merged): the merged
+    # part's results are its pieces', so a refresh does not read the merged rows again.
+    frames = [_spans(300, 1), _spans(200, 2), _spans(100, 3)]
+    table = _table(tmp_path, [*frames, _spans(5, 4)])
+    where = pl.col("name") == "forward_backward"
+    table.where(where, ["start_us"])
+    table.per_part(("extent",), lambda s: s.group_by("segment").agg(pl.col("end_us").max()))
+    files = table.parts[:3]
+    pieces = part_memo.piece_identities(files)
+    merged = tmp_path / "merged-0.parquet"
+    pl.concat([pl.read_parquet(f) for f in files]).write_parquet(merged)
+    for f in files:
+        f.unlink()
+    part_memo.note_merged(merged, pieces)
+    scanned: list[str] = []
+    scan_parquet = pl.scan_parquet
+    monkeypatch.setattr(
+        pl, "scan_parquet", lambda source, **kw: scanned.append(str(source)) or scan_parquet(source, **kw)
+    )
+    grown = StoredTable([merged, table.parts[3]], table.height, SCHEMA)
+    assert grown.where(where, ["start_us"]).equals(grown.scan().filter(where).select("start_us").collect())
+    extents = pl.concat(grown.per_part(("extent",), lambda s: s.group_by("segment").agg(pl.col("end_us").max())))
+    assert extents.get_column("end_us").max() == grown.scan().select(pl.col("end_us").max()).collect().item()
+    # The checks' own scans of the whole table read a list of files; no query read a part on its own.
+    assert scanned and all(source.startswith("[") for source in scanned)
+    # A query the pieces never answered reads the merged part itself.
+    scanned.clear()
+    grown.where(pl.col("closed"), ["end_us"])
+    assert scanned == [str(merged)]

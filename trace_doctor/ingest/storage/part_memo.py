@@ -204,6 +204,45 @@ def link_results(source: Path, linked: Path, view: str) -> None:
             os.link(source.parent / name, linked.parent / (linked.name + name[len(source.name) :]))
 
 
+# A part written as the concatenation of other parts (a live table's merge, trace/span_live_table.py): its
+# identity -> its pieces' identities, in order. Bounded like the results.
+_pieces: OrderedDict[Hashable, tuple[Hashable, ...]] = OrderedDict()
+MAX_MERGES = 4096
+
+
+def piece_identities(parts: list[Path | FileRows | pl.DataFrame]) -> tuple[Hashable, ...] | None:
+    """The identities of file parts about to be merged (taken before the files go); None if one is unreadable,
+    or is a frame (a frame's identity is reused once it is gone: it cannot name rows after the merge)."""
+    if any(isinstance(part, pl.DataFrame) for part in parts):
+        return None
+    found = tuple(part_identity(part) for part in parts)
+    return None if any(identity is None for identity in found) else found
+
+
+def note_merged(merged: Path | pl.DataFrame, pieces: tuple[Hashable, ...] | None) -> None:
+    """`merged` holds the rows of the parts `pieces` (piece_identities), in order: a query's results on them,
+    concatenated, are its result on `merged`. That holds for the queries per_part runs: a row filter, or an
+    aggregate its caller combines over the parts (min and max, unions, distinct values), which the pieces'
+    results combine to as the merged part's would."""
+    identity = part_identity(merged) if pieces and isinstance(merged, Path) else None
+    if identity is None or pieces is None:
+        return
+    _pieces[identity] = pieces
+    while len(_pieces) > MAX_MERGES:
+        _pieces.popitem(last=False)
+
+
+def _from_pieces(identity: Hashable, key: Hashable) -> pl.DataFrame | None:
+    """A merged part's result from its pieces' kept results (note_merged), or None when one is not kept."""
+    pieces = _pieces.get(identity)
+    if pieces is None:
+        return None
+    found = [KEPT.get((piece, key)) for piece in pieces]
+    if any(result is None for result in found):
+        return None
+    return pl.concat(found, how="vertical") if len(found) > 1 else found[0]
+
+
 def per_part(
     parts: list[tuple[Path | FileRows | pl.DataFrame, Callable[[], pl.LazyFrame]]],
     key: Hashable,
@@ -213,7 +252,8 @@ def per_part(
     parallel: bool = True,
 ) -> list[pl.DataFrame]:
     """`query` on each part (given as the part and its scan), in part order: the kept result of a part
-    it already ran on, else a fresh one (kept). `key` names the query: equal keys, equal queries.
+    it already ran on (or of the pieces it was merged from, note_merged), else a fresh one (kept). `key`
+    names the query: equal keys, equal queries; a query is part-local (see note_merged).
     `empty`: the table with no rows (what a result read back must have the columns of, once queried).
     The parts not kept are collected together, so polars reads them in parallel as one scan would."""
     results: list[pl.DataFrame | None] = []
@@ -236,6 +276,8 @@ def per_part(
     for index in list(missing):
         file = _result_file(parts[index][0], key)
         found = _read_result(file, expected) if file is not None else None
+        if found is None and identities[index] is not None:
+            found = _from_pieces(identities[index], key)
         if found is not None:
             results[index] = found
             missing.remove(index)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import polars as pl
 
+from trace_doctor.ingest.storage.part_memo import note_merged, piece_identities
 from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, StoredTable, scratch_folder
 from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS
 from trace_doctor.ingest.trace.span_extend import PART_ROWS, Extension, extend_table, may_hold, span_facts
@@ -135,6 +136,9 @@ def _merged(
     """Consecutive parts as one, written once; the merged files removed. `facts` (by file part) gets
     the merged part's."""
     frame = pl.concat([_frame(part) for part, _ in run], how="vertical")
+    # What queries read of the pieces is what they read of the merged part (part_memo): taken before their
+    # files go.
+    pieces = piece_identities([part for part, _ in run])
     for part, _ in run:
         if isinstance(part, Path):
             facts.pop(part, None)
@@ -143,6 +147,7 @@ def _merged(
     merged = _stored(frame, folder)
     if isinstance(merged, Path):
         facts[merged] = {"rows": frame.height, **span_facts(frame)}
+    note_merged(merged, pieces)
     return merged, frame.height
 
 
