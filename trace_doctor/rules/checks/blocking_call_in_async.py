@@ -101,7 +101,6 @@ def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     if ctx.run.height("spans") == 0:
         return None
     min_s = float(ctx.thresholds.min_blocked_s)
-    closed = ctx.run.scan("spans").filter(CLOSED_WITH_DURATION)
     # A stretched round trip at the same time means the SDK thread could not run either: a GIL stall,
     # judged by the ratio gil-stall uses (shared), so a block is one rule's or the other's, never both.
     stretched = ctx.stretched_round_trips(min_s)
@@ -123,13 +122,9 @@ def _trace_blocks(ctx: RuleContext[BlockingCallPolicy]) -> Signal | None:
     if long.is_empty():
         return None
     names = long.get_column("name").unique().sort().to_list()
-    typical = (
-        closed.lazy()
-        .filter(pl.col("name").is_in(names))
-        .group_by("name")
-        .agg(pl.col("dur_us").median().alias("typical_us"))
-        .collect()
-    )
+    # Those calls' durations read through spans_where: a stored table's parts seen before are not read again.
+    calls = ctx.spans_where(CLOSED_WITH_DURATION & pl.col("name").is_in(names), ["name", "dur_us"])
+    typical = calls.group_by("name").agg(pl.col("dur_us").median().alias("typical_us"))
     # A row's excess over its call's median; summed in row order, as the rows are listed.
     over = long.join(typical, on="name", how="left", maintain_order="left").select(
         pl.col("dur_us") - pl.min_horizontal(pl.col("typical_us").fill_null(0.0), pl.col("dur_us"))
