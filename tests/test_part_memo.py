@@ -27,8 +27,10 @@ TOKEN = "sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"
 @pytest.fixture(autouse=True)
 def _empty_memo():
     part_memo.KEPT.clear()
+    part_memo.SMALL_ROWS.clear()
     yield
     part_memo.KEPT.clear()
+    part_memo.SMALL_ROWS.clear()
 
 
 def _spans(n: int, seed: int, segment: int = 0) -> pl.DataFrame:
@@ -180,6 +182,7 @@ def test_a_cache_entrys_parts_keep_their_results_for_the_next_process(tmp_path, 
     )
     # Another process: nothing in memory, the results are read back, no part is scanned.
     part_memo.KEPT.clear()
+    part_memo.SMALL_ROWS.clear()
     scanned: list[str] = []
     scan_parquet = pl.scan_parquet
     monkeypatch.setattr(
@@ -192,6 +195,7 @@ def test_a_cache_entrys_parts_keep_their_results_for_the_next_process(tmp_path, 
     results[0].write_bytes(results[0].read_bytes()[:40])
     pl.DataFrame({"name": ["x"]}).write_ipc(results[1])
     part_memo.KEPT.clear()
+    part_memo.SMALL_ROWS.clear()
     assert table.where(where, ["name", "end_us"]).equals(expected)
     assert len(scanned) == 2
 
@@ -372,3 +376,29 @@ def test_a_part_merged_from_kept_parts_is_answered_from_their_results(tmp_path, 
     scanned.clear()
     grown.where(pl.col("closed"), ["end_us"])
     assert scanned == [str(merged)]
+
+
+def test_a_small_new_part_is_read_once_for_every_query_that_misses_it(tmp_path, monkeypatch):
+    # A refresh's new part is small: scanning it costs its setup more than its rows, once per query. Its
+    # rows are read once and the queries that follow read them from memory; a large part is scanned.
+    small = tmp_path / "part-00000.parquet"
+    _spans(50, 1).write_parquet(small)
+    large = tmp_path / "part-00001.parquet"
+    monkeypatch.setattr(part_memo, "SMALL_PART_BYTES", small.stat().st_size)
+    _spans(20_000, 2).write_parquet(large)
+    assert large.stat().st_size > part_memo.SMALL_PART_BYTES
+    table = StoredTable([small, large], 20_050, SCHEMA)
+    scanned: list[str] = []
+    scan_parquet = pl.scan_parquet
+    monkeypatch.setattr(
+        pl, "scan_parquet", lambda source, **kw: scanned.append(str(source)) or scan_parquet(source, **kw)
+    )
+    for where in WHERES:
+        found = table.where(where, ["name", "end_us"])
+        monkeypatch.setattr(pl, "scan_parquet", scan_parquet)
+        assert found.equals(table.scan().filter(where).select("name", "end_us").collect())
+        monkeypatch.setattr(
+            pl, "scan_parquet", lambda source, **kw: scanned.append(str(source)) or scan_parquet(source, **kw)
+        )
+    assert scanned.count(str(small)) == 1
+    assert scanned.count(str(large)) == len(WHERES)

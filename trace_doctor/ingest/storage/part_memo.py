@@ -243,6 +243,37 @@ def _from_pieces(identity: Hashable, key: Hashable) -> pl.DataFrame | None:
     return pl.concat(found, how="vertical") if len(found) > 1 else found[0]
 
 
+# A file part up to this size is read whole the first time a query misses it, and its rows kept apart
+# (SMALL_ROWS, a budget of their own: a catch-up's parts do not push the results out): the queries of one
+# analysis that follow read them from memory. Scanning a small Parquet file costs its setup more than its
+# rows (~2-3 ms a query), and a refresh's new parts are small (1 MB appended: ~2,000 spans, ~0.1 MB).
+SMALL_PART_BYTES = 512 << 10
+SMALL_ROWS = _Kept(32 << 20)
+_ROWS = "rows"
+
+
+def _rows_of(
+    part: tuple[Path | FileRows | pl.DataFrame, Callable[[], pl.LazyFrame]], identity: Hashable
+) -> pl.LazyFrame:
+    """The part's scan, or its rows read whole and kept when it is a small file (SMALL_PART_BYTES)."""
+    held, scan = part
+    if isinstance(held, pl.DataFrame) or identity is None:
+        return scan()
+    path = held if isinstance(held, Path) else held.path
+    try:
+        small = os.stat(path).st_size <= SMALL_PART_BYTES
+    except OSError:
+        return scan()
+    if not small:
+        return scan()
+    rows = SMALL_ROWS.get((identity, _ROWS))
+    if rows is None:
+        rows = scan().collect()
+        with contextlib.suppress(TypeError):
+            SMALL_ROWS.put((identity, _ROWS), rows, None)
+    return rows.lazy()
+
+
 def per_part(
     parts: list[tuple[Path | FileRows | pl.DataFrame, Callable[[], pl.LazyFrame]]],
     key: Hashable,
@@ -284,7 +315,7 @@ def per_part(
             if identities[index] is not None:
                 KEPT.put((identities[index], key), found, None)
     if missing:
-        queries = [query(parts[index][1]()) for index in missing]
+        queries = [query(_rows_of(parts[index], identities[index])) for index in missing]
         fresh = pl.collect_all(queries) if parallel and len(queries) > 1 else [q.collect() for q in queries]
         for index, result in zip(missing, fresh, strict=True):
             results[index] = result
