@@ -46,6 +46,20 @@ def _temporary_files_are_removed():
         pytest.fail(f"{len(left)} trace-doctor scratch folder(s) left in TMPDIR by the tests: {listing}", pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def _disk_writable_and_nothing_kept(monkeypatch):
+    """Each test starts as a fresh process would: the scratch disk usable (a test of a full disk leaves the
+    process keeping tables in memory, storage/stored_table.disk_failed) and no part's results kept from an
+    earlier test (storage/part_memo). Without it, a test meant to store a table on disk would hold it in
+    memory, or read another test's results, depending on which tests its xdist worker ran before."""
+    from trace_doctor.ingest.storage import part_memo, stored_table
+
+    monkeypatch.setattr(stored_table, "_disk_ok", True)
+    part_memo.KEPT.clear()
+    part_memo.SMALL_ROWS.clear()
+    yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _pipe_width_terminal():
     """Every test renders at the width of a pipe, whatever runs pytest: an 80-column terminal, or
