@@ -466,3 +466,21 @@ CASES: dict[str, Callable[[Path], None]] = {
     and name not in ("sft_row", "rl_row", "dpo_row", "distill_row", "rl_log", "sft_log", "metrics_table")
     and not name.startswith("_")
 }
+
+
+def run_stopped(path: Path) -> tuple:
+    """(run-stopped's finding or None, its outcome, the whole analysis) of the run folder `path`."""
+    from trace_doctor.api import analyze, load_run
+
+    result = analyze(load_run(str(path)))
+    found = [f for f in result.findings if f.rule == "run-stopped"]
+    outcome = next(o for o in result.outcomes if o.rule == "run-stopped")
+    return (found[0] if found else None), outcome, result
+
+
+def built(tmp_path: Path, cases: dict[str, Callable[[Path], None]], name: str) -> Path:
+    """The folder `tmp_path/name` holding the case `name` of `cases`, as its builder writes it."""
+    folder = tmp_path / name
+    folder.mkdir()
+    cases[name](folder)
+    return folder

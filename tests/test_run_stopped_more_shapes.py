@@ -15,25 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from trace_doctor.api import analyze, load_run
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import stopped_shapes  # noqa: E402
+from stopped_shapes import built, run_stopped  # noqa: E402
 
 
 def _stopped(path: Path):
-    result = analyze(load_run(str(path)))
-    found = [f for f in result.findings if f.rule == "run-stopped"]
-    outcome = next(o for o in result.outcomes if o.rule == "run-stopped")
-    return (found[0] if found else None), outcome
+    return run_stopped(path)[:2]
 
 
 def _build(tmp_path: Path, name: str) -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    stopped_shapes.CASES[name](folder)
-    return folder
+    return built(tmp_path, stopped_shapes.CASES, name)
 
 
 def test_a_console_only_capture_that_ends_inside_a_sampling_bar_was_inside_that_sampling(tmp_path):

@@ -17,20 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from trace_doctor.api import analyze, load_run
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "fixtures"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import stopped_shapes  # noqa: E402
+from stopped_shapes import run_stopped  # noqa: E402
 
 
 def _stopped(path: Path):
-    result = analyze(load_run(str(path)))
-    found = [f for f in result.findings if f.rule == "run-stopped"]
-    outcome = next(o for o in result.outcomes if o.rule == "run-stopped")
-    return (found[0] if found else None), outcome, result
+    return run_stopped(path)
 
 
 @pytest.fixture(scope="module")

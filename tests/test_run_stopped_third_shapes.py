@@ -20,20 +20,15 @@ from trace_doctor.api import analyze, load_run
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import stopped_shapes_third  # noqa: E402
+from stopped_shapes import built, run_stopped  # noqa: E402
 
 
 def _stopped(path: Path):
-    result = analyze(load_run(str(path)))
-    found = [f for f in result.findings if f.rule == "run-stopped"]
-    outcome = next(o for o in result.outcomes if o.rule == "run-stopped")
-    return (found[0] if found else None), outcome
+    return run_stopped(path)[:2]
 
 
 def _build(tmp_path: Path, name: str) -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    stopped_shapes_third.CASES[name](folder)
-    return folder
+    return built(tmp_path, stopped_shapes_third.CASES, name)
 
 
 def test_richs_boxed_traceback_is_a_decoded_crash_with_its_own_fix(tmp_path):
@@ -240,8 +235,6 @@ def test_a_watched_hang_placed_only_by_its_open_phase_is_not_sure_of_the_side(tm
     # RL, 5 of 40 steps, the log ends inside step 5's `train` (a phase that waits on the service) and the
     # watch saw it hold: the hold is sure, which side held it is not (no dump, no SDK task, no live stack).
     from stopped_shapes import _phase, _rl_folder, rl_log
-
-    from trace_doctor.api import analyze, load_run
 
     _rl_folder(tmp_path, 40, 5)
     tail = _phase("sample", 5.0) + _phase("assemble_training_data", 1.0) + _phase("train", None)

@@ -356,6 +356,19 @@ class RunTables:
         self.take_late_warnings(value)
         return found
 
+    def spans_combined(
+        self,
+        key: Hashable,
+        query: Callable[[pl.LazyFrame], pl.LazyFrame],
+        combine: Callable[[pl.LazyFrame], pl.LazyFrame],
+    ) -> pl.DataFrame:
+        """`combine` of the per-part results of `query` (spans_per_part) as one frame: a per-part extent
+        re-aggregated, a union of unions. With no part, `query` on no rows (its columns)."""
+        parts = self.spans_per_part(key, query)
+        if not parts:
+            return query(self.scan("spans").head(0)).collect()
+        return combine(pl.concat(parts, how="vertical").lazy()).collect()
+
     def has_input(self, kind: str) -> bool:
         return any(i.kind == kind and i.records > 0 for i in self.inputs)
 

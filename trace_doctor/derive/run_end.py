@@ -292,9 +292,11 @@ def _segment_ends(run: Any) -> pl.DataFrame:
             pl.col("end_us").filter(stepped).min().alias("first_end"),
         )
 
-    parts = run.spans_per_part(("run-end-segments",), ends)
-    combined = pl.concat(parts, how="vertical") if parts else ends(run.scan("spans").head(0)).collect()
-    return combined.group_by("segment").agg(pl.col("reached").max(), pl.col("first_end").min())
+    return run.spans_combined(
+        ("run-end-segments",),
+        ends,
+        lambda found: found.group_by("segment").agg(pl.col("reached").max(), pl.col("first_end").min()),
+    )
 
 
 def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], int, int | None]:

@@ -192,8 +192,7 @@ class RuleContext(Generic[P]):
             stepped = spans.filter(pl.col("step").is_not_null())
             return stepped.group_by("step").agg(pl.col("start_us").min(), pl.col("end_us").max())
 
-        parts = self.run.spans_per_part(("extent-by-step",), extent)
-        return extent(pl.concat(parts, how="vertical").lazy() if parts else self.run.scan("spans").head(0)).collect()
+        return self.run.spans_combined(("extent-by-step",), extent, extent)
 
     @cached_property
     def service_waits(self) -> pl.DataFrame:
@@ -203,8 +202,7 @@ class RuleContext(Generic[P]):
         as the union leaves them out."""
         from trace_doctor.triage.account import wait_union_rows as merged
 
-        parts = self.run.spans_per_part(("service-wait-union",), merged)
-        return pl.concat(parts, how="vertical") if parts else merged(self.run.scan("spans").head(0)).collect()
+        return self.run.spans_combined(("service-wait-union",), merged, lambda rows: rows)
 
     @cached_property
     def segment_extents(self) -> pl.DataFrame:
@@ -214,8 +212,7 @@ class RuleContext(Generic[P]):
         def extent(spans: pl.LazyFrame) -> pl.LazyFrame:
             return spans.group_by("segment").agg(pl.col("start_us").min(), pl.col("end_us").max())
 
-        parts = self.run.spans_per_part(("extent-by-segment",), extent)
-        return extent(pl.concat(parts, how="vertical").lazy() if parts else self.run.scan("spans").head(0)).collect()
+        return self.run.spans_combined(("extent-by-segment",), extent, extent)
 
     @property
     def wall_s(self) -> float | None:
@@ -261,10 +258,9 @@ class RuleContext(Generic[P]):
             trips = spans.filter(CLOSED_WITH_DURATION & pl.col("name").is_in(sorted(ROUND_TRIP)))
             return trips.group_by("name").agg(pl.col("dur_us").max())
 
-        parts = self.run.spans_per_part(("longest-round-trips",), longest)
-        if not parts:
-            return longest(self.run.scan("spans").head(0)).collect()
-        return pl.concat(parts, how="vertical").group_by("name").agg(pl.col("dur_us").max())
+        return self.run.spans_combined(
+            ("longest-round-trips",), longest, lambda found: found.group_by("name").agg(pl.col("dur_us").max())
+        )
 
     @cached_property
     def _round_trip_durations(self) -> pl.DataFrame:
