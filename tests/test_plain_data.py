@@ -40,3 +40,26 @@ def test_a_list_with_a_float_that_is_not_finite_keeps_its_tag():
     value = [1, 2.0, "x"]
     encoded = plain_data.encode(value)
     assert encoded == value and encoded is not value
+
+
+def test_a_list_of_pairs_is_written_as_it_is_unless_one_needs_a_tag():
+    # A finding's time ranges: a pair per step, most of a cached analysis's values.
+    pairs = [[float(i), i + 0.5] for i in range(1000)]
+    encoded = plain_data.encode(pairs)
+    assert encoded == pairs and encoded[0] is not pairs[0]
+    # One pair with an infinite end, or a tuple among the lists: every item in its own form.
+    assert plain_data.encode([[1.0, 2.0], [3.0, float("inf")]]) == [[1.0, 2.0], [3.0, {"$": "float", "v": "inf"}]]
+    mixed = plain_data.loads(plain_data.dumps([[1, 2], (3, 4)]))
+    assert mixed == [[1, 2], (3, 4)] and type(mixed[1]) is tuple
+
+
+def test_an_object_held_twice_is_written_twice_and_comes_back_equal():
+    from trace_doctor.model import Finding
+
+    finding = Finding(rule="r", code="TD1", severity="warning", title="t", message="m", fix="f", steps=[1, 2])
+    other = Finding(rule="s", code="TD2", severity="info", title="u", message="n", fix="g")
+    value = {"findings": [finding, other], "notes": [finding]}
+    encoded = plain_data.encode(value)
+    assert encoded["notes"][0] == encoded["findings"][0] != encoded["findings"][1]
+    back = plain_data.loads(plain_data.dumps(value))
+    assert back["notes"][0] == back["findings"][0] == finding and back["findings"][1] == other

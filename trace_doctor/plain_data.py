@@ -18,6 +18,7 @@ import base64
 import dataclasses
 import datetime
 import io
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -67,27 +68,46 @@ def _name(cls: type) -> str:
 
 def encode(value: Any) -> Any:
     """`value` as JSON-able data; NotPlainData when something in it has no plain form."""
+    return _encode(value, {})
+
+
+def _plain_scalars(items: list) -> bool:
+    """Whether a list holds only plain scalars (a float that is not finite still needs its tag). The
+    types are gathered and the floats tested by C loops: an analysis holds tens of thousands of values."""
+    types = set(map(type, items))
+    if not types <= _SCALARS:
+        return False
+    if float not in types:
+        return True
+    if len(types) == 1:
+        return all(map(math.isfinite, items))
+    return all(math.isfinite(item) for item in items if type(item) is float)
+
+
+def _encode(value: Any, seen: dict[int, Any]) -> Any:
+    """encode, with `seen`: the form of each result object already encoded in this value, by identity (the
+    verdict lists the findings the analysis holds: each is encoded once)."""
     kind = type(value)
     if value is None or kind in (bool, int, str):
         return value
     if kind is float:
         return value if math.isfinite(value) else {TAG: "float", "v": repr(value)}
     if kind is list:
-        # A per-step series is most of an analysis's values: a list of plain scalars is its own form
-        # (a float that is not finite still needs its tag).
-        if all(type(item) in _SCALARS for item in value) and all(
-            math.isfinite(item) for item in value if type(item) is float
-        ):
+        # A per-step series is most of an analysis's values: a list of plain scalars is its own form, and so
+        # is a list of such lists (a finding's time ranges, a pair per step).
+        if _plain_scalars(value):
             return list(value)
-        return [encode(item) for item in value]
+        if value and set(map(type, value)) == {list} and _plain_scalars(list(itertools.chain.from_iterable(value))):
+            return [list(item) for item in value]
+        return [_encode(item, seen) for item in value]
     if kind is dict:
         if all(type(key) is str for key in value) and TAG not in value:
-            return {key: encode(item) for key, item in value.items()}
-        return {TAG: "dict", "v": [[encode(key), encode(item)] for key, item in value.items()]}
+            return {key: _encode(item, seen) for key, item in value.items()}
+        return {TAG: "dict", "v": [[_encode(key, seen), _encode(item, seen)] for key, item in value.items()]}
     if kind is MappingProxyType:
-        return {TAG: "mapping", "v": encode(dict(value))}
+        return {TAG: "mapping", "v": _encode(dict(value), seen)}
     if kind in (tuple, set, frozenset):
-        return {TAG: kind.__name__, "v": [encode(item) for item in value]}
+        return {TAG: kind.__name__, "v": [_encode(item, seen) for item in value]}
     if kind is pl.DataFrame:
         return {TAG: "frame", "v": _ipc(value)}
     if kind is pl.Series:
@@ -95,14 +115,20 @@ def encode(value: Any) -> Any:
     if kind in (datetime.datetime, datetime.date):
         return {TAG: kind.__name__, "v": value.isoformat()}
     if isinstance(value, np.generic) and value.dtype.name in NUMPY_SCALARS:
-        return {TAG: "numpy", "dtype": value.dtype.name, "v": encode(value.item())}
+        return {TAG: "numpy", "dtype": value.dtype.name, "v": _encode(value.item(), seen)}
     if dataclasses.is_dataclass(value) and known_classes().get(_name(kind)) is kind:
+        # Kept with the object itself, so its id is not reused by another while `seen` lives.
+        done = seen.get(id(value))
+        if done is not None and done[0] is value:
+            return done[1]
         state = (
             vars(value)
             if hasattr(value, "__dict__")
             else {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         )
-        return {TAG: "object", "class": _name(kind), "v": {key: encode(item) for key, item in state.items()}}
+        form = {TAG: "object", "class": _name(kind), "v": {key: _encode(item, seen) for key, item in state.items()}}
+        seen[id(value)] = (value, form)
+        return form
     raise NotPlainData(f"no plain form for {kind.__module__}.{kind.__qualname__}")
 
 

@@ -299,6 +299,21 @@ def _segment_ends(run: Any) -> pl.DataFrame:
     )
 
 
+def _last_steps(run: Any) -> pl.DataFrame:
+    """Per segment, track and name, the latest step of a closed span (`step`): combined from each part's,
+    so a grown run's earlier parts are not read again."""
+
+    def latest(spans: pl.LazyFrame) -> pl.LazyFrame:
+        stepped = spans.filter(pl.col("closed").fill_null(True) & pl.col("step").is_not_null())
+        return stepped.group_by("segment", "track", "name").agg(pl.col("step").max())
+
+    return run.spans_combined(
+        ("run-end-last-steps",),
+        latest,
+        lambda found: found.group_by("segment", "track", "name").agg(pl.col("step").max()),
+    )
+
+
 def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], int, int | None]:
     """The last segment's spans left open (a B with no E): each track's outermost and innermost
     OPEN_SPANS_LISTED, how many are not listed, and the latest step among those of them in a step. Read
@@ -310,7 +325,6 @@ def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], 
     known = segments.filter(pl.col("segment").is_not_null())
     last = known.get_column("segment").max() if known.height else None
     in_last = pl.col("segment") == last if last is not None else pl.lit(True)
-    spans = run.scan("spans").select(OPEN_SPAN_COLUMNS).filter(in_last)
     closed = pl.col("closed").fill_null(True)
     open_rows = run.spans_where(in_last & ~closed, OPEN_SPAN_COLUMNS).sort("track", "depth", "start_us")
     if open_rows.is_empty():
@@ -320,12 +334,11 @@ def _open_spans(run: Any, last_step: int | None) -> tuple[tuple[OpenSpan, ...], 
     # The cookbook writes `step` on a span's E event only: an open span's step is the one after the
     # last closed span of its name on its track.
     keys = open_rows.select("track", "name").unique()
-    stepped = spans.filter(closed & pl.col("step").is_not_null())
     next_of = (
-        stepped.join(keys.lazy(), on=["track", "name"], how="semi", nulls_equal=True)
-        .group_by("track", "name")
-        .agg((pl.col("step").max() + 1).alias("_next"))
-        .collect()
+        _last_steps(run)
+        .filter(in_last)
+        .join(keys, on=["track", "name"], how="semi", nulls_equal=True)
+        .select("track", "name", (pl.col("step") + 1).alias("_next"))
     )
     # When the run's first step ended: a span with no step begun before it is the loop around the steps.
     first_end = ends.get_column("first_end").min()

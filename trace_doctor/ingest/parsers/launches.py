@@ -47,35 +47,50 @@ class Launch:
         }
 
 
-def writer_chains(steps: list[int | None], training: list[bool]) -> tuple[list[int], int]:
-    """Assign each training row to an increasing sequence of steps (a writer); count returns.
+class WriterChains:
+    """Each training row assigned to an increasing sequence of steps (a writer), a row at a time; returns
+    counted.
 
     A row joins the sequence whose last step is the largest below its own (ties: the newest
     sequence), else starts a new one. A relaunch only ever starts new sequences; two concurrent
-    writers keep returning to a sequence another row left: those returns are counted.
+    writers keep returning to a sequence another row left: those returns are counted. Kept as rows
+    come (a live metrics file's reader adds each look's rows), so a table built again does not walk
+    every row again.
     """
-    # (last step, sequence) of every sequence, sorted: the one to join is the rightmost entry below
-    # (step, -inf), found by bisection (a scan of every sequence per row is quadratic when steps
-    # keep going down and each row starts a sequence).
-    ends: list[tuple[int, int]] = []
-    count = 0
-    owner = [-1] * len(steps)
-    previous = -1
-    returns = 0
-    for i, (step, is_training) in enumerate(zip(steps, training, strict=True)):
+
+    def __init__(self) -> None:
+        # (last step, sequence) of every sequence, sorted: the one to join is the rightmost entry below
+        # (step, -inf), found by bisection (a scan of every sequence per row is quadratic when steps
+        # keep going down and each row starts a sequence).
+        self._ends: list[tuple[int, int]] = []
+        self._count = 0
+        self._previous = -1
+        self.owner: list[int] = []  # each row's sequence, -1 for a row that is not a training step
+        self.returns = 0
+
+    def add(self, step: int | None, is_training: bool) -> None:
         if step is None or not is_training:
-            continue
+            self.owner.append(-1)
+            return
+        ends = self._ends
         at = bisect.bisect_left(ends, (step, -1)) - 1
         if at < 0:
-            best, count = count, count + 1
+            best, self._count = self._count, self._count + 1
         else:
             best = ends.pop(at)[1]
         bisect.insort(ends, (step, best))
-        if previous >= 0 and best != previous and best < previous:
-            returns += 1
-        owner[i] = best
-        previous = best
-    return owner, returns
+        if self._previous >= 0 and best != self._previous and best < self._previous:
+            self.returns += 1
+        self.owner.append(best)
+        self._previous = best
+
+
+def writer_chains(steps: list[int | None], training: list[bool]) -> tuple[list[int], int]:
+    """Each row's sequence of steps (WriterChains) and the count of returns, for whole columns."""
+    chains = WriterChains()
+    for step, is_training in zip(steps, training, strict=True):
+        chains.add(step, is_training)
+    return chains.owner, chains.returns
 
 
 def launches_of(steps) -> list[Launch]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from trace_doctor.ingest.parsers.launches import MIN_RETURNS, writer_chains
+from trace_doctor.ingest.parsers.launches import MIN_RETURNS, WriterChains
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.reading.input_stream import InputStream
 from trace_doctor.ingest.reading.jsonl import as_int64, iter_json_records, json_text, shown
@@ -127,14 +127,14 @@ def parse_metrics_file(
 
 
 def _separate_concurrent_writers(
+    chains: WriterChains,
     steps: list[int | None],
-    training: list[bool],
     segments: list[int],
     lines: list[int],
     warnings: FileWarnings,
 ) -> bool:
     """When two processes wrote the file at once, give each writer its own segment and say so."""
-    owner, returns = writer_chains(steps, training)
+    owner, returns = chains.owner, chains.returns
     if returns < MIN_RETURNS:
         return False
     current = 0
@@ -152,19 +152,20 @@ def _separate_concurrent_writers(
     return True
 
 
-def _mark_rewritten(steps: list[int | None], training: list[bool], segments: list[int], superseded: list[bool]):
+def _mark_rewritten(steps: list[int | None], training: list[bool], segments: list[int]) -> pl.Series:
     """Rows of an earlier launch whose step a later launch ran again: kept, marked superseded.
 
     Only the steps the later launch actually ran count as rewritten: when it stopped before the
     earlier one's last step, the earlier rows beyond it are still the only record of those steps.
+    Column expressions, not a loop per row: a live metrics file's table is built again at each refresh.
     """
-    last_run: dict[int, int] = {}  # step -> the latest segment that ran it
-    for step, is_training, segment in zip(steps, training, segments, strict=True):
-        if is_training:
-            last_run[step] = max(segment, last_run.get(step, segment))
-    for i, (step, is_training, segment) in enumerate(zip(steps, training, segments, strict=True)):
-        if is_training and last_run[step] > segment:
-            superseded[i] = True
+    rows = pl.DataFrame(
+        {"step": steps, "training": training, "segment": segments},
+        schema={"step": pl.Int64, "training": pl.Boolean, "segment": pl.Int64},
+    )
+    # The latest segment that ran each step, among its training rows.
+    latest = pl.col("segment").filter(pl.col("training")).max().over("step")
+    return rows.select((pl.col("training") & (latest > pl.col("segment"))).alias("superseded")).to_series()
 
 
 class StepsBuilder:
@@ -195,6 +196,7 @@ class StepsBuilder:
         self._cell_keys = array("q")
         self._cell_values = array("d")
         self._texts: dict[int, list[tuple[int, str]]] = {}  # key index -> (row, text) of non-numeric values
+        self._chains = WriterChains()  # the training rows' writers, kept as rows come (launches.py)
 
     @property
     def rows(self) -> int:
@@ -227,6 +229,7 @@ class StepsBuilder:
             else:
                 self._training_max = step if self._training_max is None else max(self._training_max, step)
         self.segments.append(self._segment)
+        self._chains.add(step, step is not None and not is_eval)
         keys = self.keys
         for key, value in row.items():
             if key == "step":
@@ -251,10 +254,10 @@ class StepsBuilder:
         ]
         segments = self.segments
         self.warnings.absorb(self._row_warnings)
-        interleaved = _separate_concurrent_writers(self.step_values, training, segments, self.lines, self.warnings)
-        superseded = [self.superseded_from is not None] * n
+        interleaved = _separate_concurrent_writers(self._chains, self.step_values, segments, self.lines, self.warnings)
+        superseded: list[bool] | pl.Series = [self.superseded_from is not None] * n
         if self.superseded_from is None and not interleaved:
-            _mark_rewritten(self.step_values, training, segments, superseded)
+            superseded = _mark_rewritten(self.step_values, training, segments)
         columns = [
             pl.Series("step", self.step_values, dtype=pl.Int64),
             pl.Series("segment", segments, dtype=pl.Int32),
