@@ -50,6 +50,10 @@ PART_ROWS = 65_536
 # cuts the last part and adds one) is written again as one part.
 SMALL_PART_ROWS = PART_ROWS // 4
 MAX_SMALL_PARTS = 16
+# The table's last rows written as a small part of their own: the next extension cuts the table where the
+# step in flight began (its first new key, most often among the last few thousand rows) and writes the
+# cut part's rows again, so the cut costs what this part holds, not a whole PART_ROWS part.
+TAIL_ROWS = 4096
 # Rows that did not change linked as a slice of their file (stored_table.FileRows) when at least this
 # many lie together; fewer are written again with the reopened rows next to them.
 LINKED_ROWS = 4096
@@ -164,7 +168,7 @@ def extend_table(
         [_unattributed(rest.filter(~reopened)), _with_source(fresh, source), _with_source(moved, source)],
         how="vertical",
     )
-    _write(out, pl.concat([*settled, _attributed(merged.sort(SORT_KEYS), covers)], how="vertical"))
+    _write(out, pl.concat([*settled, _attributed(merged.sort(SORT_KEYS), covers)], how="vertical"), tail=TAIL_ROWS)
     return out.height
 
 
@@ -193,10 +197,14 @@ def _covers_for(covers: pl.DataFrame, first: tuple | None, again: pl.Series, tot
     return covers.filter(pl.any_horizontal(recent, *around).fill_null(True))
 
 
-def _write(out: PartWriter, rows: pl.DataFrame) -> None:
-    """Rows written as parts of at most PART_ROWS rows."""
-    for offset in range(0, rows.height, PART_ROWS):
-        out.write(rows.slice(offset, PART_ROWS))
+def _write(out: PartWriter, rows: pl.DataFrame, *, tail: int = 0) -> None:
+    """Rows written as parts of at most PART_ROWS rows; with `tail`, their last `tail` rows as a part of
+    their own."""
+    body = rows.height - tail if rows.height > tail else rows.height
+    for offset in range(0, body, PART_ROWS):
+        out.write(rows.slice(offset, min(PART_ROWS, body - offset)))
+    if body < rows.height:
+        out.write(rows.slice(body))
 
 
 def span_facts(frame: pl.DataFrame) -> Facts:

@@ -103,11 +103,14 @@ def _compacted(out: PartWriter, pending: pl.Series) -> StoredTable:
     facts = dict(written.facts)
     # In memory (a small table): one frame, whose chunks each refresh's slices and merges add to.
     parts = [(_rechunked(part), _rows(part, facts)) for part in written.read_parts()]
-    last, size = len(parts) - 1, parts[-1][1] if parts else 0
+    # The newest part stays apart: the next refresh cuts it (the step in flight began in it) and writes
+    # its rows again, which costs what the part holds; merged, it would be a big part cut and re-read.
+    end = len(parts) - 1
+    last, size = end - 1, parts[end - 1][1] if end > 0 else 0
     while last > 0 and parts[last - 1][1] < 2 * size and parts[last - 1][1] + size <= PART_ROWS:
         last, size = last - 1, size + parts[last - 1][1]
-    if last < len(parts) - 1:
-        parts[last:] = [_merged(parts[last:], out.folder, facts)]
+    if 0 <= last < end - 1:
+        parts[last:end] = [_merged(parts[last:end], out.folder, facts)]
     kept: list[tuple[Path | pl.DataFrame, int]] = []
     run: list[tuple[Path | pl.DataFrame, int]] = []  # consecutive parts with no open row
 
