@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,13 @@ from trace_doctor.model import LOG_EVENTS_SCHEMA, IngestWarning, InputFile
 
 RECORD = re.compile(
     r"^(?P<logger>[\w.<>-]+):(?P<lineno>\d+) \[(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (?P<msg>.*)$"
+)
+# The time a log collector puts before each line it keeps: `kubectl logs --timestamps` and `docker logs -t` (RFC 3339
+# with nanoseconds, `2026-03-05T10:00:01.123456789Z `), moreutils `ts` with a date format, a bracketed stamp, or a
+# log viewer's copy that puts each line's time on a line of its own before it (`2025-12-03 02:45:45`, then the
+# line). The line is read without it, at that time: a cookbook record behind it is still a record.
+LINE_STAMP = re.compile(
+    r"^\[?(?P<stamp>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?P<fraction>[.,]\d+)?(?P<zone>Z|[+-]\d\d:?\d\d)?\]?(?:\s+|$)"
 )
 TRACEBACK_START = "Traceback (most recent call last):"
 # A terminal echoes Ctrl-C as `^C` just before Python prints the KeyboardInterrupt's traceback.
@@ -100,6 +108,8 @@ class _FileState:
     live_event: dict[str, Any] | None = None  # a live process's stack dump being read (py-spy, faulthandler watchdog)
     live_thread: dict[str, Any] | None = None  # its thread whose frames are being read
     dump_header: tuple[int, str] | None = None  # a live stack dump's header (line, text), its threads to come
+    stamp: datetime | None = None  # the time a collector put before the line being read (LINE_STAMP)
+    stamp_ahead: datetime | None = None  # a time on a line of its own: the next line's
 
     def emit(
         self,
@@ -128,7 +138,7 @@ class _FileState:
         row = {
             "source": self.source,
             "line": line,
-            "timestamp": None,
+            "timestamp": self.stamp,
             "logger": logger,
             "level": level,
             "kind": kind,
@@ -431,9 +441,32 @@ def _parse_with_dumps(state: _FileState, rest: list[str], before: int, any_opene
     return read
 
 
+def _line_stamp(found: re.Match[str]) -> datetime | None:
+    """A LINE_STAMP match as a naive UTC time (nanoseconds cut to microseconds), or None when it is no date."""
+    fraction = (found["fraction"] or "").replace(",", ".")[:7]
+    zone = found["zone"] or ""
+    try:
+        stamp = datetime.fromisoformat(found["stamp"].replace(" ", "T") + fraction + zone.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp.astimezone(UTC).replace(tzinfo=None) if stamp.tzinfo is not None else stamp
+
+
 def _parse_line(state: _FileState, number: int, raw: str) -> int:
     """Take one line outside dump blocks into `state` (it counts as read: 1)."""
     text = strip_ansi(raw) if "\x1b" in raw else raw
+    stamp = None
+    if text[:1].isdigit() or text.startswith("["):  # the cheap test: most lines start with neither
+        found = LINE_STAMP.match(text)
+        if found is not None and (stamp := _line_stamp(found)) is not None:
+            text = text[found.end() :]
+            if not text.strip():
+                # A time on a line of its own (a log viewer's copy) is the next line's; it does not end a
+                # traceback being read.
+                state.stamp_ahead = stamp
+                return 1
+    state.stamp = stamp if stamp is not None else state.stamp_ahead
+    state.stamp_ahead = None
     if not text.strip() and state.traceback_line is None:
         return 1
     match = RECORD.match(text) if "] " in text else None

@@ -464,8 +464,16 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     usual_text = f"the usual step takes {usual:.3g} s" if usual else "no usual step time is known"
     # Only a trace, dumps or timestamped log lines say how long the last state held; a console capture with
     # none of them says nothing about it, not that it was short.
-    timed = bool(ctx.run.height("spans") or end.task_dumps or end.stacks or end.log_silence_s is not None)
-    if kind == "killed" and stuck_s < threshold_s and timed:
+    recorded = bool(ctx.run.height("spans") or end.task_dumps or end.stacks)
+    timed = recorded or end.log_silence_s is not None
+    if kind == "killed" and stuck_s < threshold_s and timed and not recorded:
+        # Only the log's own times: they end at its last line, and the cookbook logs nothing while a call is in
+        # flight, so a process still sitting there would read the same.
+        silence = (
+            f"Nothing was logged after it: the log's times end {stuck_s:.0f} s after its last phase line "
+            f"({usual_text}); how long the process sat there after its last line, the log cannot say."
+        )
+    elif kind == "killed" and stuck_s < threshold_s and timed:
         silence = (
             f"Nothing kept going after it: every record ends within {stuck_s:.0f} s of the others ({usual_text}), "
             "too short a hold to call a hang."

@@ -1,0 +1,79 @@
+"""TD115 run-stopped on stopped runs as real users pasted them (tests/stopped_shapes_pasted.py, each builder citing
+the public report its shape comes from): what the user should read (kind, step, phase, decoded error, confidence)
+as the files support it, and, for every line pattern read anew, lines that only look like it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import stopped_shapes_pasted  # noqa: E402
+from stopped_shapes import built, run_stopped  # noqa: E402
+
+
+def _stopped(tmp_path: Path, name: str):
+    return run_stopped(built(tmp_path, stopped_shapes_pasted.CASES, name))[0]
+
+
+def _kinds(lines: list[str]) -> list[tuple[str, str]]:
+    from trace_doctor.ingest.parsers.logs import parse_lines
+
+    rows, _ = parse_lines(lines, "console.log")
+    return [(r["kind"], r["message"]) for r in rows]
+
+
+def test_a_viewers_copy_with_each_lines_time_above_it_keeps_its_traceback(tmp_path):
+    # tinker-cookbook#147. Before: the time lines broke the traceback, its final line was lost, and the run read
+    # as 'killed ... no error'.
+    finding = _stopped(tmp_path, "viewer_stamped_traceback")
+    assert finding.evidence["kind"] == "crashed" and finding.confidence == "high", finding.message
+    assert finding.steps == [12] and "No progress made in 7200.0s" in finding.message
+    assert finding.evidence["error_cause"] is not None and "`Starting train` with no `took`" in finding.message
+
+
+def test_a_pod_log_with_collector_times_reads_its_records_and_their_times(tmp_path):
+    # `kubectl logs --timestamps`. Before: no record was read behind the times ('stopped early ... nothing left
+    # open'); now the open `train` and two hours of heartbeat warnings after it make a hang on the service.
+    finding = _stopped(tmp_path, "pod_log_hung_in_train")
+    assert finding.evidence["kind"] == "hung on the service", finding.message
+    assert finding.steps == [5] and "`Starting train` with no `took`" in finding.message
+    assert finding.evidence["run_end"]["log_silence_s"] > 7200
+
+
+def test_a_pod_log_that_ends_on_its_phase_line_does_not_claim_nothing_went_on(tmp_path):
+    # The log's times end with its last line: they cannot say the process was gone right after it.
+    finding = _stopped(tmp_path, "pod_log_killed_in_train")
+    assert finding.evidence["kind"] == "killed" and finding.confidence == "medium", finding.message
+    assert "the log cannot say" in finding.message and "too short a hold" not in finding.message
+
+
+@pytest.mark.parametrize(
+    ("line", "kept"),
+    [
+        ("2026-03-05T10:00:01.123456789Z mod:20 [INFO] Starting train", "2026-03-05 10:00:01.123456"),
+        ("2026-03-05T12:00:01+02:00 mod:20 [INFO] Starting train", "2026-03-05 10:00:01"),
+        ("[2026-03-05 10:00:01,250] mod:20 [INFO] Starting train", "2026-03-05 10:00:01.250000"),
+    ],
+)
+def test_a_collectors_time_before_a_record_is_its_time(line, kept):
+    from trace_doctor.ingest.parsers.logs import parse_lines
+
+    rows, _ = parse_lines([line], "pod.log")
+    assert [(r["kind"], str(r["timestamp"])) for r in rows] == [("took", kept)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "2026-03-05 was the day mod:20 [INFO] Starting train",  # a date with no time: prose
+        "2026-13-45 99:99:99 mod:20 [INFO] Starting train",  # no such time
+        "20260305T100001 mod:20 [INFO] Starting train",  # not the form a collector writes
+    ],
+)
+def test_only_a_real_time_in_front_is_taken_off(line):
+    assert _kinds([line]) == []
