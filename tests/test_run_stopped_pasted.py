@@ -77,3 +77,41 @@ def test_a_collectors_time_before_a_record_is_its_time(line, kept):
 )
 def test_only_a_real_time_in_front_is_taken_off(line):
     assert _kinds([line]) == []
+
+
+def test_a_job_steps_oom_kill_names_the_oom_not_the_cancel_it_caused(tmp_path):
+    # HAFS#101. Before: the step's `*** STEP ... CANCELLED` and srun's `task 4: Out Of Memory` were not read; the
+    # OOM line must stay the reason when the scheduler's cancel follows it.
+    finding = _stopped(tmp_path, "srun_step_oom")
+    assert finding.evidence["kind"] == "killed" and finding.confidence == "high", finding.message
+    assert "from the OOM killer" in finding.message and finding.fix.startswith("Give the process more memory")
+    assert [k["text"][:12] for k in finding.evidence["run_end"]["kill_lines"]][-1] == "slurmstepd: "
+
+
+def test_srun_reporting_a_tasks_crash_signal_is_a_native_crash(tmp_path):
+    # HAFS#101 (log 2). Before: 'killed, medium, nothing says why'.
+    finding = _stopped(tmp_path, "srun_step_bus_error")
+    assert finding.evidence["kind"] == "crashed" and finding.confidence == "high", finding.message
+    assert "task 289: Bus error" in finding.message and finding.steps == [8]
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("slurmstepd: error: *** STEP 3495064.0 ON orion-01-01 CANCELLED AT 2021-10-27T19:35:36 ***", "killed"),
+        (
+            "slurmstepd: error: *** STEP 191.batch ON c002 CANCELLED AT 2021-09-12T10:00:00 DUE TO TIME LIMIT ***",
+            "killed",
+        ),
+        ("srun: error: Orion-01-01: task 4: Out Of Memory", "killed"),
+        ("srun: error: node12: tasks 0-3: Killed", "killed"),
+        ("srun: error: Orion-18-69: task 289: Bus error", "error"),
+        # Lines that only look like them.
+        ("srun: error: node12: task 0: Exited with exit code 1", None),
+        ("srun: Terminating job step 3495064.0", None),
+        ("srun: error: Unable to create step for job 12: Job/step already completing or completed", None),
+        ("retrying after the task: Out Of Memory warning was logged", None),
+    ],
+)
+def test_only_sruns_and_slurmstepds_stop_reports_are_read_as_one(line, kind):
+    assert [k for k, _ in _kinds([line]) if k in ("killed", "error")] == ([kind] if kind else [])

@@ -352,6 +352,13 @@ def _interrupt_text(end: RunEnd) -> str:
     return text + "."
 
 
+def _telling_kill(lines: tuple[LogLineRef, ...]) -> LogLineRef:
+    """The kill report that says most: the last one naming why (the OOM killer's line before the scheduler's cancel
+    it caused: slurm cancels a job step once its task was OOM-killed), else the last one."""
+    said = [line for line in lines if line.fields.get("why")]
+    return (said or list(lines))[-1]
+
+
 def _kill_report(line: LogLineRef) -> tuple[str, str]:
     """What a terminal's kill report says stopped the process, and the fix that follows from it."""
     why, signal = line.fields.get("why"), line.fields.get("signal")
@@ -543,7 +550,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         else:
             message += f" Escalate with {ids}."
     if kind == "killed" and end.kill_lines:
-        last = end.kill_lines[-1]
+        last = _telling_kill(end.kill_lines)
         said, fix = _kill_report(last)
         message += f" The terminal says so: `{last.text[:160]}` ({last.source}:{last.line}) — {said}."
     elif kind == "killed":
