@@ -115,3 +115,50 @@ def test_srun_reporting_a_tasks_crash_signal_is_a_native_crash(tmp_path):
 )
 def test_only_sruns_and_slurmstepds_stop_reports_are_read_as_one(line, kind):
     assert [k for k, _ in _kinds([line]) if k in ("killed", "error")] == ([kind] if kind else [])
+
+
+def test_the_sdk_retrying_a_500_as_the_log_ends_is_a_wait_on_the_service(tmp_path):
+    # tinker-feedback#80. Before: 'killed ... no error', the retries listed as mere activity after the phase line.
+    finding = _stopped(tmp_path, "retrying_500_in_train")
+    assert finding.evidence["kind"] == "hung on the service" and finding.confidence == "medium", finding.message
+    assert finding.steps == [9] and "waiting on the service when the log ends: 6 line(s)" in finding.message
+    assert "Retrying due to status code 500" in finding.message and "not recorded" in finding.message
+
+
+def test_a_notebook_that_ends_paused_for_capacity_is_a_wait_on_the_service_not_a_pass(tmp_path):
+    # tinker-cookbook#652. Before: passed ('nothing says the run stopped early'); and with no metrics, config or
+    # phase line the step is not claimed ('before its first step').
+    finding = _stopped(tmp_path, "notebook_paused_for_capacity")
+    assert finding.evidence["kind"] == "hung on the service" and finding.confidence == "medium", finding.message
+    assert "running short on capacity" in finding.message and finding.steps == []
+    assert "before its first step" not in finding.message and "do not record" in finding.title
+
+
+def _rl_tail(tmp_path: Path, tail: str) -> Path:
+    from stopped_shapes import _phase, _rl_folder, rl_log
+
+    _rl_folder(tmp_path, 40, 9)
+    (tmp_path / "logs.log").write_text(rl_log(40, 9, _phase("sample", None) + tail))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("tail", "kind"),
+    [
+        # A judge's client (openai) retrying inside the user's reward: not the tinker SDK waiting on Tinker.
+        ("openai._base_client:1037 [INFO] Retrying request to /chat/completions in 0.4 seconds\n", "killed"),
+        # The SDK retried, then the run went on to its next phase: the retry is not where it stopped.
+        (
+            stopped_shapes_pasted.RETRY_500
+            + "tinker_cookbook.utils.misc_utils:23 [INFO] sample took 9.00 seconds\n"
+            + "tinker_cookbook.utils.misc_utils:20 [INFO] Starting train\n",
+            "killed",
+        ),
+        # The terminal reports the kill after the retries: killed, for sure.
+        (stopped_shapes_pasted.RETRY_500 * 2 + "Killed\n", "killed"),
+    ],
+)
+def test_only_the_sdks_own_wait_that_ends_the_log_is_read_as_one(tmp_path, tail, kind):
+    finding, _, _ = run_stopped(_rl_tail(tmp_path, tail))
+    assert finding.evidence["kind"] == kind, finding.message
+    assert "service_waits" not in finding.evidence["run_end"] or tail.endswith("Killed\n")

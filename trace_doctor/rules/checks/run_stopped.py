@@ -93,12 +93,17 @@ FIX = {
 }
 
 
-def _where(end: RunEnd) -> str:
+# Where a stop with no step is placed when the files record no step at all (a console of the user's own loop: no
+# metrics file, no config, no phase line): not "before its first step", which they cannot say either.
+UNRECORDED_STEP = "at a step the files do not record (no metrics file, config or phase line)"
+
+
+def _where(end: RunEnd, steps_recorded: bool = True) -> str:
     """'step 14 of 40 (35%)', with how the plan is known."""
     step = end.stopped_step
     plan = end.plan
     if step is None:
-        return "before its first step"
+        return "before its first step" if steps_recorded else UNRECORDED_STEP
     logged = "no metrics row was written" if end.last_step is None else f"the last row logged is step {end.last_step}"
     if plan.steps:
         bound = "at most " if plan.upper_bound else ""
@@ -142,8 +147,16 @@ def _in_flight(end: RunEnd) -> list[str]:
             f"console: the `{bar.fields.get('desc')}` progress bar stopped at {bar.fields.get('n')}/"
             f"{bar.fields.get('total')} ({bar.source}:{bar.line})"
         )
+    if end.service_waits:
+        last = end.service_waits[-1]
+        waits = len(end.service_waits)
+        out.append(
+            f"the SDK was waiting on the service when the log ends: {waits} line(s) of it, the last "
+            f"`{last.text[:160]}` ({last.source}:{last.line})"
+        )
     for ref in end.tail_events[-2:]:
-        out.append(f"log after it: `{ref.text[:120]}` ({ref.source}:{ref.line})")
+        if ref not in end.service_waits:
+            out.append(f"log after it: `{ref.text[:120]}` ({ref.source}:{ref.line})")
     for dump in end.task_dumps:
         requests = [w for w in dump.what if HEARTBEAT_TASK not in w]
         if dump.label != "main" and requests:
@@ -250,6 +263,8 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
     where = max(held_readings, key=lambda r: (r[0], r[2] is not None))[2] if held_readings else None
     if where is None and end.live_stack is not None:
         where = _live_stack_where(end.live_main_frames)
+    if where is None and end.service_waits:
+        where = "service"  # the SDK's own lines say what the process waited on when its output ended
     if end.watched_stall_s is not None:
         # The watch's own clock: a hold, not a place (the dumps and the open phases say where).
         readings.append(
@@ -261,7 +276,7 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
             )
         )
     if not readings:
-        return 0.0, [], None
+        return 0.0, [], where
     held = max(r[0] for r in readings)
     return held, [r[1] for r in readings if r[0] > 0], where
 
@@ -399,7 +414,10 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
         return "crashed"
     # A run the watch judged stalled held past the watch's own bound while it was still being followed.
     # A stack dump of the live process after the last phase line: someone saw it sitting there and dumped it.
-    alive = end.watched_stall_s is not None or end.live_stack is not None
+    # The SDK's lines of a wait on the service end the log: it was there, waiting, unless the terminal then
+    # reports a kill.
+    waiting = bool(end.service_waits) and not end.kill_lines
+    alive = end.watched_stall_s is not None or end.live_stack is not None or waiting
     held = stuck_s >= threshold_s or alive
     if held and stuck_where == "service":
         return "hung on the service"
@@ -453,7 +471,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     # in a run folder (config or metrics read): a log file named alone says nothing about the metrics.
     run_folder = ctx.run.has_input("config") or ctx.run.has_input("metrics")
     never_logged = end.last_step is None and end.last_phase is not None and run_folder
-    if not (end.cut_off or end.exceptions or stopped_short or never_logged):
+    if not (end.cut_off or end.exceptions or stopped_short or never_logged or end.service_waits):
         return ctx.passed(
             "nothing says the run stopped early: no planned length to fall short of, no span or log phase left "
             "open, no error at the end of the log"
@@ -507,7 +525,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     }[kind]
     if kind == "killed" and end.stopped_step is None:
         lead = "The run ended with no error (killed)"  # no step had begun: not mid-step
-    message = f"{lead} {_where(end)}."
+    message = f"{lead} {_where(end, run_folder)}."
     if in_wrap_up:
         message = (
             f"The run stopped after its training steps, before it finished: all {end.plan.steps} planned training "
@@ -588,7 +606,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     return [
         ctx.finding(
             severity=SEVERITY[kind],
-            title=f"Run {kind} {('at step ' + str(stopped)) if stopped is not None else 'before its first step'}",
+            title=f"Run {kind} {('at step ' + str(stopped)) if stopped is not None else _where(end, run_folder)}",
             message=message,
             fix=fix,
             steps=[stopped] if stopped is not None else [],
