@@ -162,3 +162,18 @@ def test_only_the_sdks_own_wait_that_ends_the_log_is_read_as_one(tmp_path, tail,
     finding, _, _ = run_stopped(_rl_tail(tmp_path, tail))
     assert finding.evidence["kind"] == kind, finding.message
     assert "service_waits" not in finding.evidence["run_end"] or tail.endswith("Killed\n")
+
+
+def test_an_error_logged_with_no_traceback_does_not_claim_the_process_exited(tmp_path):
+    # tinker-cookbook#372: the retry handler's ERROR inside `kl_vs_base`, then "it hangs indefinitely after the
+    # error". Before: 'crashed' with nothing to say the process may still be there.
+    finding = _stopped(tmp_path, "error_then_hang_in_kl_vs_base")
+    assert finding.evidence["kind"] == "crashed" and finding.confidence == "medium", finding.message
+    assert finding.steps == [7] and "`Starting kl_vs_base` with no `took`" in finding.message
+    assert "exhausting retries" in finding.message and "hung on" in finding.message
+    assert finding.evidence["error_cause"] is not None
+
+
+def test_a_raised_traceback_still_says_the_run_ended_with_it(tmp_path):
+    finding = _stopped(tmp_path, "viewer_stamped_traceback")
+    assert "No traceback follows it" not in finding.message

@@ -549,6 +549,14 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             if sessions:
                 ids = ", ".join(sessions[:3])
                 message += f" The service or the way to it failed: quote session id {ids} when you report it."
+    if kind == "crashed" and not end.exceptions and not end.kill_lines:
+        # An error record with no traceback after it: logged (the SDK's retry handler giving up on one request),
+        # not raised out of the run; a loop still awaiting the failed request's task hangs on with it.
+        message += (
+            " No traceback follows it: the error was logged, not raised out of the run, so whether the process then "
+            "exited or hung on, awaiting the request that failed, the files cannot say (if it is still running, "
+            "stop it before you resume)."
+        )
     if kind == "interrupted":
         message += " " + _interrupt_text(end)
         evidence["error_cause"] = None
