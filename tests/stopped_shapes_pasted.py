@@ -110,9 +110,10 @@ def retrying_500_in_train(folder: Path) -> None:
 
 # github.com/thinking-machines-lab/tinker-cookbook/issues/652: a manual SFT loop (forward_backward_async and
 # optim_step_async) in a Kaggle notebook, 98% through; the SDK's queue logger says training is paused for
-# capacity ("Been waiting for 2hours"). The notebook's output keeps the logger's default `LEVEL:name:message`.
+# capacity ("Been waiting for 2hours"). With no logging set up, Python's last-resort handler prints a warning's
+# message alone, as the issue quotes it.
 PAUSED = (
-    "WARNING:tinker.lib.queue_state_logger:Training for 4f0c2a55-1d2e-5b8a-9c41-7a3e2d9b0c11:train:0 is paused. "
+    "Training for 4f0c2a55-1d2e-5b8a-9c41-7a3e2d9b0c11:train:0 is paused. "
     "Reason: Tinker backend is running short on capacity, please wait.\n"
 )
 
@@ -206,6 +207,47 @@ def pod_log_killed_in_train(folder: Path) -> None:
     _rl_folder(folder, 40, 5)
     body = rl_log(40, 5, _phase("sample", 5.0) + _phase("train", None)).splitlines()
     (folder / "pod.log").write_text(_k8s(body, 32400, 1))
+
+
+# rich's traceback handler (github.com/Textualize/rich, rich/traceback.py) yields the final `Type: message` line to
+# the console after the box, so the console word-wraps it at its width, the box's (80 columns when the output is
+# not a terminal, as in W&B's output.log or `| tee`): a long message goes on over several lines.
+def _rich_box(frames: list[str], width: int = 80) -> str:
+    title = " Traceback (most recent call last) "
+    left = (width - 2 - len(title)) // 2
+    top = "╭" + "─" * left + title + "─" * (width - 2 - len(title) - left) + "╮"
+    rows = ["│ " + frame.ljust(width - 4) + " │" for frame in frames]
+    return "\n".join([top, *rows, "╰" + "─" * (width - 2) + "╯"]) + "\n"
+
+
+def _rich_final(text: str, width: int = 80) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)) + "\n"
+
+
+RICH_FRAMES = [
+    "/home/u/train.py:80 in <module>",
+    "",
+    "❱ 80 │   asyncio.run(main())",
+    "",
+    "/home/u/.venv/lib/python3.12/site-packages/tinker/lib/api_future_impl.py:120",
+    "in result",
+]
+CONTEXT_400 = (
+    "BadRequestError: Error code: 400 - {'detail': \"Prompt length plus max_tokens exceeds the model's context "
+    'window: 30000 prompt tokens + 4096 max_tokens > 32768."}'
+)
+
+
+def rich_wrapped_final_line(folder: Path) -> None:
+    """RL, 7 of 20 steps; rich's box, then the context-window error wrapped over three 80-column lines (its
+    'context window' words on the second), then W&B's closing line."""
+    _rl_folder(folder, 20, 7)
+    tail = _phase("sample", None) + _rich_box(RICH_FRAMES) + _rich_final(CONTEXT_400)
+    (folder / "output.log").write_text(
+        rl_log(20, 7, tail) + "wandb: 🚀 View run rl-7 at: https://wandb.ai/u/rl/runs/x\n"
+    )
 
 
 CASES: dict[str, Callable[[Path], None]] = {

@@ -177,3 +177,44 @@ def test_an_error_logged_with_no_traceback_does_not_claim_the_process_exited(tmp
 def test_a_raised_traceback_still_says_the_run_ended_with_it(tmp_path):
     finding = _stopped(tmp_path, "viewer_stamped_traceback")
     assert "No traceback follows it" not in finding.message
+
+
+def test_richs_final_line_wrapped_at_its_width_is_decoded_whole(tmp_path):
+    # rich word-wraps the `Type: message` line at the console's width. Before: only its first line was read, and
+    # the context-window error was decoded as a generic malformed request.
+    finding = _stopped(tmp_path, "rich_wrapped_final_line")
+    assert finding.evidence["kind"] == "crashed" and finding.confidence == "high", finding.message
+    assert finding.evidence["error_cause"] == "the prompt plus max_tokens exceeds the model's context window"
+    assert "> 32768." in finding.message and "wandb" not in finding.message.split("It ended with", 1)[1]
+
+
+def _rich_rows(final: str, after: list[str]) -> list[dict]:
+    from trace_doctor.ingest.parsers.logs import parse_lines
+
+    box = stopped_shapes_pasted._rich_box(stopped_shapes_pasted.RICH_FRAMES).splitlines()
+    rows, _ = parse_lines([*box, final, *after], "output.log")
+    return [r for r in rows if r["kind"] == "error"]
+
+
+FULL_LINE = "ValueError: Loss is NaN at step 12 with the learning rate at 4e-4 and a batch"  # 77 wide
+
+
+@pytest.mark.parametrize(
+    ("final", "after"),
+    [
+        # A short final line: rich had room for the next line's first word, so that line is not its rest.
+        ("ValueError: Loss is NaN at step 12", ["Sampling batch 8: 100%|██████████| 64/64"]),
+        (FULL_LINE, ["tinker_cookbook.rl.train:300 [INFO] Resumed"]),  # a record starts
+        (FULL_LINE, ["", "wandb:"]),  # a blank line ends it
+    ],
+)
+def test_only_a_line_rich_had_to_wrap_is_taken_onto_the_error(final, after):
+    [error] = _rich_rows(final, after)
+    assert error["message"] == final
+
+
+def test_a_final_line_wider_than_the_box_was_not_wrapped_at_it():
+    # A console wider than the box (rich's traceback width) wraps the final line later, if at all: no join.
+    wide = "RuntimeError: " + "x" * 90
+    [error] = _rich_rows(wide, ["next line of the console"])
+    assert error["message"] == wide

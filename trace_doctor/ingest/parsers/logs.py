@@ -108,6 +108,9 @@ class _FileState:
     live_event: dict[str, Any] | None = None  # a live process's stack dump being read (py-spy, faulthandler watchdog)
     live_thread: dict[str, Any] | None = None  # its thread whose frames are being read
     dump_header: tuple[int, str] | None = None  # a live stack dump's header (line, text), its threads to come
+    rich_width: int | None = None  # the width of rich's traceback box being read: its console's, where it wraps
+    # A rich traceback's last final-line line read, the row it is on, and the width rich wrapped it at.
+    wrapped_error: tuple[dict[str, Any], str, int] | None = None
     stamp: datetime | None = None  # the time a collector put before the line being read (LINE_STAMP)
     stamp_ahead: datetime | None = None  # a time on a line of its own: the next line's
 
@@ -198,8 +201,34 @@ def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, ex
             fields["exception_error_id"] = fields.pop("error_id")
         event["_fields"].update({k: v for k, v in fields.items() if v is not None})
     else:
-        state.emit(line, "error", text.strip(), {k: v for k, v in fields.items() if v is not None})
+        event = state.emit(line, "error", text.strip(), {k: v for k, v in fields.items() if v is not None})
     state.traceback_line = None
+    # rich prints the final line at its console's width, word-wrapped: the lines that follow may be its rest.
+    width, state.rich_width = state.rich_width, None
+    state.wrapped_error = (event, text.rstrip(), width) if width is not None and event is not None else None
+
+
+def _wrapped_rest(state: _FileState, text: str) -> bool:
+    """Whether `text` is the next line of a rich traceback's final line that rich word-wrapped at its console's
+    width (the box's): the line before it was no wider, and could not take this line's first word. Taken onto the
+    error, which is decoded again whole; whether the line was one."""
+    if state.wrapped_error is None:
+        return False
+    event, before, width = state.wrapped_error
+    words = text.split()
+    if not words or len(before) > width or len(before) + 1 + len(words[0]) <= width:
+        state.wrapped_error = None
+        return False
+    fields = event["_fields"]
+    joined = f"{fields.get('exception_message') or ''} {text.strip()}".strip()
+    fields["exception_message"] = joined
+    if event["kind"] == "error" and event["logger"] is None:
+        event["message"] = f"{event['message']} {text.strip()}"[:2000]
+    known = decode_error(f"{fields.get('exception_type')}: {joined}")
+    if known is not None:
+        fields["error_id"] = known.id
+    state.wrapped_error = (event, text.rstrip(), width)
+    return True
 
 
 def _continuation(state: _FileState, line: int, text: str) -> None:
@@ -222,6 +251,10 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
 
 def _continuation_inside(state: _FileState, line: int, text: str) -> None:
     """_continuation for a line outside an exception group's border (or with the border taken off)."""
+    if _wrapped_rest(state, text):
+        return
+    if text.startswith(RICH_TRACEBACK_TOP) and RICH_TRACEBACK_TITLE in text:
+        state.rich_width = len(text.rstrip())
     if (
         text.startswith(TRACEBACK_STARTS)
         or (text.startswith(RICH_TRACEBACK_TOP) and RICH_TRACEBACK_TITLE in text)
@@ -355,6 +388,7 @@ def _bare(state: _FileState, line: int, text: str) -> None:
 def _record(state: _FileState, line: int, logger: str, level: str, message: str) -> None:
     state.in_record = True
     state.traceback_line = None
+    state.wrapped_error = None
     state.record_event = None
     state.in_exception_group = False
     classified: Classified | None = None
@@ -468,6 +502,7 @@ def _parse_line(state: _FileState, number: int, raw: str) -> int:
     state.stamp = stamp if stamp is not None else state.stamp_ahead
     state.stamp_ahead = None
     if not text.strip() and state.traceback_line is None:
+        state.wrapped_error = None  # a blank line ends what rich wrapped
         return 1
     match = RECORD.match(text) if "] " in text else None
     if match is not None:
