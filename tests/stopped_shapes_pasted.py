@@ -250,6 +250,33 @@ def rich_wrapped_final_line(folder: Path) -> None:
     )
 
 
+# github.com/thinking-machines-lab/tinker-cookbook/issues/234: the user's CUA agent logs the SDK's stuck-request
+# error for one rollout with its traceback (the frames are the issue's; its final line, cut from the excerpt, is
+# the error the record names), and the training goes on with the other rollouts.
+CAUGHT_STUCK = (
+    "tinker_cookbook.recipes.cua_rl.tinker_cua_agent:919 [ERROR] [Task End] ✗ Task failed with exception: No "
+    "progress made in 7200s. Requests appear to be stuck.\n"
+    "Traceback (most recent call last):\n"
+    '  File "/home/ubuntu/tinker-cookbook/.venv/lib/python3.12/site-packages/tinker/lib/retry_handler.py", line 136, '
+    "in execute\n"
+    "    result = await self._execute_with_retry(func, *args, **kwargs)\n"
+    "             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    '  File "/home/ubuntu/tinker-cookbook/.venv/lib/python3.12/site-packages/tinker/lib/api_future_impl.py", line '
+    "274, in result_async\n"
+    "    return await asyncio.wait_for(self._future, timeout)\n"
+    "tinker.APIConnectionError: No progress made in 7200s. Requests appear to be stuck.\n"
+)
+
+
+def caught_stuck_rollout_then_killed(folder: Path) -> None:
+    """cookbook/234: RL, 3 of 20 steps; one rollout of step 3 fails with the stuck-request error, step 3 goes on to
+    `train`, and the capture ends inside it with bash's `Killed`."""
+    _rl_folder(folder, 20, 3)
+    tail = _phase("sample", None) + CAUGHT_STUCK + _phase("sample", 7300.0).split("\n", 1)[1]
+    tail += _phase("assemble_training_data", 1.0) + _phase("train", None) + "Killed\n"
+    (folder / "logs.log").write_text(rl_log(20, 3, tail))
+
+
 CASES: dict[str, Callable[[Path], None]] = {
     name: builder
     for name, builder in globals().items()

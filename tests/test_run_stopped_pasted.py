@@ -218,3 +218,35 @@ def test_a_final_line_wider_than_the_box_was_not_wrapped_at_it():
     wide = "RuntimeError: " + "x" * 90
     [error] = _rich_rows(wide, ["next line of the console"])
     assert error["message"] == wide
+
+
+def test_hours_on_starting_train_names_the_phase_and_does_not_claim_the_kill(tmp_path):
+    # tinker-cookbook#354 (already read right; kept as the real shape's pin): no times, no error, the log stops on
+    # `Starting train` after the user's trajectory printout.
+    finding = _stopped(tmp_path, "hours_on_starting_train")
+    assert finding.evidence["kind"] == "killed" and finding.confidence == "medium", finding.message
+    assert finding.steps == [6] and "`Starting train` with no `took`" in finding.message
+    assert "still running when these files were copied, the files cannot say" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("killed_then_prompt", "a SIGKILL, most often the kernel's OOM killer"),  # the shell's prompt after it
+        ("batch_stderr_oom", "from the OOM killer"),  # bash's report, then slurmstepd's cgroup line
+    ],
+)
+def test_a_terminal_pasted_with_its_prompt_or_a_batch_stderr_keeps_the_kill_sure(tmp_path, case, said):
+    # ArjunaUsers#52's two captures (already read right; pinned).
+    finding = _stopped(tmp_path, case)
+    assert finding.evidence["kind"] == "killed" and finding.confidence == "high", finding.message
+    assert finding.steps == [6] and said in finding.message and "`Starting sample` with no `took`" in finding.message
+
+
+def test_a_stuck_request_one_rollout_caught_is_not_the_stop(tmp_path):
+    # tinker-cookbook#234: the error and its traceback come before the step's later phases; the run went on and
+    # was killed in `train`.
+    finding = _stopped(tmp_path, "caught_stuck_rollout_then_killed")
+    assert finding.evidence["kind"] == "killed" and finding.confidence == "high", finding.message
+    assert finding.steps == [3] and "`Starting train` with no `took`" in finding.message
+    assert "No progress made" not in finding.message
