@@ -3,7 +3,8 @@
 Inputs: the cookbook's `logs.log` (`logger:lineno [LEVEL] message`, no timestamps, multi-line
 records), console captures such as W&B `output.log` (ANSI colours, bare prints, tracebacks),
 captured stdout that also holds dumps (dump blocks are skipped: the dump parser owns them),
-W&B `requirements.txt` (pip freeze) and `code.diff`. Every line read counts as a record; events
+W&B `requirements.txt` (pip freeze) and `code.diff`; a collector's time before each line (LINE_STAMP) is taken off
+and kept as the line's timestamp. Every line read counts as a record; events
 are emitted for the kinds in log_kinds.py. Identical warning lines (a renderer warning repeated
 thousands of times) collapse into one event carrying `repeats` and `last_line`.
 """

@@ -12,7 +12,8 @@ how far through the planned steps it got, and what kind of stop it was:
   or the shell's `Segmentation fault`) is one too;
 - interrupted: KeyboardInterrupt / CancelledError ends it;
 - hung on the service: an SDK call in flight for many step times while the SDK thread kept running
-  (its loop kept dumping, no heartbeat warning) — escalate with the session id;
+  (its loop kept dumping, no heartbeat warning) — escalate with the session id; or the log ends on the SDK's own
+  lines of a wait on the service (training or sampling paused by its queue, a Tinker request's retries);
 - hung in user code: data loading, the environment or the reward in flight for many step times, the
   SDK thread starved of the GIL or not;
 - hung, where unknown: a run `trace-doctor watch` is following wrote nothing for longer than its stall
@@ -657,7 +658,10 @@ RULE = register(
                 "progress bar left short of its total, metrics.jsonl's last line cut mid-write, the trainer's "
                 "`Training completed successfully`, the last asyncio task dump and stack block of each thread and "
                 "how long each stayed the same, heartbeat warnings (their growth past the last phase line is a "
-                "hold) and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
+                "hold) and GIL-monitor lines, the SDK's own lines of a wait on the service that end the log (training "
+                "or sampling paused by the service's queue, the client retrying a Tinker request: hung on the "
+                "service), a collector's time before each line (`kubectl logs --timestamps`, a log viewer's copy) as "
+                "the line's time; for a run `trace-doctor watch` follows, the "
                 "silence it saw (past its own stall bound) is the hold. The loop's own spans (open since before "
                 "step 0 ended) and spans of steps whose row was written (E events the trace writer lost at exit) "
                 "are not a step in flight. Confidence: high for a traceback, a kill report or a hold seen in "
