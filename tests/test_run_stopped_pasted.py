@@ -250,3 +250,17 @@ def test_a_stuck_request_one_rollout_caught_is_not_the_stop(tmp_path):
     assert finding.evidence["kind"] == "killed" and finding.confidence == "high", finding.message
     assert finding.steps == [3] and "`Starting train` with no `took`" in finding.message
     assert "No progress made" not in finding.message
+
+
+def test_a_cookbook_console_that_crashed_at_start_up_is_still_before_its_first_step(tmp_path):
+    # The corpus' bash_codeforces first launch (wandb/.../output.log): cookbook records, then the SDK-too-old
+    # traceback at client creation, no phase line: the cookbook logs its phases per step, so no step had begun.
+    from stopped_shapes import ML_LOG, TRACEBACK, _line
+
+    final = (
+        "tinker.BadRequestError: Error code: 400 - {'detail': 'The version of the Tinker SDK you are using is no "
+        "longer supported. Please update to the latest version.'}\n"
+    )
+    (tmp_path / "output.log").write_text(_line(ML_LOG, "Logging to: tmp/tinker-runs/x") + TRACEBACK + final)
+    finding, _, _ = run_stopped(tmp_path)
+    assert finding.evidence["kind"] == "crashed" and finding.title == "Run crashed before its first step"

@@ -95,8 +95,9 @@ FIX = {
 
 
 # Where a stop with no step is placed when the files record no step at all (a console of the user's own loop: no
-# metrics file, no config, no phase line): not "before its first step", which they cannot say either.
-UNRECORDED_STEP = "at a step the files do not record (no metrics file, config or phase line)"
+# metrics file, no config, no line in the cookbook's record layout): not "before its first step", which they cannot
+# say either. A cookbook console with records and no phase line never reached a step: that one is before it.
+UNRECORDED_STEP = "at a step the files do not record (no metrics file, config or cookbook log line)"
 
 
 def _where(end: RunEnd, steps_recorded: bool = True) -> str:
@@ -526,7 +527,10 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     }[kind]
     if kind == "killed" and end.stopped_step is None:
         lead = "The run ended with no error (killed)"  # no step had begun: not mid-step
-    message = f"{lead} {_where(end, run_folder)}."
+    events = ctx.run.log_events
+    cookbook_log = not events.is_empty() and events.get_column("logger").is_not_null().any()
+    steps_recorded = run_folder or cookbook_log
+    message = f"{lead} {_where(end, steps_recorded)}."
     if in_wrap_up:
         message = (
             f"The run stopped after its training steps, before it finished: all {end.plan.steps} planned training "
@@ -615,7 +619,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     return [
         ctx.finding(
             severity=SEVERITY[kind],
-            title=f"Run {kind} {('at step ' + str(stopped)) if stopped is not None else _where(end, run_folder)}",
+            title=f"Run {kind} {('at step ' + str(stopped)) if stopped is not None else _where(end, steps_recorded)}",
             message=message,
             fix=fix,
             steps=[stopped] if stopped is not None else [],
