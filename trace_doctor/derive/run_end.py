@@ -21,6 +21,7 @@ from trace_doctor.derive.progress import Plan, run_plan
 from trace_doctor.derive.step_times import live_training_rows
 from trace_doctor.ingest.reading.gunzip import GzipBreak
 from trace_doctor.ingest.reading.jsonl import TRUNCATED_LAST_LINE
+from trace_doctor.knowledge.tinker import TINKER_HOST
 
 METRICS_FILE = "metrics.jsonl"
 LOG_FILE = "logs.log"
@@ -165,6 +166,10 @@ class RunEnd:
     # A stack dump of the live process after the log's last phase line (py-spy's, faulthandler's watchdog): the
     # process was there, stuck where its main thread's frames say, when the dump was taken.
     live_stack: LogLineRef | None = None
+    # The SDK's own lines of a wait on the service that end a log after its last phase line: the service pausing
+    # training or sampling (queue_state_logger, FORMATS.md 5.4), the client retrying a request to it (a 500, a
+    # 429). The process was there, waiting on the service, when its output ended.
+    service_waits: tuple[LogLineRef, ...] = ()
 
     @property
     def live_main_frames(self) -> tuple[str, ...]:
@@ -267,6 +272,7 @@ class RunEnd:
             **({"broken_traces": list(self.broken_traces)} if self.broken_traces else {}),
             **({"heartbeat_alive_s": round(self.heartbeat_alive_s, 3)} if self.heartbeat_alive_s is not None else {}),
             **({"live_stack": self.live_stack.to_dict()} if self.live_stack is not None else {}),
+            **({"service_waits": [w.to_dict() for w in self.service_waits[-3:]]} if self.service_waits else {}),
         }
 
 
@@ -631,6 +637,40 @@ def _live_stack(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineR
     return None
 
 
+# Lines that report how a log ended or that the process was alive, not what it was doing: they may follow a wait.
+END_REPORT_KINDS = ("heartbeat", "gil-monitor", "killed", "version", "live-stack")
+
+
+def _waits_on_service(row: dict[str, Any]) -> bool:
+    """Whether an event is the tinker SDK's own line of a wait on the service: a pause (its templates are the
+    SDK's), or a retry of a request to Tinker (not a judge's or another API's client retrying)."""
+    if row["kind"] == "paused":
+        return True
+    if row["kind"] != "request-retry":
+        return False
+    fields = fields_of(row.get("fields"))
+    logger = row.get("logger") or ""
+    url = str(fields.get("url") or "")
+    return logger.startswith("tinker") or fields.get("service") == "tinker" or TINKER_HOST.match(url) is not None
+
+
+def _service_waits(events: pl.DataFrame, last_phase: LogLineRef | None) -> tuple[LogLineRef, ...]:
+    """The SDK's waits on the service that end a file's events after the log's last phase line (in every file, when
+    the log has none): nothing but reports of how it ended follows them."""
+    waits: list[LogLineRef] = []
+    for (source,), frame in events.group_by("source", maintain_order=True):
+        if last_phase is not None and source != last_phase.source:
+            continue
+        after = frame.filter(pl.col("line") > (last_phase.line or 0)) if last_phase is not None else frame
+        trailing: list[LogLineRef] = []
+        for row in reversed(list(after.filter(~pl.col("kind").is_in(END_REPORT_KINDS)).iter_rows(named=True))):
+            if not _waits_on_service(row):
+                break
+            trailing.append(_ref(row))
+        waits.extend(reversed(trailing))
+    return tuple(waits)
+
+
 def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tuple[LogLineRef, ...]:
     """Lines of interest after the log's last phase line that are neither errors nor phases (a request
     retry, a warning): the last things the run did."""
@@ -682,7 +722,7 @@ def run_end(run: Any) -> RunEnd:
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
-        bar, completed, live = None, None, None
+        bar, completed, live, waits = None, None, None, ()
     else:
         events = _last_launch(events)
         phases, last_phase, silence = _log_phases(events)
@@ -692,6 +732,7 @@ def run_end(run: Any) -> RunEnd:
         kills = _kill_lines(events, last_phase)
         bar = _open_bar(events, last_phase)
         live = _live_stack(events, last_phase)
+        waits = _service_waits(events, last_phase)
         done = events.filter(pl.col("kind") == "completed")
         completed = _ref(done.row(-1, named=True)) if not done.is_empty() else None
     gil = tuple(
@@ -727,4 +768,5 @@ def run_end(run: Any) -> RunEnd:
         unread_logs=_unread_logs(run),
         broken_traces=broken,
         live_stack=live,
+        service_waits=waits,
     )

@@ -74,6 +74,8 @@ RL_PLAN = re.compile(r"^Will train on (?P<steps>\d+) batches(?: \(dataset has \d
 # script's `line 3: 4121 Killed    python train.py`; macOS sh `Killed: 9` / `Terminated: 15`; zsh
 # `zsh: killed  python train.py`), the kernel's OOM line, a scheduler's cancel (`DUE TO TIME LIMIT`,
 # `DUE TO PREEMPTION`, or no reason for scancel).
+# A job step launched with srun ends the same way: `*** STEP 3495064.0 ON node CANCELLED AT ... ***`, after srun's
+# own report of how its task ended (`srun: error: node: task 4: Out Of Memory`, `...: task 0: Killed`).
 # A container's or launcher's report of how its process ended (a Kubernetes pod's `OOMKilled`, ECS' `Container
 # killed due to memory usage`, a launcher's `exit code 137` / `return code list: [137]` (128 + the signal: 137 is
 # SIGKILL, 143 SIGTERM), torchrun's `exitcode: -9`) and GNU timeout's `--verbose` line are such reports too.
@@ -82,7 +84,8 @@ KILL_LINE = re.compile(
     r"^zsh: (?P<zsh>killed|terminated) +\S|"
     r"(?P<oom>[Oo]ut of memory: Killed process \d+|killed by the cgroup out-of-memory handler|oom[-_]kill"
     r"|\bOOMKilled\b|Container killed due to memory)|"
-    r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*|"
+    r"\*\*\* (?:JOB \d+|STEP \d+\.\w+) ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*|"
+    r"^srun: error: \S+: tasks? [\d,-]+: (?:(?P<srun_oom>Out Of Memory)|(?P<srun>Killed|Terminated))\s*$|"
     r"\b(?:exit|return|exited with) ?(?:code|status)(?: list)?:? \[?(?P<code>137|143)\]?(?!\d)|"
     r"\bexitcode: (?P<torch>-9|-15)\b|"
     r"^timeout: sending signal (?P<timeout>TERM|KILL|INT) to command"
@@ -94,7 +97,8 @@ EXIT_CODE_NEEDLES = ("code 137", "status 137", "[137]", "code 143", "status 143"
 # PYTHONFAULTHANDLER=1) prints `Fatal Python error: <what>` then each thread's frames, innermost first, as
 # `  File "<path>", line N in <func>` (no comma), the crashing one under `Current thread 0x... (most recent
 # call first):`; the shell then reports the signal (`Segmentation fault (core dumped)`, bash in a script
-# `line 3: 4121 Aborted  python train.py`, zsh `zsh: segmentation fault  python ...`, macOS `Bus error: 10`).
+# `line 3: 4121 Aborted  python train.py`, zsh `zsh: segmentation fault  python ...`, macOS `Bus error: 10`; srun
+# for a job step's task, `srun: error: node: task 289: Bus error`).
 FATAL_ERROR = re.compile(r"^Fatal Python error: (?P<what>[^:]+?)(?:: .*)?\s*$")
 FAULT_THREAD = re.compile(
     r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+ (?:\[[^\]]*\] )?\(most recent call first\):"
@@ -104,6 +108,8 @@ NATIVE_CRASH_REPORT = re.compile(
     r"^(?:.*\bline \d+: +\d+ +)?(?P<what>Segmentation fault|Aborted|Bus error|Illegal instruction"
     r"|Floating point exception)(?: \(core dumped\)|: \d+)?(?: {2,}\S.*)?$"
     r"|^zsh: (?P<zsh>segmentation fault|abort|bus error|illegal hardware instruction|floating point exception) +\S"
+    r"|^srun: error: \S+: tasks? [\d,-]+: (?P<srun>Segmentation fault|Aborted|Bus error|Illegal instruction"
+    r"|Floating point exception)(?: \(core dumped\))?\s*$"
 )
 NATIVE_SIGNALS = {
     "segmentation fault": "SIGSEGV",
@@ -152,7 +158,7 @@ def native_crash(text: str) -> Classified | None:
         fields = {"exception_type": signal or "Fatal Python error", "native_crash": what, "signal": signal}
         return Classified("error", text, {k: v for k, v in fields.items() if v is not None})
     if (found := NATIVE_CRASH_REPORT.match(text)) is not None:
-        what = found["what"] or found["zsh"]
+        what = found["what"] or found["zsh"] or found["srun"]
         signal = NATIVE_SIGNALS[what.lower()]
         return Classified("error", text, {"exception_type": signal, "native_crash": what, "signal": signal})
     return None
@@ -177,7 +183,7 @@ def kill_signal(found: re.Match[str]) -> str:
     """The signal a KILL_LINE match reports: a shell's `Terminated` is SIGTERM, every other report SIGKILL
     (a scheduler's cancel sends SIGTERM first and SIGKILL at its grace period's end; the line is printed
     when the job is cancelled, whichever ended it)."""
-    shell = found["shell"] or found["zsh"]
+    shell = found["shell"] or found["zsh"] or found["srun"]
     if shell is not None:
         return "SIGTERM" if shell.lower() == "terminated" else "SIGKILL"
     if found["timeout"] is not None:
@@ -194,7 +200,7 @@ def kill_reason(found: re.Match[str]) -> str | None:
         return found["why"].strip().lower()
     if found["timeout"] is not None:
         return "time limit"
-    return "out of memory" if found["oom"] is not None else None
+    return "out of memory" if found["oom"] is not None or found["srun_oom"] is not None else None
 
 
 # A tqdm progress bar (rl/train.py gather_with_progress: `Sampling batch N`), redrawn after a carriage return
@@ -281,6 +287,7 @@ NEEDLES = (
     "oom-kill",
     "oom_kill",
     "CANCELLED AT",
+    "Out Of Memory",
     "OOMKilled",
     "Container killed",
     *EXIT_CODE_NEEDLES,
@@ -314,7 +321,7 @@ def interesting(text: str) -> bool:
 def kill_report(text: str) -> bool:
     """Whether a line is the shell's, kernel's or scheduler's report of a kill (KILL_LINE): printed to the
     terminal right after the last log record, so it is looked for inside a record too."""
-    needles = ("Kill", "kill", "CANCELLED", "Terminated", "timeout: ", *EXIT_CODE_NEEDLES)
+    needles = ("Kill", "kill", "CANCELLED", "Terminated", "Out Of Memory", "timeout: ", *EXIT_CODE_NEEDLES)
     return any(n in text for n in needles) and KILL_LINE.search(text.strip()) is not None
 
 

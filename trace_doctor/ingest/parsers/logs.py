@@ -3,7 +3,8 @@
 Inputs: the cookbook's `logs.log` (`logger:lineno [LEVEL] message`, no timestamps, multi-line
 records), console captures such as W&B `output.log` (ANSI colours, bare prints, tracebacks),
 captured stdout that also holds dumps (dump blocks are skipped: the dump parser owns them),
-W&B `requirements.txt` (pip freeze) and `code.diff`. Every line read counts as a record; events
+W&B `requirements.txt` (pip freeze) and `code.diff`; a collector's time before each line (LINE_STAMP) is taken off
+and kept as the line's timestamp. Every line read counts as a record; events
 are emitted for the kinds in log_kinds.py. Identical warning lines (a renderer warning repeated
 thousands of times) collapse into one event carrying `repeats` and `last_line`.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,13 @@ from trace_doctor.model import LOG_EVENTS_SCHEMA, IngestWarning, InputFile
 
 RECORD = re.compile(
     r"^(?P<logger>[\w.<>-]+):(?P<lineno>\d+) \[(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\] (?P<msg>.*)$"
+)
+# The time a log collector puts before each line it keeps: `kubectl logs --timestamps` and `docker logs -t` (RFC 3339
+# with nanoseconds, `2026-03-05T10:00:01.123456789Z `), moreutils `ts` with a date format, a bracketed stamp, or a
+# log viewer's copy that puts each line's time on a line of its own before it (`2025-12-03 02:45:45`, then the
+# line). The line is read without it, at that time: a cookbook record behind it is still a record.
+LINE_STAMP = re.compile(
+    r"^\[?(?P<stamp>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?P<fraction>[.,]\d+)?(?P<zone>Z|[+-]\d\d:?\d\d)?\]?(?:\s+|$)"
 )
 TRACEBACK_START = "Traceback (most recent call last):"
 # A terminal echoes Ctrl-C as `^C` just before Python prints the KeyboardInterrupt's traceback.
@@ -100,6 +109,11 @@ class _FileState:
     live_event: dict[str, Any] | None = None  # a live process's stack dump being read (py-spy, faulthandler watchdog)
     live_thread: dict[str, Any] | None = None  # its thread whose frames are being read
     dump_header: tuple[int, str] | None = None  # a live stack dump's header (line, text), its threads to come
+    rich_width: int | None = None  # the width of rich's traceback box being read: its console's, where it wraps
+    # A rich traceback's last final-line line read, the row it is on, and the width rich wrapped it at.
+    wrapped_error: tuple[dict[str, Any], str, int] | None = None
+    stamp: datetime | None = None  # the time a collector put before the line being read (LINE_STAMP)
+    stamp_ahead: datetime | None = None  # a time on a line of its own: the next line's
 
     def emit(
         self,
@@ -128,7 +142,7 @@ class _FileState:
         row = {
             "source": self.source,
             "line": line,
-            "timestamp": None,
+            "timestamp": self.stamp,
             "logger": logger,
             "level": level,
             "kind": kind,
@@ -188,8 +202,34 @@ def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, ex
             fields["exception_error_id"] = fields.pop("error_id")
         event["_fields"].update({k: v for k, v in fields.items() if v is not None})
     else:
-        state.emit(line, "error", text.strip(), {k: v for k, v in fields.items() if v is not None})
+        event = state.emit(line, "error", text.strip(), {k: v for k, v in fields.items() if v is not None})
     state.traceback_line = None
+    # rich prints the final line at its console's width, word-wrapped: the lines that follow may be its rest.
+    width, state.rich_width = state.rich_width, None
+    state.wrapped_error = (event, text.rstrip(), width) if width is not None and event is not None else None
+
+
+def _wrapped_rest(state: _FileState, text: str) -> bool:
+    """Whether `text` is the next line of a rich traceback's final line that rich word-wrapped at its console's
+    width (the box's): the line before it was no wider, and could not take this line's first word. Taken onto the
+    error, which is decoded again whole; whether the line was one."""
+    if state.wrapped_error is None:
+        return False
+    event, before, width = state.wrapped_error
+    words = text.split()
+    if not words or len(before) > width or len(before) + 1 + len(words[0]) <= width:
+        state.wrapped_error = None
+        return False
+    fields = event["_fields"]
+    joined = f"{fields.get('exception_message') or ''} {text.strip()}".strip()
+    fields["exception_message"] = joined
+    if event["kind"] == "error" and event["logger"] is None:
+        event["message"] = f"{event['message']} {text.strip()}"[:2000]
+    known = decode_error(f"{fields.get('exception_type')}: {joined}")
+    if known is not None:
+        fields["error_id"] = known.id
+    state.wrapped_error = (event, text.rstrip(), width)
+    return True
 
 
 def _continuation(state: _FileState, line: int, text: str) -> None:
@@ -212,6 +252,10 @@ def _continuation(state: _FileState, line: int, text: str) -> None:
 
 def _continuation_inside(state: _FileState, line: int, text: str) -> None:
     """_continuation for a line outside an exception group's border (or with the border taken off)."""
+    if _wrapped_rest(state, text):
+        return
+    if text.startswith(RICH_TRACEBACK_TOP) and RICH_TRACEBACK_TITLE in text:
+        state.rich_width = len(text.rstrip())
     if (
         text.startswith(TRACEBACK_STARTS)
         or (text.startswith(RICH_TRACEBACK_TOP) and RICH_TRACEBACK_TITLE in text)
@@ -345,6 +389,7 @@ def _bare(state: _FileState, line: int, text: str) -> None:
 def _record(state: _FileState, line: int, logger: str, level: str, message: str) -> None:
     state.in_record = True
     state.traceback_line = None
+    state.wrapped_error = None
     state.record_event = None
     state.in_exception_group = False
     classified: Classified | None = None
@@ -431,10 +476,34 @@ def _parse_with_dumps(state: _FileState, rest: list[str], before: int, any_opene
     return read
 
 
+def _line_stamp(found: re.Match[str]) -> datetime | None:
+    """A LINE_STAMP match as a naive UTC time (nanoseconds cut to microseconds), or None when it is no date."""
+    fraction = (found["fraction"] or "").replace(",", ".")[:7]
+    zone = found["zone"] or ""
+    try:
+        stamp = datetime.fromisoformat(found["stamp"].replace(" ", "T") + fraction + zone.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp.astimezone(UTC).replace(tzinfo=None) if stamp.tzinfo is not None else stamp
+
+
 def _parse_line(state: _FileState, number: int, raw: str) -> int:
     """Take one line outside dump blocks into `state` (it counts as read: 1)."""
     text = strip_ansi(raw) if "\x1b" in raw else raw
+    stamp = None
+    if text[:1].isdigit() or text.startswith("["):  # the cheap test: most lines start with neither
+        found = LINE_STAMP.match(text)
+        if found is not None and (stamp := _line_stamp(found)) is not None:
+            text = text[found.end() :]
+            if not text.strip():
+                # A time on a line of its own (a log viewer's copy) is the next line's; it does not end a
+                # traceback being read.
+                state.stamp_ahead = stamp
+                return 1
+    state.stamp = stamp if stamp is not None else state.stamp_ahead
+    state.stamp_ahead = None
     if not text.strip() and state.traceback_line is None:
+        state.wrapped_error = None  # a blank line ends what rich wrapped
         return 1
     match = RECORD.match(text) if "] " in text else None
     if match is not None:

@@ -12,7 +12,8 @@ how far through the planned steps it got, and what kind of stop it was:
   or the shell's `Segmentation fault`) is one too;
 - interrupted: KeyboardInterrupt / CancelledError ends it;
 - hung on the service: an SDK call in flight for many step times while the SDK thread kept running
-  (its loop kept dumping, no heartbeat warning) — escalate with the session id;
+  (its loop kept dumping, no heartbeat warning) — escalate with the session id; or the log ends on the SDK's own
+  lines of a wait on the service (training or sampling paused by its queue, a Tinker request's retries);
 - hung in user code: data loading, the environment or the reward in flight for many step times, the
   SDK thread starved of the GIL or not;
 - hung, where unknown: a run `trace-doctor watch` is following wrote nothing for longer than its stall
@@ -93,12 +94,18 @@ FIX = {
 }
 
 
-def _where(end: RunEnd) -> str:
+# Where a stop with no step is placed when the files record no step at all (a console of the user's own loop: no
+# metrics file, no config, no line in the cookbook's record layout): not "before its first step", which they cannot
+# say either. A cookbook console with records and no phase line never reached a step: that one is before it.
+UNRECORDED_STEP = "at a step the files do not record (no metrics file, config or cookbook log line)"
+
+
+def _where(end: RunEnd, steps_recorded: bool = True) -> str:
     """'step 14 of 40 (35%)', with how the plan is known."""
     step = end.stopped_step
     plan = end.plan
     if step is None:
-        return "before its first step"
+        return "before its first step" if steps_recorded else UNRECORDED_STEP
     logged = "no metrics row was written" if end.last_step is None else f"the last row logged is step {end.last_step}"
     if plan.steps:
         bound = "at most " if plan.upper_bound else ""
@@ -142,8 +149,16 @@ def _in_flight(end: RunEnd) -> list[str]:
             f"console: the `{bar.fields.get('desc')}` progress bar stopped at {bar.fields.get('n')}/"
             f"{bar.fields.get('total')} ({bar.source}:{bar.line})"
         )
+    if end.service_waits:
+        last = end.service_waits[-1]
+        waits = len(end.service_waits)
+        out.append(
+            f"the SDK was waiting on the service when the log ends: {waits} line(s) of it, the last "
+            f"`{last.text[:160]}` ({last.source}:{last.line})"
+        )
     for ref in end.tail_events[-2:]:
-        out.append(f"log after it: `{ref.text[:120]}` ({ref.source}:{ref.line})")
+        if ref not in end.service_waits:
+            out.append(f"log after it: `{ref.text[:120]}` ({ref.source}:{ref.line})")
     for dump in end.task_dumps:
         requests = [w for w in dump.what if HEARTBEAT_TASK not in w]
         if dump.label != "main" and requests:
@@ -250,6 +265,8 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
     where = max(held_readings, key=lambda r: (r[0], r[2] is not None))[2] if held_readings else None
     if where is None and end.live_stack is not None:
         where = _live_stack_where(end.live_main_frames)
+    if where is None and end.service_waits:
+        where = "service"  # the SDK's own lines say what the process waited on when its output ended
     if end.watched_stall_s is not None:
         # The watch's own clock: a hold, not a place (the dumps and the open phases say where).
         readings.append(
@@ -261,7 +278,7 @@ def _stuck(end: RunEnd) -> tuple[float, list[str], str | None]:
             )
         )
     if not readings:
-        return 0.0, [], None
+        return 0.0, [], where
     held = max(r[0] for r in readings)
     return held, [r[1] for r in readings if r[0] > 0], where
 
@@ -352,6 +369,13 @@ def _interrupt_text(end: RunEnd) -> str:
     return text + "."
 
 
+def _telling_kill(lines: tuple[LogLineRef, ...]) -> LogLineRef:
+    """The kill report that says most: the last one naming why (the OOM killer's line before the scheduler's cancel
+    it caused: slurm cancels a job step once its task was OOM-killed), else the last one."""
+    said = [line for line in lines if line.fields.get("why")]
+    return (said or list(lines))[-1]
+
+
 def _kill_report(line: LogLineRef) -> tuple[str, str]:
     """What a terminal's kill report says stopped the process, and the fix that follows from it."""
     why, signal = line.fields.get("why"), line.fields.get("signal")
@@ -392,7 +416,10 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
         return "crashed"
     # A run the watch judged stalled held past the watch's own bound while it was still being followed.
     # A stack dump of the live process after the last phase line: someone saw it sitting there and dumped it.
-    alive = end.watched_stall_s is not None or end.live_stack is not None
+    # The SDK's lines of a wait on the service end the log: it was there, waiting, unless the terminal then
+    # reports a kill.
+    waiting = bool(end.service_waits) and not end.kill_lines
+    alive = end.watched_stall_s is not None or end.live_stack is not None or waiting
     held = stuck_s >= threshold_s or alive
     if held and stuck_where == "service":
         return "hung on the service"
@@ -446,7 +473,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     # in a run folder (config or metrics read): a log file named alone says nothing about the metrics.
     run_folder = ctx.run.has_input("config") or ctx.run.has_input("metrics")
     never_logged = end.last_step is None and end.last_phase is not None and run_folder
-    if not (end.cut_off or end.exceptions or stopped_short or never_logged):
+    if not (end.cut_off or end.exceptions or stopped_short or never_logged or end.service_waits):
         return ctx.passed(
             "nothing says the run stopped early: no planned length to fall short of, no span or log phase left "
             "open, no error at the end of the log"
@@ -464,8 +491,16 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     usual_text = f"the usual step takes {usual:.3g} s" if usual else "no usual step time is known"
     # Only a trace, dumps or timestamped log lines say how long the last state held; a console capture with
     # none of them says nothing about it, not that it was short.
-    timed = bool(ctx.run.height("spans") or end.task_dumps or end.stacks or end.log_silence_s is not None)
-    if kind == "killed" and stuck_s < threshold_s and timed:
+    recorded = bool(ctx.run.height("spans") or end.task_dumps or end.stacks)
+    timed = recorded or end.log_silence_s is not None
+    if kind == "killed" and stuck_s < threshold_s and timed and not recorded:
+        # Only the log's own times: they end at its last line, and the cookbook logs nothing while a call is in
+        # flight, so a process still sitting there would read the same.
+        silence = (
+            f"Nothing was logged after it: the log's times end {stuck_s:.0f} s after its last phase line "
+            f"({usual_text}); how long the process sat there after its last line, the log cannot say."
+        )
+    elif kind == "killed" and stuck_s < threshold_s and timed:
         silence = (
             f"Nothing kept going after it: every record ends within {stuck_s:.0f} s of the others ({usual_text}), "
             "too short a hold to call a hang."
@@ -492,7 +527,10 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     }[kind]
     if kind == "killed" and end.stopped_step is None:
         lead = "The run ended with no error (killed)"  # no step had begun: not mid-step
-    message = f"{lead} {_where(end)}."
+    events = ctx.run.log_events
+    cookbook_log = not events.is_empty() and events.get_column("logger").is_not_null().any()
+    steps_recorded = run_folder or cookbook_log
+    message = f"{lead} {_where(end, steps_recorded)}."
     if in_wrap_up:
         message = (
             f"The run stopped after its training steps, before it finished: all {end.plan.steps} planned training "
@@ -516,6 +554,14 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             if sessions:
                 ids = ", ".join(sessions[:3])
                 message += f" The service or the way to it failed: quote session id {ids} when you report it."
+    if kind == "crashed" and not end.exceptions and not end.kill_lines:
+        # An error record with no traceback after it: logged (the SDK's retry handler giving up on one request),
+        # not raised out of the run; a loop still awaiting the failed request's task hangs on with it.
+        message += (
+            " No traceback follows it: the error was logged, not raised out of the run, so whether the process then "
+            "exited or hung on, awaiting the request that failed, the files cannot say (if it is still running, "
+            "stop it before you resume)."
+        )
     if kind == "interrupted":
         message += " " + _interrupt_text(end)
         evidence["error_cause"] = None
@@ -535,7 +581,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         else:
             message += f" Escalate with {ids}."
     if kind == "killed" and end.kill_lines:
-        last = end.kill_lines[-1]
+        last = _telling_kill(end.kill_lines)
         said, fix = _kill_report(last)
         message += f" The terminal says so: `{last.text[:160]}` ({last.source}:{last.line}) — {said}."
     elif kind == "killed":
@@ -573,7 +619,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     return [
         ctx.finding(
             severity=SEVERITY[kind],
-            title=f"Run {kind} {('at step ' + str(stopped)) if stopped is not None else 'before its first step'}",
+            title=f"Run {kind} {('at step ' + str(stopped)) if stopped is not None else _where(end, steps_recorded)}",
             message=message,
             fix=fix,
             steps=[stopped] if stopped is not None else [],
@@ -616,7 +662,10 @@ RULE = register(
                 "progress bar left short of its total, metrics.jsonl's last line cut mid-write, the trainer's "
                 "`Training completed successfully`, the last asyncio task dump and stack block of each thread and "
                 "how long each stayed the same, heartbeat warnings (their growth past the last phase line is a "
-                "hold) and GIL-monitor lines; for a run `trace-doctor watch` follows, the "
+                "hold) and GIL-monitor lines, the SDK's own lines of a wait on the service that end the log (training "
+                "or sampling paused by the service's queue, the client retrying a Tinker request: hung on the "
+                "service), a collector's time before each line (`kubectl logs --timestamps`, a log viewer's copy) as "
+                "the line's time; for a run `trace-doctor watch` follows, the "
                 "silence it saw (past its own stall bound) is the hold. The loop's own spans (open since before "
                 "step 0 ended) and spans of steps whose row was written (E events the trace writer lost at exit) "
                 "are not a step in flight. Confidence: high for a traceback, a kill report or a hold seen in "
