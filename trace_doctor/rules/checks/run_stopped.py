@@ -153,7 +153,8 @@ def _in_flight(end: RunEnd) -> list[str]:
             )
     for stack in end.stacks:
         where = "idle in its event loop (awaiting)" if stack.idle else f"in {' → '.join(stack.what)}"
-        out.append(f"stacks [{stack.label}] {stack.at}: {where}")
+        # A py-spy dump has no time: where it is in the files says which one it was.
+        out.append(f"stacks [{stack.label}] {stack.at or f'({stack.source}:{stack.line})'}: {where}")
     if end.live_stack is not None:
         live = end.live_stack
         frames = end.live_main_frames
@@ -288,6 +289,11 @@ def _sdk_life(end: RunEnd) -> tuple[str, bool | None]:
         last = max(d.at for d in sdk_dumps)
         parts.append(f"its loop dumped its tasks until {last}")
         starved = False
+    holder = _label(end.stacks, "holder")
+    if holder is not None:
+        # Its thread's stack (the watchdog's [holder], py-spy's SDK loop thread): alive there, idle or busy.
+        doing = "idle in its event loop" if holder.idle else f"in {' → '.join(holder.what)}"
+        parts.append(f"its thread's last stack ({holder.at or f'{holder.source}:{holder.line}'}) was {doing}")
     if end.heartbeat_failures:
         # A heartbeat that fails is a GIL-starved SDK thread or the network (FORMATS.md 5.4): which, the
         # warning does not say, so it does not call the thread starved on its own.
