@@ -92,6 +92,16 @@ def test_a_dump_pasted_at_the_end_of_a_console_log_is_read_with_the_log(tmp_path
     assert first > events.filter(pl.col("kind") == "plan")["line"].max()
 
 
+def test_a_dump_pasted_at_the_end_of_a_long_console_capture_is_found_past_its_head(tmp_path):
+    # 500 steps of log lines: the dump starts past the first 256 KB the file's kind is sniffed from.
+    log = rl_log(500, 500, "")
+    assert len(log.encode()) > 256 * 1024
+    (tmp_path / "console.log").write_text(log + DUMP)
+    run = load_run(str(tmp_path))
+    assert set(run.stack_snapshots["label"]) == {"main", "holder", "Thread 0x7F3A5C8F9740"}
+    assert {"dump", "log"} <= {i.kind for i in run.inputs}
+
+
 def test_two_dumps_taken_one_after_the_other_are_two_snapshots(tmp_path):
     (tmp_path / "stacks.txt").write_text(DUMP + "\n" + HEADER + MAIN_IN_REWARD)
     stacks = _stacks(tmp_path)

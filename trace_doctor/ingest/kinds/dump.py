@@ -32,7 +32,8 @@ def parse(paths: list[Path], warnings: list[IngestWarning], reading: Reading) ->
 
 
 def dump_text(sniffed: Sniffed) -> bool:
-    return any(marker.search(sniffed.head) for marker in DUMP_MARKERS)
+    # A dump pasted at the end of a long console capture is in its tail.
+    return any(marker.search(sniffed.head) or marker.search(sniffed.tail) for marker in DUMP_MARKERS)
 
 
 KIND = register(
