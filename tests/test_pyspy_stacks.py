@@ -21,7 +21,7 @@ from trace_doctor.ingest.live_readers import LiveDumps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stopped_shapes import rl_log, rl_row, run_stopped  # noqa: E402
+from stopped_shapes import rl_log, run_stopped  # noqa: E402
 
 HEADER = "Process 48121: python -m tinker_cookbook.recipes.math_rl.train\nPython v3.12.3 (/usr/bin/python3.12)\n\n"
 MAIN_IN_REWARD = (
@@ -177,8 +177,3 @@ def test_gil_stall_reads_main_in_cpu_code_while_the_sdk_thread_polls_from_a_pysp
     [finding] = [f for f in result.findings if f.rule == "gil-stall"]
     [signal] = [s for s in finding.evidence["signals"] if s["kind"] == "stack-watchdog"]
     assert "torch (CPU)" in signal["summary"] and signal["blocks"][0]["main"]["function"] == "embedding"
-
-
-def test_rl_row_shape_is_the_shared_one():
-    # The hung-run builder writes the rows stopped_shapes' RL rows would (progress/done_frac over 40 batches).
-    assert rl_row(4, 40)["progress/done_frac"] == (4 + 1) / 40
