@@ -38,6 +38,8 @@ STDLIB_FILE = re.compile(
     r"/lib/python3\.\d+/(?!site-packages/)"
     r"|^(?:asyncio|concurrent|multiprocessing)/|^(?:threading|selectors|queue|socket|ssl|subprocess)\.py$"
 )
+# The log lines a launch writes as it starts (log_kinds: process start, the SDK's session, the plan line).
+LAUNCH_KINDS = ("restart", "session", "plan")
 # Frames of an event loop idling in select/poll: the thread is awaiting, not running code.
 IDLE_LOOP_FUNCTIONS = ("select", "poll", "_run_once", "run_forever")
 
@@ -169,6 +171,9 @@ class RunEnd:
     # A stack dump of the live process after the log's last phase line (py-spy's, faulthandler's watchdog): the
     # process was there, stuck where its main thread's frames say, when the dump was taken.
     live_stack: LogLineRef | None = None
+    # The last launch's first start-up line (`Command line invocation:`, `Logging to:`, the SDK's session, the
+    # plan line): the run was launched, whether or not it logged a step.
+    launch_line: LogLineRef | None = None
 
     @property
     def live_main_frames(self) -> tuple[str, ...]:
@@ -680,7 +685,7 @@ def run_end(run: Any) -> RunEnd:
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
-        bar, completed, live = None, None, None
+        bar, completed, live, launch = None, None, None, None
     else:
         events = _last_launch(events)
         phases, last_phase, silence = _log_phases(events)
@@ -690,6 +695,8 @@ def run_end(run: Any) -> RunEnd:
         kills = _kill_lines(events, last_phase)
         bar = _open_bar(events, last_phase)
         live = _live_stack(events, last_phase)
+        started = events.filter(pl.col("kind").is_in(LAUNCH_KINDS)).sort("source", "line")
+        launch = _ref(started.row(0, named=True)) if not started.is_empty() else None
         done = events.filter(pl.col("kind") == "completed")
         completed = _ref(done.row(-1, named=True)) if not done.is_empty() else None
     gil = tuple(
@@ -725,4 +732,5 @@ def run_end(run: Any) -> RunEnd:
         unread_logs=_unread_logs(run),
         broken_traces=broken,
         live_stack=live,
+        launch_line=launch,
     )

@@ -97,6 +97,12 @@ def _where(end: RunEnd) -> str:
     """'step 14 of 40 (35%)', with how the plan is known."""
     step = end.stopped_step
     plan = end.plan
+    if step is None and plan.steps:
+        bound = "at most " if plan.upper_bound else ""
+        return (
+            f"at step 0 of {bound}{plan.steps} planned, before its first step (from {plan.source}; no metrics row "
+            "was written)"
+        )
     if step is None:
         return "before its first step"
     logged = "no metrics row was written" if end.last_step is None else f"the last row logged is step {end.last_step}"
@@ -107,6 +113,20 @@ def _where(end: RunEnd) -> str:
             f"{logged})"
         )
     return f"in step {step} ({logged}; planned length unknown: {plan.source})"
+
+
+def _no_shortfall(end: RunEnd) -> str:
+    """Why the rows fall short of no plan, for a run that passes."""
+    plan = end.plan
+    if plan.steps is None:
+        return "no planned length to fall short of"
+    if end.last_step is None:
+        bound = "at most " if plan.upper_bound else ""
+        return (
+            f"no step logged and no launch in the logs to place a stop in the {bound}{plan.steps} planned "
+            f"({plan.source})"
+        )
+    return f"only an upper bound on its length to fall short of ({plan.source}: a shorter dataset ends the loop first)"
 
 
 def _in_flight(end: RunEnd) -> list[str]:
@@ -452,10 +472,14 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     # in a run folder (config or metrics read): a log file named alone says nothing about the metrics.
     run_folder = ctx.run.has_input("config") or ctx.run.has_input("metrics")
     never_logged = end.last_step is None and end.last_phase is not None and run_folder
-    if not (end.cut_off or end.exceptions or stopped_short or never_logged):
+    # Launched (its start-up lines logged) with a planned length, and not one step logged: it stopped at step 0
+    # of that plan, or was still starting up when the files were copied (the message says both). Even a plan
+    # that is only an upper bound (config max_steps) is fallen short of: no dataset is shorter than one step.
+    unstarted = end.last_step is None and end.launch_line is not None and end.plan.steps is not None and run_folder
+    if not (end.cut_off or end.exceptions or stopped_short or never_logged or unstarted):
         return ctx.passed(
-            "nothing says the run stopped early: no planned length to fall short of, no span or log phase left "
-            "open, no error at the end of the log"
+            f"nothing says the run stopped early: {_no_shortfall(end)}, no span or log phase left open, no error "
+            "at the end of the log"
         )
     steps = ctx.step_times
     # A console timeline's step has phase times but no total: no usual step time then.
