@@ -83,6 +83,15 @@ def test_a_config_with_no_launch_in_the_logs_is_no_stop(tmp_path):
     assert "no launch in the logs to place a stop in the at most 40 planned" in outcome.reason
 
 
+def test_a_log_named_alone_with_a_plan_line_is_no_stop_and_says_why(tmp_path):
+    # No metrics file or config read: whether the launch logged a step, a log file alone cannot say.
+    log = tmp_path / "logs.log"
+    log.write_text(START_UP + "tinker_cookbook.rl.train:2620 [INFO] Will train on 57 batches\n")
+    finding, outcome, _ = run_stopped(log)
+    assert finding is None and outcome.status == "passed"
+    assert "no metrics file or config read to place a stop in the 57 planned" in outcome.reason
+
+
 def test_an_upper_bound_the_rows_fall_short_of_is_said_as_such(tmp_path):
     _launched(tmp_path, {"model_name": "Qwen/Qwen3-8B", "max_steps": 40})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(5)))

@@ -122,10 +122,9 @@ def _no_shortfall(end: RunEnd) -> str:
         return "no planned length to fall short of"
     if end.last_step is None:
         bound = "at most " if plan.upper_bound else ""
-        return (
-            f"no step logged and no launch in the logs to place a stop in the {bound}{plan.steps} planned "
-            f"({plan.source})"
-        )
+        # A log file named alone: no metrics file or config was read to say whether the launch logged a step.
+        missing = "no launch in the logs" if end.launch_line is None else "no metrics file or config read"
+        return f"no step logged, and {missing} to place a stop in the {bound}{plan.steps} planned ({plan.source})"
     return f"only an upper bound on its length to fall short of ({plan.source}: a shorter dataset ends the loop first)"
 
 
