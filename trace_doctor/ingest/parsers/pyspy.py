@@ -86,7 +86,7 @@ class PySpyDump:
     def take(self, text: str, number: int) -> bool:
         """Take one line; False when it is not part of the dump (the dump has ended before it)."""
         if not text.strip():
-            return True  # after the header; trailing ones end nowhere the caller's range does not trim
+            return True  # the one after the header; trailing ones are trimmed from the block's range (dumps.py)
         if (thread := THREAD.match(text)) is not None:
             ident = thread_id(thread["id"])
             if ident is None:
