@@ -168,6 +168,37 @@ def test_a_relaunch_in_the_same_folder_resumes_progress_under_its_own_plan(tmp_p
     assert [e["event"] for e in events].count("done") == 1 and events[-1]["steps"] == 20
 
 
+def _relaunch_fresh(how: str, log: Path, metrics: Path) -> None:
+    """A fresh launch of 20 steps in the same folder, before the watch's next look: its log lines, then
+    metrics.jsonl deleted (or truncated in place) and its first rows written."""
+    _append(log, _launch(20))
+    first = b"".join(_row(step, 20) for step in range(8 if how == "truncated, 8 steps" else 1))
+    if how == "deleted":
+        metrics.unlink()
+    metrics.write_bytes(first)  # truncates in place when the file is there
+
+
+@pytest.mark.parametrize("how", ["deleted", "truncated", "truncated, 8 steps"])
+def test_a_fresh_relaunch_that_rewrites_metrics_before_the_next_look_gets_every_step(tmp_path, how):
+    # Before: the file read afresh made its rows read as copies: the new launch's step 0 had no progress event
+    # (and 8 steps written past the old end of a file truncated in place were read from its old offset).
+    log, metrics = tmp_path / "logs.log", tmp_path / "metrics.jsonl"
+    log.write_bytes(_launch(10))
+    metrics.write_bytes(b"".join(_row(step, 10) for step in range(6)))
+    watch = Watch(tmp_path, policy=QUIET)
+    first = 8 if how == "truncated, 8 steps" else 1
+    script = [(lambda: watch.last_step == 5, lambda: _relaunch_fresh(how, log, metrics))]
+    script += [
+        (lambda s=s: watch.last_step == s - 1, lambda s=s: _append(metrics, _row(s, 20))) for s in range(first, 20)
+    ]
+    _Script(watch, script).start()
+    code, events = _follow(watch, exit_on_stall=True)
+    assert code == EXIT_DONE, events
+    assert _steps(events) == [*range(6), *range(20)]
+    relaunched = [e for e in events if e["event"] == "progress"][6:]
+    assert {e["planned"] for e in relaunched} == {20}
+
+
 def test_a_resumes_rewrite_of_metrics_is_not_read_as_new_steps(tmp_path):
     # 0.6.1 copies metrics.jsonl to metrics.jsonl.pre_resume_N and rewrites it with the rows before N.
     metrics = tmp_path / "metrics.jsonl"

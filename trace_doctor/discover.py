@@ -25,6 +25,9 @@ from trace_doctor.ingest.reading.textfile import utf16_as_utf8, utf16_encoding
 from trace_doctor.model import PassedOver
 
 SNIFF_BYTES = 256 * 1024
+# A text file's last bytes are looked at too: what a user pastes or appends at the end of a long console
+# capture (a py-spy dump of the hung process) is past its head.
+TAIL_BYTES = 64 * 1024
 # Deep enough for a sweep's folder of runs (results/<sweep>/<model>/<run>/wandb/<id>/files/output.log).
 MAX_DEPTH = 10
 # Directories a run never keeps trace-doctor inputs in, and that can be huge.
@@ -71,6 +74,22 @@ def _head(path: Path) -> bytes | str:
     except OSError as exc:
         return f"cannot read file: {exc.strerror or exc}"
     return head
+
+
+def _tail(path: Path) -> bytes:
+    """The last bytes of a text file longer than its head (none of a gzipped one: its end is only reached by
+    decompressing all of it); b"" when it is no longer, or cannot be read."""
+    if path.suffix == ".gz":
+        return b""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size <= SNIFF_BYTES:
+                return b""
+            fh.seek(max(SNIFF_BYTES, size - TAIL_BYTES))
+            return fh.read(TAIL_BYTES)
+    except OSError:
+        return b""
 
 
 # Archive and compressor signatures (their first bytes; tar's "ustar" sits at offset 257 of its
@@ -184,7 +203,7 @@ def classify(path: Path) -> tuple[str | None, str]:
     if b"\x00" in head[:4096]:
         return None, "binary file"
     tests = [(test, kind) for kind in kinds for test in kind.content if test.shape == "text"]
-    found = _by_content(Sniffed(name, suffix, head), tests)
+    found = _by_content(Sniffed(name, suffix, head, tail=_tail(path)), tests)
     return (found, "") if found else (None, "not a recognised input")
 
 

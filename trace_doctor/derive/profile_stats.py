@@ -421,6 +421,16 @@ def stack_states(stack_snapshots: pl.DataFrame) -> list[StackState]:
 _TOOLING = re.compile(r"[/\\](pyinstrument|viztracer|yappi|py_spy|aiomonitor)[/\\]")
 
 
+def _stack_category(path: str | None) -> str:
+    """The library a stack frame's file belongs to. py-spy shows an installed package's file relative to
+    site-packages (`torch/nn/functional.py`): such a path names a CPU library by its first part."""
+    category = category_of(path, None) or "other"
+    first, slash, _ = (path or "").partition("/")
+    if category == APPLICATION and slash and first in CPU_LIBRARIES:
+        return first
+    return category
+
+
 def _classify_stack(source: str, snapshot: int, label: str, frames: list[dict]) -> StackState:
     own = [f for f in frames if not _TOOLING.search(f.get("file_path") or "")]
     frames = own or frames
@@ -448,7 +458,7 @@ def _classify_stack(source: str, snapshot: int, label: str, frames: list[dict]) 
         _call_name(inner["function"]) in IDLE_POLL_CALLS and "selector" in (inner.get("code") or "")
     ):
         return state("idle-poll", "selectors", inner)
-    category = category_of(inner.get("file_path"), None) or "other"
+    category = _stack_category(inner.get("file_path"))
     if category in CPU_LIBRARIES:
         return state("cpu", CPU_LIBRARIES[category], inner)
     call = _CPU_CALL_IN_CODE.search(inner.get("code") or "")

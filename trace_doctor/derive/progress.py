@@ -117,14 +117,32 @@ def _logged_plan(log_events: pl.DataFrame | None) -> tuple[Plan, bool] | None:
 def _config_plan(config: dict[str, Any]) -> Plan | None:
     """`dataset_builder.n_batches` x `num_epochs`: the builders that take their length as a setting (math_rl's
     arithmetic, rl_numerics_check) return it from `__len__`, and rl/train.py trains num_epochs passes over it
-    (`_resolve_end_batch`)."""
+    (`_resolve_end_batch`). On-policy distillation (FORMATS.md 3.3) has one builder per `dataset_configs`
+    entry and trains as many batches as the shortest dataset has (its CompositeDataset): known when every
+    entry's builder states its n_batches."""
     builder = config.get("dataset_builder")
     batches = builder.get("n_batches") if isinstance(builder, dict) else None
+    key = "dataset_builder.n_batches"
+    if batches is None and (lengths := _distillation_batches(config.get("dataset_configs"))):
+        batches = min(lengths)
+        key = "dataset_configs[].dataset_builder.n_batches" + (" (the shortest)" if len(lengths) > 1 else "")
     epochs = config.get("num_epochs", 1)
     if not (_positive_int(batches) and _positive_int(epochs)):
         return None
-    source = f"config dataset_builder.n_batches {batches}" + (f" x num_epochs {epochs}" if epochs != 1 else "")
+    source = f"config {key} {batches}" + (f" x num_epochs {epochs}" if epochs != 1 else "")
     return Plan(batches * epochs, source)
+
+
+def _distillation_batches(entries: Any) -> list[int]:
+    """Each `dataset_configs` entry's `dataset_builder.n_batches`; [] unless every entry states one."""
+    if not isinstance(entries, list) or not entries:
+        return []
+    lengths = [
+        entry["dataset_builder"].get("n_batches")
+        for entry in entries
+        if isinstance(entry, dict) and isinstance(entry.get("dataset_builder"), dict)
+    ]
+    return lengths if len(lengths) == len(entries) and all(_positive_int(n) for n in lengths) else []
 
 
 def _positive_int(value: Any) -> bool:

@@ -34,7 +34,13 @@ DUMPER_TASK = re.compile(r"^periodic-task-dump")
 COROUTINE_NAME = re.compile(r"<coroutine object (?P<name>[\w.<>]+)")
 # Where a stack frame's file lives: the interpreter's own library (asyncio, selectors, re, threading)
 # is never the place a run is stuck in; the innermost frame outside it is.
-STDLIB_FILE = re.compile(r"/lib/python3\.\d+/(?!site-packages/)")
+# py-spy shows the library's files relative to it (`threading.py`, `asyncio/base_events.py`).
+STDLIB_FILE = re.compile(
+    r"/lib/python3\.\d+/(?!site-packages/)"
+    r"|^(?:asyncio|concurrent|multiprocessing)/|^(?:threading|selectors|queue|socket|ssl|subprocess)\.py$"
+)
+# The log lines a launch writes as it starts (log_kinds: process start, the SDK's session, the plan line).
+LAUNCH_KINDS = ("restart", "session", "plan")
 # Frames of an event loop idling in select/poll: the thread is awaiting, not running code.
 IDLE_LOOP_FUNCTIONS = ("select", "poll", "_run_once", "run_forever")
 
@@ -170,6 +176,9 @@ class RunEnd:
     # training or sampling (queue_state_logger, FORMATS.md 5.4), the client retrying a request to it (a 500, a
     # 429). The process was there, waiting on the service, when its output ended.
     service_waits: tuple[LogLineRef, ...] = ()
+    # The last launch's first start-up line (`Command line invocation:`, `Logging to:`, the SDK's session, the
+    # plan line): the run was launched, whether or not it logged a step.
+    launch_line: LogLineRef | None = None
 
     @property
     def live_main_frames(self) -> tuple[str, ...]:
@@ -530,7 +539,9 @@ def _stack_states(stack_snapshots: pl.DataFrame) -> tuple[DumpState, ...]:
     out = []
     for (label,), rows in stack_snapshots.group_by("label", maintain_order=True):
         snapshots = []
-        for (_snapshot,), block in rows.sort("snapshot", "frame_index").group_by("snapshot", maintain_order=True):
+        # Snapshots are numbered within a file: two files' (a watchdog's capture, a py-spy dump beside it) are apart.
+        ordered = rows.sort("snapshot", "frame_index")
+        for _, block in ordered.group_by(["snapshot", "source"], maintain_order=True):
             frames = [
                 (f or "", fn or "?", ln)
                 for f, fn, ln, none in block.select("file_path", "function", "line_no", "no_frame").iter_rows()
@@ -538,11 +549,16 @@ def _stack_states(stack_snapshots: pl.DataFrame) -> tuple[DumpState, ...]:
             ]
             idle = bool(frames) and frames[-1][1] in IDLE_LOOP_FUNCTIONS
             own = [fr for fr in frames if not STDLIB_FILE.search(fr[0])]
-            shown = tuple(f"{fn} ({f.rsplit('/', 1)[-1]}:{ln})" for f, fn, ln in (own or frames)[-3:])
-            snapshots.append((block["timestamp"][0], (shown, idle), block["source"][0], block["line"][0]))
+            # A native frame py-spy read (`--native`) has no line.
+            shown = tuple(
+                f"{fn} ({f.rsplit('/', 1)[-1]}{'' if ln is None else f':{ln}'})" for f, fn, ln in (own or frames)[-3:]
+            )
+            snapshots.append((block["timestamp"][0], (shown, idle), block["source"][0], block["line"].min()))
         held, count = _held([(at, state) for at, state, _, _ in snapshots])
         at, (shown, idle), source, line = snapshots[-1]
-        out.append(DumpState("stacks", str(label), str(at), shown, held, count, idle=idle, source=source, line=line))
+        # A py-spy dump carries no time: its block is placed by its file and line alone.
+        when = str(at) if at is not None else ""
+        out.append(DumpState("stacks", str(label), when, shown, held, count, idle=idle, source=source, line=line))
     return tuple(out)
 
 
@@ -722,7 +738,7 @@ def run_end(run: Any) -> RunEnd:
     events = run.log_events
     if events.is_empty():
         phases, last_phase, silence, errors, exceptions, heartbeats, tail, kills = (), None, None, (), (), (), (), ()
-        bar, completed, live, waits = None, None, None, ()
+        bar, completed, live, waits, launch = None, None, None, (), None
     else:
         events = _last_launch(events)
         phases, last_phase, silence = _log_phases(events)
@@ -733,6 +749,8 @@ def run_end(run: Any) -> RunEnd:
         bar = _open_bar(events, last_phase)
         live = _live_stack(events, last_phase)
         waits = _service_waits(events, last_phase)
+        started = events.filter(pl.col("kind").is_in(LAUNCH_KINDS)).sort("source", "line")
+        launch = _ref(started.row(0, named=True)) if not started.is_empty() else None
         done = events.filter(pl.col("kind") == "completed")
         completed = _ref(done.row(-1, named=True)) if not done.is_empty() else None
     gil = tuple(
@@ -769,4 +787,5 @@ def run_end(run: Any) -> RunEnd:
         broken_traces=broken,
         live_stack=live,
         service_waits=waits,
+        launch_line=launch,
     )

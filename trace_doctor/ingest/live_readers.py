@@ -19,6 +19,7 @@ from trace_doctor.ingest.parsers.console_tables import ConsoleTable, whole_table
 from trace_doctor.ingest.parsers.dumps import OPENERS, STACK_COLUMNS, TASK_COLUMNS, dump_rows_frame, scan_dump_lines
 from trace_doctor.ingest.parsers.logs import LogLines
 from trace_doctor.ingest.parsers.metrics import StepsBuilder
+from trace_doctor.ingest.parsers.pyspy import last_dump_start
 from trace_doctor.ingest.parsers.timing_spans import Checked, check_lines, checked_table, parse_timing_spans_file
 from trace_doctor.ingest.reading.file_warnings import FileWarnings
 from trace_doctor.ingest.reading.jsonl import decode_line
@@ -175,8 +176,8 @@ class LiveConsoleTables:
 
 
 class LiveDumps:
-    """Task dumps and stack blocks. A block is scanned once the next one begins (or the file has
-    stopped growing): the lines from the last block opener on are held back, since a dump being
+    """Task dumps, stack blocks and py-spy dumps. A block is scanned once the next one begins (or the file
+    has stopped growing): the lines from the last block opener on are held back, since a dump being
     written may not be whole yet. Snapshot numbers and lines continue across looks."""
 
     def __init__(self, source: str) -> None:
@@ -196,7 +197,9 @@ class LiveDumps:
         cut = len(self._pending)
         if not settled:
             openers = [i for i, text in enumerate(self._pending) if text.startswith(OPENERS)]
-            cut = openers[-1] if openers else cut
+            pyspy = last_dump_start(self._pending)
+            openers += [pyspy] if pyspy is not None else []
+            cut = max(openers) if openers else cut
         if cut == 0:
             return
         batch, self._pending = self._pending[:cut], self._pending[cut:]

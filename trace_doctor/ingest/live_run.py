@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import polars as pl
 
 from trace_doctor.discover import discover
@@ -54,9 +55,10 @@ class Look:
     """What one look found."""
 
     new_rows: list[dict[str, Any]] = field(default_factory=list)  # metrics rows appended, in file order
-    # Per new row: it was read again, not written now (its file was read afresh, replaced or truncated, or is a
-    # `.pre_resume_N` backup): the steps a run had logged, copied by a resume's rewrite, say nothing of where
-    # the writer is now.
+    # Per new row: it was read again, not written now (a copy of a row its file held before it was read afresh,
+    # replaced or truncated, or a row of a `.pre_resume_N` backup): the steps a run had logged, copied by a
+    # resume's rewrite, say nothing of where the writer is now. A row of a file read afresh that is no copy (a
+    # relaunch that deleted the file and wrote its step 0 between two looks) was written now.
     replayed: list[bool] = field(default_factory=list)
     progressed: bool = False  # a metrics, trace or log file grew
     read_afresh: list[str] = field(default_factory=list)  # files replaced or truncated since the last look
@@ -77,6 +79,17 @@ class _Followed:
     dumps: LiveDumps | None = None
     console: LiveConsoleTables | None = None  # a log or captured stdout: its printed metric tables
     step_spans: LiveStepSpans | None = None
+    # The rows read from this file so far, as fingerprints (_row_key), across its readings afresh: a row of a
+    # rewrite is a copy of one of them.
+    seen_rows: set[int] = field(default_factory=set)
+
+    def replays(self, rows: list[dict[str, Any]], afresh: bool) -> list[bool]:
+        """Per row: whether it was read again rather than written now (Look.replayed); remembers the rows."""
+        keys = [_row_key(row) for row in rows]
+        before = self.seen_rows
+        history = [afresh and key in before for key in keys]
+        self.seen_rows = before | set(keys)
+        return history
 
     def make_readers(self) -> None:
         source = str(self.path)
@@ -137,8 +150,8 @@ class LiveRun:
                 followed.metrics.feed(read.lines, read.first_line)
                 rows = followed.metrics.take_new_rows()
                 look.new_rows += rows
-                history = read.reset or followed.metrics.steps.superseded_from is not None
-                look.replayed += [history] * len(rows)
+                backup = followed.metrics.steps.superseded_from is not None
+                look.replayed += [backup or again for again in followed.replays(rows, read.reset)]
             if followed.spans is not None:
                 followed.spans.feed(read.lines, read.first_line)
             if followed.log is not None:
@@ -147,7 +160,8 @@ class LiveRun:
                 followed.dumps.feed(read.lines, read.first_line, settled=not read.grew)
             if followed.console is not None:
                 followed.console.feed(read.lines, read.first_line)
-                console_rows += [(row, read.reset) for row in followed.console.take_new_rows()]
+                tables = followed.console.take_new_rows()
+                console_rows += list(zip(tables, followed.replays(tables, read.reset), strict=True))
             if followed.step_spans is not None:
                 followed.step_spans.feed(read.lines, followed.tail.offset - len(followed.tail.partial))
         if not self._has_metrics_rows():
@@ -264,6 +278,11 @@ class LiveRun:
             },
             inputs,
         )
+
+
+def _row_key(row: dict[str, Any]) -> int:
+    """A row's fingerprint: equal for a copy of the row (a resume's rewrite keeps the rows it keeps as written)."""
+    return hash(orjson.dumps(row, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str))
 
 
 def _stat(path: Path) -> tuple[int, int]:

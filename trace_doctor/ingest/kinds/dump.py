@@ -1,5 +1,6 @@
-"""Asyncio task dumps, thread-stack watchdog blocks and `python -m asyncio ps` tables (FORMATS.md
-5.1/5.2) -> `task_snapshots` and `stack_snapshots`. Their other lines are read as a log too (log.py)."""
+"""Asyncio task dumps, thread-stack watchdog blocks, `python -m asyncio ps` tables (FORMATS.md 5.1/5.2) and
+`py-spy dump` printouts -> `task_snapshots` and `stack_snapshots`. Their other lines are read as a log too
+(log.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ DUMP_MARKERS = (
     re.compile(rb"^--- \[[\w-]+\] ident=\d+", re.M),
     re.compile(rb"^\[\d\d:\d\d:\d\d\] [\w-]+:\s*$", re.M),
     re.compile(rb"^tid\s+task id\s+task name\s+coroutine stack", re.M),
+    # py-spy's thread line with a frame after it (a line that only starts with `Thread` is no dump).
+    re.compile(
+        rb"^Thread (?:0[xX][0-9A-Fa-f]+|\d+) \((?:active|idle)(?:\+gil)?\)(?:: \"[^\n]*\")?[ \t\r]*\n"
+        rb" {4}\S[^\n]* \([^()\n]*\)[ \t\r]*$",
+        re.M,
+    ),
 )
 
 
@@ -25,7 +32,8 @@ def parse(paths: list[Path], warnings: list[IngestWarning], reading: Reading) ->
 
 
 def dump_text(sniffed: Sniffed) -> bool:
-    return any(marker.search(sniffed.head) for marker in DUMP_MARKERS)
+    # A dump pasted at the end of a long console capture is in its tail.
+    return any(marker.search(sniffed.head) or marker.search(sniffed.tail) for marker in DUMP_MARKERS)
 
 
 KIND = register(

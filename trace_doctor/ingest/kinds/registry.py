@@ -36,6 +36,8 @@ class Sniffed:
     # `.jsonl`: the first non-blank line, stripped. `.json`: the head without leading whitespace.
     first_line: bytes = b""
     document: bytes = b""
+    # Text longer than the head: its last bytes (discover.TAIL_BYTES), where a dump pasted at its end is.
+    tail: bytes = b""
 
 
 @dataclass(frozen=True)

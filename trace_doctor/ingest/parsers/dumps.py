@@ -1,9 +1,10 @@
-"""Asyncio task dumps, thread-stack watchdog blocks and `python -m asyncio ps` tables.
+"""Asyncio task dumps, thread-stack watchdog blocks, `python -m asyncio ps` tables and py-spy dumps.
 
-Formats of FORMATS.md 5.1/5.2 and CPython 3.14's `Lib/asyncio/tools.py`. Dumps are printed to
-stdout, so they arrive interleaved with log records and GIL-monitor lines: lines outside a dump
-block are left to the log parser without comment; a line inside a block that does not fit the
-format is a warning. `dump_block_lines` tells the log parser which lines dumps own.
+Formats of FORMATS.md 5.1/5.2, CPython 3.14's `Lib/asyncio/tools.py` and `py-spy dump` (pyspy.py). Dumps
+are printed to stdout, so they arrive interleaved with log records and GIL-monitor lines: lines outside
+a dump block are left to the log parser without comment; a line inside a block that does not fit the
+format is a warning. `dump_block_lines` tells the log parser which lines dumps own; a py-spy dump's
+lines it reads as well (its live-stack event), so they are not among them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 import polars as pl
 
 from trace_doctor.file_names import input_path
+from trace_doctor.ingest.parsers.pyspy import HEADER_LINES as LOOK
+from trace_doctor.ingest.parsers.pyspy import PySpyDump, opens_dump
 from trace_doctor.ingest.reading.file_warnings import FileWarnings, WarningSink
 from trace_doctor.ingest.reading.textfile import int64, read_text_lines, strip_ansi
 from trace_doctor.model import STACK_SNAPSHOTS_SCHEMA, TASK_SNAPSHOTS_SCHEMA, IngestWarning, InputFile
@@ -61,10 +64,23 @@ TASK_COLUMNS: dict[str, pl.DataType] = {
     "awaiter_name": pl.String,
     "awaiter_id": pl.String,
 }
-STACK_COLUMNS: dict[str, pl.DataType] = {**STACK_SNAPSHOTS_SCHEMA, "time_of_day": pl.String, "no_frame": pl.Boolean}
+# py-spy's own: the thread's name and state as it printed them, a frame's `--locals` lines, and its header.
+STACK_COLUMNS: dict[str, pl.DataType] = {
+    **STACK_SNAPSHOTS_SCHEMA,
+    "time_of_day": pl.String,
+    "no_frame": pl.Boolean,
+    "thread_name": pl.String,
+    "thread_state": pl.String,
+    "locals": pl.String,
+    "process_id": pl.Int64,
+    "command": pl.String,
+    "python_version": pl.String,
+}
 
-# Prefixes a dump-opening line can start with: a cheap test before any regex.
+# Prefixes a dump-opening line can start with: a cheap test before any regex. A py-spy dump's (`Process `,
+# `Thread `) are not among them: its lines are the log parser's too (pyspy.py, Scanner.pyspy_opener).
 OPENERS = ("===== ", "####", "[", "tid")
+PYSPY_NEXT = re.compile(r"^Process \d+: ")
 
 
 def _timestamp(text: str) -> datetime | None:
@@ -82,14 +98,17 @@ class DumpScan:
     tasks: list[dict[str, Any]] = field(default_factory=list)
     frames: list[dict[str, Any]] = field(default_factory=list)
     blocks: list[tuple[int, int]] = field(default_factory=list)
+    # py-spy dumps' lines: read by the log parser too (its live-stack event), so not in `blocks`, which it skips.
+    pyspy_blocks: list[tuple[int, int]] = field(default_factory=list)
     skipped: int = 0
 
 
 @dataclass
 class _Block:
-    kind: str  # task | stack | simple | ps
+    kind: str  # task | stack | simple | ps | pyspy
     start: int
     snapshot: int
+    pyspy: PySpyDump | None = None
     label: str | None = None
     timestamp: datetime | None = None
     time_of_day: str | None = None
@@ -147,8 +166,21 @@ class _Scanner:
             self.warn(
                 block.start, f"task dump [{block.label}] announced {block.announced} task(s), {block.tasks} were read"
             )
-        self.out.blocks.append((block.start, end))
+        if block.pyspy is not None:
+            self.out.frames.extend(block.pyspy.rows())
+            self.out.pyspy_blocks.append((block.start, end))
+        else:
+            self.out.blocks.append((block.start, end))
         self.block = None
+
+    def pyspy_opener(self, text: str, number: int, lines: list[str], index: int) -> bool:
+        """Open a py-spy dump's block if one starts at this line (pyspy.opens_dump); return whether it did."""
+        if not text.startswith(("Process ", "Thread ")) or not opens_dump(text, lines[index + 1 : index + 1 + LOOK]):
+            return False
+        block = self.open("pyspy", number)
+        block.pyspy = PySpyDump(self.source, block.snapshot, self.warn)
+        block.pyspy.take(text, number)
+        return True
 
     def opener(self, text: str, number: int, lines: list[str], index: int) -> bool:
         """Open a block if this line starts one; return whether it did."""
@@ -350,7 +382,13 @@ class _Scanner:
                 if self.ps_line(text, number):
                     continue
                 self.close(_last_nonblank(lines, block.start, number - 1))
-            self.opener(text, number, lines, index)
+            elif block is not None and block.pyspy is not None:
+                # A new dump's header ends this one (`py-spy dump` run again, or --subprocesses' next process).
+                if not PYSPY_NEXT.match(text) and block.pyspy.take(text, number):
+                    continue
+                self.close(_last_nonblank(lines, block.start, number - 1))
+            if not self.opener(text, number, lines, index):
+                self.pyspy_opener(text, number, lines, index)
         if self.block is not None:
             self.close(_last_nonblank(lines, self.block.start, len(lines)), complete=False)
         return self.out
@@ -456,6 +494,6 @@ def parse_dump_files(
         frames.extend(scan.frames)
         info.records = len(scan.tasks) + sum(1 for f in scan.frames if not f["no_frame"])
         info.skipped = scan.skipped
-        if not scan.blocks:
+        if not scan.blocks and not scan.pyspy_blocks:
             info.note = "no dump blocks found"
     return dump_rows_frame(tasks, TASK_COLUMNS), dump_rows_frame(frames, STACK_COLUMNS), inputs

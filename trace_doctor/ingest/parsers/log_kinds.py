@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_doctor.ingest.parsers import pyspy
 from trace_doctor.ingest.reading.textfile import int64
 from trace_doctor.knowledge.errors import decode_error, match_sdk_message
 from trace_doctor.knowledge.tinker import (
@@ -122,14 +123,12 @@ NATIVE_SIGNALS = {
 }
 
 # A stack dump of the live process, taken while it sat still: `py-spy dump --pid` (`Process N: <command>`, then
-# per thread `Thread N (active|idle): "Name"` and its frames innermost first as `    func (file:line)`), or
-# faulthandler's watchdog `dump_traceback_later(timeout)` (`Timeout (H:MM:SS)!`, then `Thread 0x...` blocks as in
-# a fatal error's dump). The process was alive when it was taken: it was not killed there.
-PYSPY_PROCESS = re.compile(r"^Process \d+: \S")
-PYSPY_THREAD = re.compile(
-    r'^Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>(?:active|idle)(?:\+gil)?)\): "(?P<name>[^"]*)"\s*$'
-)
-PYSPY_FRAME = re.compile(r"^ {4}(?P<func>\S.*?) \((?P<file>[^()]+):(?P<line>\d+)\)\s*$")
+# per thread `Thread N (active|idle): "Name"` and its frames innermost first as `    func (file:line)`; pyspy.py),
+# or faulthandler's watchdog `dump_traceback_later(timeout)` (`Timeout (H:MM:SS)!`, then `Thread 0x...` blocks as
+# in a fatal error's dump). The process was alive when it was taken: it was not killed there.
+PYSPY_PROCESS = pyspy.PROCESS
+PYSPY_THREAD = pyspy.THREAD
+PYSPY_FRAME = pyspy.FRAME
 WATCHDOG_TIMEOUT = re.compile(r"^Timeout \((?P<h>\d+):(?P<m>\d\d):(?P<s>\d\d)(?:\.\d+)?\)!\s*$")
 
 
@@ -144,9 +143,11 @@ def live_stack_start(text: str) -> Classified | None:
 
 
 def pyspy_frame(text: str) -> str | None:
-    """A py-spy frame as `func (file:line)`, or None."""
+    """A py-spy frame as `func (file:line)` (`func (file)` when py-spy knew no line: a native frame), or None."""
     found = PYSPY_FRAME.match(text)
-    return None if found is None else f"{found['func'].strip()} ({found['file']}:{found['line']})"
+    if found is None:
+        return None
+    return f"{found['func'].strip()} ({found['file']}{':' + found['line'] if found['line'] else ''})"
 
 
 def native_crash(text: str) -> Classified | None:

@@ -22,6 +22,7 @@ import orjson
 import polars as pl
 
 from trace_doctor.file_names import input_path
+from trace_doctor.ingest.parsers import pyspy
 from trace_doctor.ingest.parsers.dumps import OPENERS, dump_block_lines, opens_block
 from trace_doctor.ingest.parsers.log_kinds import (
     FAULT_THREAD,
@@ -81,7 +82,7 @@ EXCEPTION_GROUP_RULE = re.compile(r"^\+[-+]*(?: *(?:\d+|\.\.\.)[^-]*-*)?\s*$")
 FAULT_FRAMES_KEPT = 20
 LIVE_THREADS_KEPT = 16
 # How the lines that open a live stack dump start (its header, its first thread's block).
-LIVE_STACK_STARTS = ("Process ", "Python v", "Timeout (", "Thread ")
+LIVE_STACK_STARTS = ("Process ", "Python v", "Parent Process ", "Timeout (", "Thread ")
 COLLAPSIBLE = frozenset({"warning", "renderer"})
 # A `Logging to:` line this close after `Command line invocation:` is the same process start.
 RESTART_WINDOW_LINES = 10
@@ -311,7 +312,7 @@ def _live_stack(state: _FileState, line: int, text: str) -> bool:
             threads.append(state.live_thread)
             return True
         frame = fault_frame(text) or pyspy_frame(text)
-        if frame is not None or thread is not None:
+        if frame is not None or thread is not None or pyspy.is_locals_line(text):
             if (
                 frame is not None
                 and state.live_thread is not None
@@ -328,7 +329,7 @@ def _live_stack(state: _FileState, line: int, text: str) -> bool:
         # (H:MM:SS)!`): the dump is one when a thread's block follows it.
         state.dump_header = (line, text.strip())
         return False
-    if state.dump_header is not None and text.startswith("Python v"):
+    if state.dump_header is not None and text.startswith(("Python v", "Parent Process ")):
         return False
     header, state.dump_header = state.dump_header, None
     opens = PYSPY_THREAD.match(text) or (header is not None and FAULT_THREAD.match(text))

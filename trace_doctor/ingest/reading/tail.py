@@ -1,10 +1,13 @@
 """Following a file as a live run appends to it: each look reads only the bytes added since the last.
 
-A tail remembers where it stopped (offset), which file it read (device and inode), and the bytes of a
-last line not yet ended by a newline: that line waits for its end, so a half-written record is never
-parsed. A file replaced (another inode: a writer that re-creates it) or truncated (smaller than what
-was read) is read again from its start, and the caller is told so it can drop what it built from the
-old bytes. The state is a few numbers and at most one partial line, however long the run.
+A tail remembers where it stopped (offset), which file it read (device and inode), the last bytes it
+read, and the bytes of a last line not yet ended by a newline: that line waits for its end, so a
+half-written record is never parsed. A file replaced (another inode: a writer that re-creates it),
+truncated (smaller than what was read), or either and written past the old offset between two looks
+(the bytes before the offset are no longer the ones read: a relaunch that deletes metrics.jsonl and
+logs its steps, or a deleted file's inode number reused) is read again from its start, and the caller
+is told so it can drop what it built from the old bytes. The state is a few numbers, a few bytes and at
+most one partial line, however long the run.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ READ_LIMIT = 16 * 1024 * 1024
 # A partial line longer than this is no line a reader keeps (the JSONL readers refuse longer ones):
 # it is dropped, and the bytes up to its newline skipped.
 MAX_PARTIAL = 256 * 1024 * 1024
+# How many of the last bytes read are kept to tell an appended file from one rewritten past the old offset.
+SEAM_BYTES = 64
 
 
 @dataclass
@@ -45,6 +50,7 @@ class FileTail:
     partial: bytes = b""
     lines_read: int = 0  # complete lines handed out so far
     dropping: bool = False  # inside an over-long line: skip to its newline
+    seam: bytes = b""  # the last bytes read (up to SEAM_BYTES), ending at offset
 
     def look(self) -> TailRead:
         """Read what was appended since the last look (nothing, when the file is gone for now)."""
@@ -52,7 +58,9 @@ class FileTail:
             with open(self.path, "rb") as handle:
                 stat = os.fstat(handle.fileno())
                 identity = (stat.st_dev, stat.st_ino)
-                reset = self.identity is not None and (identity != self.identity or stat.st_size < self.offset)
+                reset = self.identity is not None and (
+                    identity != self.identity or stat.st_size < self.offset or not self._same_seam(handle)
+                )
                 if reset:
                     self._restart()
                 self.identity = identity
@@ -63,12 +71,20 @@ class FileTail:
         except OSError:
             return TailRead(first_line=self.lines_read + 1)
         self.offset += len(data)
+        self.seam = (self.seam + data)[-SEAM_BYTES:]
         read = self._split(data, reset)
         read.more = self.offset < stat.st_size
         return read
 
     def _restart(self) -> None:
-        self.offset, self.partial, self.lines_read, self.dropping = 0, b"", 0, False
+        self.offset, self.partial, self.lines_read, self.dropping, self.seam = 0, b"", 0, False, b""
+
+    def _same_seam(self, handle) -> bool:
+        """Whether the bytes before the offset are still the ones read last (an appended file's are)."""
+        if not self.seam:
+            return True
+        handle.seek(self.offset - len(self.seam))
+        return handle.read(len(self.seam)) == self.seam
 
     def _split(self, data: bytes, reset: bool) -> TailRead:
         first = self.lines_read + 1

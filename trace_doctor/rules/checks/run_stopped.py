@@ -100,10 +100,23 @@ FIX = {
 UNRECORDED_STEP = "at a step the files do not record (no metrics file, config or cookbook log line)"
 
 
+def _title_where(stopped: int | None, steps_recorded: bool) -> str:
+    """Where the run stopped, short, for the title (the message says it whole: _where)."""
+    if stopped is not None:
+        return f"at step {stopped}"
+    return "before its first step" if steps_recorded else UNRECORDED_STEP
+
+
 def _where(end: RunEnd, steps_recorded: bool = True) -> str:
     """'step 14 of 40 (35%)', with how the plan is known."""
     step = end.stopped_step
     plan = end.plan
+    if step is None and plan.steps:
+        bound = "at most " if plan.upper_bound else ""
+        return (
+            f"at step 0 of {bound}{plan.steps} planned, before its first step (from {plan.source}; no metrics row "
+            "was written)"
+        )
     if step is None:
         return "before its first step" if steps_recorded else UNRECORDED_STEP
     logged = "no metrics row was written" if end.last_step is None else f"the last row logged is step {end.last_step}"
@@ -114,6 +127,19 @@ def _where(end: RunEnd, steps_recorded: bool = True) -> str:
             f"{logged})"
         )
     return f"in step {step} ({logged}; planned length unknown: {plan.source})"
+
+
+def _no_shortfall(end: RunEnd) -> str:
+    """Why the rows fall short of no plan, for a run that passes."""
+    plan = end.plan
+    if plan.steps is None:
+        return "no planned length to fall short of"
+    if end.last_step is None:
+        bound = "at most " if plan.upper_bound else ""
+        # A log file named alone: no metrics file or config was read to say whether the launch logged a step.
+        missing = "no launch in the logs" if end.launch_line is None else "no metrics file or config read"
+        return f"no step logged, and {missing} to place a stop in the {bound}{plan.steps} planned ({plan.source})"
+    return f"only an upper bound on its length to fall short of ({plan.source}: a shorter dataset ends the loop first)"
 
 
 def _in_flight(end: RunEnd) -> list[str]:
@@ -168,7 +194,8 @@ def _in_flight(end: RunEnd) -> list[str]:
             )
     for stack in end.stacks:
         where = "idle in its event loop (awaiting)" if stack.idle else f"in {' → '.join(stack.what)}"
-        out.append(f"stacks [{stack.label}] {stack.at}: {where}")
+        # A py-spy dump has no time: where it is in the files says which one it was.
+        out.append(f"stacks [{stack.label}] {stack.at or f'({stack.source}:{stack.line})'}: {where}")
     if end.live_stack is not None:
         live = end.live_stack
         frames = end.live_main_frames
@@ -305,6 +332,11 @@ def _sdk_life(end: RunEnd) -> tuple[str, bool | None]:
         last = max(d.at for d in sdk_dumps)
         parts.append(f"its loop dumped its tasks until {last}")
         starved = False
+    holder = _label(end.stacks, "holder")
+    if holder is not None:
+        # Its thread's stack (the watchdog's [holder], py-spy's SDK loop thread): alive there, idle or busy.
+        doing = "idle in its event loop" if holder.idle else f"in {' → '.join(holder.what)}"
+        parts.append(f"its thread's last stack ({holder.at or f'{holder.source}:{holder.line}'}) was {doing}")
     if end.heartbeat_failures:
         # A heartbeat that fails is a GIL-starved SDK thread or the network (FORMATS.md 5.4): which, the
         # warning does not say, so it does not call the thread starved on its own.
@@ -473,10 +505,14 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     # in a run folder (config or metrics read): a log file named alone says nothing about the metrics.
     run_folder = ctx.run.has_input("config") or ctx.run.has_input("metrics")
     never_logged = end.last_step is None and end.last_phase is not None and run_folder
-    if not (end.cut_off or end.exceptions or stopped_short or never_logged or end.service_waits):
+    # Launched (its start-up lines logged) with a planned length, and not one step logged: it stopped at step 0
+    # of that plan, or was still starting up when the files were copied (the message says both). Even a plan
+    # that is only an upper bound (config max_steps) is fallen short of: no dataset is shorter than one step.
+    unstarted = end.last_step is None and end.launch_line is not None and end.plan.steps is not None and run_folder
+    if not (end.cut_off or end.exceptions or stopped_short or never_logged or unstarted or end.service_waits):
         return ctx.passed(
-            "nothing says the run stopped early: no planned length to fall short of, no span or log phase left "
-            "open, no error at the end of the log"
+            f"nothing says the run stopped early: {_no_shortfall(end)}, no span or log phase left open, no error "
+            "at the end of the log"
         )
     steps = ctx.step_times
     # A console timeline's step has phase times but no total: no usual step time then.
@@ -619,7 +655,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     return [
         ctx.finding(
             severity=SEVERITY[kind],
-            title=f"Run {kind} {('at step ' + str(stopped)) if stopped is not None else _where(end, steps_recorded)}",
+            title=f"Run {kind} {_title_where(stopped, steps_recorded)}",
             message=message,
             fix=fix,
             steps=[stopped] if stopped is not None else [],
