@@ -52,7 +52,7 @@ def test_a_pickle_planted_in_a_table_entry_runs_nothing_and_is_a_miss(planted, c
     target = header(entry) if planted == "the header" else sorted(entry.glob("part-*.parquet"))[0]
     target.write_bytes(pickle.dumps(Poison(marker)))
     parses = []
-    monkeypatch.setattr(cache, "adopt", lambda *args: parses.append(1) or original_adopt(*args))
+    monkeypatch.setattr(cache, "adopt", lambda *args, **kwargs: parses.append(1) or original_adopt(*args, **kwargs))
     again = parse(trace)
     assert not marker.exists()
     assert parses == [1]  # parsed afresh: the entry was a miss

@@ -307,3 +307,66 @@ def test_the_snapshot_hashes_both_sides_of_a_mark_in_its_one_pass(tmp_path, monk
         assert taken.mark.after == xxhash.xxh3_128(data[offset:]).hexdigest()
         digest_memo.forget()
     assert cache.snapshot(path, min_bytes=0, mark=len(data)).mark is None  # nothing after it
+
+
+def _unkept_rows(table, where: pl.Expr, columns: list[str]) -> int:
+    """Rows of the parts that keep no result of `table.where(where, columns)` beside them."""
+    from trace_doctor.ingest.storage import part_memo
+
+    key = ("where", where.meta.serialize(), tuple(columns))
+    unkept = 0
+    for part in table.parts:
+        file = part_memo._result_file(part, key)
+        if file is None or not file.exists():
+            unkept += table.facts[part]["rows"]
+    return unkept
+
+
+@pytest.mark.parametrize("settled", [True, False])
+def test_a_cold_reads_parts_are_the_slices_its_first_resume_links(tmp_path, monkeypatch, resumes, settled):
+    # The first resume writes again the rows left open and the rows from where the step in flight began, and
+    # links the rest as slices: cut so at the cold read, the results the cold analysis kept are linked with
+    # them, and the next analysis reads little more than what the run gained.
+    from trace_doctor.ingest.storage import part_memo
+    from trace_doctor.ingest.trace import span_settle, span_spill
+
+    source = FIXTURES / "rl_stream_healthy" / "trace_events.jsonl"
+    data = source.read_bytes()
+    with monkeypatch.context() as m:
+        m.setenv("TRACE_DOCTOR_CACHE", "off")
+        whole = parse_trace_files([source], [])[0].height
+    # About ten parts, a few hundred rows each, whatever the trace's length.
+    for module, name, value in [
+        (trace_events, "MEMORY_ROWS", 0),
+        (span_spill, "MEMORY_ROWS", 0),
+        (span_spill, "BUFFER_ROWS", whole // 10),
+        (span_spill, "WINDOW_ROWS", whole // 10),
+        (span_spill, "SAMPLE_EVERY", max(1, whole // 100)),
+        (span_spill, "SCRATCH_ROW_GROUP", max(2, whole // 50)),
+        (span_extend, "LINKED_ROWS", 8),
+        (span_extend, "TAIL_ROWS", 16),
+        (span_settle, "TAIL_ROWS", 16),
+    ]:
+        monkeypatch.setattr(module, name, value)
+    if not settled:
+        monkeypatch.setattr(trace_events, "cut_for_resume", lambda out, reopened: None)
+    path = tmp_path / "trace_events.jsonl"
+    ends = line_ends(data)
+    path.write_bytes(data[: ends[len(ends) * 3 // 4]])
+    table = parse_trace_files([path], [])[0]
+    cold_height, left_open = table.height, table.read().filter(~pl.col("closed")).height
+    assert left_open > 0
+    assert any(isinstance(part, FileRows) for part in table.parts) == settled
+    where, columns = pl.col("closed"), ["name", "dur_us"]
+    table.where(where, columns)  # the cold analysis's query: its results kept beside each part
+    part_memo.KEPT.clear()
+    with path.open("ab") as fh:
+        fh.write(data[ends[len(ends) * 3 // 4] :])
+    grown = parse_trace_files([path], [])[0]
+    assert resumes[-1] and resumes.count(True) == 1
+    gained = grown.height - cold_height
+    unkept = _unkept_rows(grown, where, columns)
+    # At most: the new rows, the tail the resume cut, and the short runs around the rows left open.
+    bound = gained + 16 + left_open * (2 * 8 + 1)
+    assert (unkept <= bound) == settled, (unkept, bound)
+    same(parse(path), cold(path, monkeypatch))

@@ -458,10 +458,14 @@ def adopt(
     warnings: list[IngestWarning],
     taken: Snapshot | None,
     read_from: int = 0,
+    *,
+    settle: Callable[[PartWriter], None] | None = None,
 ) -> StoredTable:
     """Finish the stored table `out` built from `path` as `taken` saw it: it becomes the cache entry
     when the file is unchanged since and the cache takes it, else it stays a folder of this process.
-    `read_from`: the table was built reading only the bytes from there (_unchanged_since)."""
+    `read_from`: the table was built reading only the bytes from there (_unchanged_since).
+    `settle`: called with `out` once its rows are all on disk, before an entry lists its parts (how the
+    parts are cut: span_settle.py)."""
     cacheable = (
         taken is not None
         and enabled()
@@ -472,6 +476,8 @@ def adopt(
     )
     if cacheable and taken is not None:
         out.persist()
+        if settle is not None and out.on_disk:
+            settle(out)
         listed = {"parts": out.listing()}
         header = json.dumps({**_header(path, table, info, warnings, taken), **listed}, ensure_ascii=True).encode()
         cacheable = out.close(header)  # False: the disk refused some rows, kept in memory

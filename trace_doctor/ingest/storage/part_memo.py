@@ -248,6 +248,8 @@ def _from_pieces(identity: Hashable, key: Hashable) -> pl.DataFrame | None:
 # analysis that follow read them from memory. Scanning a small Parquet file costs its setup more than its
 # rows (~2-3 ms a query), and a refresh's new parts are small (1 MB appended: ~2,000 spans, ~0.1 MB).
 SMALL_PART_BYTES = 512 << 10
+# A slice of a file part of up to this many rows is small too (~0.5 MB of spans).
+SMALL_SLICE_ROWS = 16_384
 SMALL_ROWS = _Kept(32 << 20)
 _ROWS = "rows"
 
@@ -255,13 +257,15 @@ _ROWS = "rows"
 def _rows_of(
     part: tuple[Path | FileRows | pl.DataFrame, Callable[[], pl.LazyFrame]], identity: Hashable
 ) -> pl.LazyFrame:
-    """The part's scan, or its rows read whole and kept when it is a small file (SMALL_PART_BYTES)."""
+    """The part's scan, or its rows read whole and kept when it is a small file (SMALL_PART_BYTES) or a short
+    slice of one (SMALL_SLICE_ROWS)."""
     held, scan = part
     if isinstance(held, pl.DataFrame) or identity is None:
         return scan()
-    path = held if isinstance(held, Path) else held.path
     try:
-        small = os.stat(path).st_size <= SMALL_PART_BYTES
+        # A slice of a file is small by its rows (a cold read's parts are cut around its open rows and
+        # before its last rows: span_settle.py), a file by its size.
+        small = os.stat(held).st_size <= SMALL_PART_BYTES if isinstance(held, Path) else held.rows <= SMALL_SLICE_ROWS
     except OSError:
         return scan()
     if not small:

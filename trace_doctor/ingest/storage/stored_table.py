@@ -466,6 +466,16 @@ class PartWriter:
         self.parts = [there(p) for p in self.parts]
         self.folder = folder
 
+    def cut(self, part: Path, slices: list[tuple[int, int, Facts]]) -> None:
+        """Name the file part `part` as consecutive slices of its rows instead: (start, rows, facts) each,
+        covering its rows in order (no row is written: span_settle.py)."""
+        at = self.parts.index(part)
+        pieces = [FileRows(part, start, rows) for start, rows, _ in slices]
+        self.parts[at : at + 1] = pieces
+        self.facts.pop(part, None)
+        for piece, (_, _, facts) in zip(pieces, slices, strict=True):
+            self.facts[piece] = facts
+
     def listing(self) -> list[Facts]:
         """The file parts in order as JSON values (a cache entry's header): each file's name and size,
         its slice when it is one (`start`), and its facts."""

@@ -344,7 +344,7 @@ def _link_patched(
     head ends with a linked slice, or False (nothing written) when they make too many runs."""
     is_kept = pl.col("line_begin").is_in(again.get_column("line_begin").implode())
     head_rows = keys.height  # the keys of the part's first rows, those linked or written here
-    runs = _gathered(keys.select(is_kept).to_series().arg_true().to_list(), head_rows)
+    runs = reopened_runs(keys.select(is_kept).to_series().arg_true().to_list(), head_rows)
     if len(runs) > MAX_REPLACED_RUNS:
         return False
     done = 0
@@ -362,7 +362,7 @@ def _link_patched(
     return last_written if runs and runs[-1][1] == head_rows - 1 else None
 
 
-def _gathered(positions: list[int], rows: int) -> list[tuple[int, int]]:
+def reopened_runs(positions: list[int], rows: int) -> list[tuple[int, int]]:
     """The (first, last) runs of rows to write among `rows` to place the reopened rows at `positions`:
     their runs, joined when fewer than LINKED_ROWS rows lie between them (or before the first, or after
     the last), which are written again rather than linked as a slice of their own."""

@@ -18,6 +18,7 @@ from trace_doctor.ingest.storage.stored_table import MEMORY_ROWS, PartWriter, St
 from trace_doctor.ingest.trace.span_build import SPAN_COLUMNS, build_spans
 from trace_doctor.ingest.trace.span_extend import span_facts
 from trace_doctor.ingest.trace.span_resume import SpanState
+from trace_doctor.ingest.trace.span_settle import cut_for_resume
 from trace_doctor.ingest.trace.span_stream import SpanStream
 from trace_doctor.ingest.trace.trace_read import Progress, read_trace_events
 from trace_doctor.ingest.trace.trace_resume import keep_state, resumable, resume_trace_file, settled
@@ -86,7 +87,9 @@ def parse_trace_file(
     except BaseException:
         out.abandon()
         raise
-    table = cache.adopt(path, "spans", out, info, warnings[before:], snapshot)
+    # Cut where the first resume of the grown file will cut it (span_settle.py), when one can go on from it.
+    settle = (lambda written: cut_for_resume(written, state.reopened_lines())) if state is not None else None
+    table = cache.adopt(path, "spans", out, info, warnings[before:], snapshot, settle=settle)
     keep_state(path, state, out, snapshot)
     return table, info
 
