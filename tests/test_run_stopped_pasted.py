@@ -48,7 +48,7 @@ def test_a_pod_log_with_collector_times_reads_its_records_and_their_times(tmp_pa
 def test_a_pod_log_that_ends_on_its_phase_line_does_not_claim_nothing_went_on(tmp_path):
     # The log's times end with its last line: they cannot say the process was gone right after it.
     finding = _stopped(tmp_path, "pod_log_killed_in_train")
-    assert finding.evidence["kind"] == "killed" and finding.confidence == "medium", finding.message
+    assert finding.evidence["kind"] == "stopped or hung" and finding.confidence == "medium", finding.message
     assert "the log cannot say" in finding.message and "too short a hold" not in finding.message
 
 
@@ -146,13 +146,13 @@ def _rl_tail(tmp_path: Path, tail: str) -> Path:
     ("tail", "kind"),
     [
         # A judge's client (openai) retrying inside the user's reward: not the tinker SDK waiting on Tinker.
-        ("openai._base_client:1037 [INFO] Retrying request to /chat/completions in 0.4 seconds\n", "killed"),
+        ("openai._base_client:1037 [INFO] Retrying request to /chat/completions in 0.4 seconds\n", "stopped or hung"),
         # The SDK retried, then the run went on to its next phase: the retry is not where it stopped.
         (
             stopped_shapes_pasted.RETRY_500
             + "tinker_cookbook.utils.misc_utils:23 [INFO] sample took 9.00 seconds\n"
             + "tinker_cookbook.utils.misc_utils:20 [INFO] Starting train\n",
-            "killed",
+            "stopped or hung",
         ),
         # The terminal reports the kill after the retries: killed, for sure.
         (stopped_shapes_pasted.RETRY_500 * 2 + "Killed\n", "killed"),
@@ -221,12 +221,35 @@ def test_a_final_line_wider_than_the_box_was_not_wrapped_at_it():
 
 
 def test_hours_on_starting_train_names_the_phase_and_does_not_claim_the_kill(tmp_path):
-    # tinker-cookbook#354 (already read right; kept as the real shape's pin): no times, no error, the log stops on
-    # `Starting train` after the user's trajectory printout.
+    # tinker-cookbook#354: no times, no error, the log stops on `Starting train` after the user's trajectory
+    # printout, and the user says it sat there for hours. Before: headlined 'Run killed at step 6' while its own
+    # message said the files cannot tell a kill from a run still going.
     finding = _stopped(tmp_path, "hours_on_starting_train")
-    assert finding.evidence["kind"] == "killed" and finding.confidence == "medium", finding.message
+    assert finding.evidence["kind"] == "stopped or hung" and finding.confidence == "medium", finding.message
+    assert finding.title == "Run stopped or hung at step 6" and "(killed)" not in finding.message
     assert finding.steps == [6] and "`Starting train` with no `took`" in finding.message
-    assert "still running when these files were copied, the files cannot say" in finding.message
+    assert "is still running, stuck, the files cannot say" in finding.message
+    # What would tell the two apart.
+    assert all(said in finding.message for said in ("py-spy dump --pid", "task dump", "modification time"))
+    assert finding.fix.startswith("Find out whether the process is still there")
+
+
+@pytest.mark.parametrize(
+    ("tail", "kind", "confidence"),
+    [
+        ("Killed\n", "killed", "high"),  # the shell's report after the phase line
+        (
+            "tinker_cookbook.utils.misc_utils:20 [INFO] Starting train\nTraceback (most recent call last):\n"
+            '  File "/home/u/train.py", line 80, in <module>\n    main()\nValueError: boom\n',
+            "crashed",
+            "high",
+        ),
+    ],
+)
+def test_a_phase_line_followed_by_a_kill_report_or_a_traceback_still_says_so(tmp_path, tail, kind, confidence):
+    finding, _, _ = run_stopped(_rl_tail(tmp_path, tail))
+    assert finding.evidence["kind"] == kind and finding.confidence == confidence, finding.message
+    assert "stopped there, or still running" not in finding.message
 
 
 @pytest.mark.parametrize(
