@@ -375,13 +375,27 @@ def _decoded(end: RunEnd) -> tuple[LogLineRef, KnownError | None]:
     if not errors:
         errors = list(end.trailing_errors)
     first = errors[0]
-    return first, decode_error(first.text)
+    raised = _raised(first)
+    known = decode_error(first.text)
+    return first, known if known is not None or raised is None else decode_error(raised)
+
+
+def _raised(error: LogLineRef) -> str | None:
+    """The final line of the traceback an error record owns (`logger.exception(...)`, an ERROR record with the
+    traceback after it), when the record's own message is not that line."""
+    kind, message, line = (error.fields.get(k) for k in ("exception_type", "exception_message", "exception_line"))
+    if not kind or line is None or line == error.line:
+        return None
+    return f"{kind}: {message}" if message else str(kind)
 
 
 def _crash_text(error: LogLineRef, known: KnownError | None) -> str:
     """The error a crash ended with, its decoded cause, and the frames of the thread that crashed when a native
     crash's dump names them (faulthandler, innermost first)."""
     text = f" It ended with `{error.text[:200]}` ({error.source}:{error.line})"
+    raised = _raised(error)
+    if raised is not None:
+        text += f", raising `{raised[:200]}` (line {error.fields.get('exception_line')})"
     text += (f": {known.root_cause}" if known is not None else "") + "."
     frames = error.fields.get("frames")
     if isinstance(frames, list) and frames:
