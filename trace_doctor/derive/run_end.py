@@ -166,8 +166,8 @@ class RunEnd:
     # Traces whose gzip stream broke before its end (a copy cut short, a corrupt block): what they leave open is
     # where the copy broke, not what the run was inside, so no span of theirs is read as in flight.
     broken_traces: tuple[str, ...] = ()
-    # Log files with lines of which none is in the cookbook's record layout (`logger:line [LEVEL] message`; a
-    # user's own format with a timestamp in front): their phases, plan and errors were not read.
+    # Log files with lines of which none is a record (`logger:line [LEVEL] message`, Python's default layout; a user's
+    # own format, `%(asctime)s %(levelname)s %(name)s: %(message)s`): their phases, plan and errors were not read.
     unread_logs: tuple[str, ...] = ()
     # A stack dump of the live process after the log's last phase line (py-spy's, faulthandler's watchdog): the
     # process was there, stuck where its main thread's frames say, when the dump was taken.

@@ -674,9 +674,9 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         )
     if end.unread_logs:
         message += (
-            f" {end.unread_logs[0]} has no line in the cookbook's layout (`logger:line [LEVEL] message`; a format of "
-            "its own, a timestamp in front): the phase, plan and errors in it were not read, so what was in flight "
-            "there is unknown."
+            f" {end.unread_logs[0]} has no line in the cookbook's layout (`logger:line [LEVEL] message`) or Python's "
+            "default one (`LEVEL:logger:message`), a format of its own: the phase, plan and errors in it were not "
+            "read, so what was in flight there is unknown."
         )
     if end.broken_traces:
         message += (
@@ -746,8 +746,10 @@ RULE = register(
                 "how long each stayed the same, heartbeat warnings (their growth past the last phase line is a "
                 "hold) and GIL-monitor lines, the SDK's own lines of a wait on the service that end the log (training "
                 "or sampling paused by the service's queue, the client retrying a Tinker request: hung on the "
-                "service), a collector's time before each line (`kubectl logs --timestamps`, a log viewer's copy) as "
-                "the line's time; for a run `trace-doctor watch` follows, the "
+                "service), a collector's time before each line (`kubectl logs --timestamps`, a log viewer's copy, "
+                "moreutils `ts`) as the line's time, the hold measured to the log's last timed line; records in "
+                "Python's default layout (`LEVEL:logger:message`) and logs pasted into GitHub markdown (`> ` quotes, "
+                "``` fences) read as the cookbook's; for a run `trace-doctor watch` follows, the "
                 "silence it saw (past its own stall bound) is the hold. The loop's own spans (open since before "
                 "step 0 ended) and spans of steps whose row was written (E events the trace writer lost at exit) "
                 "are not a step in flight. Confidence: high for a traceback, a kill report or a hold seen in "
