@@ -76,6 +76,9 @@ DATELESS_STAMP = re.compile(
     r"(?P<hour>\d\d):(?P<minute>\d\d):(?P<second>\d\d)(?P<fraction>\.\d+)?(?:\s+|$)"
 )
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+MONTH_INITIALS = frozenset(month[0] for month in MONTHS)
+# How a line with a collector's time before it starts: a digit, a bracket, a month's name.
+STAMP_INITIALS = frozenset("0123456789[") | MONTH_INITIALS
 DATELESS_YEAR = 1904
 # How far a dateless clock must go back to have passed midnight (a time alone) or New Year (a month and day).
 MIDNIGHT_BACK = timedelta(hours=12)
@@ -582,11 +585,11 @@ def _dateless_stamp(state: _FileState, found: re.Match[str]) -> datetime | None:
 
 def _take_stamp(state: _FileState, text: str) -> tuple[str, datetime | None]:
     """The line without the time a collector put before it, and that time (None when it has none)."""
-    if text[:1].isdigit() or text.startswith("["):  # the cheap test: most lines start with neither
+    if text[:1].isdigit() or text.startswith("["):
         found = LINE_STAMP.match(text)
         if found is not None and (stamp := _line_stamp(found)) is not None:
             return text[found.end() :], stamp
-    if text[:1].isdigit() or text[:3] in MONTHS:
+    if text[:1].isdigit() or (text[:1] in MONTH_INITIALS and text[:3] in MONTHS):
         found = DATELESS_STAMP.match(text)
         if found is not None and (stamp := _dateless_stamp(state, found)) is not None:
             return text[found.end() :], stamp
@@ -598,7 +601,9 @@ def _parse_line(state: _FileState, number: int, raw: str) -> int:
     text = strip_ansi(raw) if "\x1b" in raw else raw
     if text.startswith(">") and (quote := QUOTE_MARKERS.match(text)) is not None:
         text = text[quote.end() :]
-    text, stamp = _take_stamp(state, text)
+    stamp = None
+    if text[:1] in STAMP_INITIALS:  # the cheap test: most lines start with none of a stamp's first characters
+        text, stamp = _take_stamp(state, text)
     if stamp is not None and not text.strip():
         # A time on a line of its own (a log viewer's copy) is the next line's; it does not end a
         # traceback being read.
@@ -608,7 +613,7 @@ def _parse_line(state: _FileState, number: int, raw: str) -> int:
     state.stamp_ahead = None
     if state.stamp is not None:
         state.last_timed = (number, state.stamp, text)
-    if text[:1] in "`~" and FENCE.match(text) is not None:
+    if ("```" in text or "~~~" in text) and FENCE.match(text) is not None:
         text = ""
     if not text.strip() and state.traceback_line is None:
         state.wrapped_error = None  # a blank line ends what rich wrapped
