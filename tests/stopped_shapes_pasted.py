@@ -277,6 +277,128 @@ def caught_stuck_rollout_then_killed(folder: Path) -> None:
     (folder / "logs.log").write_text(rl_log(20, 3, tail))
 
 
+# Python's default logging layout: `logging.basicConfig(level=logging.INFO)` with no format, as the cookbook's own
+# eval/run_inspect_evals.py and recipes/vlm_classifier/eval_sweep.py call it, prints `LEVEL:logger:message`
+# (logging.BASIC_FORMAT). A user's script that sets logging up so and runs the cookbook's loop logs its phases, the
+# SDK's retries and its errors in that layout.
+def _default_layout(text: str) -> str:
+    """The cookbook layout's records (`logger:lineno [LEVEL] message`) as logging.basicConfig() prints them."""
+    import re
+
+    return re.sub(r"(?m)^([\w.<>-]+):\d+ \[(\w+)\] ", r"\2:\1:", text)
+
+
+def default_layout_retrying_500(folder: Path) -> None:
+    """tinker-feedback/80's shape (the SDK retrying a 500 inside step 9's `train`) as a script that called
+    logging.basicConfig() prints it to its console."""
+    _rl_folder(folder, 40, 9)
+    tail = _phase("sample", 30.0) + _phase("assemble_training_data", 1.0) + _phase("train", None)
+    (folder / "train.log").write_text(_default_layout(rl_log(40, 9, tail + RETRY_500 * 6)))
+
+
+def default_layout_crash(folder: Path) -> None:
+    """issues/147's stuck-request traceback under the user's own `ERROR:__main__:` record, in the default layout."""
+    _rl_folder(folder, 50, 12)
+    tail = (
+        _phase("sample", 30.0)
+        + _phase("train", None)
+        + "ERROR:__main__:Training failed\n"
+        + "\n".join(VIEWER_TRACEBACK)
+        + "\n"
+    )
+    (folder / "train.log").write_text(_default_layout(rl_log(50, 12, tail)))
+
+
+# GitHub markdown: a user pastes the console into an issue (github.com/thinking-machines-lab/tinker-cookbook/issues,
+# the bug template's "Logs" field) inside a ``` fence, or quotes it with `> ` (the GFM spec's block quote: `>` and
+# one optional space before each line), or both (`> ```` opens a fence inside the quote).
+def _markdown(text: str, *, quote: bool, fence: bool) -> str:
+    lines = text.splitlines()
+    if fence:
+        lines = ["```python", *lines, "```"]
+    if quote:
+        lines = [f"> {line}" if line else ">" for line in lines]
+    return "The run stops with this:\n\n" + "\n".join(lines) + "\n\nAny idea what is going on?\n"
+
+
+def _pasted_issue(folder: Path, *, quote: bool, fence: bool) -> None:
+    """issues/147's step-12 log and stuck-request traceback as an issue body (`issue.md`): the console's lines in
+    one block, a sentence, then the traceback in a second block."""
+    log = rl_log(50, 12, _phase("sample", 30.0) + _phase("train", None))
+    traceback = "\n".join(VIEWER_TRACEBACK)
+    body = _markdown(log, quote=quote, fence=fence) + _markdown(traceback, quote=quote, fence=fence)
+    (folder / "issue.md").write_text(body)
+
+
+def quoted_and_fenced_issue(folder: Path) -> None:
+    _pasted_issue(folder, quote=True, fence=True)
+
+
+def quoted_issue(folder: Path) -> None:
+    _pasted_issue(folder, quote=True, fence=False)
+
+
+def fenced_issue(folder: Path) -> None:
+    _pasted_issue(folder, quote=False, fence=True)
+
+
+# moreutils `ts` (joeyh.name/code/moreutils, ts(1)): `python train.py 2>&1 | ts | tee train.log` puts the time before
+# every line, by default `%b %d %H:%M:%S` (`Mar 05 10:00:01`); `ts -s` the time since the start (`00:00:05`);
+# `ts '%Y-%m-%d %H:%M:%.S'` a date and a time with microseconds. The run hangs in step 5's `train` with the SDK's
+# heartbeat warnings going on for two hours (pod_log_hung_in_train's shape under another collector).
+def _ts(lines: list[str], start_s: int, every_s: int, form: str) -> str:
+    out = []
+    for i, line in enumerate(lines):
+        t = start_s + i * every_s
+        h, m, sec = t // 3600 % 24, t % 3600 // 60, t % 60
+        stamp = {
+            "default": f"Mar 05 {h:02d}:{m:02d}:{sec:02d}",
+            "since start": f"{h:02d}:{m:02d}:{sec:02d}",
+            "date and microseconds": f"2026-03-05 {h:02d}:{m:02d}:{sec:02d}.250117",
+        }[form]
+        out.append(f"{stamp} {line}\n")
+    return "".join(out)
+
+
+def _ts_stamped_hang(folder: Path, form: str) -> None:
+    """`| ts`: RL, 5 of 40 steps; step 5's `train` begins, then only heartbeat warnings for two hours."""
+    _rl_folder(folder, 40, 5)
+    body = rl_log(40, 5, _phase("sample", 5.0) + _phase("train", None)).splitlines()
+    warnings = [HEARTBEAT.format(secs=130 + 600 * i) for i in range(12)]
+    start = 0 if form == "since start" else 32400
+    (folder / "train.log").write_text(_ts(body, start, 1, form) + _ts(warnings, start + 3600 + 130, 600, form))
+
+
+def ts_default_hang(folder: Path) -> None:
+    _ts_stamped_hang(folder, "default")
+
+
+def ts_since_start_hang(folder: Path) -> None:
+    _ts_stamped_hang(folder, "since start")
+
+
+def ts_microseconds_hang(folder: Path) -> None:
+    _ts_stamped_hang(folder, "date and microseconds")
+
+
+# httpx logs every request at INFO (`HTTP Request: POST <url> "HTTP/1.1 408 Request Timeout"`): the SDK's long-poll
+# of /retrieve_future answers 408 while the result is not ready (FORMATS.md 5.4), so a run waiting on `train` with
+# httpx at INFO prints one such line per poll, none of them a line of interest. Collected with `kubectl logs
+# --timestamps`: two hours of polls after `Starting train`.
+RETRIEVE_408 = (
+    "httpx:1740 [INFO] HTTP Request: POST https://tinker.thinkingmachines.dev/services/tinker-prod/api/v1/"
+    'retrieve_future "HTTP/1.1 408 Request Timeout"'
+)
+
+
+def pod_log_polling_in_train(folder: Path) -> None:
+    """`kubectl logs --timestamps`: RL, 5 of 40 steps; step 5's `train` begins at 09:00, then the SDK's 408 polls
+    every 5 minutes until 11:00: the log's last line with a time is two hours after its last phase line."""
+    _rl_folder(folder, 40, 5)
+    body = rl_log(40, 5, _phase("sample", 5.0) + _phase("train", None)).splitlines()
+    (folder / "pod.log").write_text(_k8s(body, 32400, 1) + _k8s([RETRIEVE_408] * 25, 32400 + len(body), 300))
+
+
 CASES: dict[str, Callable[[Path], None]] = {
     name: builder
     for name, builder in globals().items()

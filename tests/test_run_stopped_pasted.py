@@ -5,6 +5,7 @@ as the files support it, and, for every line pattern read anew, lines that only 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def test_a_pod_log_with_collector_times_reads_its_records_and_their_times(tmp_pa
 def test_a_pod_log_that_ends_on_its_phase_line_does_not_claim_nothing_went_on(tmp_path):
     # The log's times end with its last line: they cannot say the process was gone right after it.
     finding = _stopped(tmp_path, "pod_log_killed_in_train")
-    assert finding.evidence["kind"] == "killed" and finding.confidence == "medium", finding.message
+    assert finding.evidence["kind"] == "stopped or hung" and finding.confidence == "medium", finding.message
     assert "the log cannot say" in finding.message and "too short a hold" not in finding.message
 
 
@@ -146,13 +147,13 @@ def _rl_tail(tmp_path: Path, tail: str) -> Path:
     ("tail", "kind"),
     [
         # A judge's client (openai) retrying inside the user's reward: not the tinker SDK waiting on Tinker.
-        ("openai._base_client:1037 [INFO] Retrying request to /chat/completions in 0.4 seconds\n", "killed"),
+        ("openai._base_client:1037 [INFO] Retrying request to /chat/completions in 0.4 seconds\n", "stopped or hung"),
         # The SDK retried, then the run went on to its next phase: the retry is not where it stopped.
         (
             stopped_shapes_pasted.RETRY_500
             + "tinker_cookbook.utils.misc_utils:23 [INFO] sample took 9.00 seconds\n"
             + "tinker_cookbook.utils.misc_utils:20 [INFO] Starting train\n",
-            "killed",
+            "stopped or hung",
         ),
         # The terminal reports the kill after the retries: killed, for sure.
         (stopped_shapes_pasted.RETRY_500 * 2 + "Killed\n", "killed"),
@@ -221,12 +222,35 @@ def test_a_final_line_wider_than_the_box_was_not_wrapped_at_it():
 
 
 def test_hours_on_starting_train_names_the_phase_and_does_not_claim_the_kill(tmp_path):
-    # tinker-cookbook#354 (already read right; kept as the real shape's pin): no times, no error, the log stops on
-    # `Starting train` after the user's trajectory printout.
+    # tinker-cookbook#354: no times, no error, the log stops on `Starting train` after the user's trajectory
+    # printout, and the user says it sat there for hours. Before: headlined 'Run killed at step 6' while its own
+    # message said the files cannot tell a kill from a run still going.
     finding = _stopped(tmp_path, "hours_on_starting_train")
-    assert finding.evidence["kind"] == "killed" and finding.confidence == "medium", finding.message
+    assert finding.evidence["kind"] == "stopped or hung" and finding.confidence == "medium", finding.message
+    assert finding.title == "Run stopped or hung at step 6" and "(killed)" not in finding.message
     assert finding.steps == [6] and "`Starting train` with no `took`" in finding.message
-    assert "still running when these files were copied, the files cannot say" in finding.message
+    assert "is still running, stuck, the files cannot say" in finding.message
+    # What would tell the two apart.
+    assert all(said in finding.message for said in ("py-spy dump --pid", "task dump", "modification time"))
+    assert finding.fix.startswith("Find out whether the process is still there")
+
+
+@pytest.mark.parametrize(
+    ("tail", "kind", "confidence"),
+    [
+        ("Killed\n", "killed", "high"),  # the shell's report after the phase line
+        (
+            "tinker_cookbook.utils.misc_utils:20 [INFO] Starting train\nTraceback (most recent call last):\n"
+            '  File "/home/u/train.py", line 80, in <module>\n    main()\nValueError: boom\n',
+            "crashed",
+            "high",
+        ),
+    ],
+)
+def test_a_phase_line_followed_by_a_kill_report_or_a_traceback_still_says_so(tmp_path, tail, kind, confidence):
+    finding, _, _ = run_stopped(_rl_tail(tmp_path, tail))
+    assert finding.evidence["kind"] == kind and finding.confidence == confidence, finding.message
+    assert "stopped there, or still running" not in finding.message
 
 
 @pytest.mark.parametrize(
@@ -264,3 +288,183 @@ def test_a_cookbook_console_that_crashed_at_start_up_is_still_before_its_first_s
     (tmp_path / "output.log").write_text(_line(ML_LOG, "Logging to: tmp/tinker-runs/x") + TRACEBACK + final)
     finding, _, _ = run_stopped(tmp_path)
     assert finding.evidence["kind"] == "crashed" and finding.title == "Run crashed before its first step"
+
+
+# ---- Python's default logging layout (logging.basicConfig() with no format) -------------------------------------
+
+
+def test_the_default_logging_layout_is_read_as_the_cookbooks_records():
+    # The same launch in both layouts: every event the cookbook's layout gives (phases, plan, session, the SDK's
+    # retries) comes out of the default one with the same kind, message, level and fields, and its logger.
+    from stopped_shapes import _phase, rl_log
+
+    from trace_doctor.ingest.parsers.logs import parse_lines
+
+    text = rl_log(40, 2, _phase("train", None) + stopped_shapes_pasted.RETRY_500)
+    cookbook, _ = parse_lines(text.splitlines(), "logs.log")
+    default, _ = parse_lines(stopped_shapes_pasted._default_layout(text).splitlines(), "train.log")
+
+    def seen(rows):
+        return [(r["kind"], r["message"], r["level"], r["_fields"], (r["logger"] or "").split(":")[0]) for r in rows]
+
+    assert len(cookbook) > 10 and seen(default) == seen(cookbook)
+
+
+def test_a_console_in_the_default_layout_ending_on_the_sdks_retries_is_a_wait_on_the_service(tmp_path):
+    # tinker-feedback#80's shape as logging.basicConfig() prints it. Before: no record was read, the run read as
+    # stopped early with nothing open.
+    finding = _stopped(tmp_path, "default_layout_retrying_500")
+    assert finding.evidence["kind"] == "hung on the service" and finding.confidence == "medium", finding.message
+    assert finding.steps == [9] and "`Starting train` with no `took`" in finding.message
+    assert "Retrying due to status code 500" in finding.message
+
+
+def test_an_error_record_in_the_default_layout_owns_its_traceback(tmp_path):
+    finding = _stopped(tmp_path, "default_layout_crash")
+    assert finding.evidence["kind"] == "crashed" and finding.confidence == "high", finding.message
+    assert finding.steps == [12] and "No progress made in 7200.0s" in finding.message
+    assert finding.evidence["error_cause"] is not None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "WARNING: the config key `lr` is deprecated",  # a bare print: a space after the level
+        "ERROR: Could not find a version that satisfies the requirement tinker==9.9",  # pip
+        "INFO:https://wandb.ai/u/rl/runs/x",  # a URL is no logger
+        "INFO:root",  # no message field
+        "NOTICE:tinker_cookbook.rl.train:Starting train",  # no such level
+    ],
+)
+def test_only_the_default_layout_itself_is_read_as_a_record(line):
+    from trace_doctor.ingest.parsers.logs import parse_lines
+
+    rows, _ = parse_lines([line], "console.log")
+    assert [r for r in rows if r["logger"] is not None or r["level"] is not None] == []
+
+
+# ---- logs pasted into GitHub markdown ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["quoted_issue", "fenced_issue", "quoted_and_fenced_issue"])
+def test_a_log_pasted_into_an_issue_is_read_as_the_lines_it_quotes(tmp_path, case):
+    # tinker-cookbook#147's step 12 and stuck-request traceback as an issue body, the log and the traceback in two
+    # blocks. Before: quoted, no line was a record or a traceback (nothing read).
+    folder = built(tmp_path, stopped_shapes_pasted.CASES, case)
+    finding, _, _ = run_stopped(folder / "issue.md")
+    assert finding.evidence["kind"] == "crashed" and finding.confidence == "high", finding.message
+    assert finding.steps == [12] and "`Starting train` with no `took`" in finding.message
+    assert "No progress made in 7200.0s" in finding.message and finding.evidence["error_cause"] is not None
+
+
+@pytest.mark.parametrize(
+    ("lines", "kinds"),
+    [
+        (["> Killed"], ["killed"]),  # a quoted kill report is one
+        ([">>> Killed"], []),  # Python's prompt is no quote
+        ([">Killed"], []),  # GFM takes `>Killed` as a quote too, but no one writes a quote so: left as it is
+        (["Traceback (most recent call last):", "```", "  File 'x.py', line 1", "ValueError: x"], ["error"]),
+        (["Traceback (most recent call last):", "``` not a fence", "ValueError: x"], []),
+    ],
+)
+def test_only_markdowns_own_markers_are_taken_off(lines, kinds):
+    assert [k for k, _ in _kinds(lines)] == kinds
+
+
+# ---- moreutils ts ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["ts_default_hang", "ts_since_start_hang", "ts_microseconds_hang"])
+def test_a_console_piped_through_ts_reads_its_records_and_their_times(tmp_path, case):
+    # Before (`ts`, `ts -s`): no record was read behind the times; the run read as stopped early, nothing open.
+    finding = _stopped(tmp_path, case)
+    assert finding.evidence["kind"] == "hung on the service", finding.message
+    assert finding.steps == [5] and "`Starting train` with no `took`" in finding.message
+    assert finding.evidence["run_end"]["log_silence_s"] > 7200
+
+
+@pytest.mark.parametrize(
+    ("lines", "kept"),
+    [
+        (["Mar 05 10:00:01 mod:20 [INFO] Starting train"], ["1904-03-05 10:00:01"]),
+        (["Feb 29 10:00:01 mod:20 [INFO] Starting train"], ["1904-02-29 10:00:01"]),
+        # `ts -s` past a day, and `ts` past New Year: the clock goes round, the times between lines stay right.
+        (
+            ["23:59:59 mod:20 [INFO] Starting train", "00:00:02 mod:23 [INFO] train took 3.00 seconds"],
+            ["1904-01-01 23:59:59", "1904-01-02 00:00:02"],
+        ),
+        (
+            ["Dec 31 23:59:59 mod:20 [INFO] Starting train", "Jan 01 00:00:02 mod:23 [INFO] train took 3.00 seconds"],
+            ["1904-12-31 23:59:59", "1905-01-01 00:00:02"],
+        ),
+        (["2026-03-05 10:00:01.250117 mod:20 [INFO] Starting train"], ["2026-03-05 10:00:01.250117"]),
+    ],
+)
+def test_ts_times_before_a_record_are_its_time(lines, kept):
+    from trace_doctor.ingest.parsers.logs import parse_lines
+
+    rows, _ = parse_lines(lines, "train.log")
+    assert [(r["kind"], str(r["timestamp"])) for r in rows] == [("took", k) for k in kept]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Mar 05 was the day mod:20 [INFO] Starting train",  # a date with no time: prose
+        "10:00 mod:20 [INFO] Starting train",  # no seconds
+        "1:02:03 mod:20 [INFO] Starting train",  # an hour of one digit: not ts's %H
+        "25:61:00 mod:20 [INFO] Starting train",  # no such time
+        "Mar 32 10:00:01 mod:20 [INFO] Starting train",  # no such day
+    ],
+)
+def test_only_a_ts_time_in_front_is_taken_off(line):
+    assert _kinds([line]) == []
+
+
+def test_a_time_with_no_date_is_no_wall_clock_anchor(tmp_path):
+    # `ts`'s default names no year: its times measure the holds, they place nothing on the calendar.
+    from trace_doctor.derive.wall_clock import wall_clock
+
+    folder = built(tmp_path, stopped_shapes_pasted.CASES, "ts_default_hang")
+    _, _, result = run_stopped(folder)
+    anchors = wall_clock(result.run, None, []).anchors
+    assert not [a for a in anchors if a["what"] == "timed log lines"]
+    dated = built(tmp_path, stopped_shapes_pasted.CASES, "ts_microseconds_hang")
+    _, _, result = run_stopped(dated)
+    assert [a["first"][:10] for a in wall_clock(result.run, None, []).anchors if a["what"] == "timed log lines"] == [
+        "2026-03-05"
+    ]
+
+
+# ---- the log's last timed line -----------------------------------------------------------------------------------
+
+
+def test_the_hold_is_measured_to_the_logs_last_timed_line_not_its_last_notable_one(tmp_path):
+    # A pod log whose last two hours are httpx's 408 polls of the pending `train` (no line of interest). Before:
+    # the log's times were read as ending at `Starting train` (0 s), and the run as killed with nothing held.
+    finding = _stopped(tmp_path, "pod_log_polling_in_train")
+    assert finding.evidence["run_end"]["log_silence_s"] == pytest.approx(7200 + 24 * 300 - 7200, abs=2)
+    assert finding.evidence["kind"] == "hung on the service", finding.message
+    assert re.search(r"720\d s of log after the last phase line", finding.message), finding.message
+
+
+def test_the_last_timed_line_is_kept_only_when_it_says_more_than_the_events(tmp_path):
+    from trace_doctor.ingest.parsers.logs import parse_lines
+
+    stamped = "2026-03-05T10:00:0{}Z {}"
+    # Its time is an event's already: nothing added.
+    rows, _ = parse_lines([stamped.format(1, "mod:20 [INFO] Starting train"), stamped.format(1, "plain")], "p.log")
+    assert [r["kind"] for r in rows] == ["took"]
+    # Later than every event: kept, after them.
+    rows, _ = parse_lines([stamped.format(1, "mod:20 [INFO] Starting train"), stamped.format(5, "plain")], "p.log")
+    assert [(r["kind"], r["line"], str(r["timestamp"])) for r in rows] == [
+        ("took", 1, "2026-03-05 10:00:01"),
+        ("last-timed-line", 2, "2026-03-05 10:00:05"),
+    ]
+    # An untimed event after it (a traceback with no collector time): the timed line stays in its place.
+    lines = [stamped.format(1, "mod:20 [INFO] Starting train"), stamped.format(5, "plain"), "Killed"]
+    rows, _ = parse_lines(lines, "p.log")
+    assert [(r["kind"], r["line"]) for r in rows] == [("took", 1), ("last-timed-line", 2), ("killed", 3)]
+    # An untimed log has none.
+    rows, _ = parse_lines(["mod:20 [INFO] Starting train", "plain"], "p.log")
+    assert [r["kind"] for r in rows] == ["took"]

@@ -166,8 +166,8 @@ class RunEnd:
     # Traces whose gzip stream broke before its end (a copy cut short, a corrupt block): what they leave open is
     # where the copy broke, not what the run was inside, so no span of theirs is read as in flight.
     broken_traces: tuple[str, ...] = ()
-    # Log files with lines of which none is in the cookbook's record layout (`logger:line [LEVEL] message`; a
-    # user's own format with a timestamp in front): their phases, plan and errors were not read.
+    # Log files with lines of which none is a record (`logger:line [LEVEL] message`, Python's default layout; a user's
+    # own format, `%(asctime)s %(levelname)s %(name)s: %(message)s`): their phases, plan and errors were not read.
     unread_logs: tuple[str, ...] = ()
     # A stack dump of the live process after the log's last phase line (py-spy's, faulthandler's watchdog): the
     # process was there, stuck where its main thread's frames say, when the dump was taken.
@@ -632,7 +632,9 @@ def _open_bar(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef
     later = events.filter(
         (pl.col("source") == bar.source)
         & (pl.col("line") > (bar.line or 0))
-        & ~pl.col("kind").is_in(["killed", "error", "heartbeat", "gil-monitor", "version", "live-stack"])
+        & ~pl.col("kind").is_in(
+            ["killed", "error", "heartbeat", "gil-monitor", "version", "live-stack", "last-timed-line"]
+        )
     )
     return bar if later.is_empty() else None
 
@@ -654,7 +656,8 @@ def _live_stack(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineR
 
 
 # Lines that report how a log ended or that the process was alive, not what it was doing: they may follow a wait.
-END_REPORT_KINDS = ("heartbeat", "gil-monitor", "killed", "version", "live-stack")
+# The log's last timed line (parsers/logs.py) is only where its times end.
+END_REPORT_KINDS = ("heartbeat", "gil-monitor", "killed", "version", "live-stack", "last-timed-line")
 
 
 def _waits_on_service(row: dict[str, Any]) -> bool:
@@ -706,6 +709,7 @@ def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tu
                 "version",
                 "completed",
                 "live-stack",
+                "last-timed-line",
             ]
         )
     )

@@ -27,6 +27,7 @@ from trace_doctor.model import RunTables
 # reach the first; no Tinker run is older than it.
 EPOCH_FIRST_S = datetime(2015, 1, 1, tzinfo=UTC).timestamp()
 EPOCH_LAST_S = datetime(2100, 1, 1, tzinfo=UTC).timestamp()
+FIRST_YEAR = datetime.fromtimestamp(EPOCH_FIRST_S, tz=UTC).year
 # Metrics that hold the wall-clock time of their row, in Unix seconds, in the order they are trusted.
 WALL_CLOCK_METRICS = ("wall_time", "_timestamp", "timestamp", "time/wall_clock")
 TRACE_BASIS = "trace timestamps (Unix epoch)"
@@ -160,7 +161,10 @@ def _anchors(run: RunTables) -> list[dict[str, Any]]:
     local = "local time of the training machine (zone not recorded)"
     for label, table in (("task dumps", run.task_snapshots), ("timed log lines", run.log_events)):
         if "timestamp" in table.columns and not table.is_empty():
-            found = _span(label, table["timestamp"].drop_nulls().to_list(), local)
+            # A time before any run is no calendar time: a stamp that carried no date (moreutils `ts`'s default,
+            # `ts -s`) is read in a year long past (parsers/logs.py DATELESS_YEAR).
+            dated = [v for v in table["timestamp"].drop_nulls().to_list() if v.year >= FIRST_YEAR]
+            found = _span(label, dated, local)
             if found:
                 anchors.append(found)
     return anchors

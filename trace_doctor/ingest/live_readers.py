@@ -70,7 +70,7 @@ class LiveLog:
 
     def open_phases(self) -> list[str]:
         """The phases open now, outermost first (a process start clears them: a new launch)."""
-        rows = self.parser.rows
+        rows = self.parser.events
         for row in rows[self._seen :]:
             kind = row.get("kind")
             if kind == "restart":

@@ -13,7 +13,13 @@ from trace_doctor.ingest.kinds.registry import ContentTest, InputKind, Parsed, R
 from trace_doctor.ingest.parsers.logs import parse_log_files
 from trace_doctor.model import IngestWarning
 
-LOG_RECORD = re.compile(rb"^[\w.<>-]+:\d+ \[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\] ", re.M)
+# A record in the cookbook's layout or in Python's default one (parsers/logs.py DEFAULT_RECORD), quoted in GitHub
+# markdown (`> `) or not.
+LOG_RECORD = re.compile(
+    rb"^(?:> ?)*(?:[\w.<>-]+:\d+ \[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] "
+    rb"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.<>-]+:(?!//))",
+    re.M,
+)
 TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
 
 

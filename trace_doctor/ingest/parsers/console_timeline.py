@@ -18,11 +18,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from trace_doctor.ingest.parsers.log_kinds import COMMAND_LINE, LOGGING_TO, STARTING, TOOK
-from trace_doctor.ingest.parsers.logs import RECORD
+from trace_doctor.ingest.parsers.logs import line_message
 from trace_doctor.ingest.reading.textfile import strip_ansi
 from trace_doctor.knowledge.tinker import TIME_PREFIX
 
 WROTE_METRICS = "Wrote metrics to "
+# What a line the timeline reads holds (the cheap test before reading it): a phase line, a step's end, a process start.
+NEEDLES = ("took ", "Starting ", WROTE_METRICS, "Command line invocation: ", "Logging to: ")
 
 
 @dataclass
@@ -32,11 +34,6 @@ class TimelineStep:
     step: int
     line: int
     times: dict[str, float] = field(default_factory=dict)
-
-
-def _message(text: str) -> str:
-    record = RECORD.match(text) if "] " in text else None
-    return (record["msg"] if record is not None else text).strip()
 
 
 def _is_process_start(message: str) -> bool:
@@ -96,10 +93,11 @@ class TimelineReader:
 
     def take(self, raw: str) -> None:
         self._index += 1
-        if "took " not in raw and "Starting " not in raw and WROTE_METRICS not in raw and "] " not in raw:
+        if not any(needle in raw for needle in NEEDLES):
             return
         cutter = self._cutter
-        message = _message(strip_ansi(raw))
+        # As the log parser reads the line: a collector's time, a quote's markers, a record's layout taken off.
+        message = line_message(strip_ansi(raw))
         if (found := TOOK.match(message)) is not None:
             cutter.took(found["name"], float(found["seconds"]), self._index)
         elif (found := STARTING.match(message)) is not None:

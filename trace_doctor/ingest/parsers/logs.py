@@ -1,20 +1,24 @@
 """Text logs -> the `log_events` table: only the lines of interest, each with its line number.
 
 Inputs: the cookbook's `logs.log` (`logger:lineno [LEVEL] message`, no timestamps, multi-line
-records), console captures such as W&B `output.log` (ANSI colours, bare prints, tracebacks),
-captured stdout that also holds dumps (dump blocks are skipped: the dump parser owns them),
-W&B `requirements.txt` (pip freeze) and `code.diff`; a collector's time before each line (LINE_STAMP) is taken off
-and kept as the line's timestamp. Every line read counts as a record; events
-are emitted for the kinds in log_kinds.py. Identical warning lines (a renderer warning repeated
-thousands of times) collapse into one event carrying `repeats` and `last_line`.
+records), Python's default logging layout (`LEVEL:logger:message`, DEFAULT_RECORD), console captures such as
+W&B `output.log` (ANSI colours, bare prints, tracebacks), captured stdout that also holds dumps (dump blocks are
+skipped: the dump parser owns them), W&B `requirements.txt` (pip freeze) and `code.diff`; a log pasted into GitHub
+markdown (quoted with `> `, inside ``` fences) is read as the lines it quotes; a collector's time before each line
+(LINE_STAMP, DATELESS_STAMP) is taken off and kept as the line's timestamp. Every line read counts as a record;
+events are emitted for the kinds in log_kinds.py. Identical warning lines (a renderer warning repeated
+thousands of times) collapse into one event carrying `repeats` and `last_line`. A timed log's last timed line,
+when no event is on it and it is later than every event, is kept as a `last-timed-line` event: where the log's
+times end.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,34 @@ RECORD = re.compile(
 LINE_STAMP = re.compile(
     r"^\[?(?P<stamp>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?P<fraction>[.,]\d+)?(?P<zone>Z|[+-]\d\d:?\d\d)?\]?(?:\s+|$)"
 )
+# Python's default logging layout, `logging.basicConfig()` with no format (`%(levelname)s:%(name)s:%(message)s`;
+# the cookbook's own eval scripts call it so, eval/run_inspect_evals.py): `INFO:tinker_cookbook.rl.train:Starting
+# train`, `ERROR:__main__:...`. Read as the cookbook's records are, with no line number. A URL (`INFO:https://...`)
+# is not a logger.
+DEFAULT_RECORD = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.<>-]+):(?!//)(?P<msg>.*)$")
+DEFAULT_RECORD_STARTS = ("DEBUG:", "INFO:", "WARNING:", "ERROR:", "CRITICAL:")
+# moreutils `ts` with its default format (`%b %d %H:%M:%S`: `Mar 05 10:00:01 line`), or `ts -s` (the time since
+# the start, `00:00:05 line`) or a format of the time alone: a time with no year or no date. It is read in
+# DATELESS_YEAR (a leap year, so `Feb 29` reads; long before any run, so derive/wall_clock.py takes no calendar
+# time from it), a day or a year later each time the clock goes back past midnight or New Year: the times
+# between lines are right, the date is not known.
+DATELESS_STAMP = re.compile(
+    r"^(?:(?P<month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (?P<day>\d\d) )?"
+    r"(?P<hour>\d\d):(?P<minute>\d\d):(?P<second>\d\d)(?P<fraction>\.\d+)?(?:\s+|$)"
+)
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+MONTH_INITIALS = frozenset(month[0] for month in MONTHS)
+# How a line with a collector's time before it starts: a digit, a bracket, a month's name.
+STAMP_INITIALS = frozenset("0123456789[") | MONTH_INITIALS
+DATELESS_YEAR = 1904
+# How far a dateless clock must go back to have passed midnight (a time alone) or New Year (a month and day).
+MIDNIGHT_BACK = timedelta(hours=12)
+NEW_YEAR_BACK = timedelta(days=180)
+# GitHub markdown around a pasted log: a block quote's `>` (and the one space after it), nested or not, and a code
+# fence's line (``` or ~~~, with its language). The quoted line is read without its markers; a fence line is read as
+# a blank line (a traceback pasted across two fenced blocks stays one). Python's prompt `>>> ` is no quote.
+QUOTE_MARKERS = re.compile(r"^(?:>(?: |$))+")
+FENCE = re.compile(r"^\s*(?:`{3,}|~{3,})[\w+.-]*\s*$")
 TRACEBACK_START = "Traceback (most recent call last):"
 # A terminal echoes Ctrl-C as `^C` just before Python prints the KeyboardInterrupt's traceback.
 TRACEBACK_STARTS = (TRACEBACK_START, "^C" + TRACEBACK_START)
@@ -115,6 +147,12 @@ class _FileState:
     wrapped_error: tuple[dict[str, Any], str, int] | None = None
     stamp: datetime | None = None  # the time a collector put before the line being read (LINE_STAMP)
     stamp_ahead: datetime | None = None  # a time on a line of its own: the next line's
+    # A dateless clock's (DATELESS_STAMP) last time read, and the days or years it went round since the first.
+    dateless_last: datetime | None = None
+    dateless_turns: int = 0
+    # The last line with a time (its number, time, text), and the latest time an event was emitted with.
+    last_timed: tuple[int, datetime, str] | None = None
+    latest_event_stamp: datetime | None = None
 
     def emit(
         self,
@@ -140,6 +178,8 @@ class _FileState:
             ):
                 return None
             self.last_restart = line if fields.get("marker") == "command-line" else None
+        if self.stamp is not None and (self.latest_event_stamp is None or self.stamp > self.latest_event_stamp):
+            self.latest_event_stamp = self.stamp
         row = {
             "source": self.source,
             "line": line,
@@ -155,6 +195,30 @@ class _FileState:
             self.collapsed[(kind, message)] = row
         self.rows.append(row)
         return row
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The events, with the last timed line in its place among them when no event is on it and its time is
+        later than every event's (the lines after the last event, a collapsed warning's repeats): the log's times
+        end there, not at its last event."""
+        if self.last_timed is None:
+            return self.rows
+        line, stamp, text = self.last_timed
+        if self.latest_event_stamp is not None and stamp <= self.latest_event_stamp:
+            return self.rows
+        at = bisect_right(self.rows, line, key=lambda row: row["line"])
+        if at and self.rows[at - 1]["line"] == line:
+            return self.rows
+        row = {
+            "source": self.source,
+            "line": line,
+            "timestamp": stamp,
+            "logger": None,
+            "level": None,
+            "kind": "last-timed-line",
+            "message": text.strip()[:2000],
+            "_fields": {},
+        }
+        return [*self.rows[:at], row, *self.rows[at:]]
 
 
 def _handle_versions(state: _FileState, line: int, text: str) -> None:
@@ -419,6 +483,12 @@ class LogLines:
 
     @property
     def rows(self) -> list[dict[str, Any]]:
+        """The table's rows so far (_FileState.table_rows)."""
+        return self.state.table_rows()
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The events emitted so far, in line order, each once (rows less the last timed line)."""
         return self.state.rows
 
     def feed(self, lines: list[str], first_line: int = 1) -> None:
@@ -451,11 +521,12 @@ def parse_lines(lines: Iterable[str], source: str, *, freeze_file: bool = False)
         any_opener = any_opener or current.startswith(OPENERS)
         if opens_block(current, following):
             rest = [current] if following is None else [current, following, *ahead]
-            return state.rows, read + _parse_with_dumps(state, rest, number, any_opener)
+            read += _parse_with_dumps(state, rest, number, any_opener)
+            return state.table_rows(), read
         number += 1
         read += _parse_line(state, number, current)
         current = following
-    return state.rows, read
+    return state.table_rows(), read
 
 
 def _parse_with_dumps(state: _FileState, rest: list[str], before: int, any_opener: bool) -> int:
@@ -488,30 +559,88 @@ def _line_stamp(found: re.Match[str]) -> datetime | None:
     return stamp.astimezone(UTC).replace(tzinfo=None) if stamp.tzinfo is not None else stamp
 
 
+def _dateless_stamp(state: _FileState, found: re.Match[str]) -> datetime | None:
+    """A DATELESS_STAMP match as a time in DATELESS_YEAR, turned a day (a time alone) or a year (a month and day)
+    further each time the clock goes back past midnight or New Year; None when it is no time."""
+    micro = int((found["fraction"] or ".0")[1:7].ljust(6, "0"))
+    clock = (int(found["hour"]), int(found["minute"]), int(found["second"]), micro)
+    try:
+        if found["month"] is None:
+            turn = timedelta(days=1)
+            stamp = datetime(DATELESS_YEAR, 1, 1, *clock) + turn * state.dateless_turns
+            if state.dateless_last is not None and stamp < state.dateless_last - MIDNIGHT_BACK:
+                state.dateless_turns += 1
+                stamp += turn
+        else:
+            month, day = MONTHS.index(found["month"]) + 1, int(found["day"])
+            stamp = datetime(DATELESS_YEAR + state.dateless_turns, month, day, *clock)
+            if state.dateless_last is not None and stamp < state.dateless_last - NEW_YEAR_BACK:
+                state.dateless_turns += 1
+                stamp = datetime(DATELESS_YEAR + state.dateless_turns, month, day, *clock)
+    except ValueError:
+        return None
+    state.dateless_last = stamp
+    return stamp
+
+
+def _take_stamp(state: _FileState, text: str) -> tuple[str, datetime | None]:
+    """The line without the time a collector put before it, and that time (None when it has none)."""
+    if text[:1].isdigit() or text.startswith("["):
+        found = LINE_STAMP.match(text)
+        if found is not None and (stamp := _line_stamp(found)) is not None:
+            return text[found.end() :], stamp
+    if text[:1].isdigit() or (text[:1] in MONTH_INITIALS and text[:3] in MONTHS):
+        found = DATELESS_STAMP.match(text)
+        if found is not None and (stamp := _dateless_stamp(state, found)) is not None:
+            return text[found.end() :], stamp
+    return text, None
+
+
 def _parse_line(state: _FileState, number: int, raw: str) -> int:
     """Take one line outside dump blocks into `state` (it counts as read: 1)."""
     text = strip_ansi(raw) if "\x1b" in raw else raw
+    if text.startswith(">") and (quote := QUOTE_MARKERS.match(text)) is not None:
+        text = text[quote.end() :]
     stamp = None
-    if text[:1].isdigit() or text.startswith("["):  # the cheap test: most lines start with neither
-        found = LINE_STAMP.match(text)
-        if found is not None and (stamp := _line_stamp(found)) is not None:
-            text = text[found.end() :]
-            if not text.strip():
-                # A time on a line of its own (a log viewer's copy) is the next line's; it does not end a
-                # traceback being read.
-                state.stamp_ahead = stamp
-                return 1
+    if text[:1] in STAMP_INITIALS:  # the cheap test: most lines start with none of a stamp's first characters
+        text, stamp = _take_stamp(state, text)
+    if stamp is not None and not text.strip():
+        # A time on a line of its own (a log viewer's copy) is the next line's; it does not end a
+        # traceback being read.
+        state.stamp_ahead = stamp
+        return 1
     state.stamp = stamp if stamp is not None else state.stamp_ahead
     state.stamp_ahead = None
+    if state.stamp is not None:
+        state.last_timed = (number, state.stamp, text)
+    if ("```" in text or "~~~" in text) and FENCE.match(text) is not None:
+        text = ""
     if not text.strip() and state.traceback_line is None:
         state.wrapped_error = None  # a blank line ends what rich wrapped
         return 1
     match = RECORD.match(text) if "] " in text else None
+    if match is None and text.startswith(DEFAULT_RECORD_STARTS):
+        match = DEFAULT_RECORD.match(text)
     if match is not None:
         _record(state, number, match["logger"], match["level"], match["msg"])
     else:
         _continuation(state, number, text)
     return 1
+
+
+def line_message(text: str) -> str:
+    """A line's message as the parser reads it: GitHub markdown's quote markers, a collector's time before it
+    (LINE_STAMP, DATELESS_STAMP) and a record's layout (the cookbook's, Python's default) taken off. For readers
+    of a capture's lines that keep no parsing state (parsers/console_timeline.py)."""
+    if text.startswith(">") and (quote := QUOTE_MARKERS.match(text)) is not None:
+        text = text[quote.end() :]
+    if text[:1].isdigit() or text.startswith("[") or text[:3] in MONTHS:
+        stamp = LINE_STAMP.match(text) or DATELESS_STAMP.match(text)
+        text = text[stamp.end() :] if stamp is not None else text
+    record = RECORD.match(text) if "] " in text else None
+    if record is None and text.startswith(DEFAULT_RECORD_STARTS):
+        record = DEFAULT_RECORD.match(text)
+    return (record["msg"] if record is not None else text).strip()
 
 
 def log_events_table(rows: list[dict[str, Any]]) -> pl.DataFrame:

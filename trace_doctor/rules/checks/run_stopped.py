@@ -20,12 +20,15 @@ how far through the planned steps it got, and what kind of stop it was:
   bound, and nothing in the files says whether the service or user code holds it;
 - a stack dump of the live process after the last phase line (py-spy's, faulthandler's watchdog) is a hang too:
   the process was there; its main thread's innermost own frame says where (the tinker SDK: the service);
-- killed: the files end inside a step with no sign anything kept running (SIGKILL, OOM, a lost node —
-  or the files were copied while the run was still going; a console's progress bar left unfinished and a
-  metrics row cut mid-write are such ends), or the terminal reports the kill (`Killed`, `Terminated`, the
-  OOM killer, a scheduler's cancel, named by its signal or reason). A run the watch is following is never
-  killed: the watch saw it silent while it was still there, so its silence is the hold (`hung`); heartbeat
-  warnings that go on after the last phase line are a hold too;
+- killed: the terminal reports the kill (`Killed`, `Terminated`, the OOM killer, a scheduler's cancel, named by
+  its signal or reason), or the metrics row being appended is cut mid-write;
+- stopped or hung: the files end inside a step (an open span or phase, a console's progress bar left unfinished)
+  and nothing after it says what became of the process: killed there (SIGKILL, OOM, a lost node) and a process
+  still sitting there (the cookbook logs nothing while a call is in flight; files copied from a live run) read
+  the same, so neither is claimed; the message names what would tell (the process' state, a stack dump of it,
+  the log's modification time against now). A run the watch is following is never this: the watch saw it
+  silent while it was still there, so its silence is the hold (`hung`); heartbeat warnings that go on after the
+  last phase line are a hold too;
 - completed: the planned steps were all logged (and the files do not end inside the wrap-up after them
   with no final checkpoint), a final checkpoint was saved, or the trainer logged its own
   `Training completed successfully`: the rule passes.
@@ -68,6 +71,7 @@ SEVERITY = {
     "hung": "warning",
     "interrupted": "warning",
     "killed": "warning",
+    "stopped or hung": "warning",
     "stopped early": "warning",
 }
 FIX = {
@@ -90,8 +94,17 @@ FIX = {
         "preemption or time limit). Resume from the last checkpoint; run with the task dump and stack watchdog "
         "(skills/debug) to see a hang next time."
     ),
+    "stopped or hung": (
+        "Find out whether the process is still there (`ps`, the scheduler's job state). If it is, it is stuck: take "
+        "a stack dump of it (`py-spy dump --pid PID`) before you stop it, and run with the task dump and stack "
+        "watchdog (skills/debug) so the files say where next time. If it is gone, the machine says why (dmesg for "
+        "the OOM killer, the scheduler's logs). Then resume from the last checkpoint."
+    ),
     "stopped early": "Check whether the run is still going; if it stopped, the console or the scheduler says why.",
 }
+# Files that end inside a step with nothing after it to say whether the process was killed there or sits there
+# still (_kind).
+STOPPED_OR_HUNG = "stopped or hung"
 
 
 # Where a stop with no step is placed when the files record no step at all (a console of the user's own loop: no
@@ -362,13 +375,27 @@ def _decoded(end: RunEnd) -> tuple[LogLineRef, KnownError | None]:
     if not errors:
         errors = list(end.trailing_errors)
     first = errors[0]
-    return first, decode_error(first.text)
+    raised = _raised(first)
+    known = decode_error(first.text)
+    return first, known if known is not None or raised is None else decode_error(raised)
+
+
+def _raised(error: LogLineRef) -> str | None:
+    """The final line of the traceback an error record owns (`logger.exception(...)`, an ERROR record with the
+    traceback after it), when the record's own message is not that line."""
+    kind, message, line = (error.fields.get(k) for k in ("exception_type", "exception_message", "exception_line"))
+    if not kind or line is None or line == error.line:
+        return None
+    return f"{kind}: {message}" if message else str(kind)
 
 
 def _crash_text(error: LogLineRef, known: KnownError | None) -> str:
     """The error a crash ended with, its decoded cause, and the frames of the thread that crashed when a native
     crash's dump names them (faulthandler, innermost first)."""
     text = f" It ended with `{error.text[:200]}` ({error.source}:{error.line})"
+    raised = _raised(error)
+    if raised is not None:
+        text += f", raising `{raised[:200]}` (line {error.fields.get('exception_line')})"
     text += (f": {known.root_cause}" if known is not None else "") + "."
     frames = error.fields.get("frames")
     if isinstance(frames, list) and frames:
@@ -459,8 +486,11 @@ def _kind(end: RunEnd, stuck_s: float, threshold_s: float, stuck_where: str | No
         return "hung in user code"
     if alive:
         return "hung"
-    if end.cut_off:
+    if end.kill_lines or end.metrics_cut is not None:
+        # The terminal reports the kill, or the row the process was appending is cut mid-write.
         return "killed"
+    if end.cut_off:
+        return STOPPED_OR_HUNG
     return "stopped early"
 
 
@@ -475,6 +505,9 @@ def _confidence(end: RunEnd, kind: str, where_from_dumps: bool = True) -> str:
         return "high" if sure else "medium"
     if kind == "killed":
         return "high" if end.kill_lines else "medium"
+    if kind == STOPPED_OR_HUNG:
+        # That the files end inside a step is sure; which of the two it is, nothing says.
+        return "medium"
     if kind in ("hung on the service", "hung in user code"):
         dumped = any(d.held_dumps > 1 for d in (*end.task_dumps, *end.stacks))
         if not where_from_dumps:
@@ -529,14 +562,14 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     # none of them says nothing about it, not that it was short.
     recorded = bool(ctx.run.height("spans") or end.task_dumps or end.stacks)
     timed = recorded or end.log_silence_s is not None
-    if kind == "killed" and stuck_s < threshold_s and timed and not recorded:
+    if kind in ("killed", STOPPED_OR_HUNG) and stuck_s < threshold_s and timed and not recorded:
         # Only the log's own times: they end at its last line, and the cookbook logs nothing while a call is in
         # flight, so a process still sitting there would read the same.
         silence = (
             f"Nothing was logged after it: the log's times end {stuck_s:.0f} s after its last phase line "
             f"({usual_text}); how long the process sat there after its last line, the log cannot say."
         )
-    elif kind == "killed" and stuck_s < threshold_s and timed:
+    elif kind in ("killed", STOPPED_OR_HUNG) and stuck_s < threshold_s and timed:
         silence = (
             f"Nothing kept going after it: every record ends within {stuck_s:.0f} s of the others ({usual_text}), "
             "too short a hold to call a hang."
@@ -559,10 +592,13 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         "hung in user code": "The run hung in user code",
         "hung": "The run stopped making progress (still running; where it is stuck, the files do not say)",
         "killed": "The run ended mid-step with no error (killed)",
+        STOPPED_OR_HUNG: "The run's output ends mid-step with no error (stopped there, or still running and stuck)",
         "stopped early": "The run stopped before its planned end",
     }[kind]
     if kind == "killed" and end.stopped_step is None:
         lead = "The run ended with no error (killed)"  # no step had begun: not mid-step
+    if kind == STOPPED_OR_HUNG and end.stopped_step is None:
+        lead = "The run's output ends with no error (stopped there, or still running and stuck)"
     events = ctx.run.log_events
     cookbook_log = not events.is_empty() and events.get_column("logger").is_not_null().any()
     steps_recorded = run_folder or cookbook_log
@@ -603,7 +639,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         evidence["error_cause"] = None
     if flight:
         message += " In flight: " + "; ".join(flight) + "."
-    if kind in ("hung on the service", "hung in user code", "hung", "killed"):
+    if kind in ("hung on the service", "hung in user code", "hung", "killed", STOPPED_OR_HUNG):
         message += " " + silence
         message += f" SDK thread: {sdk_text}" + (" (starved of the GIL)" if starved else "") + "."
     if kind in ("hung on the service", "hung in user code", "hung"):
@@ -622,6 +658,15 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         message += f" The terminal says so: `{last.text[:160]}` ({last.source}:{last.line}) — {said}."
     elif kind == "killed":
         message += " Whether it was killed or was still running when these files were copied, the files cannot say."
+    if kind == STOPPED_OR_HUNG:
+        message += (
+            " Whether it was killed there or is still running, stuck, the files cannot say: no kill is reported after "
+            "its last line (a shell's `Killed`, the OOM killer, a scheduler's cancel) and nothing shows the process "
+            "alive after it. What would tell: whether the process is still there (`ps`, the scheduler's job state); "
+            "a stack dump of it (`py-spy dump --pid PID`) or the task dump and stack watchdog (skills/debug), which "
+            "say where it sits; the log file's modification time against now (a copy does not keep it), which says "
+            "how long it has been silent."
+        )
     if kind == "stopped early" and not end.unread_logs:
         message += (
             " The files end there with no error and nothing left open: the run stopped, or was still running when "
@@ -629,9 +674,9 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
         )
     if end.unread_logs:
         message += (
-            f" {end.unread_logs[0]} has no line in the cookbook's layout (`logger:line [LEVEL] message`; a format of "
-            "its own, a timestamp in front): the phase, plan and errors in it were not read, so what was in flight "
-            "there is unknown."
+            f" {end.unread_logs[0]} has no line in the cookbook's layout (`logger:line [LEVEL] message`) or Python's "
+            "default one (`LEVEL:logger:message`), a format of its own: the phase, plan and errors in it were not "
+            "read, so what was in flight there is unknown."
         )
     if end.broken_traces:
         message += (
@@ -677,8 +722,9 @@ RULE = register(
             what=(
                 "The run stopped before its planned steps were done, or stopped making progress: the step and phase "
                 "it stopped in, what was in flight on each thread, the SDK thread's last sign of life, and the kind "
-                "of stop — crashed, interrupted, hung on the service, hung in user code, or killed (a run "
-                "`trace-doctor watch` is following is never killed: hung, where the files do not say where)."
+                "of stop — crashed, interrupted, hung on the service, hung in user code, killed (a kill reported), or "
+                "stopped or hung (files that end mid-step with nothing to say which; a run `trace-doctor watch` is "
+                "following is never either: hung, where the files do not say where)."
             ),
             why=(
                 "A stuck run shows nothing in its metrics: the last row just stays the last. Findings about the "
@@ -700,14 +746,16 @@ RULE = register(
                 "how long each stayed the same, heartbeat warnings (their growth past the last phase line is a "
                 "hold) and GIL-monitor lines, the SDK's own lines of a wait on the service that end the log (training "
                 "or sampling paused by the service's queue, the client retrying a Tinker request: hung on the "
-                "service), a collector's time before each line (`kubectl logs --timestamps`, a log viewer's copy) as "
-                "the line's time; for a run `trace-doctor watch` follows, the "
+                "service), a collector's time before each line (`kubectl logs --timestamps`, a log viewer's copy, "
+                "moreutils `ts`) as the line's time, the hold measured to the log's last timed line; records in "
+                "Python's default layout (`LEVEL:logger:message`) and logs pasted into GitHub markdown (`> ` quotes, "
+                "``` fences) read as the cookbook's; for a run `trace-doctor watch` follows, the "
                 "silence it saw (past its own stall bound) is the hold. The loop's own spans (open since before "
                 "step 0 ended) and spans of steps whose row was written (E events the trace writer lost at exit) "
                 "are not a step in flight. Confidence: high for a traceback, a kill report or a hold seen in "
-                "dumps; medium for files that end mid-step (they may be a copy of a live run) or short of a "
-                "known plan; low with no plan. A run that logged every planned step, or saved its final "
-                "checkpoint with nothing left open, passes."
+                "dumps; medium for files that end mid-step with no kill reported (stopped or hung: they may be a "
+                "copy of a live run) or short of a known plan; low with no plan. A run that logged every planned "
+                "step, or saved its final checkpoint with nothing left open, passes."
             ),
             fix=(
                 "By kind: fix the decoded error; escalate a service hang with the session id and a bundle; bound "
