@@ -49,7 +49,11 @@ def test_a_pod_log_with_collector_times_reads_its_records_and_their_times(tmp_pa
 def test_a_pod_log_that_ends_on_its_phase_line_does_not_claim_nothing_went_on(tmp_path):
     # The log's times end with its last line: they cannot say the process was gone right after it.
     finding = _stopped(tmp_path, "pod_log_killed_in_train")
-    assert finding.evidence["kind"] == "stopped or hung" and finding.confidence == "medium", finding.message
+    assert (
+        finding.evidence["kind"] == "killed"
+        and not finding.evidence["kill_reported"]
+        and finding.confidence == "medium"
+    ), finding.message
     assert "the log cannot say" in finding.message and "too short a hold" not in finding.message
 
 
@@ -147,13 +151,13 @@ def _rl_tail(tmp_path: Path, tail: str) -> Path:
     ("tail", "kind"),
     [
         # A judge's client (openai) retrying inside the user's reward: not the tinker SDK waiting on Tinker.
-        ("openai._base_client:1037 [INFO] Retrying request to /chat/completions in 0.4 seconds\n", "stopped or hung"),
+        ("openai._base_client:1037 [INFO] Retrying request to /chat/completions in 0.4 seconds\n", "killed"),
         # The SDK retried, then the run went on to its next phase: the retry is not where it stopped.
         (
             stopped_shapes_pasted.RETRY_500
             + "tinker_cookbook.utils.misc_utils:23 [INFO] sample took 9.00 seconds\n"
             + "tinker_cookbook.utils.misc_utils:20 [INFO] Starting train\n",
-            "stopped or hung",
+            "killed",
         ),
         # The terminal reports the kill after the retries: killed, for sure.
         (stopped_shapes_pasted.RETRY_500 * 2 + "Killed\n", "killed"),
@@ -162,6 +166,7 @@ def _rl_tail(tmp_path: Path, tail: str) -> Path:
 def test_only_the_sdks_own_wait_that_ends_the_log_is_read_as_one(tmp_path, tail, kind):
     finding, _, _ = run_stopped(_rl_tail(tmp_path, tail))
     assert finding.evidence["kind"] == kind, finding.message
+    assert finding.evidence.get("kill_reported", False) == tail.endswith("Killed\n")
     assert "service_waits" not in finding.evidence["run_end"] or tail.endswith("Killed\n")
 
 
@@ -226,8 +231,12 @@ def test_hours_on_starting_train_names_the_phase_and_does_not_claim_the_kill(tmp
     # printout, and the user says it sat there for hours. Before: headlined 'Run killed at step 6' while its own
     # message said the files cannot tell a kill from a run still going.
     finding = _stopped(tmp_path, "hours_on_starting_train")
-    assert finding.evidence["kind"] == "stopped or hung" and finding.confidence == "medium", finding.message
-    assert finding.title == "Run stopped or hung at step 6" and "(killed)" not in finding.message
+    assert (
+        finding.evidence["kind"] == "killed"
+        and not finding.evidence["kill_reported"]
+        and finding.confidence == "medium"
+    ), finding.message
+    assert finding.title == "Run killed or hung at step 6" and "(killed)" not in finding.message
     assert finding.steps == [6] and "`Starting train` with no `took`" in finding.message
     assert "is still running, stuck, the files cannot say" in finding.message
     # What would tell the two apart.

@@ -80,7 +80,11 @@ def test_a_terminal_kill_report_makes_the_kill_sure(text_runs, case, shown):
 
 def test_a_console_that_ends_mid_step_with_nothing_is_a_kill_the_files_cannot_prove(text_runs):
     finding, _, _ = _stopped(text_runs["console_ends_with_nothing"])
-    assert finding.evidence["kind"] == "stopped or hung" and finding.confidence == "medium"
+    assert (
+        finding.evidence["kind"] == "killed"
+        and not finding.evidence["kill_reported"]
+        and finding.confidence == "medium"
+    )
     assert finding.steps == [5] and "`Starting sample` with no `took`" in finding.message
     assert "the files cannot say" in finding.message
 
@@ -112,7 +116,7 @@ def test_completed_or_merely_short_runs_stay_silent(text_runs, case):
 
 def test_a_resumed_run_killed_mid_step_counts_from_its_own_launch(text_runs):
     finding, _, _ = _stopped(text_runs["resumed_then_killed"])
-    assert finding.evidence["kind"] == "stopped or hung" and finding.steps == [16]
+    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [16]
     assert "step 16 of 30 planned" in finding.message and "`Starting train` with no `took`" in finding.message
 
 
@@ -178,20 +182,25 @@ def _flush_races(completed: Path, root: Path) -> dict[str, Path]:
 
 def test_a_kill_inside_an_eval_names_the_eval_in_its_own_step(sim_runs):
     finding, _, _ = _stopped(sim_runs["sl_kill_in_eval"])
-    assert finding.evidence["kind"] == "stopped or hung" and finding.steps == [10]
+    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [10]
     # The eval runs every 5 steps: its step is the enclosing submit_batch's, not "one after the last eval".
     assert "submit_batch (step 10) › evals (step 10)" in finding.message, finding.message
 
 
 def test_a_kill_inside_a_checkpoint_save_names_the_save_in_its_own_step(sim_runs):
     finding, _, _ = _stopped(sim_runs["sl_kill_in_save"])
-    assert finding.evidence["kind"] == "stopped or hung" and finding.steps == [10]
+    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [10]
     assert "finish_batch (step 10) › save_checkpoint (step 10)" in finding.message, finding.message
 
 
 def test_a_kill_in_rl_sampling_is_killed_in_that_step(sim_runs):
     finding, _, _ = _stopped(sim_runs["rl_kill_in_sampling"])
-    assert finding.evidence["kind"] == "stopped or hung" and finding.steps == [7] and finding.confidence == "medium"
+    assert (
+        finding.evidence["kind"] == "killed"
+        and not finding.evidence["kill_reported"]
+        and finding.steps == [7]
+        and finding.confidence == "medium"
+    )
     assert "do_sync_training › sampling" in finding.message
 
 
@@ -208,7 +217,7 @@ def test_an_async_rl_kill_lists_only_tracks_inside_a_step(sim_runs):
     # The trace writer may not have flushed step 6's B events before the SIGKILL (FORMATS.md 2: the last
     # <= 1 s may be missing); then only rollouts of guessed steps are open and the run reads as stopped
     # between steps. Either way it is never a hang and never a crash.
-    assert finding.evidence["kind"] in ("stopped or hung", "stopped early"), finding.message
+    assert finding.evidence["kind"] in ("killed", "stopped early"), finding.message
     assert finding.steps == [6]
     # Rollout worker loops waiting for work (only their loop span open) are not in flight.
     assert "inside trajectory_group_worker_loop (B" not in finding.message

@@ -22,10 +22,11 @@ how far through the planned steps it got, and what kind of stop it was:
   the process was there; its main thread's innermost own frame says where (the tinker SDK: the service);
 - killed: the terminal reports the kill (`Killed`, `Terminated`, the OOM killer, a scheduler's cancel, named by
   its signal or reason), or the metrics row being appended is cut mid-write;
-- stopped or hung: the files end inside a step (an open span or phase, a console's progress bar left unfinished)
-  and nothing after it says what became of the process: killed there (SIGKILL, OOM, a lost node) and a process
-  still sitting there (the cookbook logs nothing while a call is in flight; files copied from a live run) read
-  the same, so neither is claimed; the message names what would tell (the process' state, a stack dump of it,
+- killed or hung (evidence `kind` "killed", `kill_reported` false: the catalogue's files that end mid-step): the
+  files end inside a step (an open span or phase, a console's progress bar left unfinished) and nothing after it
+  says what became of the process: killed there (SIGKILL, OOM, a lost node) and a process still sitting there
+  (the cookbook logs nothing while a call is in flight; files copied from a live run) read the same, so the
+  title and message claim neither; the message names what would tell (the process' state, a stack dump of it,
   the log's modification time against now). A run the watch is following is never this: the watch saw it
   silent while it was still there, so its silence is the hold (`hung`); heartbeat warnings that go on after the
   last phase line are a hold too;
@@ -103,8 +104,10 @@ FIX = {
     "stopped early": "Check whether the run is still going; if it stopped, the console or the scheduler says why.",
 }
 # Files that end inside a step with nothing after it to say whether the process was killed there or sits there
-# still (_kind).
+# still (_kind). Its evidence `kind` is the catalogue's "killed" (files that end mid-step: killed or
+# interrupted), with `kill_reported` false; its title and message say it may be a run still stuck there.
 STOPPED_OR_HUNG = "stopped or hung"
+TITLE_KIND = {STOPPED_OR_HUNG: "killed or hung"}
 
 
 # Where a stop with no step is placed when the files record no step at all (a console of the user's own loop: no
@@ -610,7 +613,14 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
             "final eval, the final checkpoint) with no final checkpoint saved."
         )
     fix = FIX[kind]
-    evidence = {"kind": kind, "run_end": end.to_dict(), "in_flight": flight, "usual_step_s": usual}
+    evidence = {
+        "kind": "killed" if kind == STOPPED_OR_HUNG else kind,
+        "run_end": end.to_dict(),
+        "in_flight": flight,
+        "usual_step_s": usual,
+    }
+    if kind in ("killed", STOPPED_OR_HUNG):
+        evidence["kill_reported"] = bool(end.kill_lines)
     evidence["stuck_s"] = round(stuck_s, 3)
     evidence["sdk_thread"] = sdk_text
     if kind == "crashed":
@@ -700,7 +710,7 @@ def check(ctx: RuleContext[RunStoppedPolicy]) -> list[Finding]:
     return [
         ctx.finding(
             severity=SEVERITY[kind],
-            title=f"Run {kind} {_title_where(stopped, steps_recorded)}",
+            title=f"Run {TITLE_KIND.get(kind, kind)} {_title_where(stopped, steps_recorded)}",
             message=message,
             fix=fix,
             steps=[stopped] if stopped is not None else [],
@@ -722,9 +732,10 @@ RULE = register(
             what=(
                 "The run stopped before its planned steps were done, or stopped making progress: the step and phase "
                 "it stopped in, what was in flight on each thread, the SDK thread's last sign of life, and the kind "
-                "of stop — crashed, interrupted, hung on the service, hung in user code, killed (a kill reported), or "
-                "stopped or hung (files that end mid-step with nothing to say which; a run `trace-doctor watch` is "
-                "following is never either: hung, where the files do not say where)."
+                "of stop — crashed, interrupted, hung on the service, hung in user code, or killed: a kill reported, "
+                "or files that end mid-step with nothing to say whether it was killed there or is stuck there (titled "
+                "'killed or hung', `kill_reported` false; a run `trace-doctor watch` is following is never that: "
+                "hung, where the files do not say where)."
             ),
             why=(
                 "A stuck run shows nothing in its metrics: the last row just stays the last. Findings about the "
@@ -753,7 +764,7 @@ RULE = register(
                 "silence it saw (past its own stall bound) is the hold. The loop's own spans (open since before "
                 "step 0 ended) and spans of steps whose row was written (E events the trace writer lost at exit) "
                 "are not a step in flight. Confidence: high for a traceback, a kill report or a hold seen in "
-                "dumps; medium for files that end mid-step with no kill reported (stopped or hung: they may be a "
+                "dumps; medium for files that end mid-step with no kill reported (killed or hung: they may be a "
                 "copy of a live run) or short of a known plan; low with no plan. A run that logged every planned "
                 "step, or saved its final checkpoint with nothing left open, passes."
             ),
