@@ -278,3 +278,27 @@ def test_utf16_json_is_passed_over_with_what_to_do(tmp_path: Path) -> None:
     path.write_bytes('{"step": 0, "time/total": 1.0}\n'.encode("utf-16"))
     kind, reason = classify(path)
     assert kind is None and "UTF-16" in reason and "iconv" in reason
+
+
+def test_a_code_diffs_lines_are_the_users_code_not_events_of_the_run(tmp_path: Path) -> None:
+    # A diff that adds a kill pattern, a traceback and an error line (here: trace-doctor's own diff, read back by a
+    # test whose simulated run recorded it): only the versions code.diff records are read from it.
+    from trace_doctor.ingest.live_readers import LiveLog
+
+    diff = (
+        "### repo: /home/u/tinker-cookbook @ 9dfcc3a2cf44432d621a01005073dc6d76a1e87a\n"
+        "modules: tinker_cookbook\n"
+        "-- repo-wide (vs HEAD, staged+unstaged) --\n"
+        '+    r"|\\bOOMKilled\\b|Container killed due to memory)|"\n'
+        "+Killed\n"
+        "+Traceback (most recent call last):\n"
+        "+ValueError: Loss is NaN\n"
+        "+tinker_cookbook.rl.train:300 [ERROR] Step failed: exit code 137\n"
+    )
+    (tmp_path / "code.diff").write_text(diff)
+    events, inputs = parse_log_files([tmp_path / "code.diff"], [])
+    assert events.get_column("kind").to_list() == ["version"]
+    assert inputs[0].kind == "code_diff" and inputs[0].records == 8
+    live = LiveLog(str(tmp_path / "code.diff"))
+    live.feed(diff.encode().splitlines(keepends=True), 1)
+    assert [row["kind"] for row in live.rows] == ["version"] and live.parser.read == 8

@@ -204,3 +204,19 @@ def test_a_refused_json_file_is_told_what_the_kinds_would_take(tmp_path):
         assert classify(document) == ("toy_json", "")
     finally:
         unregister("toy_json")
+
+
+def test_a_long_run_of_quote_markers_is_sniffed_in_linear_time():
+    # `(?:> ?)*` before a class that also takes `>` split a run of `>` every possible way: 256 KB of them took
+    # ~100 s to sniff. In a child with a bound far above the linear time (milliseconds) and far below that.
+    import subprocess
+    import sys
+
+    probe = (
+        "from trace_doctor.ingest.kinds.log import LOG_RECORD\n"
+        "assert LOG_RECORD.search(b'>' * (256 << 10)) is None\n"
+        "assert LOG_RECORD.search(b'> > tinker_cookbook.rl.train:30 [INFO] Starting train') is not None\n"
+        "assert LOG_RECORD.search(b'>INFO:tinker_cookbook.rl.train:Starting train') is not None\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr

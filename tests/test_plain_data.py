@@ -60,6 +60,9 @@ def test_an_object_held_twice_is_written_twice_and_comes_back_equal():
     other = Finding(rule="s", code="TD2", severity="info", title="u", message="n", fix="g")
     value = {"findings": [finding, other], "notes": [finding]}
     encoded = plain_data.encode(value)
-    assert encoded["notes"][0] == encoded["findings"][0] != encoded["findings"][1]
+    # Encoded once: the same form in both places (the verdict's findings cost nothing more to write).
+    assert encoded["notes"][0] is encoded["findings"][0] and encoded["findings"][0] != encoded["findings"][1]
+    # A later call encodes afresh: nothing of this call's forms is reused.
+    assert plain_data.encode(value)["notes"][0] is not encoded["notes"][0]
     back = plain_data.loads(plain_data.dumps(value))
     assert back["notes"][0] == back["findings"][0] == finding and back["findings"][1] == other

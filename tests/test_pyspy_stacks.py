@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from trace_doctor.api import analyze, load_run
+from trace_doctor.derive.run_end import run_end
 from trace_doctor.ingest.live_readers import LiveDumps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -177,3 +178,20 @@ def test_gil_stall_reads_main_in_cpu_code_while_the_sdk_thread_polls_from_a_pysp
     [finding] = [f for f in result.findings if f.rule == "gil-stall"]
     [signal] = [s for s in finding.evidence["signals"] if s["kind"] == "stack-watchdog"]
     assert "torch (CPU)" in signal["summary"] and signal["blocks"][0]["main"]["function"] == "embedding"
+
+
+def test_a_pyspy_dump_beside_a_watchdogs_capture_is_the_last_state(tmp_path):
+    # The watchdog's blocks are numbered from 0 in its file, as the dump's are in its own: ordered by that
+    # number, the dump's block (0) came first and the watchdog's last block was reported as the last state.
+    _hung_with_dump(tmp_path, DUMP)
+    watchdog = "".join(
+        f"{'#' * 72}\n# 2026-03-05 12:00:0{s} stacks: main + holder threads only\n{'#' * 72}\n\n"
+        "--- [main] ident=140719098776448 ---\n"
+        '  File "train.py", line 80, in <module>\n'
+        '  File "/home/u/tinker_cookbook/rl/train.py", line 300, in do_sample\n\n'
+        for s in range(3)
+    )
+    (tmp_path / "stacks.txt").write_text(watchdog)
+    end = run_end(load_run(str(tmp_path)))
+    [main] = [s for s in end.stacks if s.label == "main"]
+    assert "score (reward.py:212)" in " ".join(main.what), main

@@ -219,6 +219,33 @@ def test_only_a_line_rich_had_to_wrap_is_taken_onto_the_error(final, after):
     assert error["message"] == final
 
 
+def test_a_kill_or_a_traceback_after_a_full_width_final_line_is_not_its_rest():
+    # The shell's `Killed` and the next traceback have first words that would not fit after a 77-wide line:
+    # still never the message's rest (before: the kill report was swallowed into the error's message).
+    from trace_doctor.ingest.parsers.logs import parse_lines
+
+    box = stopped_shapes_pasted._rich_box(stopped_shapes_pasted.RICH_FRAMES).splitlines()
+    rows, _ = parse_lines([*box, FULL_LINE, "Killed"], "output.log")
+    assert [r["message"] for r in rows if r["kind"] == "error"] == [FULL_LINE]
+    assert [r["kind"] for r in rows if r["kind"] == "killed"] == ["killed"]
+    second = ["Traceback (most recent call last):", '  File "t.py", line 1, in <module>', "RuntimeError: second"]
+    rows, _ = parse_lines([*box, FULL_LINE, *second], "output.log")
+    assert [r["message"] for r in rows if r["kind"] == "error"] == [FULL_LINE, "RuntimeError: second"]
+
+
+def test_a_screen_of_full_width_lines_after_the_final_line_is_taken_only_so_far():
+    # Each line taken decodes the joined message again: unbounded, 4,000 such lines took minutes to parse.
+    from trace_doctor.ingest.parsers.logs import MAX_WRAPPED_CHARS, parse_lines
+
+    box = stopped_shapes_pasted._rich_box(stopped_shapes_pasted.RICH_FRAMES).splitlines()
+    filler = [
+        "wwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwww"[:78]
+    ] * 4000
+    rows, _ = parse_lines([*box, FULL_LINE, *filler], "output.log")
+    [error] = [r for r in rows if r["kind"] == "error"]
+    assert len(error["_fields"]["exception_message"]) <= MAX_WRAPPED_CHARS
+
+
 def test_a_final_line_wider_than_the_box_was_not_wrapped_at_it():
     # A console wider than the box (rich's traceback width) wraps the final line later, if at all: no join.
     wide = "RuntimeError: " + "x" * 90

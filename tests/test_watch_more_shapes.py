@@ -356,3 +356,14 @@ def test_a_console_only_runs_progress_names_the_phase_its_log_has_open(tmp_path)
     progress = [e for e in events if e["event"] == "progress"]
     assert [e["step"] for e in progress] == [0, 1, 2, 3]
     assert progress[-1]["phase"] == "get_batch"
+
+
+def test_a_row_nested_past_orjsons_depth_is_followed_like_any_other(tmp_path):
+    # A metrics value nested 300 deep (orjson stops at 255): the watch's fingerprint of each row raised on it.
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_bytes(b"".join(_row(step, 4) for step in range(2)))
+    watch = Watch(tmp_path, policy=WatchPolicy(min_stall_s=3600.0, analysis_interval_s=3600.0))
+    assert _steps([e.to_dict() for e in watch.look()]) == [0, 1]
+    deep = "[" * 300 + "]" * 300
+    _append(metrics, f'{{"step": 2, "progress/done_frac": 0.75, "extra": {deep}}}\n'.encode())
+    assert _steps([e.to_dict() for e in watch.look()]) == [2]

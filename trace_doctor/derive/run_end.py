@@ -522,6 +522,9 @@ def _task_states(task_snapshots: pl.DataFrame) -> tuple[DumpState, ...]:
             snapshots.append((dump["timestamp"][0], state, dump["source"][0], dump["line"][0]))
         if not snapshots:
             continue
+        # In time order across files: a block with no time (a py-spy dump, taken by hand when someone looked at the
+        # stuck process) after the timed ones (the watchdog's, written while it ran); in a file, in its order.
+        snapshots.sort(key=lambda s: (s[0] is None, s[0] if s[0] is not None else 0))
         held, count = _held([(at, state) for at, state, _, _ in snapshots])
         at, state, source, line = snapshots[-1]
         out.append(DumpState("tasks", str(label), str(at), state, held, count, source=source, line=line))
@@ -554,6 +557,9 @@ def _stack_states(stack_snapshots: pl.DataFrame) -> tuple[DumpState, ...]:
                 f"{fn} ({f.rsplit('/', 1)[-1]}{'' if ln is None else f':{ln}'})" for f, fn, ln in (own or frames)[-3:]
             )
             snapshots.append((block["timestamp"][0], (shown, idle), block["source"][0], block["line"].min()))
+        # In time order across files: a block with no time (a py-spy dump, taken by hand when someone looked at the
+        # stuck process) after the timed ones (the watchdog's, written while it ran); in a file, in its order.
+        snapshots.sort(key=lambda s: (s[0] is None, s[0] if s[0] is not None else 0))
         held, count = _held([(at, state) for at, state, _, _ in snapshots])
         at, (shown, idle), source, line = snapshots[-1]
         # A py-spy dump carries no time: its block is placed by its file and line alone.
@@ -615,6 +621,11 @@ def _unread_logs(run: Any) -> tuple[str, ...]:
     )
 
 
+# Lines that report how a log ended or that the process was alive, not what it was doing: they may follow a wait.
+# The log's last timed line (parsers/logs.py) is only where its times end.
+END_REPORT_KINDS = ("heartbeat", "gil-monitor", "killed", "version", "live-stack", "last-timed-line")
+
+
 def _open_bar(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef | None:
     """The last progress bar of the file the log's phases are in (of any file, when it has none), when it
     comes after the last phase line and stopped short of its total."""
@@ -632,9 +643,7 @@ def _open_bar(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineRef
     later = events.filter(
         (pl.col("source") == bar.source)
         & (pl.col("line") > (bar.line or 0))
-        & ~pl.col("kind").is_in(
-            ["killed", "error", "heartbeat", "gil-monitor", "version", "live-stack", "last-timed-line"]
-        )
+        & ~pl.col("kind").is_in([*END_REPORT_KINDS, "error"])
     )
     return bar if later.is_empty() else None
 
@@ -653,11 +662,6 @@ def _live_stack(events: pl.DataFrame, last_phase: LogLineRef | None) -> LogLineR
         if later.is_empty():
             return _ref(row)
     return None
-
-
-# Lines that report how a log ended or that the process was alive, not what it was doing: they may follow a wait.
-# The log's last timed line (parsers/logs.py) is only where its times end.
-END_REPORT_KINDS = ("heartbeat", "gil-monitor", "killed", "version", "live-stack", "last-timed-line")
 
 
 def _waits_on_service(row: dict[str, Any]) -> bool:
@@ -698,20 +702,7 @@ def _after_last_phase(events: pl.DataFrame, last_phase: LogLineRef | None) -> tu
     after = events.filter(
         (pl.col("source") == last_phase.source)
         & (pl.col("line") > (last_phase.line or 0))
-        & ~pl.col("kind").is_in(
-            [
-                "error",
-                "took",
-                "heartbeat",
-                "gil-monitor",
-                "killed",
-                "progress-bar",
-                "version",
-                "completed",
-                "live-stack",
-                "last-timed-line",
-            ]
-        )
+        & ~pl.col("kind").is_in([*END_REPORT_KINDS, "error", "took", "progress-bar", "completed"])
     )
     return tuple(_ref(row) for row in after.iter_rows(named=True))
 

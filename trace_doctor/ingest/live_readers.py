@@ -59,7 +59,8 @@ class LiveLog:
     """A text log: its new lines through the log parser, whose state carries over (LogLines)."""
 
     def __init__(self, source: str) -> None:
-        self.parser = LogLines(source)
+        name = Path(source).name
+        self.parser = LogLines(source, freeze_file=name == "requirements.txt", code_diff=name == "code.diff")
         # The cookbook's `timed()` phases open now (`Starting X` with no `X took` yet), outermost first, as
         # run_end's stack reads them: kept as the lines come, for the live status of a run with no trace.
         self._phases: list[str] = []

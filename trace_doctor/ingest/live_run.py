@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import polars as pl
 
 from trace_doctor.discover import discover
@@ -35,6 +34,7 @@ from trace_doctor.ingest.parsers.logs import log_events_table
 from trace_doctor.ingest.parsers.metrics import PRE_RESUME_RE
 from trace_doctor.ingest.parsers.timing_spans import SCHEMA as TIMING_SPANS_SCHEMA
 from trace_doctor.ingest.read_run import assemble_run
+from trace_doctor.ingest.reading.jsonl import json_text
 from trace_doctor.ingest.reading.tail import FileTail
 from trace_doctor.ingest.storage.stored_table import StoredTable
 from trace_doctor.ingest.trace.span_live import LiveSpans
@@ -282,7 +282,8 @@ class LiveRun:
 
 def _row_key(row: dict[str, Any]) -> int:
     """A row's fingerprint: equal for a copy of the row (a resume's rewrite keeps the rows it keeps as written)."""
-    return hash(orjson.dumps(row, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str))
+    # json_text, not orjson alone: orjson stops at depth 255, and a row can nest deeper (hostile or not).
+    return hash(json_text(row, sort_keys=True))
 
 
 def _stat(path: Path) -> tuple[int, int]:

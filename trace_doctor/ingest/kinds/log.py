@@ -16,7 +16,7 @@ from trace_doctor.model import IngestWarning
 # A record in the cookbook's layout or in Python's default one (parsers/logs.py DEFAULT_RECORD), quoted in GitHub
 # markdown (`> `) or not.
 LOG_RECORD = re.compile(
-    rb"^(?:> ?)*(?:[\w.<>-]+:\d+ \[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] "
+    rb"^(?:> ?)*+(?:[\w.<>-]+:\d+ \[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] "
     rb"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.<>-]+:(?!//))",
     re.M,
 )

@@ -20,7 +20,7 @@ import polars as pl
 
 from trace_doctor.file_names import input_path
 from trace_doctor.ingest.parsers.pyspy import HEADER_LINES as LOOK
-from trace_doctor.ingest.parsers.pyspy import PySpyDump, opens_dump
+from trace_doctor.ingest.parsers.pyspy import PROCESS, PySpyDump, opens_dump
 from trace_doctor.ingest.reading.file_warnings import FileWarnings, WarningSink
 from trace_doctor.ingest.reading.textfile import int64, read_text_lines, strip_ansi
 from trace_doctor.model import STACK_SNAPSHOTS_SCHEMA, TASK_SNAPSHOTS_SCHEMA, IngestWarning, InputFile
@@ -80,7 +80,6 @@ STACK_COLUMNS: dict[str, pl.DataType] = {
 # Prefixes a dump-opening line can start with: a cheap test before any regex. A py-spy dump's (`Process `,
 # `Thread `) are not among them: its lines are the log parser's too (pyspy.py, Scanner.pyspy_opener).
 OPENERS = ("===== ", "####", "[", "tid")
-PYSPY_NEXT = re.compile(r"^Process \d+: ")
 
 
 def _timestamp(text: str) -> datetime | None:
@@ -384,7 +383,7 @@ class _Scanner:
                 self.close(_last_nonblank(lines, block.start, number - 1))
             elif block is not None and block.pyspy is not None:
                 # A new dump's header ends this one (`py-spy dump` run again, or --subprocesses' next process).
-                if not PYSPY_NEXT.match(text) and block.pyspy.take(text, number):
+                if not PROCESS.match(text) and block.pyspy.take(text, number):
                     continue
                 self.close(_last_nonblank(lines, block.start, number - 1))
             if not self.opener(text, number, lines, index):

@@ -80,13 +80,16 @@ RL_PLAN = re.compile(r"^Will train on (?P<steps>\d+) batches(?: \(dataset has \d
 # A container's or launcher's report of how its process ended (a Kubernetes pod's `OOMKilled`, ECS' `Container
 # killed due to memory usage`, a launcher's `exit code 137` / `return code list: [137]` (128 + the signal: 137 is
 # SIGKILL, 143 SIGTERM), torchrun's `exitcode: -9`) and GNU timeout's `--verbose` line are such reports too.
+# srun's report of how a job step's task ended, before what it says (a kill here, a native crash below).
+SRUN_TASK = r"^srun: error: \S+: tasks? [\d,-]+: "
 KILL_LINE = re.compile(
     r"^(?:.*\bline \d+: +\d+ +)?(?P<shell>Killed|Terminated)(?:: \d+)?(?: {2,}\S.*)?$|"
     r"^zsh: (?P<zsh>killed|terminated) +\S|"
     r"(?P<oom>[Oo]ut of memory: Killed process \d+|killed by the cgroup out-of-memory handler|oom[-_]kill"
     r"|\bOOMKilled\b|Container killed due to memory)|"
     r"\*\*\* (?:JOB \d+|STEP \d+\.\w+) ON \S+ CANCELLED AT \S+(?: DUE TO (?P<why>[A-Z ]+?))? \*\*\*|"
-    r"^srun: error: \S+: tasks? [\d,-]+: (?:(?P<srun_oom>Out Of Memory)|(?P<srun>Killed|Terminated))\s*$|"
+    + SRUN_TASK
+    + r"(?:(?P<srun_oom>Out Of Memory)|(?P<srun>Killed|Terminated))\s*$|"
     r"\b(?:exit|return|exited with) ?(?:code|status)(?: list)?:? \[?(?P<code>137|143)\]?(?!\d)|"
     r"\bexitcode: (?P<torch>-9|-15)\b|"
     r"^timeout: sending signal (?P<timeout>TERM|KILL|INT) to command"
@@ -109,7 +112,7 @@ NATIVE_CRASH_REPORT = re.compile(
     r"^(?:.*\bline \d+: +\d+ +)?(?P<what>Segmentation fault|Aborted|Bus error|Illegal instruction"
     r"|Floating point exception)(?: \(core dumped\)|: \d+)?(?: {2,}\S.*)?$"
     r"|^zsh: (?P<zsh>segmentation fault|abort|bus error|illegal hardware instruction|floating point exception) +\S"
-    r"|^srun: error: \S+: tasks? [\d,-]+: (?P<srun>Segmentation fault|Aborted|Bus error|Illegal instruction"
+    r"|" + SRUN_TASK + r"(?P<srun>Segmentation fault|Aborted|Bus error|Illegal instruction"
     r"|Floating point exception)(?: \(core dumped\))?\s*$"
 )
 NATIVE_SIGNALS = {

@@ -274,6 +274,12 @@ def _finish_traceback(state: _FileState, line: int, text: str, exc_type: str, ex
     state.wrapped_error = (event, text.rstrip(), width) if width is not None and event is not None else None
 
 
+# A wrapped final line is taken onto its error up to this length: rich wraps a message over a few lines, and
+# each line taken decodes the joined message again (a screen of full-width lines after a traceback would
+# otherwise cost a decode of a longer message per line).
+MAX_WRAPPED_CHARS = 2000
+
+
 def _wrapped_rest(state: _FileState, text: str) -> bool:
     """Whether `text` is the next line of a rich traceback's final line that rich word-wrapped at its console's
     width (the box's): the line before it was no wider, and could not take this line's first word. Taken onto the
@@ -282,10 +288,19 @@ def _wrapped_rest(state: _FileState, text: str) -> bool:
         return False
     event, before, width = state.wrapped_error
     words = text.split()
-    if not words or len(before) > width or len(before) + 1 + len(words[0]) <= width:
+    fields = event["_fields"]
+    if (
+        not words
+        or len(before) > width
+        or len(before) + 1 + len(words[0]) <= width
+        # What follows a traceback on a terminal (the shell's `Killed`, the next traceback) is never its rest,
+        # however wide the line before it.
+        or text.lstrip().startswith(TRACEBACK_STARTS)
+        or kill_report(text)
+        or len(fields.get("exception_message") or "") + len(text) > MAX_WRAPPED_CHARS
+    ):
         state.wrapped_error = None
         return False
-    fields = event["_fields"]
     joined = f"{fields.get('exception_message') or ''} {text.strip()}".strip()
     fields["exception_message"] = joined
     if event["kind"] == "error" and event["logger"] is None:
@@ -477,8 +492,9 @@ class LogLines:
     """One file's lines parsed as they come (a live run's log, a look at a time): the parsing state (the
     open record, a traceback being read, what was already reported) is kept between batches."""
 
-    def __init__(self, source: str, *, freeze_file: bool = False) -> None:
+    def __init__(self, source: str, *, freeze_file: bool = False, code_diff: bool = False) -> None:
         self.state = _FileState(source, freeze_file)
+        self.code_diff = code_diff  # only its versions are read (parse_code_diff)
         self.read = 0  # lines read: every line outside dump blocks
 
     @property
@@ -494,6 +510,11 @@ class LogLines:
     def feed(self, lines: list[str], first_line: int = 1) -> None:
         """Lines of the file, the first numbered `first_line` (1-based); dump blocks among them are skipped."""
         state = self.state
+        if self.code_diff:
+            for index, raw in enumerate(lines):
+                _handle_versions(state, index + first_line, raw.strip())
+            self.read += len(lines)
+            return
         skip = bytearray(len(lines) + 2)
         for start, end in dump_block_lines(lines):
             skip[start : end + 1] = b"\x01" * (end - start + 1)
@@ -526,6 +547,17 @@ def parse_lines(lines: Iterable[str], source: str, *, freeze_file: bool = False)
         number += 1
         read += _parse_line(state, number, current)
         current = following
+    return state.table_rows(), read
+
+
+def parse_code_diff(lines: Iterable[str], source: str) -> tuple[list[dict[str, Any]], int]:
+    """`code.diff`: the code the run ran, not its output. Only the versions it records are read (the repository's
+    commit, the module's install path): its diff lines are the user's code, where a `Killed`, a traceback or an
+    error message is text of the code, not something that happened to the run."""
+    state = _FileState(source, False)
+    read = 0
+    for read, text in enumerate(lines, 1):
+        _handle_versions(state, read, text.strip())
     return state.table_rows(), read
 
 
@@ -666,7 +698,11 @@ def parse_log_files(paths: Iterable[Path], warnings: list[IngestWarning]) -> tup
         if lines is None:
             info.skipped = 1
         else:
-            file_rows, info.records = parse_lines(lines, str(path), freeze_file=path.name == "requirements.txt")
+            file_rows, info.records = (
+                parse_code_diff(lines, str(path))
+                if path.name == "code.diff"
+                else parse_lines(lines, str(path), freeze_file=path.name == "requirements.txt")
+            )
             rows.extend(file_rows)
         # After the read: the reader warns as it goes (bytes that are not text, a line cut).
         warnings.extend(w for w in fresh if (w.line, w.problem) not in already)

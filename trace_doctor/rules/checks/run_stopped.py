@@ -65,6 +65,12 @@ TINKER_SDK_FRAME = re.compile(r"\((?:.*/)?tinker/")
 
 EXCEPTION_GROUPS = ("ExceptionGroup", "BaseExceptionGroup")
 
+# Files that end inside a step with nothing after it to say whether the process was killed there or sits there
+# still (_kind). Its evidence `kind` is the catalogue's "killed" (files that end mid-step: killed or
+# interrupted), with `kill_reported` false; its title and message say it may be a run still stuck there.
+STOPPED_OR_HUNG = "stopped or hung"
+TITLE_KIND = {STOPPED_OR_HUNG: "killed or hung"}
+
 SEVERITY = {
     "crashed": "error",
     "hung in user code": "error",
@@ -72,7 +78,7 @@ SEVERITY = {
     "hung": "warning",
     "interrupted": "warning",
     "killed": "warning",
-    "stopped or hung": "warning",
+    STOPPED_OR_HUNG: "warning",
     "stopped early": "warning",
 }
 FIX = {
@@ -95,7 +101,7 @@ FIX = {
         "preemption or time limit). Resume from the last checkpoint; run with the task dump and stack watchdog "
         "(skills/debug) to see a hang next time."
     ),
-    "stopped or hung": (
+    STOPPED_OR_HUNG: (
         "Find out whether the process is still there (`ps`, the scheduler's job state). If it is, it is stuck: take "
         "a stack dump of it (`py-spy dump --pid PID`) before you stop it, and run with the task dump and stack "
         "watchdog (skills/debug) so the files say where next time. If it is gone, the machine says why (dmesg for "
@@ -103,11 +109,6 @@ FIX = {
     ),
     "stopped early": "Check whether the run is still going; if it stopped, the console or the scheduler says why.",
 }
-# Files that end inside a step with nothing after it to say whether the process was killed there or sits there
-# still (_kind). Its evidence `kind` is the catalogue's "killed" (files that end mid-step: killed or
-# interrupted), with `kill_reported` false; its title and message say it may be a run still stuck there.
-STOPPED_OR_HUNG = "stopped or hung"
-TITLE_KIND = {STOPPED_OR_HUNG: "killed or hung"}
 
 
 # Where a stop with no step is placed when the files record no step at all (a console of the user's own loop: no
