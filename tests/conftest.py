@@ -103,3 +103,36 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(cache, "_unwritable", None)
     cache.take_notes()
     return root
+
+
+# The headless Chromium the report tests drive (test_report_browser*.py skip themselves without it).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One browser per test file: launching it costs a second or two."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def browser(chromium):
+    """The file's browser, with every page a test opened closed after it: left open, each report's plotly
+    stays live in the one browser (dozens by a file's end), which slows every later test and the close."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import CHROMIUM, CORPUS, FIXTURE_RUNS
 
 from trace_doctor.model import Analysis
 from trace_doctor.report.html import write_html
 
-CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
     pytest.skip(
         "Chromium is not installed at /usr/bin/chromium (apt-get install chromium); browser tests skipped",
@@ -17,37 +17,16 @@ if not CHROMIUM.exists():
     )
 
 import polars as pl  # noqa: E402
-from conftest import CORPUS, FIXTURE_RUNS  # noqa: E402
-from playwright.sync_api import Page, sync_playwright  # noqa: E402
+from playwright.sync_api import Page  # noqa: E402
 from test_report_html import XSS, build_analysis  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 CORPUS_RUNS = (
     "tinker-rl-lab/experiments/results/arithmetic_metrics.jsonl",
     "sushantmehta-tinker-cookbook/logs_v2p7",
     "bzz-tinker-cookbook/data/context_distillation/logs/exp1_off_policy",
 )
-FIXTURES = (
-    sorted(p.name for p in FIXTURE_RUNS.glob("*") if (p / "metrics.jsonl").exists()) if FIXTURE_RUNS.exists() else []
-)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        yield instance
-        instance.close()
 
 
 class Opened:
@@ -124,18 +103,6 @@ def test_synthetic_reports_load_offline_and_draw_every_chart(browser, tmp_path, 
     result = build_analysis(with_trace=with_trace)
     opened = open_report(browser, result, tmp_path / f"{name}.html")
     assert_healthy_page(opened, result)
-
-
-@pytest.mark.parametrize("scenario", FIXTURES or ["(fixtures not generated)"])
-def test_fixture_reports_load_offline_and_draw_every_chart(browser, tmp_path, scenario):
-    if not FIXTURES:
-        pytest.skip("fixtures/runs has not been generated (make fixtures)")
-    result = analysed(FIXTURE_RUNS / scenario)
-    opened = open_report(browser, result, tmp_path / f"{scenario}.html")
-    assert_healthy_page(opened, result)
-    if not result.run.spans.is_empty():
-        assert opened.page.locator("#chart-gantt .main-svg").count() > 0
-    assert_fits_a_phone(opened.page)
 
 
 @pytest.mark.parametrize("relative", CORPUS_RUNS)

@@ -14,8 +14,9 @@ if not CHROMIUM.exists():
         allow_module_level=True,
     )
 
+from conftest import CHROMIUM_ARGS  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
-from test_report_browser import LAUNCH_ARGS, Opened, assert_fits_a_phone, assert_healthy_page  # noqa: E402
+from test_report_browser import Opened, assert_fits_a_phone, assert_healthy_page  # noqa: E402
 
 from trace_doctor.api import analyze, load_run  # noqa: E402
 from trace_doctor.model import Finding  # noqa: E402
@@ -44,7 +45,7 @@ def test_health_marks_highlight_and_fit_a_phone(tmp_path):
     path = tmp_path / "health.html"
     write_html(result, path)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             opened = Opened(browser.new_page(viewport={"width": 1366, "height": 900}), path.resolve().as_uri())
             page = opened.page
