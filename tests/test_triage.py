@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from functools import cache
 
 import polars as pl
 import pytest
@@ -25,13 +26,19 @@ SCENARIOS = sorted(
 )
 
 
+@cache
+def _analysed(scenario: str):
+    """A scenario's analysis, made once for the three checks below (which only read it)."""
+    return analyze(load_run(fixture_run(scenario)))
+
+
 def _expected(name: str) -> dict:
     return json.loads((fixture_run(name) / "EXPECTED.json").read_text())
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_verdict_names_the_root_cause_the_scenario_was_built_with(scenario):
-    result = analyze(load_run(fixture_run(scenario)))
+    result = _analysed(scenario)
     root = _expected(scenario)["root_cause"]
     named = result.verdict.costliest.rule if result.verdict.costliest else None
     assert named == root, result.verdict.headline
@@ -41,7 +48,7 @@ def test_verdict_names_the_root_cause_the_scenario_was_built_with(scenario):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_symptoms_are_explained_by_their_causes(scenario):
-    result = analyze(load_run(fixture_run(scenario)))
+    result = _analysed(scenario)
     rule_of = {finding_key(f): f.rule for f in result.findings}
     for symptom, cause in _expected(scenario)["explained_by"].items():
         found = [f for f in result.findings if f.rule == symptom]
@@ -53,7 +60,7 @@ def test_symptoms_are_explained_by_their_causes(scenario):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_seconds_lost_add_up_to_at_most_the_wall_time(scenario):
-    result = analyze(load_run(fixture_run(scenario)))
+    result = _analysed(scenario)
     _assert_account_closes(result.run_summary.to_dict(), [f.to_dict() for f in result.findings])
 
 
