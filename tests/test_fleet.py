@@ -86,6 +86,9 @@ def sweep(tmp_path_factory):
     return root
 
 
+FORMATS = ("text", "json", "markdown", "junit", "sarif")
+
+
 def invoke(*args):
     return CliRunner().invoke(main, ["analyze", "--no-html", "--jobs", "1", *args], catch_exceptions=False)
 
@@ -100,12 +103,12 @@ def test_each_run_of_a_folder_gets_the_document_it_gets_alone(sweep):
 
 
 def test_the_gate_trips_when_any_run_trips_it_in_every_format(sweep):
-    for fmt in ("text", "json", "markdown", "junit", "sarif"):
-        result = invoke(str(sweep), "--fail-on", "warning", "--format", fmt)
+    gated = {fmt: invoke(str(sweep), "--fail-on", "warning", "--format", fmt) for fmt in FORMATS}
+    for fmt, result in gated.items():
         assert result.exit_code == 1, fmt
-    markdown = invoke(str(sweep), "--fail-on", "warning", "--format", "markdown").stdout
+    markdown = gated["markdown"].stdout
     assert "**Gate: FAILED**" in markdown and markdown.count("<details><summary><code>") == 3
-    suites = ET.fromstring(invoke(str(sweep), "--fail-on", "warning", "--format", "junit").stdout)
+    suites = ET.fromstring(gated["junit"].stdout)
     assert sorted(s.get("name") for s in suites.iter("testsuite")) == sorted(
         ["sl_sequential_await", "sl_healthy_pipelined", "rl_kl_step0"]
     )
