@@ -32,7 +32,7 @@ TEST_WORKERS ?= 2
 test: lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
-# The fuzzer of tests/test_fuzz_runs.py with a large budget (make test runs 30 examples of it).
+# The fuzzer of tests/test_fuzz_runs.py with a large budget (make test runs 60 examples of it).
 FUZZ_EXAMPLES ?= 2000
 fuzz: $(STAMP)
 	TRACE_DOCTOR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -x tests/test_fuzz_runs.py
