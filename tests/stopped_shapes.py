@@ -468,6 +468,12 @@ CASES: dict[str, Callable[[Path], None]] = {
 }
 
 
+def unreported_kill(finding) -> bool:
+    """Whether run-stopped read files that end mid-step with no kill reported after them: kind `killed`,
+    `kill_reported` false (titled 'killed or hung': a kill and a run stuck there read the same)."""
+    return finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"]
+
+
 def run_stopped(path: Path) -> tuple:
     """(run-stopped's finding or None, its outcome, the whole analysis) of the run folder `path`."""
     from trace_doctor.api import analyze, load_run

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+from conftest import CHROMIUM, CHROMIUM_ARGS
 
 from trace_doctor.fleet import Fleet, RunReport, _shared_plotly, analyze_sources
 from trace_doctor.report import figures
@@ -298,24 +299,13 @@ def test_the_common_folder_of_the_runs_is_named_once(tmp_path):
 
 # ---- in a browser -----------------------------------------------------------------------
 
-CHROMIUM = Path("/usr/bin/chromium")
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed at /usr/bin/chromium")
 def test_overview_in_a_browser_draws_the_chart_and_links_to_a_run(fleet, overview):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1366, "height": 900})
             errors: list[str] = []
@@ -398,7 +388,7 @@ def test_per_run_page_draws_from_its_folder_and_says_so_when_copied_out_alone(fl
     alone.parent.mkdir()
     shutil.copy(page_path, alone)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1366, "height": 900})
             errors: list[str] = []

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import stopped_shapes  # noqa: E402
-from stopped_shapes import built, run_stopped  # noqa: E402
+from stopped_shapes import built, run_stopped, unreported_kill  # noqa: E402
 
 
 def _stopped(path: Path):
@@ -34,11 +34,7 @@ def test_a_console_only_capture_that_ends_inside_a_sampling_bar_was_inside_that_
     # never closed. The bar is the phase in flight: the files end mid-step (killed, or copied while it ran).
     capture = _build(tmp_path, "console_only_tqdm_killed") / "train.out"
     finding, _ = _stopped(capture)
-    assert (
-        finding.evidence["kind"] == "killed"
-        and not finding.evidence["kill_reported"]
-        and finding.confidence == "medium"
-    ), finding.message
+    assert unreported_kill(finding) and finding.confidence == "medium", finding.message
     assert finding.steps == [6] and "step 6 of 40 planned" in finding.message
     assert "`Sampling batch 6` progress bar stopped at 3/8" in finding.message
     assert "nothing left open" not in finding.message
@@ -87,7 +83,7 @@ def test_complete_runs_without_a_progress_key_or_a_plan_stay_silent(tmp_path, ca
 
 def test_a_legacy_resume_killed_again_stops_in_its_last_launch(tmp_path):
     finding, _ = _stopped(_build(tmp_path, "legacy_resume_then_killed"))
-    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [18]
+    assert unreported_kill(finding) and finding.steps == [18]
     assert "step 18 of 40 planned" in finding.message and "`Starting train` with no `took`" in finding.message
 
 
@@ -109,11 +105,7 @@ def test_a_stop_in_the_final_eval_after_every_planned_row_is_not_a_completed_run
     # are done, the run's wrap-up (final eval, final checkpoint) is not.
     finding, _ = _stopped(_build(tmp_path, "stopped_in_final_eval"))
     assert finding is not None
-    assert (
-        finding.evidence["kind"] == "killed"
-        and not finding.evidence["kill_reported"]
-        and finding.confidence == "medium"
-    )
+    assert unreported_kill(finding) and finding.confidence == "medium"
     assert finding.steps == [20] and "`Starting run_evals` with no `took`" in finding.message
     assert "all 20 planned training steps were logged" in finding.message
     assert "final checkpoint" in finding.message
@@ -121,7 +113,7 @@ def test_a_stop_in_the_final_eval_after_every_planned_row_is_not_a_completed_run
 
 def test_a_plan_from_config_max_steps_only_is_an_upper_bound(tmp_path):
     finding, _ = _stopped(_build(tmp_path, "plan_in_config_only"))
-    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [12]
+    assert unreported_kill(finding) and finding.steps == [12]
     assert "step 12 of at most 40 planned" in finding.message
 
 
@@ -135,7 +127,7 @@ def test_a_metrics_row_cut_mid_append_says_the_writer_died_mid_write(tmp_path):
 
 def test_two_processes_in_one_log_still_name_the_last_launchs_stop(tmp_path):
     finding, _ = _stopped(_build(tmp_path, "interleaved_launches"))
-    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [8]
+    assert unreported_kill(finding) and finding.steps == [8]
 
 
 def test_a_sweep_names_the_run_that_stopped(tmp_path):

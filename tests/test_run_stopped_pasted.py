@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import stopped_shapes_pasted  # noqa: E402
-from stopped_shapes import built, run_stopped  # noqa: E402
+from stopped_shapes import built, run_stopped, unreported_kill  # noqa: E402
 
 
 def _stopped(tmp_path: Path, name: str):
@@ -49,11 +49,7 @@ def test_a_pod_log_with_collector_times_reads_its_records_and_their_times(tmp_pa
 def test_a_pod_log_that_ends_on_its_phase_line_does_not_claim_nothing_went_on(tmp_path):
     # The log's times end with its last line: they cannot say the process was gone right after it.
     finding = _stopped(tmp_path, "pod_log_killed_in_train")
-    assert (
-        finding.evidence["kind"] == "killed"
-        and not finding.evidence["kill_reported"]
-        and finding.confidence == "medium"
-    ), finding.message
+    assert unreported_kill(finding) and finding.confidence == "medium", finding.message
     assert "the log cannot say" in finding.message and "too short a hold" not in finding.message
 
 
@@ -258,11 +254,7 @@ def test_hours_on_starting_train_names_the_phase_and_does_not_claim_the_kill(tmp
     # printout, and the user says it sat there for hours. Before: headlined 'Run killed at step 6' while its own
     # message said the files cannot tell a kill from a run still going.
     finding = _stopped(tmp_path, "hours_on_starting_train")
-    assert (
-        finding.evidence["kind"] == "killed"
-        and not finding.evidence["kill_reported"]
-        and finding.confidence == "medium"
-    ), finding.message
+    assert unreported_kill(finding) and finding.confidence == "medium", finding.message
     assert finding.title == "Run killed or hung at step 6" and "(killed)" not in finding.message
     assert finding.steps == [6] and "`Starting train` with no `took`" in finding.message
     assert "is still running, stuck, the files cannot say" in finding.message

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / "fixtures"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import stopped_shapes  # noqa: E402
-from stopped_shapes import run_stopped  # noqa: E402
+from stopped_shapes import run_stopped, unreported_kill  # noqa: E402
 
 
 def _stopped(path: Path):
@@ -80,11 +80,7 @@ def test_a_terminal_kill_report_makes_the_kill_sure(text_runs, case, shown):
 
 def test_a_console_that_ends_mid_step_with_nothing_is_a_kill_the_files_cannot_prove(text_runs):
     finding, _, _ = _stopped(text_runs["console_ends_with_nothing"])
-    assert (
-        finding.evidence["kind"] == "killed"
-        and not finding.evidence["kill_reported"]
-        and finding.confidence == "medium"
-    )
+    assert unreported_kill(finding) and finding.confidence == "medium"
     assert finding.steps == [5] and "`Starting sample` with no `took`" in finding.message
     assert "the files cannot say" in finding.message
 
@@ -116,7 +112,7 @@ def test_completed_or_merely_short_runs_stay_silent(text_runs, case):
 
 def test_a_resumed_run_killed_mid_step_counts_from_its_own_launch(text_runs):
     finding, _, _ = _stopped(text_runs["resumed_then_killed"])
-    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [16]
+    assert unreported_kill(finding) and finding.steps == [16]
     assert "step 16 of 30 planned" in finding.message and "`Starting train` with no `took`" in finding.message
 
 
@@ -182,25 +178,20 @@ def _flush_races(completed: Path, root: Path) -> dict[str, Path]:
 
 def test_a_kill_inside_an_eval_names_the_eval_in_its_own_step(sim_runs):
     finding, _, _ = _stopped(sim_runs["sl_kill_in_eval"])
-    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [10]
+    assert unreported_kill(finding) and finding.steps == [10]
     # The eval runs every 5 steps: its step is the enclosing submit_batch's, not "one after the last eval".
     assert "submit_batch (step 10) › evals (step 10)" in finding.message, finding.message
 
 
 def test_a_kill_inside_a_checkpoint_save_names_the_save_in_its_own_step(sim_runs):
     finding, _, _ = _stopped(sim_runs["sl_kill_in_save"])
-    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [10]
+    assert unreported_kill(finding) and finding.steps == [10]
     assert "finish_batch (step 10) › save_checkpoint (step 10)" in finding.message, finding.message
 
 
 def test_a_kill_in_rl_sampling_is_killed_in_that_step(sim_runs):
     finding, _, _ = _stopped(sim_runs["rl_kill_in_sampling"])
-    assert (
-        finding.evidence["kind"] == "killed"
-        and not finding.evidence["kill_reported"]
-        and finding.steps == [7]
-        and finding.confidence == "medium"
-    )
+    assert unreported_kill(finding) and finding.steps == [7] and finding.confidence == "medium"
     assert "do_sync_training › sampling" in finding.message
 
 

@@ -20,7 +20,7 @@ from trace_doctor.api import analyze, load_run
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import stopped_shapes_third  # noqa: E402
-from stopped_shapes import built, run_stopped  # noqa: E402
+from stopped_shapes import built, run_stopped, unreported_kill  # noqa: E402
 
 
 def _stopped(path: Path):
@@ -163,9 +163,7 @@ def test_a_sweep_of_a_crash_a_hang_and_a_completed_run_reads_each(tmp_path):
 
 def test_the_final_checkpoint_save_after_every_row_is_the_wrap_up(tmp_path):
     finding, _ = _stopped(_build(tmp_path, "sft_eval_after_last_row"))
-    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [20], (
-        finding.message
-    )
+    assert unreported_kill(finding) and finding.steps == [20], finding.message
     assert "wrap-up" in finding.message and "`Starting save_checkpoint` with no `took`" in finding.message
 
 
@@ -199,9 +197,7 @@ def test_the_watchdogs_timer_is_the_least_the_state_held(tmp_path):
 
 def test_a_watchdog_dump_the_run_moved_on_from_is_not_where_it_stopped(tmp_path):
     finding, _ = _stopped(_build(tmp_path, "faulthandler_watchdog_then_progress"))
-    assert finding.evidence["kind"] == "killed" and not finding.evidence["kill_reported"] and finding.steps == [8], (
-        finding.message
-    )
+    assert unreported_kill(finding) and finding.steps == [8], finding.message
     assert "dump of the live process" not in finding.message
 
 

@@ -554,11 +554,9 @@ def parse_code_diff(lines: Iterable[str], source: str) -> tuple[list[dict[str, A
     """`code.diff`: the code the run ran, not its output. Only the versions it records are read (the repository's
     commit, the module's install path): its diff lines are the user's code, where a `Killed`, a traceback or an
     error message is text of the code, not something that happened to the run."""
-    state = _FileState(source, False)
-    read = 0
-    for read, text in enumerate(lines, 1):
-        _handle_versions(state, read, text.strip())
-    return state.table_rows(), read
+    reader = LogLines(source, code_diff=True)
+    reader.feed(list(lines))
+    return reader.rows, reader.read
 
 
 def _parse_with_dumps(state: _FileState, rest: list[str], before: int, any_opener: bool) -> int:
